@@ -1,0 +1,232 @@
+//! Collation: instances (rows of [`Chunk`]s) into one [`Batch`], with one
+//! copy per field per instance. Large batches are copied on rayon's pool.
+//!
+//! Fixed-shape fields become `[batch, dims…]`; ragged fields become values
+//! plus offsets (Paddle's LoD) or `[batch, max_len, dims…]` padded with zeros
+//! plus lengths, as the schema's [`Ragged`] says.
+
+use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+
+use crate::batch::{Array, Batch, BatchField};
+use crate::error::{Error, Result};
+use crate::instance::{BytesList, Chunk, Origin, Values};
+use crate::schema::{DType, Field, Ragged, Schema};
+
+/// Batches whose field payload exceeds this many bytes are copied in parallel.
+const PARALLEL_BYTES: usize = 1 << 20;
+
+/// Collate rows — `(chunk, row index)` pairs, in batch order — into a batch.
+/// Every chunk must have `schema` (an error names the first that does not).
+pub fn collate<'a>(
+    schema: &Schema,
+    rows: impl IntoIterator<Item = (&'a Chunk, usize)>,
+) -> Result<Batch> {
+    let rows: Vec<(&Chunk, usize)> = rows.into_iter().collect();
+    for (c, i) in &rows {
+        if !c.schema().same(schema) {
+            return Err(Error::Schema(format!(
+                "collate: instance {} has schema {}, the batch {}",
+                c.origins()[*i].location(),
+                c.schema(),
+                schema
+            )));
+        }
+    }
+    let fields = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(fi, f)| collate_field(f, fi, &rows))
+        .collect();
+    let origins: Vec<Origin> = rows.iter().map(|(c, i)| c.origins()[*i]).collect();
+    Ok(Batch {
+        schema: schema.clone(),
+        fields,
+        origins,
+    })
+}
+
+/// Collate whole chunks, all rows in order.
+pub fn collate_chunks<'a>(
+    schema: &Schema,
+    chunks: impl IntoIterator<Item = &'a Chunk>,
+) -> Result<Batch> {
+    let chunks: Vec<&Chunk> = chunks.into_iter().collect();
+    collate(
+        schema,
+        chunks
+            .iter()
+            .flat_map(|c| (0..c.len()).map(move |i| (*c, i))),
+    )
+}
+
+trait Elem: Copy + Default + Send + Sync + 'static {
+    fn slice(v: &Values) -> &[Self];
+    fn wrap(a: ArrayD<Self>) -> Array;
+}
+
+macro_rules! elem {
+    ($t:ty, $v:ident) => {
+        impl Elem for $t {
+            fn slice(v: &Values) -> &[Self] {
+                match v {
+                    Values::$v(x) => x,
+                    other => panic!("column of {} in a {} field", other.dtype(), DType::$v),
+                }
+            }
+            fn wrap(a: ArrayD<Self>) -> Array {
+                Array::$v(a)
+            }
+        }
+    };
+}
+elem!(f32, F32);
+elem!(f64, F64);
+elem!(i64, I64);
+elem!(i32, I32);
+elem!(u8, U8);
+elem!(bool, Bool);
+
+fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+    match f.dtype {
+        DType::F32 => numeric::<f32>(f, fi, rows),
+        DType::F64 => numeric::<f64>(f, fi, rows),
+        DType::I64 => numeric::<i64>(f, fi, rows),
+        DType::I32 => numeric::<i32>(f, fi, rows),
+        DType::U8 => numeric::<u8>(f, fi, rows),
+        DType::Bool => numeric::<bool>(f, fi, rows),
+        DType::Bytes => bytes(f, fi, rows),
+    }
+}
+
+fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> &[T] {
+    let col = &c.columns()[fi];
+    &T::slice(&col.values)[col.range(i)]
+}
+
+fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+    let n = rows.len();
+    let unit = f.unit_elements();
+    let dims = f.fixed_dims();
+    if !f.is_ragged() {
+        let mut shape = vec![n];
+        shape.extend(&dims);
+        let data = gather::<T>(rows, fi, unit, n * unit);
+        return BatchField {
+            data: T::wrap(
+                ArrayD::from_shape_vec(IxDyn(&shape), data).expect("collate: shape matches length"),
+            ),
+            offsets: None,
+            lengths: None,
+        };
+    }
+    let lens: Vec<usize> = rows
+        .iter()
+        .map(|(c, i)| c.columns()[fi].range(*i).len() / unit.max(1))
+        .collect();
+    match f.ragged {
+        Ragged::Offsets => {
+            let mut offsets = Vec::with_capacity(n + 1);
+            offsets.push(0);
+            let mut total = 0;
+            for l in &lens {
+                total += l;
+                offsets.push(total);
+            }
+            let mut data = Vec::with_capacity(total * unit);
+            for (c, i) in rows {
+                data.extend_from_slice(row_slice::<T>(c, fi, *i));
+            }
+            let mut shape = vec![total];
+            shape.extend(&dims);
+            BatchField {
+                data: T::wrap(
+                    ArrayD::from_shape_vec(IxDyn(&shape), data)
+                        .expect("collate: shape matches length"),
+                ),
+                offsets: Some(offsets),
+                lengths: None,
+            }
+        }
+        Ragged::Padded => {
+            let max = lens.iter().copied().max().unwrap_or(0);
+            let stride = max * unit;
+            let mut data = vec![T::default(); n * stride];
+            for ((c, i), out) in rows.iter().zip(data.chunks_mut(stride.max(1))) {
+                let s = row_slice::<T>(c, fi, *i);
+                out[..s.len()].copy_from_slice(s);
+            }
+            let mut shape = vec![n, max];
+            shape.extend(&dims);
+            BatchField {
+                data: T::wrap(
+                    ArrayD::from_shape_vec(IxDyn(&shape), data)
+                        .expect("collate: shape matches length"),
+                ),
+                offsets: None,
+                lengths: Some(lens),
+            }
+        }
+    }
+}
+
+/// Concatenate fixed-size rows of `unit` elements; in parallel when large.
+fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usize) -> Vec<T> {
+    if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 && unit > 0 {
+        let mut data = vec![T::default(); total];
+        data.par_chunks_mut(unit)
+            .zip(rows.par_iter())
+            .for_each(|(out, (c, i))| out.copy_from_slice(row_slice::<T>(c, fi, *i)));
+        data
+    } else {
+        let mut data = Vec::with_capacity(total);
+        for (c, i) in rows {
+            data.extend_from_slice(row_slice::<T>(c, fi, *i));
+        }
+        data
+    }
+}
+
+fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+    let mut out = BytesList::new();
+    let mut offsets = vec![0];
+    let mut lens = Vec::with_capacity(rows.len());
+    for (c, i) in rows {
+        let col = &c.columns()[fi];
+        let r = col.range(*i);
+        lens.push(r.len());
+        if let Values::Bytes(b) = &col.values {
+            out.extend_range(b, r.start, r.end);
+        }
+        offsets.push(out.len());
+    }
+    if !f.is_ragged() {
+        return BatchField {
+            data: Array::Bytes(out),
+            offsets: None,
+            lengths: None,
+        };
+    }
+    match f.ragged {
+        Ragged::Offsets => BatchField {
+            data: Array::Bytes(out),
+            offsets: Some(offsets),
+            lengths: None,
+        },
+        Ragged::Padded => {
+            let max = lens.iter().copied().max().unwrap_or(0);
+            let mut padded = BytesList::new();
+            for (k, &l) in lens.iter().enumerate() {
+                for j in 0..max {
+                    padded.push(if j < l { out.get(offsets[k] + j) } else { &[] });
+                }
+            }
+            BatchField {
+                data: Array::Bytes(padded),
+                offsets: None,
+                lengths: Some(lens),
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The crate's error type: every failure names where it happened.
+//!
+//! A bad record is reported with its [`Location`] (file or source name,
+//! 0-based record index, byte offset of the record's frame in the
+//! decompressed stream), and a shape or type mismatch names the field, the
+//! expected and the actual value as well.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::instance::SourceId;
+
+/// Where a record came from: its source (file path or generator name), its
+/// 0-based index in that source, and — for byte-oriented formats — the byte
+/// offset of its frame in the (decompressed) stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file or source the record belongs to.
+    pub source: SourceId,
+    /// 0-based record index within the source.
+    pub record: u64,
+    /// Byte offset of the record's frame in the (decompressed) stream, when the format has one.
+    pub offset: Option<u64>,
+}
+
+impl Location {
+    /// A location with an offset.
+    pub fn new(source: SourceId, record: u64, offset: Option<u64>) -> Self {
+        Location {
+            source,
+            record,
+            offset,
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: record {}", self.source.name(), self.record)?;
+        if let Some(offset) = self.offset {
+            write!(f, ", offset {offset}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong in feedline's core.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Opening or reading a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record is malformed: bad checksum, truncated, undecodable.
+    #[error("{location}: {what}")]
+    Corrupt {
+        /// Where.
+        location: Location,
+        /// What is wrong, e.g. "bad payload CRC (stored 0x…, computed 0x…)".
+        what: String,
+    },
+    /// A file-level problem that is not tied to a record (bad header, …).
+    #[error("{}: {what}", path.display())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// A record's field does not fit the schema.
+    #[error("{location}: field `{field}`: expected {expected}, got {actual}")]
+    Field {
+        /// Where the record came from.
+        location: Location,
+        /// The field's name.
+        field: String,
+        /// What the schema declares (shape and type).
+        expected: String,
+        /// What the record holds.
+        actual: String,
+    },
+    /// No registered format fits the path, or the named format is unknown.
+    #[error("{path}: {what}")]
+    UnknownFormat {
+        /// The path as given (with any `FORMAT:` prefix).
+        path: String,
+        /// Why no format was chosen.
+        what: String,
+    },
+    /// The schema is invalid, or a batch was asked for a field it lacks or
+    /// with the wrong type.
+    #[error("schema: {0}")]
+    Schema(String),
+    /// A configuration value is out of range or inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Two composed readers yielded different numbers of instances.
+    #[error("compose: readers are not aligned: {0}")]
+    NotAligned(String),
+    /// A worker thread (`buffered`, `xmap`) panicked.
+    #[error("worker panicked: {0}")]
+    WorkerPanic(String),
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A corrupt-record error at `location`.
+    pub fn corrupt(location: Location, what: impl Into<String>) -> Self {
+        Error::Corrupt {
+            location,
+            what: what.into(),
+        }
+    }
+
+    /// The record location this error is about, if any.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            Error::Corrupt { location, .. } | Error::Field { location, .. } => Some(location),
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with feedline's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,65 @@
+//! # feedline
+//!
+//! Feeds training data to deep-learning trainers: files go in; shuffled,
+//! batched, shape-checked tensors come out, pass after pass, with no instance
+//! lost or repeated within a pass.
+//!
+//! This is the core crate (no actix): the data model ([`Schema`],
+//! [`Instance`], [`Chunk`], [`Batch`]), the file [`format`]s and their
+//! registry, collation, and the pipeline parts the actor crate
+//! `feedline-actors` is made of.
+//!
+//! ## Data model
+//!
+//! - A [`Schema`] names fields; each has a [`DType`] and a shape whose leading
+//!   dimension may be variable (ragged).
+//! - A format reads [`Record`]s (schema-free); conformed to a schema they are
+//!   [`Instance`]s, and many instances travel together as a columnar [`Chunk`].
+//! - [`collate`] turns rows of chunks into a [`Batch`]: one contiguous
+//!   `ndarray` per field.
+//!
+//! ## Example
+//!
+//! ```
+//! use feedline::format::{OpenOptions, Registry};
+//! use feedline::{collate_chunks, Chunk, DType, Schema};
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("data.jsonl");
+//! std::fs::write(&path, "{\"x\": [1.0, 2.0], \"y\": 3}\n{\"x\": [4.0, 5.0], \"y\": 6}\n").unwrap();
+//! let schema = Schema::builder()
+//!     .field("x", DType::F32, [2])
+//!     .field("y", DType::I64, [])
+//!     .build()
+//!     .unwrap();
+//! let mut reader = Registry::with_builtin()
+//!     .open(path.to_str().unwrap(), None, &OpenOptions::default())
+//!     .unwrap();
+//! let mut chunk = Chunk::new(&schema);
+//! reader.read_chunk(&mut chunk, 1024, 1 << 20).unwrap();
+//! let batch = collate_chunks(&schema, [&chunk]).unwrap();
+//! assert_eq!(batch.f32("x").unwrap().shape(), &[2, 2]);
+//! assert_eq!(batch.i64("y").unwrap().as_slice().unwrap(), &[3, 6]);
+//! ```
+
+#![warn(missing_docs)]
+#![allow(clippy::new_without_default)]
+
+mod batch;
+mod collate;
+mod error;
+pub mod format;
+mod instance;
+mod schema;
+
+pub use batch::{Array, Batch, BatchField};
+pub use collate::{collate, collate_chunks};
+pub use error::{Error, Location, Result};
+pub use instance::{BytesList, Chunk, Column, Instance, Origin, Record, SourceId, Tensor, Values};
+pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
+
+pub mod feed_queue;
+pub mod gen;
+pub mod plan;
+pub mod reader;
+pub mod shuffle;
