@@ -537,3 +537,10 @@ pub(crate) fn check_elements(field: &Field, n: usize) -> std::result::Result<usi
         Err(format!("{n} elements"))
     }
 }
+
+impl Schema {
+    /// True if both are the same schema (shared, or equal field by field).
+    pub fn same(&self, other: &Schema) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner) || self.inner == other.inner
+    }
+}
