@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::batch::{Array, Batch, BatchField};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Origin, Values};
+use crate::instance::{BytesList, Chunk, Origin, RowRef, Values};
 use crate::schema::{DType, Field, Ragged, Schema};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
@@ -45,6 +45,11 @@ pub fn collate<'a>(
         fields,
         origins,
     })
+}
+
+/// Collate rows given as [`RowRef`]s.
+pub fn collate_rows(schema: &Schema, rows: &[RowRef]) -> Result<Batch> {
+    collate(schema, rows.iter().map(|r| (&*r.chunk, r.index)))
 }
 
 /// Collate whole chunks, all rows in order.

@@ -672,6 +672,28 @@ fn conform_field(record: &Record, f: &Field, out: &mut Values) -> Result<()> {
     Ok(())
 }
 
+/// A reference to one instance of a shared [`Chunk`]: what the shuffle buffer
+/// holds and hands to batching; the chunk is freed when its last row is used.
+#[derive(Clone, Debug)]
+pub struct RowRef {
+    /// The chunk.
+    pub chunk: Arc<Chunk>,
+    /// The row within it.
+    pub index: usize,
+}
+
+impl RowRef {
+    /// Row `index` of `chunk`.
+    pub fn new(chunk: Arc<Chunk>, index: usize) -> Self {
+        RowRef { chunk, index }
+    }
+
+    /// The instance's origin.
+    pub fn origin(&self) -> Origin {
+        self.chunk.origins()[self.index]
+    }
+}
+
 /// One field of a [`Chunk`]: the values of all its instances and where each ends.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Column {

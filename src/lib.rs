@@ -53,11 +53,14 @@ mod instance;
 mod schema;
 
 pub use batch::{Array, Batch, BatchField};
-pub use collate::{collate, collate_chunks};
+pub use collate::{collate, collate_chunks, collate_rows};
 pub use error::{Error, Location, Result};
-pub use instance::{BytesList, Chunk, Column, Instance, Origin, Record, SourceId, Tensor, Values};
+pub use instance::{
+    BytesList, Chunk, Column, Instance, Origin, Record, RowRef, SourceId, Tensor, Values,
+};
 pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
 
+pub mod batcher;
 pub mod feed_queue;
 pub mod gen;
 pub mod plan;
