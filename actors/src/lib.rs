@@ -1,1 +1,54 @@
+//! # feedline-actors
+//!
+//! The actor pipeline of feedline, built with actix from the core crate's
+//! parts:
+//!
+//! ```text
+//! FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──batches──▶ FeedQueue ◀──Pop── Trainer×D
+//!      ▲                    │ FileDone/FileFailed                                                    │
+//!      └────────────── Supervisor ◀──────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Three ways in:
+//! - [`Loader`]: a blocking handle for plain training loops; it runs the
+//!   actix `System` on its own thread.
+//! - [`Pipeline::start`] inside your own actix `System`: your actors send
+//!   [`Pop`] to the feed queue, or implement [`TrainStep`] and let
+//!   [`Pipeline::start_with_trainers`] drive them.
+//! - The `feedline` command (`feedline run …`).
+//!
+//! ## Backpressure
+//!
+//! actix mailbox capacity is not backpressure (`do_send` ignores it), so
+//! every hand-off here is a request whose reply the receiver withholds until
+//! it has room: readers have at most `chunks_in_flight` unacknowledged
+//! chunks, the shuffle stage stops taking messages while the feed queue is
+//! full, and the feed queue answers `Push` only when the batch is in.
 
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod feed_queue;
+mod file_queue;
+mod loader;
+mod messages;
+mod pipeline;
+mod prefetch_reader;
+mod shuffle_batch;
+mod stats;
+mod supervisor;
+mod trainer;
+
+pub use config::{ErrorPolicy, FeedMode, PipelineConfig};
+pub use error::PipelineError;
+pub use feed_queue::FeedQueue;
+pub use file_queue::FileQueue;
+pub use loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
+pub use messages::{Delivered, Pop, Popped, Shutdown};
+pub use pipeline::Pipeline;
+pub use prefetch_reader::PrefetchReader;
+pub use shuffle_batch::ShuffleBatch;
+pub use stats::{Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot};
+pub use supervisor::Supervisor;
+pub use trainer::{SimulatedDevice, TrainStep, Trainer};

@@ -1,0 +1,43 @@
+//! The `feedline` command: look into data files (`cat`, `inspect`), write the
+//! reference datasets (`gen`), and run or measure the loader (`run`, `bench`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod files;
+
+/// Feeds training data to deep-learning trainers.
+#[derive(Parser)]
+#[command(name = "feedline", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print one JSON object per instance, in file order.
+    Cat(files::CatArgs),
+    /// Print per file: records, bytes, fields (the inferred schema), checksums.
+    Inspect(files::InspectArgs),
+    /// Write a reference dataset (TFRecord of tf.train.Example).
+    Gen(files::GenArgs),
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Cat(a) => files::cat(a),
+        Command::Inspect(a) => files::inspect(a),
+        Command::Gen(a) => files::gen(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("feedline: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

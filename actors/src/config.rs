@@ -1,0 +1,158 @@
+//! Pipeline settings: what [`LoaderBuilder`](crate::LoaderBuilder) fills in
+//! and every actor reads.
+
+use feedline::batcher::BatchPolicy;
+use feedline::format::{OpenOptions, Registry};
+use feedline::plan::{Shard, ShardBy};
+use feedline::Schema;
+
+/// What to do with a bad record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ErrorPolicy {
+    /// Stop the pipeline; every consumer gets the error (file, record, offset).
+    Fail,
+    /// Drop the bad record (or the unreadable rest of its file), log it,
+    /// count it and record where it was; fail once the budget is exceeded.
+    Skip {
+        /// Fail once more than this many records were skipped.
+        max_bad: Option<u64>,
+        /// Fail once more than this fraction of the records read were skipped.
+        max_bad_fraction: Option<f64>,
+    },
+}
+
+impl ErrorPolicy {
+    /// Skip bad records without a budget.
+    pub fn skip() -> Self {
+        ErrorPolicy::Skip {
+            max_bad: None,
+            max_bad_fraction: None,
+        }
+    }
+}
+
+/// How batches reach the devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeedMode {
+    /// One queue; each device takes the next batch when it is ready
+    /// (devices of different speeds take different numbers of batches).
+    Shared,
+    /// Batch `k` of a pass goes to device `k mod D` (Paddle's ordered
+    /// multi-device feeding): reproducible per device.
+    RoundRobin,
+}
+
+/// Every setting of a pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// Input files (paths, `FORMAT:`-prefixed paths; globs and list files are
+    /// expanded by the builder).
+    pub files: Vec<String>,
+    /// A format for every file (default: by prefix or extension).
+    pub format: Option<String>,
+    /// How files are opened.
+    pub open: OpenOptions,
+    /// The formats known.
+    pub registry: Registry,
+    /// The schema (default: inferred from the first file's first records).
+    pub schema: Option<Schema>,
+    /// Prefetch readers (one OS thread each).
+    pub readers: usize,
+    /// Instances per chunk, at most.
+    pub chunk_records: usize,
+    /// Payload bytes per chunk, at most (a chunk ends after the record that reaches it).
+    pub chunk_bytes: usize,
+    /// Chunks a reader may have sent but not had acknowledged.
+    pub chunks_in_flight: usize,
+    /// Shuffle pool size in instances (0: no shuffle).
+    pub shuffle: usize,
+    /// Instances held before draws start (default: the pool size).
+    pub min_pool: Option<usize>,
+    /// Byte bound of the shuffle pool.
+    pub shuffle_bytes: usize,
+    /// Batching: fixed size or a cost budget.
+    pub batch: BatchPolicy,
+    /// Drop the last partial batch of each pass.
+    pub drop_last: bool,
+    /// Passes (epochs).
+    pub passes: u64,
+    /// Seed of file order and shuffle.
+    pub seed: u64,
+    /// Reshuffle the file order every pass (else the given order).
+    pub shuffle_files: bool,
+    /// Same batches on every run, whatever the reader count and timing.
+    pub deterministic: bool,
+    /// Bytes of out-of-order chunks held in deterministic mode.
+    pub reorder_window: usize,
+    /// Devices (trainers, or per-device iterators).
+    pub devices: usize,
+    /// Shared queue or round-robin.
+    pub feed: FeedMode,
+    /// Feed-queue capacity in batches (per lane).
+    pub capacity: usize,
+    /// Bad-record policy.
+    pub error_policy: ErrorPolicy,
+    /// This process's data-parallel shard.
+    pub shard: Shard,
+    /// Shard by file or by record.
+    pub shard_by: ShardBy,
+    /// Readers that may fail (panic) on one file before the pass fails.
+    pub max_attempts: u32,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            files: Vec::new(),
+            format: None,
+            open: OpenOptions::default(),
+            registry: Registry::with_builtin(),
+            schema: None,
+            readers: 2,
+            chunk_records: 1024,
+            chunk_bytes: 1 << 20,
+            chunks_in_flight: 2,
+            shuffle: 10_000,
+            min_pool: None,
+            shuffle_bytes: 256 << 20,
+            batch: BatchPolicy::Fixed(256),
+            drop_last: false,
+            passes: 1,
+            seed: 0,
+            shuffle_files: true,
+            deterministic: false,
+            reorder_window: 64 << 20,
+            devices: 1,
+            feed: FeedMode::Shared,
+            capacity: 4,
+            error_policy: ErrorPolicy::Fail,
+            shard: Shard {
+                rank: 0,
+                world_size: 1,
+            },
+            shard_by: ShardBy::Auto,
+            max_attempts: 3,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Upper bound of instances in flight: chunks in flight × chunk size +
+    /// shuffle pool (+ one chunk) + feed-queue capacity × batch size.
+    pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
+        let chunks = self.readers * self.chunks_in_flight * (self.chunk_bytes + record_bytes);
+        let pool = self.shuffle_bytes.min(self.shuffle.saturating_add(self.chunk_records) * record_bytes)
+            + self.chunk_bytes;
+        let lanes = match self.feed {
+            FeedMode::Shared => 1,
+            FeedMode::RoundRobin => self.devices,
+        };
+        let batch = match &self.batch {
+            BatchPolicy::Fixed(n) => *n,
+            _ => self.chunk_records,
+        };
+        // queue + one batch being pushed + one prefetched and one in use per device
+        let batches = lanes * self.capacity + 1 + 2 * self.devices;
+        chunks + pool + batches * batch * record_bytes + if self.deterministic { self.reorder_window } else { 0 }
+    }
+}

@@ -1,0 +1,420 @@
+//! [`Loader`]: the blocking handle for plain Rust training loops. It runs
+//! the actix `System` and the pipeline on threads of its own; iterating pops
+//! batches; dropping it (or breaking out of `for batch in loader`) stops and
+//! joins every thread.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use actix::prelude::*;
+use feedline::batcher::BatchPolicy;
+use feedline::format::{OpenOptions, Registry};
+use feedline::plan::{Shard, ShardBy};
+use feedline::Schema;
+
+use crate::config::{ErrorPolicy, FeedMode, PipelineConfig};
+use crate::error::PipelineError;
+use crate::feed_queue::FeedQueue;
+use crate::messages::{Delivered, Pop, Popped, Shutdown};
+use crate::pipeline::Pipeline;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::supervisor::{Arbiters, Supervisor};
+
+/// Builds a [`Loader`]. Every setting has a default but the files.
+#[derive(Clone, Debug, Default)]
+pub struct LoaderBuilder {
+    config: PipelineConfig,
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta] $name:ident: $t:ty => $field:ident;)*) => {$(
+        #[$doc]
+        pub fn $name(mut self, v: $t) -> Self {
+            self.config.$field = v;
+            self
+        }
+    )*};
+}
+
+impl LoaderBuilder {
+    /// Input files: paths, glob patterns, list files (`@train.list`);
+    /// a `FORMAT:` prefix picks a file's format.
+    pub fn files<I, S>(mut self, files: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.files.extend(files.into_iter().map(Into::into));
+        self
+    }
+
+    /// The schema (default: inferred from the first file).
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.config.schema = Some(schema);
+        self
+    }
+
+    /// Fixed batch size.
+    pub fn batch(mut self, n: usize) -> Self {
+        self.config.batch = BatchPolicy::Fixed(n);
+        self
+    }
+
+    /// Shard for data-parallel rank `rank` of `world_size`.
+    pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
+        self.config.shard = Shard { rank, world_size };
+        self
+    }
+
+    /// Batch `k` to device `k mod D` (true) or a shared queue (false, default).
+    pub fn round_robin(mut self, yes: bool) -> Self {
+        self.config.feed = if yes { FeedMode::RoundRobin } else { FeedMode::Shared };
+        self
+    }
+
+    setter! {
+        /// A format for every file.
+        format: Option<String> => format;
+        /// How files are opened (compression, checksums, record size cap).
+        open_options: OpenOptions => open;
+        /// The formats known (add your own).
+        registry: Registry => registry;
+        /// Prefetch readers (default 2).
+        readers: usize => readers;
+        /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
+        shuffle: usize => shuffle;
+        /// Instances held before draws start (default: the pool size).
+        min_pool: Option<usize> => min_pool;
+        /// Byte bound of the shuffle pool (default 256 MiB).
+        shuffle_bytes: usize => shuffle_bytes;
+        /// Batching by a cost budget, or fixed.
+        batch_policy: BatchPolicy => batch;
+        /// Drop each pass's last partial batch.
+        drop_last: bool => drop_last;
+        /// Passes (default 1).
+        passes: u64 => passes;
+        /// Seed (default 0).
+        seed: u64 => seed;
+        /// Reshuffle file order each pass (default true).
+        shuffle_files: bool => shuffle_files;
+        /// Identical batches across runs, reader counts and timings.
+        deterministic: bool => deterministic;
+        /// Devices (default 1).
+        devices: usize => devices;
+        /// Feed-queue capacity in batches (default 4).
+        capacity: usize => capacity;
+        /// Bad-record policy (default: fail).
+        error_policy: ErrorPolicy => error_policy;
+        /// Shard by file or by record.
+        shard_by: ShardBy => shard_by;
+        /// Instances per chunk (default 1024).
+        chunk_records: usize => chunk_records;
+        /// Payload bytes per chunk (default 1 MiB).
+        chunk_bytes: usize => chunk_bytes;
+        /// Unacknowledged chunks per reader (default 2).
+        chunks_in_flight: usize => chunks_in_flight;
+        /// Out-of-order bytes held in deterministic mode (default 64 MiB).
+        reorder_window: usize => reorder_window;
+    }
+
+    /// Replace every setting.
+    pub fn config(mut self, config: PipelineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The settings so far.
+    pub fn settings(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Start the pipeline on threads of its own.
+    pub fn build(self) -> Result<Loader, PipelineError> {
+        Loader::start(self.config)
+    }
+}
+
+/// A running loader for plain (non-actor) code.
+///
+/// ```no_run
+/// use feedline_actors::Loader;
+/// let loader = Loader::builder()
+///     .files(["data/train-*.tfrecord"])
+///     .batch(256)
+///     .shuffle(10_000)
+///     .passes(2)
+///     .seed(7)
+///     .build()
+///     .unwrap();
+/// for batch in loader {
+///     let batch = batch.unwrap();
+///     let x = batch.batch.f32("x").unwrap();
+///     assert_eq!(x.shape()[1], 64);
+/// }
+/// ```
+pub struct Loader {
+    feed: Addr<FeedQueue>,
+    supervisor: Addr<Supervisor>,
+    stats: Stats,
+    schema: Schema,
+    config: Arc<PipelineConfig>,
+    arbiters: Arbiters,
+    system: Option<System>,
+    thread: Option<JoinHandle<()>>,
+    merged: MergedState,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader").field("schema", &self.schema).finish()
+    }
+}
+
+impl Loader {
+    /// Start building.
+    pub fn builder() -> LoaderBuilder {
+        LoaderBuilder::default()
+    }
+
+    fn start(config: PipelineConfig) -> Result<Loader, PipelineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("feedline-system".into())
+            .spawn(move || {
+                let sys = System::new();
+                let started = sys.block_on(async move { Pipeline::start(config) });
+                let arbiters = match started {
+                    Ok(p) => {
+                        let parts = p.parts();
+                        let arbiters = parts.4.clone();
+                        let _ = tx.send(Ok((parts, System::current())));
+                        Some(arbiters)
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        None
+                    }
+                };
+                if let Some(arbiters) = arbiters {
+                    let _ = sys.run();
+                    arbiters.stop_and_join();
+                }
+            })
+            .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
+        let received = rx.recv().map_err(|_| PipelineError::Stopped);
+        let ((feed, supervisor, stats, schema, arbiters, config), system) = match received {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) | Err(e) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+        };
+        let devices = config.devices;
+        Ok(Loader {
+            merged: MergedState::new(devices, config.feed == FeedMode::RoundRobin),
+            feed,
+            supervisor,
+            stats,
+            schema,
+            config,
+            arbiters,
+            system: Some(system),
+            thread: Some(thread),
+        })
+    }
+
+    /// The schema of the batches.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The settings in force (inputs expanded).
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// The statistics as they stand.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The live statistics handle.
+    pub fn stats_handle(&self) -> Stats {
+        self.stats.clone()
+    }
+
+    /// Iterate over all batches, all passes, in order.
+    pub fn iter(&mut self) -> Iter<'_> {
+        Iter { loader: self }
+    }
+
+    /// An iterator for device `device` (`0..devices`), to move to a thread
+    /// of its own. In round-robin mode it gets batches `k` with
+    /// `k mod devices == device`; in shared mode whatever is next.
+    pub fn device_iter(&self, device: usize) -> DeviceIter {
+        DeviceIter {
+            feed: self.feed.clone(),
+            consumer: device,
+            ended: false,
+        }
+    }
+
+    /// Stop everything and wait for every thread. Also what `drop` does.
+    pub fn shutdown(&mut self) {
+        if let Some(system) = self.system.take() {
+            self.supervisor.do_send(Shutdown);
+            system.stop();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.arbiters.stop_and_join();
+    }
+
+    fn pop(&self, consumer: usize) -> Result<Popped, PipelineError> {
+        futures::executor::block_on(self.feed.send(Pop { consumer })).unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    fn next_merged(&mut self) -> Option<Result<Delivered, PipelineError>> {
+        loop {
+            if self.merged.ended {
+                return None;
+            }
+            let consumer = self.merged.lane;
+            match self.pop(consumer) {
+                Ok(Popped::Batch(d)) => {
+                    if self.merged.round_robin {
+                        self.merged.lane = (self.merged.lane + 1) % self.merged.lanes;
+                    }
+                    return Some(Ok(d));
+                }
+                Ok(Popped::EndOfPass(_)) => {
+                    if self.merged.round_robin {
+                        // Every other lane holds this pass's marker next: take them.
+                        for other in (0..self.merged.lanes).filter(|&l| l != consumer) {
+                            match self.pop(other) {
+                                Ok(Popped::EndOfPass(_)) => {}
+                                Ok(Popped::EndOfData) => {}
+                                Ok(Popped::Batch(d)) => {
+                                    log::error!("lane {other} had a batch after its pass ended");
+                                    return Some(Ok(d));
+                                }
+                                Err(e) => {
+                                    self.merged.ended = true;
+                                    return Some(Err(e));
+                                }
+                            }
+                        }
+                        self.merged.lane = 0;
+                    }
+                }
+                Ok(Popped::EndOfData) => {
+                    self.merged.ended = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.merged.ended = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+struct MergedState {
+    lanes: usize,
+    lane: usize,
+    round_robin: bool,
+    ended: bool,
+}
+
+impl MergedState {
+    fn new(lanes: usize, round_robin: bool) -> Self {
+        MergedState {
+            lanes: lanes.max(1),
+            lane: 0,
+            round_robin,
+            ended: false,
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Borrowing iterator over every batch ([`Loader::iter`]).
+pub struct Iter<'a> {
+    loader: &'a mut Loader,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<Delivered, PipelineError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.loader.next_merged()
+    }
+}
+
+/// Owning iterator: dropping it (an early `break`) stops the loader.
+pub struct IntoIter {
+    loader: Loader,
+}
+
+impl IntoIter {
+    /// The loader's statistics.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.loader.stats()
+    }
+}
+
+impl Iterator for IntoIter {
+    type Item = Result<Delivered, PipelineError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.loader.next_merged()
+    }
+}
+
+impl IntoIterator for Loader {
+    type Item = Result<Delivered, PipelineError>;
+    type IntoIter = IntoIter;
+    fn into_iter(self) -> IntoIter {
+        IntoIter { loader: self }
+    }
+}
+
+/// One device's iterator ([`Loader::device_iter`]); `Send`.
+pub struct DeviceIter {
+    feed: Addr<FeedQueue>,
+    consumer: usize,
+    ended: bool,
+}
+
+impl DeviceIter {
+    /// The next item including end-of-pass markers.
+    pub fn next_event(&mut self) -> Result<Popped, PipelineError> {
+        futures::executor::block_on(self.feed.send(Pop {
+            consumer: self.consumer,
+        }))
+        .unwrap_or(Err(PipelineError::Stopped))
+    }
+}
+
+impl Iterator for DeviceIter {
+    type Item = Result<Delivered, PipelineError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.ended {
+            match self.next_event() {
+                Ok(Popped::Batch(d)) => return Some(Ok(d)),
+                Ok(Popped::EndOfPass(_)) => continue,
+                Ok(Popped::EndOfData) => self.ended = true,
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
+}

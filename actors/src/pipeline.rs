@@ -1,0 +1,233 @@
+//! Starting a pipeline inside an actix `System` — the caller's own, for
+//! applications that embed feedline among their actors — and stopping it.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use feedline::plan::{expand_inputs, PassPlan};
+use feedline::Schema;
+use futures::channel::oneshot;
+
+use crate::config::{FeedMode, PipelineConfig};
+use crate::error::PipelineError;
+use crate::feed_queue::FeedQueue;
+use crate::file_queue::{FileQueue, StartPasses};
+use crate::messages::{Pop, Shutdown};
+use crate::prefetch_reader::TaskQueues;
+use crate::shuffle_batch::ShuffleBatch;
+use crate::stats::Stats;
+use crate::supervisor::{Arbiters, Supervisor};
+use crate::trainer::{TrainStep, Trainer};
+
+/// A running pipeline's addresses and handles.
+///
+/// Consumers send [`Pop`] to [`feed`](Self::feed) (or through
+/// [`pop_recipient`](Self::pop_recipient)); each device uses its own
+/// consumer index. Or start it with trainers ([`Pipeline::start_with_trainers`]):
+/// then the devices are driven for you.
+pub struct Pipeline {
+    feed: Addr<FeedQueue>,
+    supervisor: Addr<Supervisor>,
+    stats: Stats,
+    schema: Schema,
+    config: Arc<PipelineConfig>,
+    arbiters: Arbiters,
+    done: Option<oneshot::Receiver<Result<(), PipelineError>>>,
+}
+
+/// Check the settings, expand the inputs and settle the schema.
+pub(crate) fn prepare(mut config: PipelineConfig) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
+    let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
+    if config.readers == 0 {
+        return bad("readers must be at least 1");
+    }
+    if config.devices == 0 {
+        return bad("devices must be at least 1");
+    }
+    if config.capacity == 0 {
+        return bad("capacity must be at least 1");
+    }
+    if config.chunk_records == 0 || config.chunks_in_flight == 0 {
+        return bad("chunk_records and chunks_in_flight must be at least 1");
+    }
+    if let feedline::batcher::BatchPolicy::Fixed(0) = config.batch {
+        return bad("batch size must be at least 1");
+    }
+    if config.files.is_empty() {
+        return bad("no input files");
+    }
+    config.files = expand_inputs(&config.files)?;
+    if config.files.is_empty() {
+        return bad("the inputs name no files");
+    }
+    let schema = match &config.schema {
+        Some(s) => s.clone(),
+        None => {
+            let s = config
+                .registry
+                .infer_schema(&config.files[0], config.format.as_deref(), 64)?;
+            log::info!("schema inferred from {}: {s}", config.files[0]);
+            s
+        }
+    };
+    let plan = PassPlan::new(config.files.clone())
+        .seed(config.seed)
+        .shuffle_files(config.shuffle_files)
+        .shard(config.shard)
+        .shard_by(config.shard_by);
+    if config.passes > 0 && plan.tasks(0).is_empty() {
+        return Err(PipelineError::Config(format!(
+            "a pass has no files: {} files for rank {} of {}",
+            config.files.len(),
+            config.shard.rank,
+            config.shard.world_size
+        )));
+    }
+    Ok((config, schema, plan))
+}
+
+impl Pipeline {
+    /// Start a pipeline in the current actix `System` (call from inside it).
+    /// Consumers pop batches themselves.
+    pub fn start(config: PipelineConfig) -> Result<Pipeline, PipelineError> {
+        Self::start_with_trainers::<crate::trainer::SimulatedDevice>(config, Vec::new())
+    }
+
+    /// Start a pipeline whose devices are driven by these steps, one
+    /// [`Trainer`] actor (and OS thread) per step; `config.devices` is set
+    /// to their number.
+    pub fn start_with_trainers<S: TrainStep>(mut config: PipelineConfig, steps: Vec<S>) -> Result<Pipeline, PipelineError> {
+        if !steps.is_empty() {
+            config.devices = steps.len();
+        }
+        let (config, schema, plan) = prepare(config)?;
+        let config = Arc::new(config);
+        let arbiters = Arbiters::default();
+        let stats = Stats::new(config.devices, config.readers, config.capacity);
+        let feed = FeedQueue::new(
+            config.devices,
+            config.capacity,
+            config.feed == FeedMode::RoundRobin,
+            stats.clone(),
+        )
+        .start();
+        let (done_tx, done_rx) = oneshot::channel();
+        let queues = Arc::new(TaskQueues::default());
+        let mut file_queue_addr = None;
+        let supervisor = {
+            let (config, schema, stats, feed, arbiters) =
+                (config.clone(), schema.clone(), stats.clone(), feed.clone(), arbiters.clone());
+            let fq_slot = &mut file_queue_addr;
+            let trainers = steps.len();
+            Supervisor::create(move |ctx| {
+                let me = ctx.address();
+                let sb_arbiter = arbiters.new_arbiter();
+                let shuffle = {
+                    let (config, schema, feed, stats, me) =
+                        (config.clone(), schema.clone(), feed.clone(), stats.clone(), me.clone());
+                    ShuffleBatch::start_in_arbiter(&sb_arbiter, move |_| {
+                        ShuffleBatch::new(config, schema, feed, me, stats)
+                    })
+                };
+                let file_queue = FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone()).start();
+                *fq_slot = Some(file_queue.clone());
+                let readers = (0..config.readers)
+                    .map(|_| (arbiters.new_arbiter(), None))
+                    .collect();
+                let mut sup = Supervisor {
+                    config,
+                    schema,
+                    stats,
+                    queues,
+                    file_queue: Some(file_queue),
+                    shuffle: Some(shuffle),
+                    feed: Some(feed),
+                    readers,
+                    trainers_left: trainers,
+                    done: Some(done_tx),
+                    failed: false,
+                };
+                for id in 0..sup.readers.len() {
+                    sup.start_reader(id, ctx);
+                }
+                sup
+            })
+        };
+        for (device, step) in steps.into_iter().enumerate() {
+            let h = arbiters.new_arbiter();
+            let (feed, sup, stats) = (feed.clone(), supervisor.clone(), stats.clone());
+            Trainer::start_in_arbiter(&h, move |_| Trainer::new(device, step, feed, sup, stats));
+        }
+        file_queue_addr.expect("created with the supervisor").do_send(StartPasses);
+        Ok(Pipeline {
+            feed,
+            supervisor,
+            stats,
+            schema,
+            config,
+            arbiters,
+            done: Some(done_rx),
+        })
+    }
+
+    /// The feed queue: send it [`Pop`] to take batches.
+    pub fn feed(&self) -> Addr<FeedQueue> {
+        self.feed.clone()
+    }
+
+    /// The feed queue as a recipient of [`Pop`].
+    pub fn pop_recipient(&self) -> Recipient<Pop> {
+        self.feed.clone().recipient()
+    }
+
+    /// Live statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The schema of the batches.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The settings in force (inputs expanded).
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Resolves when the trainers have consumed all data (or, without
+    /// trainers, when the last pass is flushed), or with the error that
+    /// stopped the pipeline. Can be taken once.
+    pub fn finished(&mut self) -> impl std::future::Future<Output = Result<(), PipelineError>> {
+        let rx = self.done.take();
+        async move {
+            match rx {
+                Some(rx) => rx.await.unwrap_or(Err(PipelineError::Stopped)),
+                None => Err(PipelineError::Config("finished() was already taken".into())),
+            }
+        }
+    }
+
+    /// Ask every actor to stop. Consumers get [`PipelineError::Stopped`].
+    pub fn stop(&self) {
+        self.supervisor.do_send(Shutdown);
+    }
+
+    /// Stop, then stop and join the pipeline's threads (readers, shuffle,
+    /// trainers). Call it from outside those threads.
+    pub fn join(self) {
+        self.stop();
+        self.arbiters.stop_and_join();
+    }
+
+    pub(crate) fn parts(&self) -> (Addr<FeedQueue>, Addr<Supervisor>, Stats, Schema, Arbiters, Arc<PipelineConfig>) {
+        (
+            self.feed.clone(),
+            self.supervisor.clone(),
+            self.stats.clone(),
+            self.schema.clone(),
+            self.arbiters.clone(),
+            self.config.clone(),
+        )
+    }
+}

@@ -1,0 +1,466 @@
+//! The `PrefetchReader` actor: takes file tasks from the shared queue, reads
+//! and decodes records into chunks, and sends them to the shuffle-batch
+//! stage, with at most a fixed number unacknowledged.
+//!
+//! Each reader runs on its own `Arbiter` (one OS thread), so blocking file
+//! I/O stalls only that reader. It drives itself with a `Next` message: read
+//! a chunk, `send` it, read the next while acknowledgements are below the
+//! limit. Decoding runs under `catch_unwind`: a panic becomes a `FileFailed`
+//! with the record the reader had delivered up to, and the supervisor starts
+//! a fresh reader that resumes the file there.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use crossbeam_deque::{Injector, Steal};
+use feedline::format::RecordReader;
+use feedline::plan::RecordStride;
+use feedline::{Chunk, Schema};
+
+use crate::config::{ErrorPolicy, PipelineConfig};
+use crate::error::PipelineError;
+use crate::file_queue::{FileQueue, ReaderIdle};
+use crate::messages::{ChunkAck, ChunkMsg, FileDone, FileFailed, ReadTask, Shutdown};
+use crate::shuffle_batch::ShuffleBatch;
+use crate::stats::{ns, SkippedRecord, Stats};
+use crate::supervisor::Supervisor;
+
+/// The file tasks readers steal from: retries first, then the pass's files.
+#[derive(Default)]
+pub(crate) struct TaskQueues {
+    pub retries: Injector<ReadTask>,
+    pub tasks: Injector<ReadTask>,
+}
+
+impl TaskQueues {
+    /// Take and drop one task; false when both queues are empty.
+    pub(crate) fn steal_any(&self) -> bool {
+        self.steal().is_some()
+    }
+
+    fn steal(&self) -> Option<ReadTask> {
+        for q in [&self.retries, &self.tasks] {
+            loop {
+                match q.steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Empty => break,
+                    Steal::Retry => continue,
+                }
+            }
+        }
+        None
+    }
+}
+
+struct Current {
+    task: ReadTask,
+    reader: Box<dyn RecordReader>,
+    /// Index of the first record not yet sent (all before it were sent).
+    delivered: u64,
+    records_sent: u64,
+    done_reading: bool,
+}
+
+/// A prefetching file reader.
+pub struct PrefetchReader {
+    pub(crate) id: usize,
+    pub(crate) config: Arc<PipelineConfig>,
+    pub(crate) schema: Schema,
+    pub(crate) queues: Arc<TaskQueues>,
+    pub(crate) stats: Stats,
+    pub(crate) file_queue: Addr<FileQueue>,
+    pub(crate) shuffle: Addr<ShuffleBatch>,
+    pub(crate) supervisor: Addr<Supervisor>,
+    current: Option<Current>,
+    in_flight: usize,
+    idle_since: Option<Instant>,
+    stopped: bool,
+}
+
+/// Read the next chunk (self-message).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Next;
+
+/// New tasks are queued.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake;
+
+impl PrefetchReader {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: usize,
+        config: Arc<PipelineConfig>,
+        schema: Schema,
+        queues: Arc<TaskQueues>,
+        stats: Stats,
+        file_queue: Addr<FileQueue>,
+        shuffle: Addr<ShuffleBatch>,
+        supervisor: Addr<Supervisor>,
+    ) -> Self {
+        PrefetchReader {
+            id,
+            config,
+            schema,
+            queues,
+            stats,
+            file_queue,
+            shuffle,
+            supervisor,
+            current: None,
+            in_flight: 0,
+            idle_since: Some(Instant::now()),
+            stopped: false,
+        }
+    }
+
+    fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
+        let mut opts = self.config.open.clone();
+        opts.start_record = task.start_record;
+        self.config
+            .registry
+            .open(&task.task.file, self.config.format.as_deref(), &opts)
+    }
+
+    fn mark_busy(&mut self) {
+        if let Some(t) = self.idle_since.take() {
+            self.stats.inner.readers.idle_ns.fetch_add(ns(t.elapsed()), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn mark_idle(&mut self) {
+        if self.idle_since.is_none() {
+            self.idle_since = Some(Instant::now());
+        }
+    }
+
+    fn step(&mut self, ctx: &mut Context<Self>) {
+        if self.stopped || self.in_flight >= self.config.chunks_in_flight.max(1) {
+            self.mark_idle();
+            return;
+        }
+        if self.current.as_ref().is_some_and(|c| c.done_reading) {
+            // Waiting for the last acknowledgements of this file.
+            self.mark_idle();
+            return;
+        }
+        if self.current.is_none() {
+            let Some(task) = self.queues.steal() else {
+                self.mark_idle();
+                self.file_queue.do_send(ReaderIdle(self.id, ctx.address()));
+                return;
+            };
+            self.mark_busy();
+            let t0 = Instant::now();
+            let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
+            self.stats
+                .inner
+                .readers
+                .busy_ns
+                .fetch_add(ns(t0.elapsed()), std::sync::atomic::Ordering::Relaxed);
+            match opened {
+                Ok(Ok(reader)) => {
+                    self.current = Some(Current {
+                        delivered: task.start_record,
+                        task,
+                        reader,
+                        records_sent: 0,
+                        done_reading: false,
+                    })
+                }
+                Ok(Err(e)) => {
+                    // The file cannot be opened at all: the rest of the file is bad.
+                    let loc = e.location().cloned();
+                    let start = task.start_record;
+                    self.current = None;
+                    if self.bad_record(ctx, &task, loc.as_ref(), start, true, e) {
+                        // Skipped: the file contributes nothing more; close it properly.
+                        self.send_last_empty(ctx, task);
+                    }
+                    return;
+                }
+                Err(panic) => {
+                    self.panicked(ctx, task, panic_message(panic));
+                    return;
+                }
+            }
+        }
+        self.mark_busy();
+        self.read_one(ctx);
+    }
+
+    /// Read one chunk of the current file and send it.
+    fn read_one(&mut self, ctx: &mut Context<Self>) {
+        let cfg = self.config.clone();
+        let cur = self.current.as_mut().expect("a current file");
+        let mut chunk = Chunk::with_capacity(&self.schema, cfg.chunk_records.min(4096));
+        let t0 = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            cur.reader.read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+        }));
+        self.stats
+            .inner
+            .readers
+            .busy_ns
+            .fetch_add(ns(t0.elapsed()), std::sync::atomic::Ordering::Relaxed);
+        match result {
+            Err(panic) => {
+                // `task.start_record` is kept at the first record not sent.
+                let task = self.current.take().expect("current").task;
+                self.panicked(ctx, task, panic_message(panic));
+            }
+            Ok(Ok(n)) => {
+                let end = n == 0 || (n < cfg.chunk_records && chunk.payload_bytes() < cfg.chunk_bytes);
+                self.send_chunk(ctx, chunk, end);
+            }
+            Ok(Err(e)) => {
+                // Send what was decoded before the bad record, then apply the policy.
+                let can_continue = cur.reader.can_continue();
+                let next = cur.reader.next_index();
+                let task = cur.task.clone();
+                if !chunk.is_empty() {
+                    self.send_chunk(ctx, chunk, false);
+                }
+                let loc = e.location().cloned();
+                if self.bad_record(ctx, &task, loc.as_ref(), next, !can_continue, e) {
+                    if !can_continue {
+                        self.finish_file(ctx);
+                    } else {
+                        ctx.notify(Next);
+                    }
+                } else {
+                    self.current = None;
+                }
+            }
+        }
+    }
+
+    /// Apply the error policy to a bad record. True: skipped, go on.
+    fn bad_record(
+        &mut self,
+        _ctx: &mut Context<Self>,
+        task: &ReadTask,
+        loc: Option<&feedline::Location>,
+        record: u64,
+        rest_of_file: bool,
+        e: feedline::Error,
+    ) -> bool {
+        match &self.config.error_policy {
+            ErrorPolicy::Fail => {
+                self.supervisor.do_send(FileFailed {
+                    task: task.clone(),
+                    reader: self.id,
+                    error: e.into(),
+                    panicked: false,
+                });
+                false
+            }
+            ErrorPolicy::Skip {
+                max_bad,
+                max_bad_fraction,
+            } => {
+                log::warn!(
+                    "skipping {}: {e}",
+                    if rest_of_file { "the rest of a file" } else { "a bad record" }
+                );
+                let bad = self.stats.skip(SkippedRecord::new(loc, &task.task.file, record, rest_of_file, e.to_string()));
+                let read = self.stats.inner.readers.records.load(std::sync::atomic::Ordering::Relaxed) + bad;
+                let over_count = max_bad.is_some_and(|m| bad > m);
+                let over_fraction = max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
+                if over_count || over_fraction {
+                    let budget = match (max_bad, max_bad_fraction) {
+                        (Some(m), Some(f)) => format!("{m} records or {:.3}%", f * 100.0),
+                        (Some(m), None) => format!("{m} records"),
+                        (None, Some(f)) => format!("{:.3}% of records read", f * 100.0),
+                        (None, None) => unreachable!("a budget was exceeded"),
+                    };
+                    self.supervisor.do_send(FileFailed {
+                        task: task.clone(),
+                        reader: self.id,
+                        error: PipelineError::TooManyBad {
+                            bad,
+                            budget,
+                            last: Arc::new(e),
+                        },
+                        panicked: false,
+                    });
+                    false
+                } else {
+                    true
+                }
+            }
+        }
+    }
+
+    fn panicked(&mut self, ctx: &mut Context<Self>, mut task: ReadTask, message: String) {
+        log::error!(
+            "reader {} panicked on {} at record {}: {message}",
+            self.id,
+            task.task.file,
+            task.start_record
+        );
+        task.attempts += 1;
+        self.supervisor.do_send(FileFailed {
+            task: task.clone(),
+            reader: self.id,
+            error: PipelineError::ReaderPanic {
+                file: task.task.file.clone(),
+                record: task.start_record,
+                attempts: task.attempts,
+                message,
+            },
+            panicked: true,
+        });
+        self.stopped = true;
+        self.current = None;
+        ctx.stop();
+    }
+
+    fn send_last_empty(&mut self, ctx: &mut Context<Self>, task: ReadTask) {
+        let chunk = Chunk::new(&self.schema);
+        self.current = Some(Current {
+            delivered: task.start_record,
+            task,
+            reader: Box::new(EmptyReader),
+            records_sent: 0,
+            done_reading: false,
+        });
+        self.send_chunk(ctx, chunk, true);
+    }
+
+    fn finish_file(&mut self, ctx: &mut Context<Self>) {
+        let chunk = Chunk::new(&self.schema);
+        self.send_chunk(ctx, chunk, true);
+    }
+
+    fn send_chunk(&mut self, ctx: &mut Context<Self>, chunk: Chunk, last: bool) {
+        let cur = self.current.as_mut().expect("a current file");
+        let chunk = filter_stride(chunk, &cur.task.task.stride);
+        let n = chunk.len() as u64;
+        cur.delivered = cur.reader.next_index();
+        cur.records_sent += n;
+        cur.task.start_record = cur.delivered;
+        let msg = ChunkMsg {
+            ack: ctx.address().recipient(),
+            pass: cur.task.task.pass,
+            file_seq: cur.task.task.seq,
+            chunk_seq: cur.task.next_chunk,
+            last,
+            chunk: Arc::new(chunk),
+        };
+        cur.task.next_chunk += 1;
+        if last {
+            cur.done_reading = true;
+        }
+        self.stats
+            .inner
+            .readers
+            .records
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.stats
+            .inner
+            .readers
+            .bytes
+            .fetch_add(msg.chunk.payload_bytes() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.in_flight += 1;
+        self.shuffle.do_send(msg);
+        if !last {
+            ctx.notify(Next);
+        }
+    }
+
+    fn after_ack(&mut self, ctx: &mut Context<Self>) {
+        let done = self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.done_reading && self.in_flight == 0);
+        if done {
+            let cur = self.current.take().expect("current");
+            self.file_queue.do_send(FileDone {
+                records: cur.records_sent,
+                task: cur.task,
+            });
+            ctx.notify(Next);
+        } else if self.current.as_ref().is_some_and(|c| !c.done_reading) || self.current.is_none() {
+            ctx.notify(Next);
+        }
+    }
+}
+
+fn filter_stride(chunk: Chunk, stride: &RecordStride) -> Chunk {
+    if stride.step <= 1 && stride.offset == 0 {
+        return chunk;
+    }
+    let mut out = Chunk::with_capacity(chunk.schema(), chunk.len() / stride.step.max(1) as usize + 1);
+    for i in 0..chunk.len() {
+        if stride.keeps(chunk.origins()[i].record) {
+            out.extend_rows(&chunk, i, i + 1);
+        }
+    }
+    out
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+struct EmptyReader;
+
+impl RecordReader for EmptyReader {
+    fn next_record(&mut self) -> feedline::Result<Option<feedline::Record>> {
+        Ok(None)
+    }
+    fn next_index(&self) -> u64 {
+        0
+    }
+}
+
+impl Actor for PrefetchReader {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.notify(Next);
+    }
+}
+
+impl Handler<Next> for PrefetchReader {
+    type Result = ();
+    fn handle(&mut self, _: Next, ctx: &mut Context<Self>) {
+        self.step(ctx);
+    }
+}
+
+impl Handler<ChunkAck> for PrefetchReader {
+    type Result = ();
+    fn handle(&mut self, _: ChunkAck, ctx: &mut Context<Self>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.after_ack(ctx);
+    }
+}
+
+impl Handler<Wake> for PrefetchReader {
+    type Result = ();
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        if self.current.is_none() && self.in_flight == 0 {
+            self.step(ctx);
+        }
+    }
+}
+
+impl Handler<Shutdown> for PrefetchReader {
+    type Result = ();
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        self.stopped = true;
+        self.current = None;
+        ctx.stop();
+    }
+}

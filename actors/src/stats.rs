@@ -1,0 +1,330 @@
+//! Pipeline statistics: counters every stage updates (atomics, no locks on
+//! the hot path), readable while running and at the end, and the verdict of
+//! where time went — which stage limits the devices.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use feedline::Location;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// Counters of one stage.
+#[derive(Default, Debug)]
+pub(crate) struct StageCounters {
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub busy_ns: AtomicU64,
+    /// Readers: waiting for acknowledgements or tasks. Shuffle: waiting for chunks.
+    pub idle_ns: AtomicU64,
+    /// Shuffle: waiting for the feed queue to take a batch.
+    pub blocked_ns: AtomicU64,
+}
+
+/// Counters of one device.
+#[derive(Default, Debug)]
+pub(crate) struct DeviceCounters {
+    pub batches: AtomicU64,
+    pub records: AtomicU64,
+    pub busy_ns: AtomicU64,
+    pub wait_ns: AtomicU64,
+}
+
+/// A record skipped under the skip policy, with its place and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct SkippedRecord {
+    /// File or source.
+    pub source: String,
+    /// 0-based record index (for a file abandoned after a framing error: the
+    /// first record not read; `rest_of_file` is then true).
+    pub record: u64,
+    /// Byte offset, where the format has one.
+    pub offset: Option<u64>,
+    /// True if the rest of the file from `record` on was unreadable.
+    pub rest_of_file: bool,
+    /// The error.
+    pub error: String,
+}
+
+impl SkippedRecord {
+    pub(crate) fn new(loc: Option<&Location>, source: &str, record: u64, rest_of_file: bool, error: String) -> Self {
+        SkippedRecord {
+            source: source.to_string(),
+            record: loc.map_or(record, |l| l.record),
+            offset: loc.and_then(|l| l.offset),
+            rest_of_file,
+            error,
+        }
+    }
+}
+
+pub(crate) struct StatsInner {
+    pub start: Instant,
+    pub readers: StageCounters,
+    pub reader_count: AtomicU64,
+    pub shuffle: StageCounters,
+    pub batches: AtomicU64,
+    pub queue_depth_sum: AtomicU64,
+    pub queue_depth_samples: AtomicU64,
+    pub queue_capacity: AtomicU64,
+    pub devices: Vec<DeviceCounters>,
+    pub passes_done: AtomicU64,
+    pub first_batch_ns: AtomicU64,
+    pub reader_restarts: AtomicU64,
+    pub skipped: Mutex<Vec<SkippedRecord>>,
+    pub bad_records: AtomicU64,
+}
+
+/// Live statistics of a pipeline; cheap to clone (shared).
+#[derive(Clone)]
+pub struct Stats {
+    pub(crate) inner: Arc<StatsInner>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
+pub(crate) fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+impl Stats {
+    pub(crate) fn new(devices: usize, readers: usize, capacity: usize) -> Self {
+        Stats {
+            inner: Arc::new(StatsInner {
+                start: Instant::now(),
+                readers: StageCounters::default(),
+                reader_count: AtomicU64::new(readers as u64),
+                shuffle: StageCounters::default(),
+                batches: AtomicU64::new(0),
+                queue_depth_sum: AtomicU64::new(0),
+                queue_depth_samples: AtomicU64::new(0),
+                queue_capacity: AtomicU64::new(capacity as u64),
+                devices: (0..devices).map(|_| DeviceCounters::default()).collect(),
+                passes_done: AtomicU64::new(0),
+                first_batch_ns: AtomicU64::new(0),
+                reader_restarts: AtomicU64::new(0),
+                skipped: Mutex::new(Vec::new()),
+                bad_records: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn device(&self, d: usize) -> Option<&DeviceCounters> {
+        self.inner.devices.get(d)
+    }
+
+    pub(crate) fn sample_queue_depth(&self, depth: usize) {
+        self.inner.queue_depth_sum.fetch_add(depth as u64, Relaxed);
+        self.inner.queue_depth_samples.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn note_batch(&self) {
+        if self.inner.batches.fetch_add(1, Relaxed) == 0 {
+            let t = ns(self.inner.start.elapsed());
+            let _ = self
+                .inner
+                .first_batch_ns
+                .compare_exchange(0, t.max(1), Relaxed, Relaxed);
+        }
+    }
+
+    pub(crate) fn skip(&self, rec: SkippedRecord) -> u64 {
+        self.inner.skipped.lock().push(rec);
+        self.inner.bad_records.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Every record skipped so far under the skip policy, with its place.
+    pub fn skipped(&self) -> Vec<SkippedRecord> {
+        self.inner.skipped.lock().clone()
+    }
+
+    /// The numbers as they stand now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let i = &self.inner;
+        let elapsed = i.start.elapsed().as_secs_f64().max(1e-9);
+        let s = |c: &StageCounters, workers: f64| StageSnapshot {
+            records: c.records.load(Relaxed),
+            payload_bytes: c.bytes.load(Relaxed),
+            records_per_s: c.records.load(Relaxed) as f64 / elapsed,
+            busy: c.busy_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
+            idle: c.idle_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
+            blocked: c.blocked_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
+        };
+        let readers = i.reader_count.load(Relaxed).max(1) as f64;
+        let devices: Vec<DeviceSnapshot> = i
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(d, c)| {
+                let busy = c.busy_ns.load(Relaxed) as f64 / 1e9;
+                let wait = c.wait_ns.load(Relaxed) as f64 / 1e9;
+                DeviceSnapshot {
+                    device: d,
+                    batches: c.batches.load(Relaxed),
+                    records: c.records.load(Relaxed),
+                    busy_s: busy,
+                    waiting_s: wait,
+                    waiting_fraction: if busy + wait > 0.0 { wait / (busy + wait) } else { 0.0 },
+                }
+            })
+            .collect();
+        let samples = i.queue_depth_samples.load(Relaxed);
+        let mut snap = StatsSnapshot {
+            elapsed_s: elapsed,
+            readers: s(&i.readers, readers),
+            shuffle_batch: s(&i.shuffle, 1.0),
+            batches: i.batches.load(Relaxed),
+            feed_queue_mean_depth: if samples > 0 {
+                i.queue_depth_sum.load(Relaxed) as f64 / samples as f64
+            } else {
+                0.0
+            },
+            feed_queue_capacity: i.queue_capacity.load(Relaxed),
+            devices,
+            passes_done: i.passes_done.load(Relaxed),
+            first_batch_s: match i.first_batch_ns.load(Relaxed) {
+                0 => None,
+                t => Some(t as f64 / 1e9),
+            },
+            reader_restarts: i.reader_restarts.load(Relaxed),
+            bad_records: i.bad_records.load(Relaxed),
+            bottleneck: Bottleneck::Devices,
+        };
+        snap.bottleneck = snap.judge();
+        snap
+    }
+}
+
+/// One stage's numbers. Fractions are of wall time (per worker).
+#[derive(Clone, Debug, Serialize)]
+pub struct StageSnapshot {
+    /// Records through the stage.
+    pub records: u64,
+    /// Payload bytes through the stage.
+    pub payload_bytes: u64,
+    /// Records per second since the start.
+    pub records_per_s: f64,
+    /// Fraction of time working.
+    pub busy: f64,
+    /// Fraction of time waiting for input (readers: for acknowledgements or files).
+    pub idle: f64,
+    /// Fraction of time waiting for the next stage to take output.
+    pub blocked: f64,
+}
+
+/// One device's numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceSnapshot {
+    /// Device index.
+    pub device: usize,
+    /// Batches consumed.
+    pub batches: u64,
+    /// Records consumed.
+    pub records: u64,
+    /// Seconds in steps.
+    pub busy_s: f64,
+    /// Seconds waiting for data.
+    pub waiting_s: f64,
+    /// waiting / (busy + waiting).
+    pub waiting_fraction: f64,
+}
+
+/// The stage that limits how fast devices are fed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bottleneck {
+    /// The devices themselves: data is always ready.
+    Devices,
+    /// Reading and decoding files.
+    Readers,
+    /// Shuffling and collating batches.
+    ShuffleCollate,
+    /// Handing batches over (queue too small, or consumers pop too slowly
+    /// while the loader is idle).
+    FeedQueue,
+}
+
+impl std::fmt::Display for Bottleneck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Bottleneck::Devices => "devices",
+            Bottleneck::Readers => "readers",
+            Bottleneck::ShuffleCollate => "shuffle/collate",
+            Bottleneck::FeedQueue => "feed queue",
+        })
+    }
+}
+
+/// A point-in-time copy of the statistics.
+#[derive(Clone, Debug, Serialize)]
+pub struct StatsSnapshot {
+    /// Seconds since the pipeline started.
+    pub elapsed_s: f64,
+    /// The reader pool (fractions per reader).
+    pub readers: StageSnapshot,
+    /// The shuffle-batch stage.
+    pub shuffle_batch: StageSnapshot,
+    /// Batches made.
+    pub batches: u64,
+    /// Mean number of items in the feed queue, sampled at every push and pop.
+    pub feed_queue_mean_depth: f64,
+    /// Feed queue capacity (per lane).
+    pub feed_queue_capacity: u64,
+    /// Per device.
+    pub devices: Vec<DeviceSnapshot>,
+    /// Passes completed.
+    pub passes_done: u64,
+    /// Seconds from start to the first batch.
+    pub first_batch_s: Option<f64>,
+    /// Readers replaced after a failure.
+    pub reader_restarts: u64,
+    /// Records skipped under the skip policy.
+    pub bad_records: u64,
+    /// The limiting stage.
+    pub bottleneck: Bottleneck,
+}
+
+impl StatsSnapshot {
+    fn judge(&self) -> Bottleneck {
+        let (busy, wait) = self
+            .devices
+            .iter()
+            .fold((0.0, 0.0), |(b, w), d| (b + d.busy_s, w + d.waiting_s));
+        if !self.devices.is_empty() && busy + wait > 0.0 && wait / (busy + wait) < 0.05 {
+            return Bottleneck::Devices;
+        }
+        let r = self.readers.busy;
+        let s = self.shuffle_batch.busy;
+        if r < 0.5 && s < 0.5 && self.shuffle_batch.blocked > 0.5 {
+            Bottleneck::FeedQueue
+        } else if r >= s {
+            Bottleneck::Readers
+        } else {
+            Bottleneck::ShuffleCollate
+        }
+    }
+
+    /// One line: records/s, devices' waiting, and the limiting stage.
+    pub fn summary_line(&self) -> String {
+        let wait: f64 = self.devices.iter().map(|d| d.waiting_fraction).sum::<f64>()
+            / self.devices.len().max(1) as f64;
+        format!(
+            "{} records ({:.0}/s), {} batches, readers busy {:.0}%, shuffle/collate busy {:.0}% blocked {:.0}%, feed queue depth {:.1}/{}, devices waiting {:.1}%, bottleneck: {}",
+            self.readers.records,
+            self.readers.records_per_s,
+            self.batches,
+            self.readers.busy * 100.0,
+            self.shuffle_batch.busy * 100.0,
+            self.shuffle_batch.blocked * 100.0,
+            self.feed_queue_mean_depth,
+            self.feed_queue_capacity,
+            wait * 100.0,
+            self.bottleneck
+        )
+    }
+}

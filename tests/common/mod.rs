@@ -1,0 +1,184 @@
+//! Shared test helpers: a synthetic in-memory format with injectable faults,
+//! and exactly-once checks over batch provenance.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use feedline::format::{Format, OpenOptions, RecordReader};
+use feedline::{DType, Error, Location, Record, Result, Schema, SourceId, Tensor, Values};
+
+/// A fault at one record of a synthetic file.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// `read` returns a corrupt-record error; reading can go on after it.
+    BadRecord,
+    /// A corrupt-record error after which the rest of the file is unreadable.
+    BadRestOfFile,
+    /// The reader panics (only the first `times` readers that get here).
+    Panic { times: u32 },
+    /// Sleep before the record.
+    Slow(Duration),
+}
+
+/// One synthetic file: `records` records, `id = base + i`, `x = [id; 4]`.
+#[derive(Clone, Debug)]
+pub struct SynthFile {
+    pub records: u64,
+    pub base: i64,
+    pub faults: BTreeMap<u64, Fault>,
+}
+
+/// A format that makes records in memory: `synth:NAME`.
+#[derive(Default)]
+pub struct SynthFormat {
+    pub files: HashMap<String, SynthFile>,
+    panics: Arc<HashMap<(String, u64), AtomicU32>>,
+}
+
+impl SynthFormat {
+    /// Files `f0..fN` with the given record counts; ids are globally unique.
+    pub fn with_files(counts: &[u64]) -> Self {
+        let mut files = HashMap::new();
+        for (i, &n) in counts.iter().enumerate() {
+            files.insert(
+                format!("f{i}"),
+                SynthFile {
+                    records: n,
+                    base: i as i64 * 1_000_000,
+                    faults: BTreeMap::new(),
+                },
+            );
+        }
+        SynthFormat {
+            files,
+            panics: Arc::new(HashMap::new()),
+        }
+    }
+
+    pub fn fault(mut self, file: &str, record: u64, fault: Fault) -> Self {
+        self.files.get_mut(file).expect("file").faults.insert(record, fault);
+        self
+    }
+
+    /// Finish: set up the panic counters.
+    pub fn build(mut self) -> Self {
+        let mut panics = HashMap::new();
+        for (name, f) in &self.files {
+            for (r, fault) in &f.faults {
+                if let Fault::Panic { times } = fault {
+                    panics.insert((name.clone(), *r), AtomicU32::new(*times));
+                }
+            }
+        }
+        self.panics = Arc::new(panics);
+        self
+    }
+
+    pub fn specs(&self) -> Vec<String> {
+        let mut names: Vec<&String> = self.files.keys().collect();
+        names.sort();
+        names.into_iter().map(|n| format!("synth:{n}")).collect()
+    }
+
+    pub fn schema() -> Schema {
+        Schema::builder()
+            .field("id", DType::I64, [])
+            .field("x", DType::F32, [4])
+            .build()
+            .unwrap()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.files.values().map(|f| f.records).sum()
+    }
+}
+
+impl Format for SynthFormat {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        let name = path.to_string_lossy().to_string();
+        let file = self
+            .files
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such synthetic file")))?;
+        Ok(Box::new(SynthReader {
+            source: SourceId::intern(&format!("synth:{name}")),
+            name,
+            file,
+            next: opts.start_record,
+            dead: false,
+            panics: self.panics.clone(),
+        }))
+    }
+}
+
+struct SynthReader {
+    source: SourceId,
+    name: String,
+    file: SynthFile,
+    next: u64,
+    dead: bool,
+    panics: Arc<HashMap<(String, u64), AtomicU32>>,
+}
+
+impl RecordReader for SynthReader {
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        if self.dead || self.next >= self.file.records {
+            return Ok(None);
+        }
+        let i = self.next;
+        let loc = Location::new(self.source, i, Some(i * 100));
+        match self.file.faults.get(&i) {
+            Some(Fault::BadRecord) => {
+                self.next += 1;
+                return Err(Error::corrupt(loc, "injected bad record"));
+            }
+            Some(Fault::BadRestOfFile) => {
+                self.dead = true;
+                return Err(Error::corrupt(loc, "injected unreadable rest of file"));
+            }
+            Some(Fault::Panic { .. }) => {
+                let c = &self.panics[&(self.name.clone(), i)];
+                if c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok() {
+                    panic!("injected panic at record {i}");
+                }
+            }
+            Some(Fault::Slow(d)) => std::thread::sleep(*d),
+            None => {}
+        }
+        self.next += 1;
+        let id = self.file.base + i as i64;
+        Ok(Some(Record {
+            fields: vec![
+                ("id".into(), Tensor::scalar(Values::I64(vec![id]))),
+                ("x".into(), Tensor::vector(Values::F32(vec![id as f32; 4]))),
+            ],
+            location: loc,
+        }))
+    }
+
+    fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    fn can_continue(&self) -> bool {
+        !self.dead
+    }
+}
+
+/// A registry with the synthetic format.
+pub fn synth_registry(format: SynthFormat) -> feedline::format::Registry {
+    let mut r = feedline::format::Registry::with_builtin();
+    r.register(Arc::new(format));
+    r
+}
