@@ -1,0 +1,152 @@
+//! Feeding several devices: a shared queue (devices take batches as they are
+//! ready) and ordered round-robin; trainers driven by the pipeline inside an
+//! actix System.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{synth_registry, SynthFormat};
+use feedline_actors::{Delivered, Loader, Pipeline, PipelineConfig, TrainStep};
+
+fn loader(counts: &[u64], readers: usize, devices: usize, passes: u64, seed: u64, rr: bool, det: bool) -> Loader {
+    let synth = SynthFormat::with_files(counts).build();
+    let specs = synth.specs();
+    Loader::builder()
+        .registry(synth_registry(synth))
+        .files(specs)
+        .schema(SynthFormat::schema())
+        .readers(readers)
+        .devices(devices)
+        .passes(passes)
+        .batch(9)
+        .shuffle(30)
+        .seed(seed)
+        .round_robin(rr)
+        .deterministic(det)
+        .chunk_records(5)
+        .build()
+        .unwrap()
+}
+
+type Seen = Vec<(usize, u64, u64, Vec<i64>)>; // device, pass, seq, ids
+
+fn consume(loader: Loader, devices: usize) -> Seen {
+    let handles: Vec<_> = (0..devices)
+        .map(|d| {
+            let it = loader.device_iter(d);
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for x in it {
+                    let x = x.unwrap();
+                    out.push((d, x.pass, x.seq, x.batch.i64("id").unwrap().iter().copied().collect()));
+                    if d == 1 {
+                        std::thread::sleep(Duration::from_micros(300)); // a slower device
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.join().unwrap());
+    }
+    drop(loader);
+    all
+}
+
+fn check_exactly_once(seen: &Seen, counts: &[u64], passes: u64) {
+    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for (_, p, _, ids) in seen {
+        per_pass.entry(*p).or_default().extend(ids);
+    }
+    assert_eq!(per_pass.len() as u64, passes);
+    let mut want: Vec<i64> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
+        .collect();
+    want.sort();
+    for (p, mut ids) in per_pass {
+        ids.sort();
+        assert_eq!(ids, want, "pass {p}");
+    }
+}
+
+#[test]
+fn every_record_reaches_exactly_one_device_once_per_pass() {
+    let counts = [31, 0, 77, 5, 140];
+    for readers in [1, 2, 4, 8] {
+        for devices in [1, 3, 4] {
+            for rr in [false, true] {
+                let passes = if readers % 2 == 0 { 3 } else { 1 };
+                let seen = consume(loader(&counts, readers, devices, passes, readers as u64 * 7 + devices as u64, rr, false), devices);
+                check_exactly_once(&seen, &counts, passes);
+                if rr {
+                    for (d, _, seq, _) in &seen {
+                        assert_eq!(*seq as usize % devices, *d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn round_robin_deterministic_runs_give_each_device_the_same_batches() {
+    let counts = [31, 12, 77, 5, 140, 64];
+    let run = |readers| {
+        let mut s = consume(loader(&counts, readers, 3, 2, 11, true, true), 3);
+        s.sort();
+        s
+    };
+    let a = run(1);
+    assert_eq!(a, run(3));
+    assert_eq!(a, run(8));
+    check_exactly_once(&a, &counts, 2);
+}
+
+#[derive(Clone)]
+struct Recorder {
+    log: Arc<Mutex<Vec<(usize, u64, usize)>>>,
+}
+
+impl TrainStep for Recorder {
+    fn step(&mut self, device: usize, batch: &Delivered) -> Result<(), String> {
+        self.log.lock().unwrap().push((device, batch.pass, batch.batch.len()));
+        Ok(())
+    }
+}
+
+#[test]
+fn trainers_inside_an_actix_system_consume_everything() {
+    let synth = SynthFormat::with_files(&[300, 200, 100]).build();
+    let total = synth.total() as usize;
+    let config = PipelineConfig {
+        files: synth.specs(),
+        registry: synth_registry(synth),
+        schema: Some(SynthFormat::schema()),
+        passes: 2,
+        ..PipelineConfig::default()
+    };
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let steps: Vec<Recorder> = (0..4).map(|_| Recorder { log: log.clone() }).collect();
+    let sys = actix::System::new();
+    let r = sys.block_on(async move {
+        let mut p = Pipeline::start_with_trainers(config, steps).unwrap();
+        let r = p.finished().await;
+        let stats = p.stats().snapshot();
+        p.join();
+        (r, stats)
+    });
+    let (result, stats) = r;
+    result.unwrap();
+    let log = log.lock().unwrap();
+    let per_pass: usize = log.iter().filter(|(_, p, _)| *p == 1).map(|(_, _, n)| n).sum();
+    assert_eq!(per_pass, total);
+    assert_eq!(stats.devices.iter().map(|d| d.records).sum::<u64>() as usize, 2 * total);
+    assert_eq!(stats.passes_done, 2);
+}
