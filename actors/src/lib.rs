@@ -38,6 +38,7 @@ mod prefetch_reader;
 mod shuffle_batch;
 mod stats;
 mod supervisor;
+mod timeline;
 mod trainer;
 
 pub use config::{ErrorPolicy, FeedMode, PipelineConfig};
@@ -51,4 +52,5 @@ pub use prefetch_reader::PrefetchReader;
 pub use shuffle_batch::ShuffleBatch;
 pub use stats::{Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot};
 pub use supervisor::Supervisor;
+pub use timeline::{Sample, Timeline};
 pub use trainer::{SimulatedDevice, TrainStep, Trainer};

@@ -65,6 +65,7 @@ pub(crate) struct StatsInner {
     pub reader_count: AtomicU64,
     pub shuffle: StageCounters,
     pub batches: AtomicU64,
+    pub queue_depth_now: AtomicU64,
     pub queue_depth_sum: AtomicU64,
     pub queue_depth_samples: AtomicU64,
     pub queue_capacity: AtomicU64,
@@ -101,6 +102,7 @@ impl Stats {
                 reader_count: AtomicU64::new(readers as u64),
                 shuffle: StageCounters::default(),
                 batches: AtomicU64::new(0),
+                queue_depth_now: AtomicU64::new(0),
                 queue_depth_sum: AtomicU64::new(0),
                 queue_depth_samples: AtomicU64::new(0),
                 queue_capacity: AtomicU64::new(capacity as u64),
@@ -119,6 +121,7 @@ impl Stats {
     }
 
     pub(crate) fn sample_queue_depth(&self, depth: usize) {
+        self.inner.queue_depth_now.store(depth as u64, Relaxed);
         self.inner.queue_depth_sum.fetch_add(depth as u64, Relaxed);
         self.inner.queue_depth_samples.fetch_add(1, Relaxed);
     }
@@ -177,6 +180,7 @@ impl Stats {
         let mut snap = StatsSnapshot {
             elapsed_s: elapsed,
             readers: s(&i.readers, readers),
+            readers_count: i.reader_count.load(Relaxed),
             shuffle_batch: s(&i.shuffle, 1.0),
             batches: i.batches.load(Relaxed),
             feed_queue_mean_depth: if samples > 0 {
@@ -184,6 +188,7 @@ impl Stats {
             } else {
                 0.0
             },
+            feed_queue_depth: i.queue_depth_now.load(Relaxed),
             feed_queue_capacity: i.queue_capacity.load(Relaxed),
             devices,
             passes_done: i.passes_done.load(Relaxed),
@@ -267,12 +272,16 @@ pub struct StatsSnapshot {
     pub elapsed_s: f64,
     /// The reader pool (fractions per reader).
     pub readers: StageSnapshot,
+    /// Number of readers.
+    pub readers_count: u64,
     /// The shuffle-batch stage.
     pub shuffle_batch: StageSnapshot,
     /// Batches made.
     pub batches: u64,
     /// Mean number of items in the feed queue, sampled at every push and pop.
     pub feed_queue_mean_depth: f64,
+    /// Batches in the feed queue now (all lanes).
+    pub feed_queue_depth: u64,
     /// Feed queue capacity (per lane).
     pub feed_queue_capacity: u64,
     /// Per device.

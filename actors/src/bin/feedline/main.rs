@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod files;
+mod run;
 
 /// Feeds training data to deep-learning trainers.
 #[derive(Parser)]
@@ -23,6 +24,8 @@ enum Command {
     Inspect(files::InspectArgs),
     /// Write a reference dataset (TFRecord of tf.train.Example).
     Gen(files::GenArgs),
+    /// Run the actor pipeline with simulated devices.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         Command::Cat(a) => files::cat(a),
         Command::Inspect(a) => files::inspect(a),
         Command::Gen(a) => files::gen(a),
+        Command::Run(a) => run::run(a),
     };
     match result {
         Ok(code) => code,

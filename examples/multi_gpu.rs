@@ -1,0 +1,303 @@
+//! The main job: feed simulated GPUs and see, at a glance, whether they are fed.
+//!
+//! With no arguments it generates a default dataset once (the small preset,
+//! 16 files × 32,768 records, cached under the target directory), then runs 2
+//! passes into 4 simulated devices, with progress bars on a terminal, and
+//! prints per-device and per-stage tables and the bottleneck.
+//!
+//! ```text
+//! cargo run --release --example multi_gpu
+//! cargo run --release --example multi_gpu -- --step-ms 0            # loader flat out: which stage limits?
+//! cargo run --release --example multi_gpu -- --step-ms 2,2,4,8       # heterogeneous devices
+//! cargo run --release --example multi_gpu -- --plot timeline.svg     # or .png
+//! cargo run --release --example multi_gpu -- --files 'data/*.tfrecord' --readers 4 --batch 128
+//! ```
+
+#[path = "common/plot.rs"]
+mod plot;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use feedline::gen::{generate, GenOptions, Preset};
+use feedline_actors::{FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot, Timeline};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+/// Simulate multi-GPU training fed by feedline.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// Input files or globs (default: a generated small-preset dataset).
+    #[arg(long, num_args = 1..)]
+    files: Vec<String>,
+    /// Files of the generated default dataset.
+    #[arg(long, default_value_t = 16)]
+    gen_files: usize,
+    /// Records per generated file.
+    #[arg(long, default_value_t = 32_768)]
+    gen_records: usize,
+    /// Simulated devices.
+    #[arg(long, default_value_t = 4)]
+    devices: usize,
+    /// Milliseconds per batch: one value for all devices, or one per device
+    /// (comma-separated, e.g. 2,2,4,8).
+    #[arg(long, default_value = "2")]
+    step_ms: String,
+    /// Prefetch readers.
+    #[arg(long, default_value_t = 2)]
+    readers: usize,
+    /// Batch size.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Shuffle pool (instances).
+    #[arg(long, default_value_t = 10_000)]
+    shuffle: usize,
+    /// Passes.
+    #[arg(long, default_value_t = 2)]
+    passes: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Identical batches on every run.
+    #[arg(long)]
+    deterministic: bool,
+    /// Batch k to device k mod D (default: devices take batches as they are ready).
+    #[arg(long)]
+    round_robin: bool,
+    /// Feed-queue capacity (batches).
+    #[arg(long, default_value_t = 4)]
+    capacity: usize,
+    /// Draw device utilisation and queue depth over time (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn default_dataset(files: usize, records: usize) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    // target/<profile>/examples/multi_gpu → target/<profile>/feedline-data/…
+    let exe = std::env::current_exe()?;
+    let base = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|p| p.join("feedline-data"))
+        .unwrap_or_else(|| std::env::temp_dir().join("feedline-data"));
+    let dir = base.join(format!("small-{files}x{records}-seed20240601"));
+    let marker = dir.join("COMPLETE");
+    if !marker.exists() {
+        eprintln!("generating the default dataset ({files} files × {records} records) in {} …", dir.display());
+        let t0 = std::time::Instant::now();
+        let mut opts = GenOptions::new(Preset::Small, &dir);
+        opts.files = Some(files);
+        opts.records = Some(records);
+        opts.seed = 20240601;
+        generate(&opts)?;
+        std::fs::write(&marker, b"")?;
+        eprintln!("… done in {:.1} s (cached for the next run)", t0.elapsed().as_secs_f64());
+    }
+    let mut paths: Vec<String> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "tfrecord"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
+    let parts: Vec<f64> = spec
+        .split(',')
+        .map(|s| s.trim().parse::<f64>().map_err(|e| format!("--step-ms {spec}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let ms = match parts.len() {
+        1 => vec![parts[0]; devices],
+        n if n == devices => parts,
+        n => return Err(format!("--step-ms has {n} values for {devices} devices")),
+    };
+    if ms.iter().any(|&m| !(m >= 0.0)) {
+        return Err("--step-ms must be ≥ 0".into());
+    }
+    Ok(ms.into_iter().map(|m| Duration::from_secs_f64(m / 1000.0)).collect())
+}
+
+fn print_report(s: &StatsSnapshot, steps: &[Duration]) {
+    println!();
+    println!(
+        "{} records in {} batches, {} passes, {:.2} s: {:.0} records/s; first batch after {:.1} ms",
+        s.readers.records,
+        s.batches,
+        s.passes_done,
+        s.elapsed_s,
+        s.readers.records_per_s,
+        s.first_batch_s.unwrap_or(0.0) * 1e3
+    );
+    println!();
+    println!("device  step ms  batches   records   busy %  waiting-for-data %");
+    for (d, dev) in s.devices.iter().enumerate() {
+        let total = (dev.busy_s + dev.waiting_s).max(1e-12);
+        println!(
+            "{:>6} {:>8.2} {:>8} {:>9} {:>8.1} {:>19.2}",
+            d,
+            steps.get(d).map_or(0.0, |t| t.as_secs_f64() * 1e3),
+            dev.batches,
+            dev.records,
+            100.0 * dev.busy_s / total,
+            100.0 * dev.waiting_s / total
+        );
+    }
+    println!();
+    println!("stage            records/s   busy %   idle %   blocked %");
+    println!(
+        "readers (×{})    {:>10.0} {:>8.1} {:>8.1} {:>11}",
+        s.readers_count, s.readers.records_per_s, 100.0 * s.readers.busy, 100.0 * s.readers.idle, "-"
+    );
+    println!(
+        "shuffle/collate {:>10.0} {:>8.1} {:>8.1} {:>11.1}",
+        s.shuffle_batch.records_per_s,
+        100.0 * s.shuffle_batch.busy,
+        100.0 * s.shuffle_batch.idle,
+        100.0 * s.shuffle_batch.blocked
+    );
+    println!(
+        "feed queue       mean depth {:.2} of {} (0: devices starved; full: loader ahead)",
+        s.feed_queue_mean_depth, s.feed_queue_capacity
+    );
+    println!();
+    println!("bottleneck: {}", s.bottleneck);
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("multi_gpu: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let steps = step_times(&args.step_ms, args.devices.max(1))?;
+    let generated = args.files.is_empty();
+    let files = if generated {
+        default_dataset(args.gen_files, args.gen_records)?
+    } else {
+        args.files.clone()
+    };
+    let pass_records = generated.then(|| (args.gen_files * args.gen_records) as u64);
+    let config = PipelineConfig {
+        files,
+        readers: args.readers,
+        batch: feedline::batcher::BatchPolicy::Fixed(args.batch),
+        shuffle: args.shuffle,
+        passes: args.passes,
+        seed: args.seed,
+        deterministic: args.deterministic,
+        feed: if args.round_robin { FeedMode::RoundRobin } else { FeedMode::Shared },
+        capacity: args.capacity,
+        ..PipelineConfig::default()
+    };
+    let devices: Vec<SimulatedDevice> = steps.iter().map(|&step_time| SimulatedDevice { step_time }).collect();
+    let show_bars = std::io::stderr().is_terminal();
+    let passes = args.passes;
+    let plot = args.plot.clone();
+
+    let sys = actix::System::new();
+    let (result, snap, samples) = sys.block_on(async move {
+        let mut p = Pipeline::start_with_trainers(config, devices)?;
+        let bars = show_bars.then(|| Bars::new(p.stats().snapshot().devices.len(), pass_records, passes));
+        let bars = Arc::new(Mutex::new(bars));
+        let b2 = bars.clone();
+        let timeline = Timeline::start(p.stats().clone(), Duration::from_millis(50), move |_, snap| {
+            if let Some(b) = b2.lock().unwrap().as_ref() {
+                b.update(snap);
+            }
+        });
+        let r = p.finished().await;
+        let samples = timeline.stop();
+        if let Some(b) = bars.lock().unwrap().take() {
+            b.finish();
+        }
+        let snap = p.stats().snapshot();
+        p.join();
+        Ok::<_, feedline_actors::PipelineError>((r, snap, samples))
+    })?;
+    result?;
+    print_report(&snap, &steps);
+    if let Some(path) = plot {
+        let title = format!(
+            "feedline: {} devices, step {} ms, bottleneck: {}",
+            snap.devices.len(),
+            args.step_ms,
+            snap.bottleneck
+        );
+        plot::timeline(&path, &samples, &title)?;
+        println!("timeline written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Progress bars: one per device (batches), one for the pass (records).
+struct Bars {
+    _multi: MultiProgress,
+    pass: ProgressBar,
+    devices: Vec<ProgressBar>,
+    pass_records: Option<u64>,
+}
+
+impl Bars {
+    fn new(devices: usize, pass_records: Option<u64>, passes: u64) -> Self {
+        let multi = MultiProgress::new();
+        let pass = multi.add(match pass_records {
+            Some(n) => ProgressBar::new(n * passes),
+            None => ProgressBar::new_spinner(),
+        });
+        pass.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:40.cyan/blue}] {pos}/{len} records {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pass.set_prefix("passes");
+        let devices = (0..devices)
+            .map(|d| {
+                let b = multi.add(ProgressBar::new_spinner());
+                b.set_style(
+                    ProgressStyle::with_template("{prefix:>10} {pos} batches {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                b.set_prefix(format!("device {d}"));
+                b
+            })
+            .collect();
+        Bars {
+            _multi: multi,
+            pass,
+            devices,
+            pass_records,
+        }
+    }
+
+    fn update(&self, s: &StatsSnapshot) {
+        let consumed: u64 = s.devices.iter().map(|d| d.records).sum();
+        self.pass.set_position(consumed);
+        if let Some(n) = self.pass_records {
+            self.pass.set_message(format!("pass {}", (consumed / n.max(1)).min(s.passes_done + 1)));
+        }
+        for (b, d) in self.devices.iter().zip(&s.devices) {
+            b.set_position(d.batches);
+            let total = (d.busy_s + d.waiting_s).max(1e-12);
+            b.set_message(format!("busy {:.0}%  waiting {:.1}%", 100.0 * d.busy_s / total, 100.0 * d.waiting_s / total));
+        }
+    }
+
+    fn finish(self) {
+        self.pass.finish();
+        for b in self.devices {
+            b.finish();
+        }
+    }
+}
