@@ -326,6 +326,14 @@ impl Lookup {
     }
 }
 
+/// The field's feature was not seen (or had no kind).
+const ABSENT: u8 = 0;
+/// The field's feature was decoded into the column.
+const PRESENT: u8 = 1;
+/// The field's (last) feature cannot fill it: a kind that does not convert,
+/// or a value out of range. The generic path reports it.
+const UNUSABLE: u8 = 2;
+
 /// Decodes `tf.train.Example` payloads against a schema straight into a
 /// [`Chunk`] (the hot path), falling back to the generic path for anything
 /// unusual so that results and errors are the same as
@@ -354,8 +362,8 @@ pub struct ExampleDecoder {
     ragged: Vec<bool>,
     /// `accepts[i][kind]`: may a feature of that kind fill field `i`?
     accepts: Vec<[bool; 3]>,
-    /// Per record: was the field's feature seen (with a kind)?
-    present: Vec<bool>,
+    /// Per record: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`] for each field.
+    state: Vec<u8>,
     /// Per record: the column length where the current row starts.
     row_start: Vec<usize>,
     fallbacks: u64,
@@ -387,7 +395,7 @@ impl ExampleDecoder {
             dtypes: fields.iter().map(|f| f.dtype).collect(),
             ragged: fields.iter().map(|f| f.is_ragged()).collect(),
             accepts,
-            present: vec![false; fields.len()],
+            state: vec![ABSENT; fields.len()],
             row_start: vec![0; fields.len()],
             fallbacks: 0,
         }
@@ -443,7 +451,7 @@ impl ExampleDecoder {
                 v.truncate(committed);
             }
             self.row_start[i] = committed;
-            self.present[i] = false;
+            self.state[i] = ABSENT;
         }
         let mut w = Wire::new(payload);
         while w.more() {
@@ -454,8 +462,10 @@ impl ExampleDecoder {
             }
         }
         for i in 0..self.dtypes.len() {
-            if !self.present[i] && !self.ragged[i] {
-                return Err(Bail);
+            match self.state[i] {
+                PRESENT => {}
+                ABSENT if self.ragged[i] => {}
+                _ => return Err(Bail),
             }
         }
         Ok(())
@@ -512,8 +522,11 @@ impl ExampleDecoder {
         let start = self.row_start[i];
         let values = chunk.values_mut(i);
         values.truncate(start);
-        self.present[i] = false;
         let mut current: Option<Kind> = None;
+        // The current kind cannot fill the field (not convertible, or a
+        // value out of range): fine only if a later list of another kind
+        // replaces it.
+        let mut poisoned = false;
         let mut w = Wire::new(buf);
         while w.more() {
             let (tag, wt) = w.key()?;
@@ -529,18 +542,29 @@ impl ExampleDecoder {
                 if current.is_some() {
                     values.truncate(start);
                 }
-                if !self.accepts[i][kind as usize] {
-                    return Err(Bail);
-                }
                 current = Some(kind);
+                poisoned = !self.accepts[i][kind as usize];
+            }
+            if poisoned {
+                validate_list(kind, list)?;
+                continue;
             }
             match kind {
                 Kind::Bytes => append_bytes(list, values)?,
                 Kind::Float => append_floats(list, values)?,
-                Kind::Int64 => append_ints(list, values)?,
+                Kind::Int64 => {
+                    if !append_ints(list, values)? {
+                        validate_list(kind, list)?;
+                        poisoned = true;
+                    }
+                }
             }
         }
-        self.present[i] = current.is_some();
+        self.state[i] = match current {
+            None => ABSENT,
+            Some(_) if poisoned => UNUSABLE,
+            Some(_) => PRESENT,
+        };
         Ok(())
     }
 }
@@ -557,26 +581,32 @@ fn validate_feature(buf: &[u8]) -> Fast<()> {
         if wt != WT_LEN {
             return Err(Bail);
         }
-        let mut l = Wire::new(w.bytes()?);
-        while l.more() {
-            match (kind, l.key()?) {
-                (Kind::Bytes, (1, WT_LEN)) => l.bytes().map(drop)?,
-                (Kind::Float, (1, WT_LEN)) => {
-                    if l.bytes()?.len() % 4 != 0 {
-                        return Err(Bail);
-                    }
+        validate_list(kind, w.bytes()?)?;
+    }
+    Ok(())
+}
+
+/// Check that an (unused) list message of `kind` decodes.
+fn validate_list(kind: Kind, list: &[u8]) -> Fast<()> {
+    let mut l = Wire::new(list);
+    while l.more() {
+        match (kind, l.key()?) {
+            (Kind::Bytes, (1, WT_LEN)) => l.bytes().map(drop)?,
+            (Kind::Float, (1, WT_LEN)) => {
+                if l.bytes()?.len() % 4 != 0 {
+                    return Err(Bail);
                 }
-                (Kind::Float, (1, WT_I32)) => l.fixed::<4>().map(drop)?,
-                (Kind::Int64, (1, WT_LEN)) => {
-                    let mut p = Wire::new(l.bytes()?);
-                    while p.more() {
-                        p.varint()?;
-                    }
-                }
-                (Kind::Int64, (1, WT_VARINT)) => l.varint().map(drop)?,
-                (_, (1, _)) => return Err(Bail),
-                (_, (_, wt)) => l.skip(wt)?,
             }
+            (Kind::Float, (1, WT_I32)) => l.fixed::<4>().map(drop)?,
+            (Kind::Int64, (1, WT_LEN)) => {
+                let mut p = Wire::new(l.bytes()?);
+                while p.more() {
+                    p.varint()?;
+                }
+            }
+            (Kind::Int64, (1, WT_VARINT)) => l.varint().map(drop)?,
+            (_, (1, _)) => return Err(Bail),
+            (_, (_, wt)) => l.skip(wt)?,
         }
     }
     Ok(())
@@ -638,29 +668,36 @@ fn append_floats(list: &[u8], values: &mut Values) -> Fast<()> {
     Ok(())
 }
 
-/// Push one int64 into a column of any dtype an int64 converts to; a value
-/// out of range is a [`Bail`].
+/// Push one int64 into a column of any dtype an int64 converts to; false if
+/// the value does not fit.
 #[inline(always)]
-fn push_int(x: i64, values: &mut Values) -> Fast<()> {
+fn push_int(x: i64, values: &mut Values) -> bool {
     match values {
         Values::I64(out) => out.push(x),
-        Values::I32(out) => out.push(i32::try_from(x).map_err(|_| Bail)?),
+        Values::I32(out) => match i32::try_from(x) {
+            Ok(v) => out.push(v),
+            Err(_) => return false,
+        },
         Values::F32(out) => out.push(x as f32),
         Values::F64(out) => out.push(x as f64),
-        Values::U8(out) => out.push(u8::try_from(x).map_err(|_| Bail)?),
-        Values::Bool(out) => out.push(match x {
-            0 => false,
-            1 => true,
-            _ => return Err(Bail),
-        }),
-        Values::Bytes(_) => return Err(Bail),
+        Values::U8(out) => match u8::try_from(x) {
+            Ok(v) => out.push(v),
+            Err(_) => return false,
+        },
+        Values::Bool(out) => match x {
+            0 => out.push(false),
+            1 => out.push(true),
+            _ => return false,
+        },
+        Values::Bytes(_) => return false,
     }
-    Ok(())
+    true
 }
 
-/// Append an `Int64List` body (packed or not).
+/// Append an `Int64List` body (packed or not). `Ok(false)`: a value did not
+/// fit the column's dtype (the list is then only partly appended).
 #[inline]
-fn append_ints(list: &[u8], values: &mut Values) -> Fast<()> {
+fn append_ints(list: &[u8], values: &mut Values) -> Fast<bool> {
     let mut w = Wire::new(list);
     while w.more() {
         match w.key()? {
@@ -672,16 +709,22 @@ fn append_ints(list: &[u8], values: &mut Values) -> Fast<()> {
                     }
                 } else {
                     while p.more() {
-                        push_int(p.varint()? as i64, values)?;
+                        if !push_int(p.varint()? as i64, values) {
+                            return Ok(false);
+                        }
                     }
                 }
             }
-            (1, WT_VARINT) => push_int(w.varint()? as i64, values)?,
+            (1, WT_VARINT) => {
+                if !push_int(w.varint()? as i64, values) {
+                    return Ok(false);
+                }
+            }
             (1, _) => return Err(Bail),
             (_, wt) => w.skip(wt)?,
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 // ---------------------------------------------------------------------------
@@ -803,7 +846,7 @@ impl<'a> FeatureRef<'a> {
 
 fn varint_len(x: u64) -> usize {
     // 1 byte per 7 bits, at least one.
-    ((64 - (x | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (x | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
@@ -929,8 +972,9 @@ mod tests {
     #[test]
     fn encoding_matches_prost() {
         use proto::*;
-        let mut bl = BytesList::default();
-        bl.value = vec![b"ab".to_vec(), vec![]];
+        let bl = BytesList {
+            value: vec![b"ab".to_vec(), vec![]],
+        };
         let mut bytes = crate::instance::BytesList::new();
         bytes.push(b"ab");
         bytes.push(b"");

@@ -55,7 +55,7 @@ pub fn mask_crc(crc: u32) -> u32 {
 ///
 /// ```
 /// // The frame header of an empty record: length 0, then its masked CRC.
-/// assert_eq!(feedline::format::tfrecord::masked_crc32c(&0u64.to_le_bytes()), 0x1b37_ac0e);
+/// assert_eq!(feedline::format::tfrecord::masked_crc32c(&0u64.to_le_bytes()), 0x0798_0329);
 /// ```
 #[inline]
 pub fn masked_crc32c(data: &[u8]) -> u32 {
@@ -372,7 +372,18 @@ impl TfRecordReader {
                     }
                 }
             }
-            c => Self::stream_input(open_stream(path, c)?),
+            c => {
+                // An empty file is an empty stream, whatever its compression.
+                let empty = std::fs::metadata(path)
+                    .map_err(|e| Error::io(path, e))?
+                    .len()
+                    == 0;
+                if empty {
+                    Input::Memory(Box::new(Vec::<u8>::new()))
+                } else {
+                    Self::stream_input(open_stream(path, c)?)
+                }
+            }
         };
         Ok(Self::with_input(input, source, path.to_path_buf(), opts))
     }
@@ -385,6 +396,13 @@ impl TfRecordReader {
         opts: &OpenOptions,
     ) -> Self {
         match opts.compression.unwrap_or(Compression::None) {
+            // An empty buffer is an empty stream, whatever its compression.
+            _ if bytes.as_ref().is_empty() => Self::with_input(
+                Input::Memory(Box::new(Vec::<u8>::new())),
+                source,
+                PathBuf::from(&*source.name()),
+                opts,
+            ),
             Compression::None => Self::with_input(
                 Input::Memory(Box::new(bytes)),
                 source,
