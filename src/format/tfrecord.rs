@@ -1,15 +1,694 @@
-//! placeholder
-use super::*;
-/// TFRecord.
+//! TFRecord: the framing, a reader (the [`TfRecordFormat`] of the registry)
+//! and a writer.
+//!
+//! A TFRecord file is a sequence of frames:
+//!
+//! ```text
+//! u64 LE  length
+//! u32 LE  masked CRC-32C of the 8 length bytes
+//! [u8]    payload (here: a serialized tf.train.Example)
+//! u32 LE  masked CRC-32C of the payload
+//! ```
+//!
+//! with `mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8`. Files may be GZIP
+//! or ZLIB compressed as a whole.
+//!
+//! The reader memory-maps uncompressed files and parses frames in place
+//! (zero copy); compressed files (and anything that cannot be mapped) are
+//! streamed through [`open_stream`](super::open_stream) into one reused
+//! buffer. Payloads are decoded by [`super::example`]: the generic path for
+//! [`RecordReader::next_record`], the schema-driven fast path for
+//! [`RecordReader::read_chunk`].
+//!
+//! Errors are [`Error::Corrupt`] with the record index and the byte offset of
+//! the frame in the decompressed stream. After a bad payload CRC or an
+//! undecodable / non-conforming payload the framing is intact and
+//! [`RecordReader::can_continue`] is true; after a bad length CRC, a
+//! truncation, an oversized length or a decompression error it is false and
+//! every later call repeats the error. `verify_checksums = false` skips the
+//! payload CRC only: the 4-byte length CRC is always checked, because it is
+//! what guards the framing.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use flate2::write::{GzEncoder, ZlibEncoder};
+
+use super::example::{self, ExampleDecoder};
+use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
+use crate::error::{Error, Location, Result};
+use crate::instance::{Chunk, Instance, Record, SourceId};
+
+/// Bytes before the payload: length and its CRC.
+pub const HEADER_BYTES: usize = 12;
+/// Bytes after the payload: its CRC.
+pub const FOOTER_BYTES: usize = 4;
+
+/// The TFRecord CRC mask: `((c >> 15) | (c << 17)) + 0xa282ead8`.
+#[inline]
+pub fn mask_crc(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// The masked CRC-32C of `data`, as stored in TFRecord frames.
+///
+/// ```
+/// // The frame header of an empty record: length 0, then its masked CRC.
+/// assert_eq!(feedline::format::tfrecord::masked_crc32c(&0u64.to_le_bytes()), 0x0798_0329);
+/// ```
+#[inline]
+pub fn masked_crc32c(data: &[u8]) -> u32 {
+    mask_crc(crc32c::crc32c(data))
+}
+
+/// Append one framed record to `out`.
+pub fn frame_into(payload: &[u8], out: &mut Vec<u8>) {
+    let len = (payload.len() as u64).to_le_bytes();
+    out.reserve(HEADER_BYTES + payload.len() + FOOTER_BYTES);
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&masked_crc32c(payload).to_le_bytes());
+}
+
+/// The TFRecord format (`tf.train.Example` payloads): name `tfrecord`,
+/// extensions `tfrecord`, `tfrecords`, `tfr`.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct TfRecordFormat;
+
 impl Format for TfRecordFormat {
     fn name(&self) -> &str {
         "tfrecord"
     }
+
     fn extensions(&self) -> &[&str] {
         &["tfrecord", "tfrecords", "tfr"]
     }
-    fn open(&self, _p: &Path, _o: &OpenOptions) -> Result<Box<dyn RecordReader>> {
-        Err(Error::Config("todo".into()))
+
+    fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        Ok(Box::new(TfRecordReader::open(path, opts)?))
+    }
+}
+
+/// Where frames come from.
+enum Input {
+    /// The whole (uncompressed) stream in memory: a map of the file, or bytes.
+    Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
+    /// A byte stream (decompressing), read frame by frame into `buf`.
+    Stream {
+        reader: Box<dyn Read + Send>,
+        buf: Vec<u8>,
+    },
+}
+
+struct Mapped(memmap2::Mmap);
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A fatal error, kept to be repeated by later calls.
+#[derive(Clone)]
+enum Failure {
+    Corrupt(Location, String),
+    Io(io::ErrorKind, String),
+}
+
+/// Position and error state of a reader (separate from the input so that a
+/// payload borrowed from the input can be decoded while the cursor moves).
+struct Cursor {
+    source: SourceId,
+    path: PathBuf,
+    /// Offset of the next frame in the decompressed stream.
+    pos: u64,
+    /// Index of the next frame.
+    index: u64,
+    /// Frames still to skip (start_record).
+    skip_to: u64,
+    verify: bool,
+    max_record_bytes: u64,
+    can_continue: bool,
+    failed: Option<Failure>,
+}
+
+impl Cursor {
+    fn location(&self) -> Location {
+        Location::new(self.source, self.index, Some(self.pos))
+    }
+
+    fn failure_error(&self, f: &Failure) -> Error {
+        match f {
+            Failure::Corrupt(loc, what) => Error::corrupt(loc.clone(), what.clone()),
+            Failure::Io(kind, msg) => Error::io(&self.path, io::Error::new(*kind, msg.clone())),
+        }
+    }
+
+    /// The frame at the cursor is broken: nothing after it can be read.
+    #[cold]
+    fn fatal(&mut self, what: String) -> Error {
+        let f = Failure::Corrupt(self.location(), what);
+        let e = self.failure_error(&f);
+        self.failed = Some(f);
+        self.can_continue = false;
+        e
+    }
+
+    /// Reading the stream failed: corrupt compressed data is a corrupt
+    /// record here; any other I/O error is an I/O error on the file.
+    #[cold]
+    fn io_fatal(&mut self, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::InvalidData
+            | io::ErrorKind::InvalidInput
+            | io::ErrorKind::UnexpectedEof => self.fatal(format!("corrupt compressed stream: {e}")),
+            kind => {
+                let f = Failure::Io(kind, e.to_string());
+                self.failed = Some(f);
+                self.can_continue = false;
+                Error::io(&self.path, e)
+            }
+        }
+    }
+
+    /// Check a frame header; returns the payload length.
+    #[inline(always)]
+    fn header(&mut self, h: &[u8; HEADER_BYTES]) -> Result<u64> {
+        let len_bytes: [u8; 8] = h[..8].try_into().expect("8 bytes");
+        let stored = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+        let computed = masked_crc32c(&len_bytes);
+        if stored != computed {
+            return Err(self.fatal(format!(
+                "bad length CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"
+            )));
+        }
+        let len = u64::from_le_bytes(len_bytes);
+        if len > self.max_record_bytes {
+            return Err(self.fatal(format!(
+                "record length {len} exceeds max_record_bytes {}",
+                self.max_record_bytes
+            )));
+        }
+        Ok(len)
+    }
+
+    /// Check the payload CRC (if asked) and move past the frame. A bad CRC
+    /// skips the record: the next call reads the next one.
+    #[inline(always)]
+    fn finish(&mut self, payload: &[u8], footer: [u8; 4], check: bool) -> Result<Location> {
+        let loc = self.location();
+        self.pos += (HEADER_BYTES + payload.len() + FOOTER_BYTES) as u64;
+        self.index += 1;
+        if check && self.verify {
+            let stored = u32::from_le_bytes(footer);
+            let computed = masked_crc32c(payload);
+            if stored != computed {
+                self.can_continue = true;
+                return Err(Error::corrupt(
+                    loc,
+                    format!("bad payload CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"),
+                ));
+            }
+        }
+        Ok(loc)
+    }
+}
+
+/// The next frame of an in-memory stream, in place.
+#[inline(always)]
+fn memory_frame<'a>(
+    data: &'a [u8],
+    cur: &mut Cursor,
+    check: bool,
+) -> Result<Option<(&'a [u8], Location)>> {
+    let rest = data.get(cur.pos as usize..).unwrap_or(&[]);
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let Some(header) = rest.first_chunk::<HEADER_BYTES>() else {
+        return Err(cur.fatal(format!(
+            "truncated header: {} of {HEADER_BYTES} bytes",
+            rest.len()
+        )));
+    };
+    let len = cur.header(header)?;
+    let left = rest.len() - HEADER_BYTES;
+    if len > left as u64 {
+        return Err(cur.fatal(format!(
+            "truncated payload: header says {len} bytes, {left} left"
+        )));
+    }
+    let len = len as usize;
+    let after = &rest[HEADER_BYTES + len..];
+    let Some(footer) = after.first_chunk::<FOOTER_BYTES>() else {
+        return Err(cur.fatal(format!(
+            "truncated record: payload CRC has {} of {FOOTER_BYTES} bytes",
+            after.len()
+        )));
+    };
+    let payload = &rest[HEADER_BYTES..HEADER_BYTES + len];
+    let loc = cur.finish(payload, *footer, check)?;
+    Ok(Some((payload, loc)))
+}
+
+/// Read until `buf` is full or the stream ends; returns the bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The next frame of a byte stream, read into `buf` (reused; it grows only
+/// with bytes actually read, never to a size a length field claims).
+fn stream_frame<'a>(
+    reader: &mut dyn Read,
+    buf: &'a mut Vec<u8>,
+    cur: &mut Cursor,
+    check: bool,
+) -> Result<Option<(&'a [u8], Location)>> {
+    let mut header = [0u8; HEADER_BYTES];
+    let got = read_full(reader, &mut header).map_err(|e| cur.io_fatal(e))?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if got < HEADER_BYTES {
+        return Err(cur.fatal(format!("truncated header: {got} of {HEADER_BYTES} bytes")));
+    }
+    let len = cur.header(&header)?;
+    let want = len.saturating_add(FOOTER_BYTES as u64);
+    buf.clear();
+    let got = reader
+        .take(want)
+        .read_to_end(buf)
+        .map_err(|e| cur.io_fatal(e))? as u64;
+    if got < len {
+        return Err(cur.fatal(format!(
+            "truncated payload: header says {len} bytes, {got} left"
+        )));
+    }
+    if got < want {
+        return Err(cur.fatal(format!(
+            "truncated record: payload CRC has {} of {FOOTER_BYTES} bytes",
+            got - len
+        )));
+    }
+    let len = len as usize;
+    let (payload, footer) = buf.split_at(len);
+    let footer: [u8; 4] = footer.try_into().expect("4 bytes");
+    let loc = cur.finish(payload, footer, check)?;
+    Ok(Some((payload, loc)))
+}
+
+/// Reads the records of one TFRecord file (or stream, or buffer).
+///
+/// ```
+/// use feedline::format::tfrecord::{TfRecordReader, TfRecordWriter};
+/// use feedline::format::{Compression, OpenOptions, RecordReader};
+/// use feedline::SourceId;
+/// let mut w = TfRecordWriter::new(Vec::new(), Compression::None);
+/// w.write_record(b"hello").unwrap();
+/// w.write_record(b"world").unwrap();
+/// let bytes = w.finish().unwrap();
+/// let mut r = TfRecordReader::from_bytes(bytes, SourceId::intern("mem"), &OpenOptions::default());
+/// assert_eq!(r.next_payload().unwrap(), Some(&b"hello"[..]));
+/// assert_eq!(r.next_payload().unwrap(), Some(&b"world"[..]));
+/// assert_eq!(r.next_payload().unwrap(), None);
+/// assert_eq!(r.next_index(), 2);
+/// ```
+pub struct TfRecordReader {
+    input: Input,
+    cur: Cursor,
+    decoder: Option<ExampleDecoder>,
+}
+
+impl std::fmt::Debug for TfRecordReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TfRecordReader")
+            .field("source", &self.cur.source)
+            .field("record", &self.cur.index)
+            .field("offset", &self.cur.pos)
+            .finish()
+    }
+}
+
+impl TfRecordReader {
+    /// Open a file. Compression: `opts.compression`, else from the extension.
+    /// Uncompressed files are memory-mapped (an empty file needs no map); a
+    /// missing file is an [`Error::Io`] naming the path.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
+        let compression = opts
+            .compression
+            .unwrap_or_else(|| Compression::from_path(path));
+        let source = source_id(path);
+        let input = match compression {
+            Compression::None => {
+                let file = File::open(path).map_err(|e| Error::io(path, e))?;
+                let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+                if len == 0 {
+                    Input::Memory(Box::new(Vec::<u8>::new()))
+                } else {
+                    // SAFETY: the map is read-only; like every reader of
+                    // mapped files we rely on the file not being truncated
+                    // while it is read.
+                    match unsafe { memmap2::Mmap::map(&file) } {
+                        Ok(map) => {
+                            #[cfg(unix)]
+                            let _ = map.advise(memmap2::Advice::Sequential);
+                            Input::Memory(Box::new(Mapped(map)))
+                        }
+                        Err(e) => {
+                            log::debug!("{}: cannot map ({e}), streaming it", path.display());
+                            Self::stream_input(open_stream(path, Compression::None)?)
+                        }
+                    }
+                }
+            }
+            c => {
+                // An empty file is an empty stream, whatever its compression.
+                let empty = std::fs::metadata(path)
+                    .map_err(|e| Error::io(path, e))?
+                    .len()
+                    == 0;
+                if empty {
+                    Input::Memory(Box::new(Vec::<u8>::new()))
+                } else {
+                    Self::stream_input(open_stream(path, c)?)
+                }
+            }
+        };
+        Ok(Self::with_input(input, source, path.to_path_buf(), opts))
+    }
+
+    /// Read from bytes in memory; `opts.compression` says whether they are
+    /// compressed (`None` means not).
+    pub fn from_bytes(
+        bytes: impl AsRef<[u8]> + Send + Sync + 'static,
+        source: SourceId,
+        opts: &OpenOptions,
+    ) -> Self {
+        match opts.compression.unwrap_or(Compression::None) {
+            // An empty buffer is an empty stream, whatever its compression.
+            _ if bytes.as_ref().is_empty() => Self::with_input(
+                Input::Memory(Box::new(Vec::<u8>::new())),
+                source,
+                PathBuf::from(&*source.name()),
+                opts,
+            ),
+            Compression::None => Self::with_input(
+                Input::Memory(Box::new(bytes)),
+                source,
+                PathBuf::from(&*source.name()),
+                opts,
+            ),
+            _ => Self::from_stream(io::Cursor::new(bytes), source, opts),
+        }
+    }
+
+    /// Read from a byte stream, decompressing it as `opts.compression` says
+    /// (`None` means not compressed).
+    pub fn from_stream(
+        reader: impl Read + Send + 'static,
+        source: SourceId,
+        opts: &OpenOptions,
+    ) -> Self {
+        let reader = io::BufReader::with_capacity(1 << 16, reader);
+        let boxed: Box<dyn Read + Send> = match opts.compression.unwrap_or(Compression::None) {
+            Compression::None => Box::new(reader),
+            Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
+            Compression::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(reader)),
+        };
+        Self::with_input(
+            Self::stream_input(boxed),
+            source,
+            PathBuf::from(&*source.name()),
+            opts,
+        )
+    }
+
+    fn stream_input(reader: Box<dyn Read + Send>) -> Input {
+        // Frame headers are 12-byte reads: buffer the decompressed side too.
+        Input::Stream {
+            reader: Box::new(io::BufReader::with_capacity(1 << 18, reader)),
+            buf: Vec::new(),
+        }
+    }
+
+    fn with_input(input: Input, source: SourceId, path: PathBuf, opts: &OpenOptions) -> Self {
+        TfRecordReader {
+            input,
+            cur: Cursor {
+                source,
+                path,
+                pos: 0,
+                index: 0,
+                skip_to: opts.start_record,
+                verify: opts.verify_checksums,
+                max_record_bytes: opts.max_record_bytes,
+                can_continue: false,
+                failed: None,
+            },
+            decoder: None,
+        }
+    }
+
+    /// The source records are attributed to.
+    pub fn source(&self) -> SourceId {
+        self.cur.source
+    }
+
+    /// Byte offset of the next frame in the (decompressed) stream.
+    pub fn offset(&self) -> u64 {
+        self.cur.pos
+    }
+
+    /// Before reading: repeat an earlier fatal error, and skip to
+    /// `start_record` (frames only: no payload CRC, no decoding).
+    #[inline(always)]
+    fn prepare(&mut self) -> Result<()> {
+        if let Some(f) = &self.cur.failed {
+            return Err(self.cur.failure_error(f));
+        }
+        self.cur.can_continue = false;
+        while self.cur.index < self.cur.skip_to {
+            let got = match &mut self.input {
+                Input::Memory(data) => {
+                    memory_frame((**data).as_ref(), &mut self.cur, false)?.is_some()
+                }
+                Input::Stream { reader, buf } => {
+                    stream_frame(reader.as_mut(), buf, &mut self.cur, false)?.is_some()
+                }
+            };
+            if !got {
+                log::debug!(
+                    "{}: start_record {} is past the end ({} records)",
+                    self.cur.source,
+                    self.cur.skip_to,
+                    self.cur.index
+                );
+                self.cur.skip_to = self.cur.index;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next record's raw payload (CRC-checked unless disabled), or `None`
+    /// at the end.
+    pub fn next_payload(&mut self) -> Result<Option<&[u8]>> {
+        self.next_frame().map(|f| f.map(|(p, _)| p))
+    }
+
+    /// The next record's payload and location.
+    pub fn next_frame(&mut self) -> Result<Option<(&[u8], Location)>> {
+        self.prepare()?;
+        match &mut self.input {
+            Input::Memory(data) => memory_frame((**data).as_ref(), &mut self.cur, true),
+            Input::Stream { reader, buf } => {
+                stream_frame(reader.as_mut(), buf, &mut self.cur, true)
+            }
+        }
+    }
+}
+
+impl RecordReader for TfRecordReader {
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        let Some((payload, loc)) = self.next_frame()? else {
+            return Ok(None);
+        };
+        let r = example::decode_record(payload, loc);
+        if r.is_err() {
+            self.cur.can_continue = true;
+        }
+        r.map(Some)
+    }
+
+    fn read_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<usize> {
+        self.prepare()?;
+        let Self {
+            input,
+            cur,
+            decoder,
+        } = self;
+        if !decoder
+            .as_ref()
+            .is_some_and(|d| d.schema().same(chunk.schema()))
+        {
+            *decoder = Some(ExampleDecoder::new(chunk.schema()));
+        }
+        let decoder = decoder.as_mut().expect("just set");
+        let mut n = 0;
+        while n < max_records && chunk.payload_bytes() < max_bytes {
+            let frame = match input {
+                Input::Memory(data) => memory_frame((**data).as_ref(), cur, true)?,
+                Input::Stream { reader, buf } => stream_frame(reader.as_mut(), buf, cur, true)?,
+            };
+            let Some((payload, loc)) = frame else { break };
+            if let Err(e) = decoder.decode_into(payload, chunk, &loc) {
+                cur.can_continue = true;
+                return Err(e);
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn next_index(&self) -> u64 {
+        self.cur.index.max(self.cur.skip_to)
+    }
+
+    fn can_continue(&self) -> bool {
+        self.cur.can_continue
+    }
+}
+
+enum Sink<W: Write> {
+    Plain(W),
+    Gzip(GzEncoder<W>),
+    Zlib(ZlibEncoder<W>),
+}
+
+/// Writes TFRecord files: framing with CRCs, optionally GZIP or ZLIB
+/// compressed. Call [`finish`](Self::finish) at the end (it completes the
+/// compressed stream and flushes).
+///
+/// ```
+/// use feedline::format::tfrecord::TfRecordWriter;
+/// use feedline::format::Compression;
+/// let mut w = TfRecordWriter::new(Vec::new(), Compression::None);
+/// w.write_record(b"").unwrap();
+/// let bytes = w.finish().unwrap();
+/// assert_eq!(bytes.len(), 16);
+/// ```
+pub struct TfRecordWriter<W: Write> {
+    sink: Sink<W>,
+    payload: Vec<u8>,
+    records: u64,
+}
+
+impl<W: Write> std::fmt::Debug for TfRecordWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TfRecordWriter")
+            .field("records", &self.records)
+            .finish()
+    }
+}
+
+impl TfRecordWriter<BufWriter<File>> {
+    /// Create (truncate) `path` and write to it with a 1 MiB buffer.
+    pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(Self::new(
+            BufWriter::with_capacity(1 << 20, file),
+            compression,
+        ))
+    }
+}
+
+impl<W: Write> TfRecordWriter<W> {
+    /// Write to `w`, compressed as asked (default compression level).
+    pub fn new(w: W, compression: Compression) -> Self {
+        let sink = match compression {
+            Compression::None => Sink::Plain(w),
+            Compression::Gzip => Sink::Gzip(GzEncoder::new(w, flate2::Compression::default())),
+            Compression::Zlib => Sink::Zlib(ZlibEncoder::new(w, flate2::Compression::default())),
+        };
+        TfRecordWriter {
+            sink,
+            payload: Vec::new(),
+            records: 0,
+        }
+    }
+
+    fn out(&mut self) -> &mut dyn Write {
+        match &mut self.sink {
+            Sink::Plain(w) => w,
+            Sink::Gzip(w) => w,
+            Sink::Zlib(w) => w,
+        }
+    }
+
+    /// Write one record with this payload.
+    pub fn write_record(&mut self, payload: &[u8]) -> io::Result<()> {
+        let len = (payload.len() as u64).to_le_bytes();
+        let mut header = [0u8; HEADER_BYTES];
+        header[..8].copy_from_slice(&len);
+        header[8..].copy_from_slice(&masked_crc32c(&len).to_le_bytes());
+        let footer = masked_crc32c(payload).to_le_bytes();
+        let out = self.out();
+        out.write_all(&header)?;
+        out.write_all(payload)?;
+        out.write_all(&footer)?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Write a record as a `tf.train.Example` ([`example::encode_example`]).
+    pub fn write_example(&mut self, record: &Record) -> io::Result<()> {
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.clear();
+        example::encode_example_into(record, &mut payload);
+        let r = self.write_record(&payload);
+        self.payload = payload;
+        r
+    }
+
+    /// Write an instance as a `tf.train.Example` ([`example::encode_instance`]).
+    pub fn write_instance(&mut self, instance: &Instance) -> io::Result<()> {
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.clear();
+        example::encode_instance_into(instance, &mut payload);
+        let r = self.write_record(&payload);
+        self.payload = payload;
+        r
+    }
+
+    /// Number of records written.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Finish the compressed stream, flush, and give back the writer.
+    pub fn finish(self) -> io::Result<W> {
+        let mut w = match self.sink {
+            Sink::Plain(w) => w,
+            Sink::Gzip(g) => g.finish()?,
+            Sink::Zlib(z) => z.finish()?,
+        };
+        w.flush()?;
+        Ok(w)
     }
 }
