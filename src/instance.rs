@@ -638,6 +638,17 @@ fn conform_field(record: &Record, f: &Field, out: &mut Values) -> Result<()> {
                 "no such field in the record".into(),
             ));
         }
+        Some(t) if t.values.is_empty() => {
+            // Nothing to convert: an empty value fits any dtype; only its
+            // element count (0) is checked.
+            check_elements(f, 0).map_err(|actual| {
+                field_error(
+                    record.location.clone(),
+                    f,
+                    format!("{actual} (shape {:?}) of {}", t.shape, t.values.dtype()),
+                )
+            })?;
+        }
         Some(t) => {
             if !t.values.convertible_to(f.dtype) {
                 return Err(field_error(
@@ -845,6 +856,57 @@ impl Chunk {
             c.ends.push(end);
         }
         self.origins.push(origin);
+        Ok(())
+    }
+
+    /// Close `n` rows written at once through [`values_mut`](Self::values_mut),
+    /// records `first_record..first_record + n` of `source`: each column's
+    /// uncommitted elements are split evenly among the rows, and each row's
+    /// count is checked against the schema as [`commit_row`](Self::commit_row)
+    /// does. On a mismatch nothing is committed, the rows are rolled back and
+    /// `(field index, description)` returned.
+    pub fn commit_rows(
+        &mut self,
+        source: SourceId,
+        first_record: u64,
+        n: usize,
+    ) -> std::result::Result<(), (usize, String)> {
+        let mut bad = None;
+        for (i, (c, f)) in self.columns.iter().zip(self.schema.fields()).enumerate() {
+            let pending = c.values.len() - c.committed();
+            if n == 0 {
+                if pending != 0 {
+                    bad = Some((i, format!("{pending} elements of {} for no rows", f.dtype)));
+                    break;
+                }
+                continue;
+            }
+            if pending % n != 0 {
+                bad = Some((
+                    i,
+                    format!("{pending} elements of {} for {n} rows", f.dtype),
+                ));
+                break;
+            }
+            if let Err(actual) = check_elements(f, pending / n) {
+                bad = Some((i, format!("{actual} of {}", f.dtype)));
+                break;
+            }
+        }
+        if let Some(bad) = bad {
+            self.rollback_row();
+            return Err(bad);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        for c in &mut self.columns {
+            let start = c.committed();
+            let per = (c.values.len() - start) / n;
+            c.ends.extend((1..=n).map(|j| start + j * per));
+        }
+        self.origins
+            .extend((0..n as u64).map(|j| Origin::new(source, first_record + j)));
         Ok(())
     }
 

@@ -1,16 +1,492 @@
-//! placeholder
-use super::*;
-/// CSV.
-#[derive(Default)]
-pub struct CsvFormat;
+//! CSV and TSV files (the `csv` crate): the header row names the fields, each
+//! later row is a record of scalar cells.
+//!
+//! This module owns [`CsvFormat`] (options: delimiter, header row, trimming;
+//! [`CsvFormat::tsv`] for tab-separated files), the cell conversion and the
+//! typed path [`read_typed`].
+//!
+//! A cell that parses as an integer is an i64 scalar, as a float an f64
+//! scalar, `true`/`false` (also `True`/`TRUE`…) a bool, anything else one
+//! byte string. An empty cell is a value of no elements (shape `[0]`), which
+//! a ragged field accepts and a fixed one rejects with a shape error. Without
+//! a header row, fields are named `c0`, `c1`, …. A row with the wrong number
+//! of cells, or a cell that is not UTF-8, is an error naming the file, the
+//! record (0-based, the header not counted) and the byte offset of the row.
+//! No row may be longer than `max_record_bytes`.
+//!
+//! ```
+//! use feedline::format::{csv::CsvFormat, Format, OpenOptions};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("t.csv");
+//! std::fs::write(&path, "a,b,c,d\n1,2.5,true,cat\n,x,,\n").unwrap();
+//! let mut r = CsvFormat::default().open(&path, &OpenOptions::default()).unwrap();
+//! let rec = r.next_record().unwrap().unwrap();
+//! assert_eq!(rec.to_json(), serde_json::json!({"a": [1], "b": [2.5], "c": [true], "d": ["Y2F0"]}));
+//! let rec = r.next_record().unwrap().unwrap();
+//! assert_eq!(rec.get("a").unwrap().shape, vec![0]);
+//! ```
+
+use std::io::{self, Read};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::{
+    open_stream, source_id, Compression, Format, OpenOptions, RecordReader,
+    DEFAULT_MAX_RECORD_BYTES,
+};
+use crate::error::{Error, Location, Result};
+use crate::instance::{BytesList, Record, SourceId, Tensor, Values};
+
+/// Bytes the csv crate may have buffered beyond the current record.
+const CSV_BUFFER: u64 = 64 << 10;
+
+/// The CSV format, with its options. `CsvFormat::default()` is comma
+/// separated with a header row; [`CsvFormat::tsv`] is tab separated.
+#[derive(Clone, Debug)]
+pub struct CsvFormat {
+    name: &'static str,
+    extensions: &'static [&'static str],
+    delimiter: u8,
+    has_header: bool,
+    trim: bool,
+}
+
+impl Default for CsvFormat {
+    fn default() -> Self {
+        CsvFormat {
+            name: "csv",
+            extensions: &["csv"],
+            delimiter: b',',
+            has_header: true,
+            trim: false,
+        }
+    }
+}
+
+impl CsvFormat {
+    /// Tab-separated values with a header row: format name `tsv`, extensions
+    /// `tsv` and `tab`.
+    pub fn tsv() -> Self {
+        CsvFormat {
+            name: "tsv",
+            extensions: &["tsv", "tab"],
+            delimiter: b'\t',
+            ..Self::default()
+        }
+    }
+
+    /// The cell delimiter (default `,`).
+    pub fn delimiter(mut self, delimiter: u8) -> Self {
+        self.delimiter = delimiter;
+        self
+    }
+
+    /// Whether the first row names the fields (default true); without it the
+    /// fields are `c0`, `c1`, ….
+    pub fn has_header(mut self, has_header: bool) -> Self {
+        self.has_header = has_header;
+        self
+    }
+
+    /// Whether to trim whitespace around cells and names (default false).
+    pub fn trim(mut self, trim: bool) -> Self {
+        self.trim = trim;
+        self
+    }
+
+    /// Another format name and extensions for this variant (e.g. `psv`).
+    pub fn named(mut self, name: &'static str, extensions: &'static [&'static str]) -> Self {
+        self.name = name;
+        self.extensions = extensions;
+        self
+    }
+
+    fn builder(&self) -> ::csv::ReaderBuilder {
+        let mut b = ::csv::ReaderBuilder::new();
+        b.delimiter(self.delimiter)
+            .has_headers(self.has_header)
+            .trim(if self.trim {
+                ::csv::Trim::All
+            } else {
+                ::csv::Trim::None
+            });
+        b
+    }
+
+    /// Read `path` as values of `T` with these options (see [`read_typed`]).
+    pub fn read_typed_with<T: DeserializeOwned>(
+        &self,
+        path: impl AsRef<Path>,
+        compression: Compression,
+    ) -> Result<impl Iterator<Item = Result<T>>> {
+        let path = path.as_ref();
+        let (input, limit) = Limited::open(path, compression, DEFAULT_MAX_RECORD_BYTES)?;
+        let rdr = self.builder().from_reader(input);
+        Ok(Typed {
+            it: rdr.into_deserialize::<T>(),
+            limit,
+            max: DEFAULT_MAX_RECORD_BYTES,
+            source: source_id(path),
+            next: 0,
+            done: false,
+            _t: PhantomData,
+        })
+    }
+}
+
 impl Format for CsvFormat {
     fn name(&self) -> &str {
-        "csv"
+        self.name
     }
+
     fn extensions(&self) -> &[&str] {
-        &["csv"]
+        self.extensions
     }
-    fn open(&self, _p: &Path, _o: &OpenOptions) -> Result<Box<dyn RecordReader>> {
-        Err(Error::Config("todo".into()))
+
+    fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        let compression = opts
+            .compression
+            .unwrap_or_else(|| Compression::from_path(path));
+        let (input, limit) = Limited::open(path, compression, opts.max_record_bytes)?;
+        let mut rdr = self.builder().flexible(true).from_reader(input);
+        let source = source_id(path);
+        let mut names = Vec::new();
+        if self.has_header {
+            let header = rdr.byte_headers().map_err(|e| Error::BadFile {
+                path: path.to_path_buf(),
+                what: format!("reading the header row: {e}"),
+            })?;
+            for (i, cell) in header.iter().enumerate() {
+                let name = std::str::from_utf8(cell).map_err(|e| Error::BadFile {
+                    path: path.to_path_buf(),
+                    what: format!(
+                        "header row: column {i}: invalid UTF-8 at byte {} of the name",
+                        e.valid_up_to()
+                    ),
+                })?;
+                let name = if name.is_empty() {
+                    format!("c{i}")
+                } else {
+                    name.to_string()
+                };
+                if let Some(j) = names.iter().position(|n| *n == name) {
+                    return Err(Error::BadFile {
+                        path: path.to_path_buf(),
+                        what: format!("header row: columns {j} and {i} are both named `{name}`"),
+                    });
+                }
+                names.push(name);
+            }
+        }
+        let mut r = CsvReader {
+            path: path.to_path_buf(),
+            source,
+            rdr,
+            limit,
+            max: opts.max_record_bytes,
+            names,
+            named: self.has_header,
+            rec: ::csv::ByteRecord::new(),
+            next: 0,
+            dead: false,
+        };
+        r.allow_next();
+        while r.next < opts.start_record {
+            if !r.read_row()? {
+                break;
+            }
+            r.next += 1;
+        }
+        Ok(Box::new(r))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bounded input
+// ---------------------------------------------------------------------------
+
+/// A stream that refuses to hand out bytes beyond a moving limit, so that a
+/// record longer than `max_record_bytes` cannot make the csv crate's record
+/// buffer grow without bound.
+struct Limited {
+    inner: Box<dyn Read + Send>,
+    read: u64,
+    limit: Arc<AtomicU64>,
+}
+
+impl Limited {
+    fn open(path: &Path, compression: Compression, max: u64) -> Result<(Self, Arc<AtomicU64>)> {
+        let limit = Arc::new(AtomicU64::new(max.saturating_add(CSV_BUFFER)));
+        Ok((
+            Limited {
+                inner: open_stream(path, compression)?,
+                read: 0,
+                limit: limit.clone(),
+            },
+            limit,
+        ))
+    }
+}
+
+impl Read for Limited {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let room = limit.saturating_sub(self.read);
+        if room == 0 {
+            return Err(io::Error::other("a row is longer than max_record_bytes"));
+        }
+        let n = buf.len().min(room.min(usize::MAX as u64) as usize);
+        let got = self.inner.read(&mut buf[..n])?;
+        self.read += got as u64;
+        Ok(got)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Records
+// ---------------------------------------------------------------------------
+
+struct CsvReader {
+    path: PathBuf,
+    source: SourceId,
+    rdr: ::csv::Reader<Limited>,
+    limit: Arc<AtomicU64>,
+    max: u64,
+    /// Field names (from the header, or `c0…` from the first row).
+    names: Vec<String>,
+    /// `names` is settled.
+    named: bool,
+    rec: ::csv::ByteRecord,
+    /// Index of the next record.
+    next: u64,
+    dead: bool,
+}
+
+impl CsvReader {
+    /// Let the input run `max_record_bytes` past the current position.
+    fn allow_next(&self) {
+        let pos = self.rdr.position().byte();
+        self.limit.store(
+            pos.saturating_add(self.max).saturating_add(CSV_BUFFER),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn location(&self) -> Location {
+        let offset = self.rec.position().map(|p| p.byte()).unwrap_or(0);
+        Location::new(self.source, self.next, Some(offset))
+    }
+
+    /// Read the next row into `self.rec`; false at the end.
+    fn read_row(&mut self) -> Result<bool> {
+        if self.dead {
+            return Err(Error::corrupt(
+                Location::new(self.source, self.next, Some(self.rdr.position().byte())),
+                "the file cannot be read past an earlier error",
+            ));
+        }
+        match self.rdr.read_byte_record(&mut self.rec) {
+            Ok(more) => {
+                if more && !self.named {
+                    self.names = (0..self.rec.len()).map(|i| format!("c{i}")).collect();
+                    self.named = true;
+                }
+                let end = self.rdr.position().byte();
+                if more && end - self.location().offset.unwrap_or(0) > self.max {
+                    self.allow_next();
+                    let location = self.location();
+                    self.next += 1;
+                    return Err(Error::corrupt(
+                        location,
+                        format!("row is longer than max_record_bytes ({})", self.max),
+                    ));
+                }
+                self.allow_next();
+                Ok(more)
+            }
+            Err(e) => {
+                self.dead = true;
+                let offset = e
+                    .position()
+                    .map(|p| p.byte())
+                    .unwrap_or_else(|| self.rdr.position().byte());
+                Err(Error::corrupt(
+                    Location::new(self.source, self.next, Some(offset)),
+                    format!("reading {}: {e}", self.path.display()),
+                ))
+            }
+        }
+    }
+}
+
+/// A cell's value.
+fn cell_tensor(cell: &[u8]) -> std::result::Result<Tensor, std::str::Utf8Error> {
+    if cell.is_empty() {
+        return Ok(Tensor {
+            values: Values::I64(Vec::new()),
+            shape: vec![0],
+        });
+    }
+    let s = std::str::from_utf8(cell)?;
+    let values = if let Ok(v) = s.parse::<i64>() {
+        Values::I64(vec![v])
+    } else if let Ok(v) = s.parse::<f64>() {
+        Values::F64(vec![v])
+    } else {
+        match s {
+            "true" | "True" | "TRUE" => Values::Bool(vec![true]),
+            "false" | "False" | "FALSE" => Values::Bool(vec![false]),
+            _ => {
+                let mut b = BytesList::new();
+                b.push(cell);
+                Values::Bytes(b)
+            }
+        }
+    };
+    Ok(Tensor::scalar(values))
+}
+
+impl RecordReader for CsvReader {
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        if !self.read_row()? {
+            return Ok(None);
+        }
+        let location = self.location();
+        self.next += 1;
+        if self.rec.len() != self.names.len() {
+            return Err(Error::corrupt(
+                location,
+                format!(
+                    "expected {} cells (as in the {}), got {}",
+                    self.names.len(),
+                    if self.has_header_row() {
+                        "header row"
+                    } else {
+                        "first row"
+                    },
+                    self.rec.len()
+                ),
+            ));
+        }
+        let mut fields = Vec::with_capacity(self.names.len());
+        for (i, (name, cell)) in self.names.iter().zip(self.rec.iter()).enumerate() {
+            let t = cell_tensor(cell).map_err(|e| {
+                Error::corrupt(
+                    location.clone(),
+                    format!(
+                        "field `{name}` (column {i}): invalid UTF-8 at byte {} of the cell",
+                        e.valid_up_to()
+                    ),
+                )
+            })?;
+            fields.push((name.clone(), t));
+        }
+        Ok(Some(Record { fields, location }))
+    }
+
+    fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    fn can_continue(&self) -> bool {
+        !self.dead
+    }
+}
+
+impl CsvReader {
+    fn has_header_row(&self) -> bool {
+        self.rdr.has_headers()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed path
+// ---------------------------------------------------------------------------
+
+/// Read a CSV file (comma separated, header row) as values of `T`, by the
+/// header's names. Each item is one row's value or an error naming the file,
+/// record (0-based, header not counted) and byte offset; after a read error
+/// the iterator ends. [`CsvFormat::read_typed_with`] takes other options.
+///
+/// ```
+/// use feedline::format::{csv, Compression};
+/// #[derive(serde::Deserialize)]
+/// struct Row { f1: f32, label: i64 }
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("t.csv");
+/// std::fs::write(&path, "f1,label\n0.5,2\n0.25,x\n").unwrap();
+/// let rows: Vec<_> = csv::read_typed::<Row>(&path, Compression::None).unwrap().collect();
+/// assert_eq!(rows[0].as_ref().unwrap().label, 2);
+/// assert!(rows[1].as_ref().unwrap_err().to_string().contains("record 1, offset 15"));
+/// ```
+pub fn read_typed<T: DeserializeOwned>(
+    path: impl AsRef<Path>,
+    compression: Compression,
+) -> Result<impl Iterator<Item = Result<T>>> {
+    CsvFormat::default().read_typed_with(path, compression)
+}
+
+struct Typed<T> {
+    it: ::csv::DeserializeRecordsIntoIter<Limited, T>,
+    limit: Arc<AtomicU64>,
+    max: u64,
+    source: SourceId,
+    next: u64,
+    done: bool,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Iterator for Typed<T> {
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        if self.done {
+            return None;
+        }
+        let before = self.it.reader().position().byte();
+        let item = self.it.next();
+        let pos = self.it.reader().position().byte();
+        self.limit.store(
+            pos.saturating_add(self.max).saturating_add(CSV_BUFFER),
+            Ordering::Relaxed,
+        );
+        match item {
+            None => {
+                self.done = true;
+                None
+            }
+            Some(Ok(v)) => {
+                self.next += 1;
+                Some(Ok(v))
+            }
+            Some(Err(e)) => {
+                let offset = e.position().map(|p| p.byte()).unwrap_or(before);
+                let location = Location::new(self.source, self.next, Some(offset));
+                if e.is_io_error() {
+                    self.done = true;
+                } else {
+                    self.next += 1;
+                }
+                Some(Err(Error::corrupt(location, typed_message(&e))))
+            }
+        }
+    }
+}
+
+/// The csv error's message without its own position prefix.
+fn typed_message(e: &::csv::Error) -> String {
+    match e.kind() {
+        ::csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+            Some(f) => format!("column {f}: {}", err.kind()),
+            None => err.kind().to_string(),
+        },
+        ::csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("expected {expected_len} cells, got {len}"),
+        _ => e.to_string(),
     }
 }
