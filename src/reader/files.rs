@@ -1,0 +1,435 @@
+//! The single-thread file path: [`files`] reads a [`PassPlan`]'s tasks in
+//! order through the format [`Registry`], and [`batches`] adds the shuffle
+//! buffer, the batcher and collation — the whole loader in one thread. They
+//! define what the actor pipeline must deliver, and are its baseline.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{PassIter, Reader};
+use crate::batch::Batch;
+use crate::batcher::{BatchPolicy, Batcher};
+use crate::collate::collate_rows;
+use crate::error::Result;
+use crate::format::{OpenOptions, RecordReader, Registry};
+use crate::instance::{Chunk, Instance};
+use crate::plan::{FileTask, PassPlan, RecordStride};
+use crate::schema::Schema;
+use crate::shuffle::{ShuffleBuffer, ShuffleConfig};
+
+/// Default rows per chunk read from a file.
+pub const DEFAULT_CHUNK_ROWS: usize = 256;
+/// Default payload bytes after which a chunk is closed early.
+pub const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
+
+#[derive(Clone, Debug)]
+struct Source {
+    registry: Registry,
+    plan: PassPlan,
+    schema: Schema,
+    opts: OpenOptions,
+    chunk_rows: usize,
+    chunk_bytes: usize,
+}
+
+impl Source {
+    fn chunks(&self, pass: u64) -> ChunkIter<'_> {
+        ChunkIter {
+            src: self,
+            tasks: self.plan.tasks(pass).into_iter(),
+            current: None,
+            stashed: None,
+        }
+    }
+}
+
+/// Reads the plan's files pass after pass, yielding instances; see [`files`].
+#[derive(Debug)]
+pub struct FilesReader {
+    src: Source,
+    next_pass: AtomicU64,
+}
+
+/// A reader of all instances of `plan`'s tasks, one pass per read.
+///
+/// Pass `p` (the `p`-th read, see [`FilesReader::start_pass`]) reads
+/// `plan.tasks(p)` in order; each task's file is opened at its
+/// `start_record` and only the records its stride keeps are yielded, as
+/// `Ok(Instance)` conformed to `schema`. A file that cannot be opened, or a
+/// bad record, yields one `Err` — naming the file, record and offset — and
+/// reading goes on: with the next record if the format can skip the bad one,
+/// else with the next file. Stop at the first error by collecting into a
+/// `Result`.
+///
+/// Files are decoded in chunks of up to [`DEFAULT_CHUNK_ROWS`] rows /
+/// [`DEFAULT_CHUNK_BYTES`] bytes (see [`FilesReader::chunk_size`]); for speed
+/// read whole chunks with [`FilesReader::chunks`].
+pub fn files(registry: Registry, plan: PassPlan, schema: Schema, opts: OpenOptions) -> FilesReader {
+    FilesReader {
+        src: Source {
+            registry,
+            plan,
+            schema,
+            opts,
+            chunk_rows: DEFAULT_CHUNK_ROWS,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+        },
+        next_pass: AtomicU64::new(0),
+    }
+}
+
+impl FilesReader {
+    /// Decode at most `rows` records (≥ 1) or about `bytes` of payload per chunk.
+    pub fn chunk_size(mut self, rows: usize, bytes: usize) -> Self {
+        self.src.chunk_rows = rows.max(1);
+        self.src.chunk_bytes = bytes.max(1);
+        self
+    }
+
+    /// Make the next read pass `pass` (to resume a run).
+    pub fn start_pass(self, pass: u64) -> Self {
+        self.next_pass.store(pass, Ordering::SeqCst);
+        self
+    }
+
+    /// The pass the next read will be.
+    pub fn next_pass(&self) -> u64 {
+        self.next_pass.load(Ordering::SeqCst)
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &PassPlan {
+        &self.src.plan
+    }
+
+    /// Read pass `pass` without touching the pass counter.
+    pub fn read_pass(&self, pass: u64) -> PassIter<'_, Result<Instance>> {
+        let mut chunks = self.src.chunks(pass);
+        let mut current: Option<(Chunk, usize)> = None;
+        Box::new(std::iter::from_fn(move || loop {
+            if let Some((c, i)) = current.as_mut() {
+                if *i < c.len() {
+                    *i += 1;
+                    return Some(Ok(c.row(*i - 1)));
+                }
+                current = None;
+            }
+            match chunks.next()? {
+                Ok(c) => current = Some((c, 0)),
+                Err(e) => return Some(Err(e)),
+            }
+        }))
+    }
+
+    /// The same reading yielding whole chunks (`Result<Chunk>`): no
+    /// per-instance copy. It has its own pass counter, starting where this
+    /// one is.
+    pub fn chunks(self) -> FileChunks {
+        FileChunks {
+            next_pass: AtomicU64::new(self.next_pass()),
+            src: self.src,
+        }
+    }
+}
+
+impl Reader for FilesReader {
+    type Item = Result<Instance>;
+
+    fn read(&self) -> PassIter<'_, Result<Instance>> {
+        let pass = self.next_pass.fetch_add(1, Ordering::SeqCst);
+        self.read_pass(pass)
+    }
+}
+
+/// Reads the plan's files pass after pass, yielding chunks; see [`FilesReader::chunks`].
+#[derive(Debug)]
+pub struct FileChunks {
+    src: Source,
+    next_pass: AtomicU64,
+}
+
+impl FileChunks {
+    /// Make the next read pass `pass`.
+    pub fn start_pass(self, pass: u64) -> Self {
+        self.next_pass.store(pass, Ordering::SeqCst);
+        self
+    }
+
+    /// The pass the next read will be.
+    pub fn next_pass(&self) -> u64 {
+        self.next_pass.load(Ordering::SeqCst)
+    }
+
+    /// Read pass `pass` without touching the pass counter.
+    pub fn read_pass(&self, pass: u64) -> PassIter<'_, Result<Chunk>> {
+        Box::new(self.src.chunks(pass))
+    }
+}
+
+impl Reader for FileChunks {
+    type Item = Result<Chunk>;
+
+    fn read(&self) -> PassIter<'_, Result<Chunk>> {
+        let pass = self.next_pass.fetch_add(1, Ordering::SeqCst);
+        self.read_pass(pass)
+    }
+}
+
+/// The chunks of one pass: tasks in order, each file's records filtered by
+/// its stride.
+struct ChunkIter<'a> {
+    src: &'a Source,
+    tasks: std::vec::IntoIter<FileTask>,
+    current: Option<(FileTask, Box<dyn RecordReader>)>,
+    /// An error to yield after the rows decoded before it.
+    stashed: Option<crate::Error>,
+}
+
+impl ChunkIter<'_> {
+    /// Keep only the rows of `chunk` the task's stride keeps.
+    fn filter(stride: RecordStride, chunk: Chunk) -> Chunk {
+        if stride.is_all() {
+            return chunk;
+        }
+        let keep: Vec<usize> = (0..chunk.len())
+            .filter(|&i| stride.keeps(chunk.origins()[i].record))
+            .collect();
+        if keep.len() == chunk.len() {
+            return chunk;
+        }
+        let mut out = Chunk::with_capacity(chunk.schema(), keep.len());
+        for i in keep {
+            out.extend_rows(&chunk, i, i + 1);
+        }
+        out
+    }
+}
+
+impl Iterator for ChunkIter<'_> {
+    type Item = Result<Chunk>;
+
+    fn next(&mut self) -> Option<Result<Chunk>> {
+        if let Some(e) = self.stashed.take() {
+            return Some(Err(e));
+        }
+        loop {
+            if self.current.is_none() {
+                let task = self.tasks.next()?;
+                let mut opts = self.src.opts.clone();
+                opts.start_record = task.start_record;
+                match self.src.registry.open(&task.file, None, &opts) {
+                    Ok(r) => self.current = Some((task, r)),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            let (task, reader) = self.current.as_mut().expect("a file is open");
+            let stride = task.stride;
+            let step = stride.step.max(1) as usize;
+            let rows = self.src.chunk_rows.saturating_mul(step);
+            let bytes = self.src.chunk_bytes.saturating_mul(step);
+            let mut chunk = Chunk::with_capacity(&self.src.schema, rows.min(1 << 16));
+            match reader.read_chunk(&mut chunk, rows, bytes) {
+                Ok(0) => self.current = None,
+                Ok(_) => {
+                    let chunk = Self::filter(stride, chunk);
+                    if !chunk.is_empty() {
+                        return Some(Ok(chunk));
+                    }
+                }
+                Err(e) => {
+                    if !reader.can_continue() {
+                        self.current = None;
+                    }
+                    let chunk = Self::filter(stride, chunk);
+                    if chunk.is_empty() {
+                        return Some(Err(e));
+                    }
+                    self.stashed = Some(e);
+                    return Some(Ok(chunk));
+                }
+            }
+        }
+    }
+}
+
+/// Shuffle, batching and reading settings of [`batches`].
+#[derive(Clone, Debug)]
+pub struct BatchesConfig {
+    /// The shuffle buffer (its seed with the pass number seeds each pass).
+    pub shuffle: ShuffleConfig,
+    /// How instances are grouped.
+    pub policy: BatchPolicy,
+    /// Drop the partial last batch of each pass.
+    pub drop_last: bool,
+    /// Rows per chunk read from a file.
+    pub chunk_rows: usize,
+    /// Payload bytes after which a chunk is closed early.
+    pub chunk_bytes: usize,
+}
+
+impl BatchesConfig {
+    /// `policy` with the default shuffle buffer, no `drop_last`, default chunks.
+    pub fn new(policy: BatchPolicy) -> Self {
+        BatchesConfig {
+            shuffle: ShuffleConfig::default(),
+            policy,
+            drop_last: false,
+            chunk_rows: DEFAULT_CHUNK_ROWS,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+        }
+    }
+}
+
+/// The whole loader in one thread; see [`batches`].
+#[derive(Debug)]
+pub struct BatchesReader {
+    src: Source,
+    cfg: BatchesConfig,
+    next_pass: AtomicU64,
+    dropped_rows: AtomicU64,
+    oversize: AtomicU64,
+}
+
+/// A reader of collated batches: [`files`] in chunks, through a
+/// [`ShuffleBuffer`] and a [`Batcher`], collated with [`collate_rows`].
+///
+/// Pass `p` works exactly so (this is the reference the actor pipeline's
+/// deterministic mode reproduces):
+///
+/// 1. the shuffle buffer starts pass `p` ([`ShuffleBuffer::start_pass`]);
+/// 2. loop: if the files have more and the buffer
+///    [`has_room`](ShuffleBuffer::has_room), push the next chunk (of
+///    `chunk_rows` / `chunk_bytes`, in task order); at the end of the files
+///    set the buffer draining; else if it
+///    [`can_draw`](ShuffleBuffer::can_draw), draw one row and push it to the
+///    batcher, yielding a batch when one is complete; else stop;
+/// 3. flush the batcher (the partial batch, or dropped with `drop_last`).
+///
+/// Reading errors are yielded in place (`Err`) and the pass goes on, as in
+/// [`files`]. Errors: a batch policy of size or budget 0.
+pub fn batches(
+    registry: Registry,
+    plan: PassPlan,
+    schema: Schema,
+    opts: OpenOptions,
+    cfg: BatchesConfig,
+) -> Result<BatchesReader> {
+    cfg.policy.validate()?;
+    Ok(BatchesReader {
+        src: Source {
+            registry,
+            plan,
+            schema,
+            opts,
+            chunk_rows: cfg.chunk_rows.max(1),
+            chunk_bytes: cfg.chunk_bytes.max(1),
+        },
+        cfg,
+        next_pass: AtomicU64::new(0),
+        dropped_rows: AtomicU64::new(0),
+        oversize: AtomicU64::new(0),
+    })
+}
+
+impl BatchesReader {
+    /// Make the next read pass `pass`.
+    pub fn start_pass(self, pass: u64) -> Self {
+        self.next_pass.store(pass, Ordering::SeqCst);
+        self
+    }
+
+    /// The pass the next read will be.
+    pub fn next_pass(&self) -> u64 {
+        self.next_pass.load(Ordering::SeqCst)
+    }
+
+    /// Rows dropped with `drop_last`, over all finished passes.
+    pub fn dropped_rows(&self) -> u64 {
+        self.dropped_rows.load(Ordering::SeqCst)
+    }
+
+    /// Lone over-budget batches, over all finished passes.
+    pub fn oversize_batches(&self) -> u64 {
+        self.oversize.load(Ordering::SeqCst)
+    }
+
+    /// Read pass `pass` without touching the pass counter.
+    pub fn read_pass(&self, pass: u64) -> PassIter<'_, Result<Batch>> {
+        let mut buf = ShuffleBuffer::new(self.cfg.shuffle.clone());
+        buf.start_pass(pass);
+        let batcher = match Batcher::new(self.cfg.policy.clone(), self.cfg.drop_last) {
+            Ok(b) => b,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        Box::new(BatchesIter {
+            chunks: self.src.chunks(pass),
+            buf,
+            batcher,
+            schema: &self.src.schema,
+            exhausted: false,
+            finished: false,
+            owner: self,
+        })
+    }
+}
+
+impl Reader for BatchesReader {
+    type Item = Result<Batch>;
+
+    fn read(&self) -> PassIter<'_, Result<Batch>> {
+        let pass = self.next_pass.fetch_add(1, Ordering::SeqCst);
+        self.read_pass(pass)
+    }
+}
+
+struct BatchesIter<'a> {
+    chunks: ChunkIter<'a>,
+    buf: ShuffleBuffer,
+    batcher: Batcher,
+    schema: &'a Schema,
+    exhausted: bool,
+    finished: bool,
+    owner: &'a BatchesReader,
+}
+
+impl Iterator for BatchesIter<'_> {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        loop {
+            if self.finished {
+                return None;
+            }
+            if !self.exhausted && self.buf.has_room() {
+                match self.chunks.next() {
+                    Some(Ok(c)) => self.buf.push_chunk(Arc::new(c)),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => {
+                        self.exhausted = true;
+                        self.buf.set_draining(true);
+                    }
+                }
+                continue;
+            }
+            // Here either the files are done (the buffer drains) or there is
+            // no room (so the buffer holds enough rows to draw): draw.
+            if let Some(row) = self.buf.draw() {
+                if let Some(rows) = self.batcher.push(row) {
+                    return Some(collate_rows(self.schema, &rows));
+                }
+                continue;
+            }
+            self.finished = true;
+            let dropped_before = self.batcher.dropped_rows();
+            let last = self.batcher.flush();
+            self.owner.dropped_rows.fetch_add(
+                self.batcher.dropped_rows() - dropped_before,
+                Ordering::SeqCst,
+            );
+            self.owner
+                .oversize
+                .fetch_add(self.batcher.oversize_batches(), Ordering::SeqCst);
+            return last.map(|rows| collate_rows(self.schema, &rows));
+        }
+    }
+}
