@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use feedline::gen::{generate, GenOptions, Preset};
-use feedline_actors::{FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot, Timeline};
+use feedline_actors::{
+    FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot, Timeline,
+};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// Simulate multi-GPU training fed by feedline.
@@ -76,7 +78,10 @@ struct Args {
     plot: Option<PathBuf>,
 }
 
-fn default_dataset(files: usize, records: usize) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+fn default_dataset(
+    files: usize,
+    records: usize,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     // target/<profile>/examples/multi_gpu → target/<profile>/feedline-data/…
     let exe = std::env::current_exe()?;
     let base = exe
@@ -87,7 +92,10 @@ fn default_dataset(files: usize, records: usize) -> Result<Vec<String>, Box<dyn 
     let dir = base.join(format!("small-{files}x{records}-seed20240601"));
     let marker = dir.join("COMPLETE");
     if !marker.exists() {
-        eprintln!("generating the default dataset ({files} files × {records} records) in {} …", dir.display());
+        eprintln!(
+            "generating the default dataset ({files} files × {records} records) in {} …",
+            dir.display()
+        );
         let t0 = std::time::Instant::now();
         let mut opts = GenOptions::new(Preset::Small, &dir);
         opts.files = Some(files);
@@ -95,7 +103,10 @@ fn default_dataset(files: usize, records: usize) -> Result<Vec<String>, Box<dyn 
         opts.seed = 20240601;
         generate(&opts)?;
         std::fs::write(&marker, b"")?;
-        eprintln!("… done in {:.1} s (cached for the next run)", t0.elapsed().as_secs_f64());
+        eprintln!(
+            "… done in {:.1} s (cached for the next run)",
+            t0.elapsed().as_secs_f64()
+        );
     }
     let mut paths: Vec<String> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -109,7 +120,11 @@ fn default_dataset(files: usize, records: usize) -> Result<Vec<String>, Box<dyn 
 fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
     let parts: Vec<f64> = spec
         .split(',')
-        .map(|s| s.trim().parse::<f64>().map_err(|e| format!("--step-ms {spec}: {e}")))
+        .map(|s| {
+            s.trim()
+                .parse::<f64>()
+                .map_err(|e| format!("--step-ms {spec}: {e}"))
+        })
         .collect::<Result<_, _>>()?;
     let ms = match parts.len() {
         1 => vec![parts[0]; devices],
@@ -119,7 +134,10 @@ fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
     if ms.iter().any(|&m| !(m >= 0.0)) {
         return Err("--step-ms must be ≥ 0".into());
     }
-    Ok(ms.into_iter().map(|m| Duration::from_secs_f64(m / 1000.0)).collect())
+    Ok(ms
+        .into_iter()
+        .map(|m| Duration::from_secs_f64(m / 1000.0))
+        .collect())
 }
 
 fn print_report(s: &StatsSnapshot, steps: &[Duration]) {
@@ -151,7 +169,11 @@ fn print_report(s: &StatsSnapshot, steps: &[Duration]) {
     println!("stage            records/s   busy %   idle %   blocked %");
     println!(
         "readers (×{})    {:>10.0} {:>8.1} {:>8.1} {:>11}",
-        s.readers_count, s.readers.records_per_s, 100.0 * s.readers.busy, 100.0 * s.readers.idle, "-"
+        s.readers_count,
+        s.readers.records_per_s,
+        100.0 * s.readers.busy,
+        100.0 * s.readers.idle,
+        "-"
     );
     println!(
         "shuffle/collate {:>10.0} {:>8.1} {:>8.1} {:>11.1}",
@@ -197,11 +219,18 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         passes: args.passes,
         seed: args.seed,
         deterministic: args.deterministic,
-        feed: if args.round_robin { FeedMode::RoundRobin } else { FeedMode::Shared },
+        feed: if args.round_robin {
+            FeedMode::RoundRobin
+        } else {
+            FeedMode::Shared
+        },
         capacity: args.capacity,
         ..PipelineConfig::default()
     };
-    let devices: Vec<SimulatedDevice> = steps.iter().map(|&step_time| SimulatedDevice { step_time }).collect();
+    let devices: Vec<SimulatedDevice> = steps
+        .iter()
+        .map(|&step_time| SimulatedDevice { step_time })
+        .collect();
     let show_bars = std::io::stderr().is_terminal();
     let passes = args.passes;
     let plot = args.plot.clone();
@@ -209,14 +238,19 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let sys = actix::System::new();
     let (result, snap, samples) = sys.block_on(async move {
         let mut p = Pipeline::start_with_trainers(config, devices)?;
-        let bars = show_bars.then(|| Bars::new(p.stats().snapshot().devices.len(), pass_records, passes));
+        let bars =
+            show_bars.then(|| Bars::new(p.stats().snapshot().devices.len(), pass_records, passes));
         let bars = Arc::new(Mutex::new(bars));
         let b2 = bars.clone();
-        let timeline = Timeline::start(p.stats().clone(), Duration::from_millis(50), move |_, snap| {
-            if let Some(b) = b2.lock().unwrap().as_ref() {
-                b.update(snap);
-            }
-        });
+        let timeline = Timeline::start(
+            p.stats().clone(),
+            Duration::from_millis(50),
+            move |_, snap| {
+                if let Some(b) = b2.lock().unwrap().as_ref() {
+                    b.update(snap);
+                }
+            },
+        );
         let r = p.finished().await;
         let samples = timeline.stop();
         if let Some(b) = bars.lock().unwrap().take() {
@@ -257,9 +291,11 @@ impl Bars {
             None => ProgressBar::new_spinner(),
         });
         pass.set_style(
-            ProgressStyle::with_template("{prefix:>10} [{bar:40.cyan/blue}] {pos}/{len} records {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:40.cyan/blue}] {pos}/{len} records {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         pass.set_prefix("passes");
         let devices = (0..devices)
@@ -285,12 +321,19 @@ impl Bars {
         let consumed: u64 = s.devices.iter().map(|d| d.records).sum();
         self.pass.set_position(consumed);
         if let Some(n) = self.pass_records {
-            self.pass.set_message(format!("pass {}", (consumed / n.max(1)).min(s.passes_done + 1)));
+            self.pass.set_message(format!(
+                "pass {}",
+                (consumed / n.max(1)).min(s.passes_done + 1)
+            ));
         }
         for (b, d) in self.devices.iter().zip(&s.devices) {
             b.set_position(d.batches);
             let total = (d.busy_s + d.waiting_s).max(1e-12);
-            b.set_message(format!("busy {:.0}%  waiting {:.1}%", 100.0 * d.busy_s / total, 100.0 * d.waiting_s / total));
+            b.set_message(format!(
+                "busy {:.0}%  waiting {:.1}%",
+                100.0 * d.busy_s / total,
+                100.0 * d.waiting_s / total
+            ));
         }
     }
 

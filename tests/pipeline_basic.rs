@@ -7,7 +7,16 @@ use std::collections::HashMap;
 use common::{synth_registry, SynthFormat};
 use feedline_actors::Loader;
 
-fn run(counts: &[u64], readers: usize, devices: usize, passes: u64, batch: usize, shuffle: usize, seed: u64, det: bool) -> Vec<(u64, u64, Vec<i64>)> {
+fn run(
+    counts: &[u64],
+    readers: usize,
+    devices: usize,
+    passes: u64,
+    batch: usize,
+    shuffle: usize,
+    seed: u64,
+    det: bool,
+) -> Vec<(u64, u64, Vec<i64>)> {
     let synth = SynthFormat::with_files(counts).build();
     let specs = synth.specs();
     let loader = Loader::builder()

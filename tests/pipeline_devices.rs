@@ -11,7 +11,15 @@ use std::time::Duration;
 use common::{synth_registry, SynthFormat};
 use feedline_actors::{Delivered, Loader, Pipeline, PipelineConfig, TrainStep};
 
-fn loader(counts: &[u64], readers: usize, devices: usize, passes: u64, seed: u64, rr: bool, det: bool) -> Loader {
+fn loader(
+    counts: &[u64],
+    readers: usize,
+    devices: usize,
+    passes: u64,
+    seed: u64,
+    rr: bool,
+    det: bool,
+) -> Loader {
     let synth = SynthFormat::with_files(counts).build();
     let specs = synth.specs();
     Loader::builder()
@@ -41,7 +49,12 @@ fn consume(loader: Loader, devices: usize) -> Seen {
                 let mut out = Vec::new();
                 for x in it {
                     let x = x.unwrap();
-                    out.push((d, x.pass, x.seq, x.batch.i64("id").unwrap().iter().copied().collect()));
+                    out.push((
+                        d,
+                        x.pass,
+                        x.seq,
+                        x.batch.i64("id").unwrap().iter().copied().collect(),
+                    ));
                     if d == 1 {
                         std::thread::sleep(Duration::from_micros(300)); // a slower device
                     }
@@ -83,7 +96,18 @@ fn every_record_reaches_exactly_one_device_once_per_pass() {
         for devices in [1, 3, 4] {
             for rr in [false, true] {
                 let passes = if readers % 2 == 0 { 3 } else { 1 };
-                let seen = consume(loader(&counts, readers, devices, passes, readers as u64 * 7 + devices as u64, rr, false), devices);
+                let seen = consume(
+                    loader(
+                        &counts,
+                        readers,
+                        devices,
+                        passes,
+                        readers as u64 * 7 + devices as u64,
+                        rr,
+                        false,
+                    ),
+                    devices,
+                );
                 check_exactly_once(&seen, &counts, passes);
                 if rr {
                     for (d, _, seq, _) in &seen {
@@ -116,7 +140,10 @@ struct Recorder {
 
 impl TrainStep for Recorder {
     fn step(&mut self, device: usize, batch: &Delivered) -> Result<(), String> {
-        self.log.lock().unwrap().push((device, batch.pass, batch.batch.len()));
+        self.log
+            .lock()
+            .unwrap()
+            .push((device, batch.pass, batch.batch.len()));
         Ok(())
     }
 }
@@ -145,8 +172,15 @@ fn trainers_inside_an_actix_system_consume_everything() {
     let (result, stats) = r;
     result.unwrap();
     let log = log.lock().unwrap();
-    let per_pass: usize = log.iter().filter(|(_, p, _)| *p == 1).map(|(_, _, n)| n).sum();
+    let per_pass: usize = log
+        .iter()
+        .filter(|(_, p, _)| *p == 1)
+        .map(|(_, _, n)| n)
+        .sum();
     assert_eq!(per_pass, total);
-    assert_eq!(stats.devices.iter().map(|d| d.records).sum::<u64>() as usize, 2 * total);
+    assert_eq!(
+        stats.devices.iter().map(|d| d.records).sum::<u64>() as usize,
+        2 * total
+    );
     assert_eq!(stats.passes_done, 2);
 }

@@ -57,7 +57,10 @@ fn panicking_reader_is_replaced_and_nothing_is_lost_or_repeated() {
                 .fault("f1", 50, Fault::Panic { times: 2 })
                 .fault("f3", 3, Fault::Panic { times: 1 })
                 .build();
-            let loader = builder(synth, readers, 2).deterministic(det).build().unwrap();
+            let loader = builder(synth, readers, 2)
+                .deterministic(det)
+                .build()
+                .unwrap();
             let stats = loader.stats_handle();
             let (per_pass, err) = ids_per_pass(loader);
             assert!(err.is_none(), "{err:?}");
@@ -80,7 +83,10 @@ fn a_reader_that_always_panics_fails_the_pipeline_with_the_place() {
     let (_, err) = ids_per_pass(loader);
     let msg = err.expect("an error").to_string();
     assert!(msg.contains("synth:f1") || msg.contains("f1"), "{msg}");
-    assert!(msg.contains("record 8") || msg.contains("record 12"), "{msg}");
+    assert!(
+        msg.contains("record 8") || msg.contains("record 12"),
+        "{msg}"
+    );
     assert!(msg.contains("panicked"), "{msg}");
 }
 
@@ -92,7 +98,10 @@ fn skip_policy_drops_exactly_the_bad_records_and_lists_them() {
         .fault("f1", 60, Fault::BadRestOfFile)
         .fault("f2", 16, Fault::BadRecord)
         .build();
-    let loader = builder(synth, 2, 2).error_policy(ErrorPolicy::skip()).build().unwrap();
+    let loader = builder(synth, 2, 2)
+        .error_policy(ErrorPolicy::skip())
+        .build()
+        .unwrap();
     let stats = loader.stats_handle();
     let (per_pass, err) = ids_per_pass(loader);
     assert!(err.is_none(), "{err:?}");
@@ -104,8 +113,13 @@ fn skip_policy_drops_exactly_the_bad_records_and_lists_them() {
     }
     let skipped = stats.skipped();
     assert_eq!(skipped.len(), 6, "{skipped:?}"); // 3 places × 2 passes
-    assert!(skipped.iter().any(|s| s.source == "synth:f1" && s.record == 60 && s.rest_of_file && s.offset == Some(6000)));
-    assert!(skipped.iter().any(|s| s.source == "synth:f0" && s.record == 5 && !s.rest_of_file));
+    assert!(skipped.iter().any(|s| s.source == "synth:f1"
+        && s.record == 60
+        && s.rest_of_file
+        && s.offset == Some(6000)));
+    assert!(skipped
+        .iter()
+        .any(|s| s.source == "synth:f0" && s.record == 5 && !s.rest_of_file));
 }
 
 #[test]
@@ -123,7 +137,10 @@ fn skip_policy_budget_fails_once_exceeded() {
         .unwrap();
     let (_, err) = ids_per_pass(loader);
     let msg = err.expect("budget exceeded").to_string();
-    assert!(msg.contains("too many bad records: 4 skipped, budget 3 records"), "{msg}");
+    assert!(
+        msg.contains("too many bad records: 4 skipped, budget 3 records"),
+        "{msg}"
+    );
     assert!(msg.contains("record 50"), "{msg}");
 }
 
@@ -150,7 +167,10 @@ fn fail_policy_gives_every_consumer_the_place() {
         .collect();
     for h in handles {
         let msg = h.join().unwrap().expect("every device sees the error");
-        assert!(msg.contains("synth:f2: record 21, offset 2100: injected bad record"), "{msg}");
+        assert!(
+            msg.contains("synth:f2: record 21, offset 2100: injected bad record"),
+            "{msg}"
+        );
     }
     drop(loader);
 }

@@ -15,14 +15,18 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Threads of pipelines: actix arbiters and the loader's system thread (the
 /// test harness's own threads come and go and are not counted).
 fn threads() -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
     dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
         .filter(|name| name.starts_with("actix-rt") || name.starts_with("feedline"))
         .count()
 }
 
 fn fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Wait (up to 1 s) for the thread count to fall back to `n`.
@@ -64,8 +68,16 @@ fn dropping_the_loader_mid_pass_ends_every_thread() {
         assert!(threads() > before);
         let t0 = Instant::now();
         drop(loader);
-        assert!(t0.elapsed() < Duration::from_secs(1), "drop took {:?}", t0.elapsed());
-        assert!(threads_back_to(before), "threads left: {} > {before}", threads());
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "drop took {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            threads_back_to(before),
+            "threads left: {} > {before}",
+            threads()
+        );
     }
 }
 
@@ -82,8 +94,16 @@ fn early_break_ends_every_thread() {
         }
     }
     assert!(t0.elapsed() < Duration::from_secs(2));
-    assert!(threads_back_to(before), "threads left: {} > {before}", threads());
-    assert!(fds() <= fds_before, "file handles leaked: {} > {fds_before}", fds());
+    assert!(
+        threads_back_to(before),
+        "threads left: {} > {before}",
+        threads()
+    );
+    assert!(
+        fds() <= fds_before,
+        "file handles leaked: {} > {fds_before}",
+        fds()
+    );
 }
 
 #[test]
@@ -98,7 +118,9 @@ fn dropping_the_loader_before_reading_anything() {
 fn the_loader_drops_cleanly_after_an_error() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = threads();
-    let synth = SynthFormat::with_files(&[100, 100]).fault("f1", 40, Fault::BadRecord).build();
+    let synth = SynthFormat::with_files(&[100, 100])
+        .fault("f1", 40, Fault::BadRecord)
+        .build();
     let specs = synth.specs();
     let loader = Loader::builder()
         .registry(synth_registry(synth))
@@ -140,7 +162,10 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
     let sys = actix::System::new();
     let result = sys.block_on(async move {
         let steps = vec![
-            PanickyStep { panic_at: 3, seen: 0 },
+            PanickyStep {
+                panic_at: 3,
+                seen: 0,
+            },
             PanickyStep {
                 panic_at: u64::MAX,
                 seen: 0,
@@ -159,5 +184,9 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
         Err(PipelineError::Trainer { device: 0, message }) => assert!(message.contains("exploded")),
         other => panic!("unexpected {other:?}"),
     }
-    assert!(threads_back_to(before), "threads left: {} > {before}", threads());
+    assert!(
+        threads_back_to(before),
+        "threads left: {} > {before}",
+        threads()
+    );
 }

@@ -141,7 +141,9 @@ impl PipelineConfig {
     /// shuffle pool (+ one chunk) + feed-queue capacity × batch size.
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunks = self.readers * self.chunks_in_flight * (self.chunk_bytes + record_bytes);
-        let pool = self.shuffle_bytes.min(self.shuffle.saturating_add(self.chunk_records) * record_bytes)
+        let pool = self
+            .shuffle_bytes
+            .min(self.shuffle.saturating_add(self.chunk_records) * record_bytes)
             + self.chunk_bytes;
         let lanes = match self.feed {
             FeedMode::Shared => 1,
@@ -153,6 +155,13 @@ impl PipelineConfig {
         };
         // queue + one batch being pushed + one prefetched and one in use per device
         let batches = lanes * self.capacity + 1 + 2 * self.devices;
-        chunks + pool + batches * batch * record_bytes + if self.deterministic { self.reorder_window } else { 0 }
+        chunks
+            + pool
+            + batches * batch * record_bytes
+            + if self.deterministic {
+                self.reorder_window
+            } else {
+                0
+            }
     }
 }

@@ -41,7 +41,12 @@ pub struct FileQueue {
 }
 
 impl FileQueue {
-    pub(crate) fn new(plan: PassPlan, passes: u64, queues: Arc<TaskQueues>, shuffle: Addr<ShuffleBatch>) -> Self {
+    pub(crate) fn new(
+        plan: PassPlan,
+        passes: u64,
+        queues: Arc<TaskQueues>,
+        shuffle: Addr<ShuffleBatch>,
+    ) -> Self {
         FileQueue {
             plan,
             passes,

@@ -68,7 +68,11 @@ impl LoaderBuilder {
 
     /// Batch `k` to device `k mod D` (true) or a shared queue (false, default).
     pub fn round_robin(mut self, yes: bool) -> Self {
-        self.config.feed = if yes { FeedMode::RoundRobin } else { FeedMode::Shared };
+        self.config.feed = if yes {
+            FeedMode::RoundRobin
+        } else {
+            FeedMode::Shared
+        };
         self
     }
 
@@ -166,7 +170,9 @@ pub struct Loader {
 
 impl std::fmt::Debug for Loader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loader").field("schema", &self.schema).finish()
+        f.debug_struct("Loader")
+            .field("schema", &self.schema)
+            .finish()
     }
 }
 
@@ -272,7 +278,8 @@ impl Loader {
     }
 
     fn pop(&self, consumer: usize) -> Result<Popped, PipelineError> {
-        futures::executor::block_on(self.feed.send(Pop { consumer })).unwrap_or(Err(PipelineError::Stopped))
+        futures::executor::block_on(self.feed.send(Pop { consumer }))
+            .unwrap_or(Err(PipelineError::Stopped))
     }
 
     fn next_merged(&mut self) -> Option<Result<Delivered, PipelineError>> {

@@ -36,7 +36,9 @@ pub struct Pipeline {
 }
 
 /// Check the settings, expand the inputs and settle the schema.
-pub(crate) fn prepare(mut config: PipelineConfig) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
+pub(crate) fn prepare(
+    mut config: PipelineConfig,
+) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
     let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
     if config.readers == 0 {
         return bad("readers must be at least 1");
@@ -96,11 +98,15 @@ impl Pipeline {
     /// Start a pipeline whose devices are driven by these steps, one
     /// [`Trainer`] actor (and OS thread) per step; `config.devices` is set
     /// to their number.
-    pub fn start_with_trainers<S: TrainStep>(mut config: PipelineConfig, steps: Vec<S>) -> Result<Pipeline, PipelineError> {
+    pub fn start_with_trainers<S: TrainStep>(
+        mut config: PipelineConfig,
+        steps: Vec<S>,
+    ) -> Result<Pipeline, PipelineError> {
         if !steps.is_empty() {
             config.devices = steps.len();
         }
         let (config, schema, plan) = prepare(config)?;
+        let batcher = feedline::batcher::Batcher::new(config.batch.clone(), config.drop_last)?;
         let config = Arc::new(config);
         let arbiters = Arbiters::default();
         let stats = Stats::new(config.devices, config.readers, config.capacity);
@@ -115,21 +121,32 @@ impl Pipeline {
         let queues = Arc::new(TaskQueues::default());
         let mut file_queue_addr = None;
         let supervisor = {
-            let (config, schema, stats, feed, arbiters) =
-                (config.clone(), schema.clone(), stats.clone(), feed.clone(), arbiters.clone());
+            let (config, schema, stats, feed, arbiters) = (
+                config.clone(),
+                schema.clone(),
+                stats.clone(),
+                feed.clone(),
+                arbiters.clone(),
+            );
             let fq_slot = &mut file_queue_addr;
             let trainers = steps.len();
             Supervisor::create(move |ctx| {
                 let me = ctx.address();
                 let sb_arbiter = arbiters.new_arbiter();
                 let shuffle = {
-                    let (config, schema, feed, stats, me) =
-                        (config.clone(), schema.clone(), feed.clone(), stats.clone(), me.clone());
+                    let (config, schema, feed, stats, me) = (
+                        config.clone(),
+                        schema.clone(),
+                        feed.clone(),
+                        stats.clone(),
+                        me.clone(),
+                    );
                     ShuffleBatch::start_in_arbiter(&sb_arbiter, move |_| {
-                        ShuffleBatch::new(config, schema, feed, me, stats)
+                        ShuffleBatch::new(config, schema, batcher, feed, me, stats)
                     })
                 };
-                let file_queue = FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone()).start();
+                let file_queue =
+                    FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone()).start();
                 *fq_slot = Some(file_queue.clone());
                 let readers = (0..config.readers)
                     .map(|_| (arbiters.new_arbiter(), None))
@@ -158,7 +175,9 @@ impl Pipeline {
             let (feed, sup, stats) = (feed.clone(), supervisor.clone(), stats.clone());
             Trainer::start_in_arbiter(&h, move |_| Trainer::new(device, step, feed, sup, stats));
         }
-        file_queue_addr.expect("created with the supervisor").do_send(StartPasses);
+        file_queue_addr
+            .expect("created with the supervisor")
+            .do_send(StartPasses);
         Ok(Pipeline {
             feed,
             supervisor,
@@ -220,7 +239,16 @@ impl Pipeline {
         self.arbiters.stop_and_join();
     }
 
-    pub(crate) fn parts(&self) -> (Addr<FeedQueue>, Addr<Supervisor>, Stats, Schema, Arbiters, Arc<PipelineConfig>) {
+    pub(crate) fn parts(
+        &self,
+    ) -> (
+        Addr<FeedQueue>,
+        Addr<Supervisor>,
+        Stats,
+        Schema,
+        Arbiters,
+        Arc<PipelineConfig>,
+    ) {
         (
             self.feed.clone(),
             self.supervisor.clone(),

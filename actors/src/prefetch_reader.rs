@@ -127,7 +127,11 @@ impl PrefetchReader {
 
     fn mark_busy(&mut self) {
         if let Some(t) = self.idle_since.take() {
-            self.stats.inner.readers.idle_ns.fetch_add(ns(t.elapsed()), std::sync::atomic::Ordering::Relaxed);
+            self.stats
+                .inner
+                .readers
+                .idle_ns
+                .fetch_add(ns(t.elapsed()), std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -199,7 +203,8 @@ impl PrefetchReader {
         let mut chunk = Chunk::with_capacity(&self.schema, cfg.chunk_records.min(4096));
         let t0 = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            cur.reader.read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+            cur.reader
+                .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
         }));
         self.stats
             .inner
@@ -213,7 +218,8 @@ impl PrefetchReader {
                 self.panicked(ctx, task, panic_message(panic));
             }
             Ok(Ok(n)) => {
-                let end = n == 0 || (n < cfg.chunk_records && chunk.payload_bytes() < cfg.chunk_bytes);
+                let end =
+                    n == 0 || (n < cfg.chunk_records && chunk.payload_bytes() < cfg.chunk_bytes);
                 self.send_chunk(ctx, chunk, end);
             }
             Ok(Err(e)) => {
@@ -264,12 +270,29 @@ impl PrefetchReader {
             } => {
                 log::warn!(
                     "skipping {}: {e}",
-                    if rest_of_file { "the rest of a file" } else { "a bad record" }
+                    if rest_of_file {
+                        "the rest of a file"
+                    } else {
+                        "a bad record"
+                    }
                 );
-                let bad = self.stats.skip(SkippedRecord::new(loc, &task.task.file, record, rest_of_file, e.to_string()));
-                let read = self.stats.inner.readers.records.load(std::sync::atomic::Ordering::Relaxed) + bad;
+                let bad = self.stats.skip(SkippedRecord::new(
+                    loc,
+                    &task.task.file,
+                    record,
+                    rest_of_file,
+                    e.to_string(),
+                ));
+                let read = self
+                    .stats
+                    .inner
+                    .readers
+                    .records
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    + bad;
                 let over_count = max_bad.is_some_and(|m| bad > m);
-                let over_fraction = max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
+                let over_fraction =
+                    max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
                 if over_count || over_fraction {
                     let budget = match (max_bad, max_bad_fraction) {
                         (Some(m), Some(f)) => format!("{m} records or {:.3}%", f * 100.0),
@@ -360,11 +383,10 @@ impl PrefetchReader {
             .readers
             .records
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        self.stats
-            .inner
-            .readers
-            .bytes
-            .fetch_add(msg.chunk.payload_bytes() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.stats.inner.readers.bytes.fetch_add(
+            msg.chunk.payload_bytes() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.in_flight += 1;
         self.shuffle.do_send(msg);
         if !last {
@@ -394,7 +416,10 @@ fn filter_stride(chunk: Chunk, stride: &RecordStride) -> Chunk {
     if stride.step <= 1 && stride.offset == 0 {
         return chunk;
     }
-    let mut out = Chunk::with_capacity(chunk.schema(), chunk.len() / stride.step.max(1) as usize + 1);
+    let mut out = Chunk::with_capacity(
+        chunk.schema(),
+        chunk.len() / stride.step.max(1) as usize + 1,
+    );
     for i in 0..chunk.len() {
         if stride.keeps(chunk.origins()[i].record) {
             out.extend_rows(&chunk, i, i + 1);

@@ -22,7 +22,9 @@ use feedline::{collate_rows, Chunk, RowRef, Schema};
 use crate::config::{FeedMode, PipelineConfig};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
-use crate::messages::{ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, Push, QueueItem, Shutdown};
+use crate::messages::{
+    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, Push, QueueItem, Shutdown,
+};
 use crate::stats::{ns, Stats};
 use crate::supervisor::Supervisor;
 
@@ -56,26 +58,26 @@ pub struct ShuffleBatch {
     failed: bool,
 }
 
-/// Seed of the shuffle for pass `pass`.
-pub(crate) fn pass_seed(seed: u64, pass: u64) -> u64 {
-    seed ^ pass.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 impl ShuffleBatch {
+    /// The shuffle buffer of these settings (drawing for pass 0).
+    pub(crate) fn buffer(config: &PipelineConfig) -> ShuffleBuffer {
+        ShuffleBuffer::new(ShuffleConfig {
+            pool_size: config.shuffle,
+            min_pool_size: config.min_pool,
+            max_bytes: config.shuffle_bytes,
+            seed: config.seed,
+        })
+    }
+
     pub(crate) fn new(
         config: Arc<PipelineConfig>,
         schema: Schema,
+        batcher: Batcher,
         feed: Addr<FeedQueue>,
         supervisor: Addr<Supervisor>,
         stats: Stats,
     ) -> Self {
-        let buffer = ShuffleBuffer::new(ShuffleConfig {
-            pool_size: config.shuffle,
-            min_pool_size: config.min_pool,
-            max_bytes: config.shuffle_bytes,
-            seed: pass_seed(config.seed, 0),
-        });
-        let batcher = Batcher::new(config.batch.clone(), config.drop_last);
+        let buffer = Self::buffer(&config);
         let lanes = match config.feed {
             FeedMode::Shared => 1,
             FeedMode::RoundRobin => config.devices.max(1),
@@ -108,7 +110,11 @@ impl ShuffleBatch {
             return;
         }
         self.pass_records += chunk.len() as u64;
-        self.stats.inner.shuffle.records.fetch_add(chunk.len() as u64, Relaxed);
+        self.stats
+            .inner
+            .shuffle
+            .records
+            .fetch_add(chunk.len() as u64, Relaxed);
         self.stats
             .inner
             .shuffle
@@ -145,7 +151,8 @@ impl ShuffleBatch {
             Err(e) => {
                 log::error!("collation failed: {e}");
                 self.failed = true;
-                self.supervisor.do_send(crate::supervisor::PipelineFailed(e.into()));
+                self.supervisor
+                    .do_send(crate::supervisor::PipelineFailed(e.into()));
             }
         }
     }
@@ -154,6 +161,7 @@ impl ShuffleBatch {
     /// holding the mailbox until done. One `ctx.wait` per handler: actix runs
     /// several waiting futures last-in-first-out.
     fn flush_out(&mut self, ctx: &mut Context<Self>, close: bool) {
+        self.idle_since = Instant::now();
         if self.out.is_empty() && !close {
             return;
         }
@@ -176,7 +184,13 @@ impl ShuffleBatch {
             }
             .into_actor(self)
             .map(move |res, act, ctx| {
-                act.stats.inner.shuffle.blocked_ns.fetch_add(ns(t0.elapsed()), Relaxed);
+                act.stats
+                    .inner
+                    .shuffle
+                    .blocked_ns
+                    .fetch_add(ns(t0.elapsed()), Relaxed);
+                // Waiting for the queue is not waiting for input.
+                act.idle_since = Instant::now();
                 if res.is_err() {
                     // The queue failed or stopped: nothing more to do here.
                     act.failed = true;
@@ -258,7 +272,7 @@ impl ShuffleBatch {
         self.pass = pass + 1;
         self.seq = 0;
         self.pass_records = 0;
-        self.buffer.reseed(pass_seed(self.config.seed, pass + 1));
+        self.buffer.start_pass(pass + 1);
     }
 }
 
@@ -282,7 +296,9 @@ impl Handler<ChunkMsg> for ShuffleBatch {
         if !self.config.deterministic {
             msg.ack.do_send(ChunkAck);
             self.accept(msg.chunk);
-        } else if msg.pass == self.pass && (msg.file_seq, msg.chunk_seq) == (self.next_file, self.next_chunk) {
+        } else if msg.pass == self.pass
+            && (msg.file_seq, msg.chunk_seq) == (self.next_file, self.next_chunk)
+        {
             msg.ack.do_send(ChunkAck);
             self.advance(msg.last);
             self.accept(msg.chunk);
@@ -305,9 +321,12 @@ impl Handler<ChunkMsg> for ShuffleBatch {
                 },
             );
         }
-        self.stats.inner.shuffle.busy_ns.fetch_add(ns(t0.elapsed()), Relaxed);
+        self.stats
+            .inner
+            .shuffle
+            .busy_ns
+            .fetch_add(ns(t0.elapsed()), Relaxed);
         self.flush_out(ctx, false);
-        self.idle_since = Instant::now();
     }
 }
 
@@ -317,10 +336,13 @@ impl Handler<EndOfPass> for ShuffleBatch {
     fn handle(&mut self, msg: EndOfPass, ctx: &mut Context<Self>) {
         let t0 = Instant::now();
         self.end_pass(msg.0);
-        self.stats.inner.shuffle.busy_ns.fetch_add(ns(t0.elapsed()), Relaxed);
+        self.stats
+            .inner
+            .shuffle
+            .busy_ns
+            .fetch_add(ns(t0.elapsed()), Relaxed);
         let last = msg.0 + 1 >= self.config.passes;
         self.flush_out(ctx, last);
-        self.idle_since = Instant::now();
     }
 }
 

@@ -48,7 +48,13 @@ pub struct SkippedRecord {
 }
 
 impl SkippedRecord {
-    pub(crate) fn new(loc: Option<&Location>, source: &str, record: u64, rest_of_file: bool, error: String) -> Self {
+    pub(crate) fn new(
+        loc: Option<&Location>,
+        source: &str,
+        record: u64,
+        rest_of_file: bool,
+        error: String,
+    ) -> Self {
         SkippedRecord {
             source: source.to_string(),
             record: loc.map_or(record, |l| l.record),
@@ -172,7 +178,11 @@ impl Stats {
                     records: c.records.load(Relaxed),
                     busy_s: busy,
                     waiting_s: wait,
-                    waiting_fraction: if busy + wait > 0.0 { wait / (busy + wait) } else { 0.0 },
+                    waiting_fraction: if busy + wait > 0.0 {
+                        wait / (busy + wait)
+                    } else {
+                        0.0
+                    },
                 }
             })
             .collect();

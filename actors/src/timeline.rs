@@ -115,8 +115,11 @@ fn interval_sample(a: &StatsSnapshot, b: &StatsSnapshot) -> Sample {
             .collect(),
         queue_depth: b.feed_queue_depth,
         queue_capacity: b.feed_queue_capacity,
-        readers_busy: ((b.readers.busy * b.elapsed_s - a.readers.busy * a.elapsed_s) / dt).clamp(0.0, 1.0),
-        shuffle_busy: ((b.shuffle_batch.busy * b.elapsed_s - a.shuffle_batch.busy * a.elapsed_s) / dt).clamp(0.0, 1.0),
+        readers_busy: ((b.readers.busy * b.elapsed_s - a.readers.busy * a.elapsed_s) / dt)
+            .clamp(0.0, 1.0),
+        shuffle_busy: ((b.shuffle_batch.busy * b.elapsed_s - a.shuffle_batch.busy * a.elapsed_s)
+            / dt)
+            .clamp(0.0, 1.0),
         records_per_s: (b.readers.records.saturating_sub(a.readers.records)) as f64 / dt,
     }
 }

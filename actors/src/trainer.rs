@@ -58,7 +58,13 @@ pub struct Trainer<S: TrainStep> {
 }
 
 impl<S: TrainStep> Trainer<S> {
-    pub(crate) fn new(device: usize, step: S, feed: Addr<FeedQueue>, supervisor: Addr<Supervisor>, stats: Stats) -> Self {
+    pub(crate) fn new(
+        device: usize,
+        step: S,
+        feed: Addr<FeedQueue>,
+        supervisor: Addr<Supervisor>,
+        stats: Stats,
+    ) -> Self {
         Trainer {
             device,
             step,
@@ -70,7 +76,9 @@ impl<S: TrainStep> Trainer<S> {
     }
 
     fn request(&mut self, ctx: &mut Context<Self>) {
-        let fut = self.feed.send(Pop { consumer: self.device });
+        let fut = self.feed.send(Pop {
+            consumer: self.device,
+        });
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
             let popped = match res {
                 Ok(r) => r,
@@ -93,7 +101,8 @@ impl<S: TrainStep> Trainer<S> {
             Ok(Popped::Batch(d)) => {
                 let counters = self.stats.device(self.device);
                 if let Some(c) = counters {
-                    c.wait_ns.fetch_add(ns(self.waiting_since.elapsed()), Relaxed);
+                    c.wait_ns
+                        .fetch_add(ns(self.waiting_since.elapsed()), Relaxed);
                 }
                 // Ask for the next batch before working on this one.
                 self.request(ctx);

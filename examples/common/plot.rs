@@ -21,7 +21,12 @@ fn register_font() {
 }
 
 /// Draw `draw` on an SVG or PNG file of `size` pixels, chosen by extension.
-fn with_area(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> PlotResult, draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> PlotResult) -> PlotResult {
+fn with_area(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> PlotResult,
+    draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> PlotResult,
+) -> PlotResult {
     register_font();
     match path.extension().and_then(|e| e.to_str()) {
         Some("png") => {
@@ -41,10 +46,19 @@ fn with_area(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<SVGBa
 
 /// Device utilisation (busy %) per device, and feed-queue depth, over time.
 pub fn timeline(path: &Path, samples: &[Sample], title: &str) -> PlotResult {
-    with_area(path, (1100, 720), |a| draw_timeline(a, samples, title), |a| draw_timeline(a, samples, title))
+    with_area(
+        path,
+        (1100, 720),
+        |a| draw_timeline(a, samples, title),
+        |a| draw_timeline(a, samples, title),
+    )
 }
 
-fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, samples: &[Sample], title: &str) -> PlotResult
+fn draw_timeline<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    samples: &[Sample],
+    title: &str,
+) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
@@ -58,7 +72,10 @@ where
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .caption("device utilisation (busy % per sampling interval)", ("sans-serif", 18))
+        .caption(
+            "device utilisation (busy % per sampling interval)",
+            ("sans-serif", 18),
+        )
         .build_cartesian_2d(0.0..t_end, 0.0..105.0)?;
     chart
         .configure_mesh()
@@ -74,17 +91,30 @@ where
                 color.stroke_width(2),
             ))?
             .label(format!("device {d}"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
     }
     let stage = |name: &'static str, color: RGBColor, f: fn(&Sample) -> f64| (name, color, f);
     for (name, color, f) in [
-        stage("readers busy % (per reader)", RGBColor(120, 120, 120), |s| 100.0 * s.readers_busy),
+        stage(
+            "readers busy % (per reader)",
+            RGBColor(120, 120, 120),
+            |s| 100.0 * s.readers_busy,
+        ),
         stage("shuffle/collate busy %", BLACK, |s| 100.0 * s.shuffle_busy),
     ] {
         chart
-            .draw_series(DashedLineSeries::new(samples.iter().map(|s| (s.t, f(s))), 6, 4, color.stroke_width(1)))?
+            .draw_series(DashedLineSeries::new(
+                samples.iter().map(|s| (s.t, f(s))),
+                6,
+                4,
+                color.stroke_width(1),
+            ))?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(1)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(1))
+            });
     }
     chart
         .configure_series_labels()
@@ -94,13 +124,21 @@ where
         .position(SeriesLabelPosition::LowerRight)
         .draw()?;
 
-    let cap = samples.iter().map(|s| s.queue_capacity).max().unwrap_or(1).max(1) as f64;
+    let cap = samples
+        .iter()
+        .map(|s| s.queue_capacity)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let max_depth = samples.iter().map(|s| s.queue_depth).max().unwrap_or(0) as f64;
     let mut q = ChartBuilder::on(&bottom)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .caption("feed queue depth (batches); 0 = devices starved, capacity = loader ahead", ("sans-serif", 18))
+        .caption(
+            "feed queue depth (batches); 0 = devices starved, capacity = loader ahead",
+            ("sans-serif", 18),
+        )
         .build_cartesian_2d(0.0..t_end, 0.0..(cap.max(max_depth) * 1.1 + 0.5))?;
     q.configure_mesh()
         .x_desc("time since start (s)")
@@ -132,15 +170,28 @@ where
 
 /// Records/s against reader count, per file set, with the linear ideal.
 pub fn scaling(path: &Path, series: &[(String, Vec<(usize, f64)>)], title: &str) -> PlotResult {
-    with_area(path, (900, 600), |a| draw_scaling(a, series, title), |a| draw_scaling(a, series, title))
+    with_area(
+        path,
+        (900, 600),
+        |a| draw_scaling(a, series, title),
+        |a| draw_scaling(a, series, title),
+    )
 }
 
-fn draw_scaling<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, series: &[(String, Vec<(usize, f64)>)], title: &str) -> PlotResult
+fn draw_scaling<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    series: &[(String, Vec<(usize, f64)>)],
+    title: &str,
+) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let max_r = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.0)).max().unwrap_or(1) as f64;
+    let max_r = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.0))
+        .max()
+        .unwrap_or(1) as f64;
     let max_y = series
         .iter()
         .flat_map(|(_, v)| {
@@ -163,10 +214,18 @@ where
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(pts.iter().map(|&(r, y)| (r as f64, y)), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(r, y)| (r as f64, y)),
+                color.stroke_width(2),
+            ))?
             .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
-        chart.draw_series(pts.iter().map(|&(r, y)| Circle::new((r as f64, y), 4, color.filled())))?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
+        chart.draw_series(
+            pts.iter()
+                .map(|&(r, y)| Circle::new((r as f64, y), 4, color.filled())),
+        )?;
         if let Some(&(r0, y0)) = pts.first() {
             let per = y0 / r0 as f64;
             let c2 = color.mix(0.5);
@@ -178,7 +237,9 @@ where
                     c2.stroke_width(1),
                 ))?
                 .label(format!("{name}: linear"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c2.stroke_width(1)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c2.stroke_width(1))
+                });
         }
     }
     chart

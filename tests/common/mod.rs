@@ -60,7 +60,11 @@ impl SynthFormat {
     }
 
     pub fn fault(mut self, file: &str, record: u64, fault: Fault) -> Self {
-        self.files.get_mut(file).expect("file").faults.insert(record, fault);
+        self.files
+            .get_mut(file)
+            .expect("file")
+            .faults
+            .insert(record, fault);
         self
     }
 
@@ -106,11 +110,12 @@ impl Format for SynthFormat {
     }
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
         let name = path.to_string_lossy().to_string();
-        let file = self
-            .files
-            .get(&name)
-            .cloned()
-            .ok_or_else(|| Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such synthetic file")))?;
+        let file = self.files.get(&name).cloned().ok_or_else(|| {
+            Error::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such synthetic file"),
+            )
+        })?;
         Ok(Box::new(SynthReader {
             source: SourceId::intern(&format!("synth:{name}")),
             name,
@@ -149,7 +154,9 @@ impl RecordReader for SynthReader {
             }
             Some(Fault::Panic { .. }) => {
                 let c = &self.panics[&(self.name.clone(), i)];
-                if c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok() {
+                if c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+                    .is_ok()
+                {
                     panic!("injected panic at record {i}");
                 }
             }

@@ -12,7 +12,7 @@ use feedline::gen::{generate, GenOptions, Preset};
 /// Anything that can fail with a message.
 pub type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct FormatArgs {
     /// Format of every file (default: from a FORMAT: prefix or the extension).
     #[arg(long)]
@@ -159,12 +159,19 @@ pub fn inspect(args: InspectArgs) -> AnyResult<ExitCode> {
         writeln!(out)?;
     } else {
         for r in &reports {
-            writeln!(out, "{} ({}): {} records, {} bytes", r.path, r.format, r.records, r.bytes)?;
+            writeln!(
+                out,
+                "{} ({}): {} records, {} bytes",
+                r.path, r.format, r.records, r.bytes
+            )?;
             for (name, f) in &r.fields {
                 let shape = if f.min_len == f.max_len && f.records == r.records {
                     format!("[{}]", f.min_len)
                 } else {
-                    format!("[?] (length {}..={}, in {} records)", f.min_len, f.max_len, f.records)
+                    format!(
+                        "[?] (length {}..={}, in {} records)",
+                        f.min_len, f.max_len, f.records
+                    )
                 };
                 writeln!(out, "  {name}: {} {shape}", f.kind)?;
             }
@@ -174,7 +181,11 @@ pub fn inspect(args: InspectArgs) -> AnyResult<ExitCode> {
             }
         }
     }
-    Ok(if any_bad { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if any_bad {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 #[derive(Args)]

@@ -12,7 +12,10 @@ use clap::Args;
 use feedline::batcher::BatchPolicy;
 use feedline::plan::Shard;
 use feedline::Schema;
-use feedline_actors::{Delivered, ErrorPolicy, FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot, TrainStep};
+use feedline_actors::{
+    Delivered, ErrorPolicy, FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot,
+    TrainStep,
+};
 
 use crate::files::{AnyResult, FormatArgs};
 
@@ -87,7 +90,11 @@ impl PipelineArgs {
             shard.world_size = w;
         }
         if shard.rank >= shard.world_size {
-            return Err(format!("rank {} must be below world size {}", shard.rank, shard.world_size).into());
+            return Err(format!(
+                "rank {} must be below world size {}",
+                shard.rank, shard.world_size
+            )
+            .into());
         }
         let error_policy = match self.on_error.as_str() {
             "fail" => ErrorPolicy::Fail,
@@ -114,7 +121,11 @@ impl PipelineArgs {
             seed: self.seed,
             deterministic: self.deterministic,
             devices,
-            feed: if self.round_robin { FeedMode::RoundRobin } else { FeedMode::Shared },
+            feed: if self.round_robin {
+                FeedMode::RoundRobin
+            } else {
+                FeedMode::Shared
+            },
             capacity: self.capacity,
             error_policy,
             shard,
@@ -152,8 +163,12 @@ struct TracingDevice {
 impl TrainStep for TracingDevice {
     fn step(&mut self, device: usize, d: &Delivered) -> Result<(), String> {
         if let Some(t) = &self.trace {
-            let records: Vec<(std::sync::Arc<str>, u64)> =
-                d.batch.origins().iter().map(|o| (o.source.name(), o.record)).collect();
+            let records: Vec<(std::sync::Arc<str>, u64)> = d
+                .batch
+                .origins()
+                .iter()
+                .map(|o| (o.source.name(), o.record))
+                .collect();
             let line = serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records});
             let mut w = t.lock().map_err(|_| "trace writer poisoned".to_string())?;
             serde_json::to_writer(&mut *w, &line).map_err(|e| e.to_string())?;
