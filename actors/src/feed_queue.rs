@@ -11,18 +11,24 @@
 //! lane, and before any batch of the next pass it takes.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
 
 use crate::error::PipelineError;
 use crate::messages::{CloseQueue, Fail, Pop, Popped, Push, QueueItem, Shutdown};
-use crate::stats::Stats;
+use crate::stats::{ns, Stats};
 
 struct Lane {
     items: VecDeque<QueueItem>,
     pushes: VecDeque<(QueueItem, oneshot::Sender<Result<(), PipelineError>>)>,
-    pops: VecDeque<(usize, oneshot::Sender<Result<Popped, PipelineError>>)>,
+    pops: VecDeque<(
+        usize,
+        Instant,
+        oneshot::Sender<Result<Popped, PipelineError>>,
+    )>,
     /// End-of-pass markers that left the head of this lane.
     ends: u64,
 }
@@ -48,10 +54,20 @@ pub struct FeedQueue {
     closed: bool,
     failed: Option<PipelineError>,
     stats: Stats,
+    /// Consumers pop by themselves (no trainer actors): account their time
+    /// here — waiting from a `Pop` to its answer, busy from an answer to the next `Pop`.
+    account: bool,
+    last_answer: Vec<Option<Instant>>,
 }
 
 impl FeedQueue {
-    pub(crate) fn new(consumers: usize, capacity: usize, round_robin: bool, stats: Stats) -> Self {
+    pub(crate) fn new(
+        consumers: usize,
+        capacity: usize,
+        round_robin: bool,
+        stats: Stats,
+        account: bool,
+    ) -> Self {
         let lanes = if round_robin { consumers.max(1) } else { 1 };
         FeedQueue {
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
@@ -61,6 +77,37 @@ impl FeedQueue {
             closed: false,
             failed: None,
             stats,
+            account,
+            last_answer: vec![None; consumers.max(1)],
+        }
+    }
+
+    /// Consumer `c` asked at `asked` and is answered now.
+    fn answered(&mut self, c: usize, asked: Instant, batch: Option<usize>) {
+        if !self.account {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(d) = self.stats.device(c) {
+            d.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            if let Some(records) = batch {
+                d.batches.fetch_add(1, Relaxed);
+                d.records.fetch_add(records as u64, Relaxed);
+            }
+        }
+        if c >= self.last_answer.len() {
+            self.last_answer.resize(c + 1, None);
+        }
+        self.last_answer[c] = Some(now);
+    }
+
+    /// Consumer `c` asks again: the time since its last answer was work.
+    fn asked(&mut self, c: usize, now: Instant) {
+        if !self.account {
+            return;
+        }
+        if let (Some(Some(t)), Some(d)) = (self.last_answer.get(c), self.stats.device(c)) {
+            d.busy_ns.fetch_add(ns(now - *t), Relaxed);
         }
     }
 
@@ -117,10 +164,15 @@ impl FeedQueue {
                     None => break,
                 }
             }
-            while let Some(&(c, _)) = self.lanes[lane].pops.front() {
+            while let Some(&(c, asked, _)) = self.lanes[lane].pops.front() {
                 match self.take(c) {
                     Some(r) => {
-                        let (_, tx) = self.lanes[lane].pops.pop_front().expect("front exists");
+                        let (_, _, tx) = self.lanes[lane].pops.pop_front().expect("front exists");
+                        let records = match &r {
+                            Ok(Popped::Batch(b)) => Some(b.batch.len()),
+                            _ => None,
+                        };
+                        self.answered(c, asked, records);
                         if let Err(Ok(Popped::Batch(b))) = tx.send(r) {
                             // The consumer went away: put the batch back so nothing is lost.
                             self.lanes[lane].items.push_front(QueueItem::Batch(b));
@@ -140,7 +192,7 @@ impl FeedQueue {
     fn fail_all(&mut self) {
         for lane in 0..self.lanes.len() {
             let pops: Vec<_> = self.lanes[lane].pops.drain(..).collect();
-            for (c, tx) in pops {
+            for (c, _, tx) in pops {
                 let r = self.take(c).unwrap_or(Err(PipelineError::Stopped));
                 let _ = tx.send(r);
             }
@@ -183,15 +235,22 @@ impl Handler<Pop> for FeedQueue {
     type Result = ResponseFuture<Result<Popped, PipelineError>>;
 
     fn handle(&mut self, msg: Pop, _: &mut Context<Self>) -> Self::Result {
+        let now = Instant::now();
+        self.asked(msg.consumer, now);
         let lane = self.lane_of(msg.consumer);
         if self.lanes[lane].pops.is_empty() {
             if let Some(r) = self.take(msg.consumer) {
+                let records = match &r {
+                    Ok(Popped::Batch(b)) => Some(b.batch.len()),
+                    _ => None,
+                };
+                self.answered(msg.consumer, now, records);
                 self.settle(lane);
                 return Box::pin(async move { r });
             }
         }
         let (tx, rx) = oneshot::channel();
-        self.lanes[lane].pops.push_back((msg.consumer, tx));
+        self.lanes[lane].pops.push_back((msg.consumer, now, tx));
         self.settle(lane);
         Box::pin(async move { rx.await.unwrap_or(Err(PipelineError::Stopped)) })
     }

@@ -115,6 +115,7 @@ impl Pipeline {
             config.capacity,
             config.feed == FeedMode::RoundRobin,
             stats.clone(),
+            steps.is_empty(),
         )
         .start();
         let (done_tx, done_rx) = oneshot::channel();

@@ -319,7 +319,12 @@ impl StatsSnapshot {
         }
         let r = self.readers.busy;
         let s = self.shuffle_batch.busy;
-        if r < 0.5 && s < 0.5 && self.shuffle_batch.blocked > 0.5 {
+        let full = self.feed_queue_mean_depth >= 0.5 * self.feed_queue_capacity as f64;
+        if full && self.shuffle_batch.blocked > 0.5 {
+            // The loader is ahead and waits for the consumers to take batches.
+            Bottleneck::Devices
+        } else if r < 0.5 && s < 0.5 && self.shuffle_batch.blocked > 0.5 {
+            // Nobody busy, queue not full: the hand-off itself limits.
             Bottleneck::FeedQueue
         } else if r >= s {
             Bottleneck::Readers

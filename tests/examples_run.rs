@@ -1,0 +1,112 @@
+//! Every example runs to completion with small settings and exits 0, and
+//! prints what a user reads: the tables, the bottleneck, the speed-ups.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// target/<profile>/examples/<name>, next to this test's own binary.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not built (cargo test builds examples)",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str]) -> String {
+    let out = Command::new(example(name)).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn multi_gpu_runs_and_names_the_bottleneck() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("timeline.svg");
+    let png = dir.path().join("timeline.png");
+    let out = run(
+        "multi_gpu",
+        &[
+            "--gen-files",
+            "2",
+            "--gen-records",
+            "2048",
+            "--step-ms",
+            "3",
+            "--batch",
+            "64",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("waiting-for-data %"), "{out}");
+    assert!(out.contains("bottleneck: devices"), "{out}");
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg_text.contains("<svg")
+            && svg_text.contains("device 0")
+            && svg_text.contains("time since start")
+    );
+    let out = run(
+        "multi_gpu",
+        &[
+            "--gen-files",
+            "2",
+            "--gen-records",
+            "2048",
+            "--step-ms",
+            "0",
+            "--devices",
+            "2",
+            "--plot",
+            png.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("bottleneck: "), "{out}");
+    assert!(!out.contains("bottleneck: devices"), "{out}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}
+
+#[test]
+fn actix_embed_runs() {
+    let out = run("actix_embed", &["--passes", "1", "--step-ms", "0"]);
+    assert!(out.contains("worker 0: done"), "{out}");
+    assert!(out.contains("worker 1: done"), "{out}");
+}
+
+#[test]
+fn scaling_runs() {
+    let out = run(
+        "scaling",
+        &[
+            "--gen-files",
+            "4",
+            "--gen-records",
+            "512",
+            "--open-ms",
+            "2",
+            "--mib-ms",
+            "2",
+            "--readers",
+            "1,2",
+        ],
+    );
+    assert!(out.contains("speed-up"), "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(['1', '2']))
+            .count(),
+        2,
+        "{out}"
+    );
+}
