@@ -64,13 +64,7 @@ pub(crate) fn prepare(
     }
     let schema = match &config.schema {
         Some(s) => s.clone(),
-        None => {
-            let s = config
-                .registry
-                .infer_schema(&config.files[0], config.format.as_deref(), 64)?;
-            log::info!("schema inferred from {}: {s}", config.files[0]);
-            s
-        }
+        None => infer_schema(&config)?,
     };
     let plan = PassPlan::new(config.files.clone())
         .seed(config.seed)
@@ -86,6 +80,30 @@ pub(crate) fn prepare(
         )));
     }
     Ok((config, schema, plan))
+}
+
+/// Infer the schema from the first file that has a readable record (files
+/// that are empty or bad from their first record are passed over).
+fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
+    let mut first_error = None;
+    for file in &config.files {
+        match config
+            .registry
+            .infer_schema(file, config.format.as_deref(), 64)
+        {
+            Ok(s) => {
+                log::info!("schema inferred from {file}: {s}");
+                return Ok(s);
+            }
+            Err(e) => {
+                log::debug!("no schema from {file}: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error
+        .map(PipelineError::from)
+        .unwrap_or_else(|| PipelineError::Config("no input files".into())))
 }
 
 impl Pipeline {

@@ -281,14 +281,24 @@ impl Registry {
         f.open(&path, &opts)
     }
 
-    /// Read up to `n` records of `spec` and infer a schema from them.
+    /// Read up to `n` records of `spec` and infer a schema from them. A bad
+    /// record ends the sample (the records before it are used); an error
+    /// before any record is returned.
     pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
         let mut r = self.open(spec, explicit, &OpenOptions::default())?;
         let mut recs = Vec::new();
         while recs.len() < n {
-            match r.next_record()? {
-                Some(rec) => recs.push(rec),
-                None => break,
+            match r.next_record() {
+                Ok(Some(rec)) => recs.push(rec),
+                Ok(None) => break,
+                Err(e) if !recs.is_empty() => {
+                    log::warn!(
+                        "schema inferred from the {} records before: {e}",
+                        recs.len()
+                    );
+                    break;
+                }
+                Err(e) => return Err(e),
             }
         }
         if recs.is_empty() {
