@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod files;
 mod run;
 
@@ -26,6 +27,8 @@ enum Command {
     Gen(files::GenArgs),
     /// Run the actor pipeline with simulated devices.
     Run(run::RunArgs),
+    /// Measure the loader: records/s, MB/s, CPU, peak RSS, first-batch latency.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => files::inspect(a),
         Command::Gen(a) => files::gen(a),
         Command::Run(a) => run::run(a),
+        Command::Bench(a) => bench::bench(a),
     };
     match result {
         Ok(code) => code,
