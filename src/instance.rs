@@ -882,10 +882,7 @@ impl Chunk {
                 continue;
             }
             if pending % n != 0 {
-                bad = Some((
-                    i,
-                    format!("{pending} elements of {} for {n} rows", f.dtype),
-                ));
+                bad = Some((i, format!("{pending} elements of {} for {n} rows", f.dtype)));
                 break;
             }
             if let Err(actual) = check_elements(f, pending / n) {

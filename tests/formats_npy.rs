@@ -197,12 +197,12 @@ impl Arr {
             let c: usize = idx.iter().zip(&cstrides).map(|(i, s)| i * s).sum();
             encode(self.k, self.elems[c], big, &mut out);
             // Fortran order: first index fastest.
-            for d in 0..self.shape.len() {
-                idx[d] += 1;
-                if idx[d] < self.shape[d] {
+            for (i, &n) in idx.iter_mut().zip(&self.shape) {
+                *i += 1;
+                if *i < n {
                     break;
                 }
-                idx[d] = 0;
+                *i = 0;
             }
         }
         out
@@ -389,11 +389,7 @@ fn fast_equals_generic(
                 Ok(_) => false,
                 Err(_) => !r.can_continue(),
             };
-            log.push((
-                res.map_err(|e| e.to_string()),
-                chunk,
-                r.next_index(),
-            ));
+            log.push((res.map_err(|e| e.to_string()), chunk, r.next_index()));
             if stop {
                 break;
             }
@@ -467,7 +463,10 @@ fn fixture_arrays_npz_matches_expected() {
     let schema = reg
         .infer_schema(fixture("arrays.npz").to_str().unwrap(), None, 10)
         .unwrap();
-    let open = || reg.open(fixture("arrays.npz").to_str().unwrap(), None, &opts()).unwrap();
+    let open = || {
+        reg.open(fixture("arrays.npz").to_str().unwrap(), None, &opts())
+            .unwrap()
+    };
     fast_equals_generic(&open, &schema, 3, usize::MAX);
 }
 
@@ -510,7 +509,9 @@ fn every_dtype_byte_order_and_memory_order() {
 #[test]
 fn half_floats_convert_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let halves = [0x3c00u16, 0xc000, 0x7bff, 0x0001, 0x03ff, 0x8000, 0x7c00, 0xfc00, 0x3555];
+    let halves = [
+        0x3c00u16, 0xc000, 0x7bff, 0x0001, 0x03ff, 0x8000, 0x7c00, 0xfc00, 0x3555,
+    ];
     let a = arr(K::F2, &[halves.len()], |i| halves[i] as u64);
     let p = write(dir.path(), "h.npy", &a.file(1, false, false));
     let got: Vec<f32> = all_records(&mut *open_npy(&p).unwrap())
@@ -569,15 +570,26 @@ fn header_versions_2_and_3_and_native_order() {
 #[test]
 fn empty_arrays() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "e.npy", &npy_file(1, "<f4", false, &[0, 3], &[]));
+    let p = write(
+        dir.path(),
+        "e.npy",
+        &npy_file(1, "<f4", false, &[0, 3], &[]),
+    );
     let mut r = open_npy(&p).unwrap();
     assert_eq!(r.len_hint(), Some(0));
     assert!(r.next_record().unwrap().is_none());
-    let schema = Schema::builder().field("e", DType::F32, [3]).build().unwrap();
+    let schema = Schema::builder()
+        .field("e", DType::F32, [3])
+        .build()
+        .unwrap();
     let mut chunk = Chunk::new(&schema);
     assert_eq!(r.read_chunk(&mut chunk, 10, 1 << 20).unwrap(), 0);
 
-    let p = write(dir.path(), "z.npy", &npy_file(1, "<f8", true, &[3, 0, 2], &[]));
+    let p = write(
+        dir.path(),
+        "z.npy",
+        &npy_file(1, "<f8", true, &[3, 0, 2], &[]),
+    );
     let recs = all_records(&mut *open_npy(&p).unwrap());
     assert_eq!(recs.len(), 3);
     let t = recs[1].get("z").unwrap();
@@ -602,13 +614,22 @@ fn u8_values_beyond_i64_are_errors_naming_the_record() {
     let msg = err_string(r.next_record());
     assert_contains(
         &msg,
-        &["big.npy", "record 1", "offset 144", "field `big`", "18446744073709551615"],
+        &[
+            "big.npy",
+            "record 1",
+            "offset 144",
+            "field `big`",
+            "18446744073709551615",
+        ],
     );
     assert!(r.can_continue());
     let rec = r.next_record().unwrap().unwrap();
     assert_eq!(rec.location.record, 2);
     // The chunk path reports the same error after the same good rows.
-    let schema = Schema::builder().field("big", DType::I64, [2]).build().unwrap();
+    let schema = Schema::builder()
+        .field("big", DType::I64, [2])
+        .build()
+        .unwrap();
     let mut chunk = Chunk::new(&schema);
     let mut r = open_npy(&p).unwrap();
     let msg2 = err_string(r.read_chunk(&mut chunk, 10, 1 << 20));
@@ -634,7 +655,11 @@ fn unsupported_dtypes_are_bad_files() {
         ("<M8[ns]", "datetime"),
         ("<f16", "supported"),
     ] {
-        let p = write(dir.path(), "u.npy", &npy_file(1, descr, false, &[1], &[0; 64]));
+        let p = write(
+            dir.path(),
+            "u.npy",
+            &npy_file(1, descr, false, &[1], &[0; 64]),
+        );
         let e = open_npy(&p).err().expect("an error");
         assert!(matches!(e, Error::BadFile { .. }), "{descr}: {e}");
         assert_contains(&e.to_string(), &["u.npy", descr, why]);
@@ -653,9 +678,21 @@ fn hostile_headers_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
         ("empty", vec![], vec!["empty file"]),
-        ("short", b"\x93NU".to_vec(), vec!["not an NPY file", "offset 0"]),
-        ("magic", b"PK\x03\x04 not numpy at all".to_vec(), vec!["not an NPY file", "offset 0"]),
-        ("version", b"\x93NUMPY\x09\x00\x10\x00{}".to_vec(), vec!["offset 6", "version 9.0"]),
+        (
+            "short",
+            b"\x93NU".to_vec(),
+            vec!["not an NPY file", "offset 0"],
+        ),
+        (
+            "magic",
+            b"PK\x03\x04 not numpy at all".to_vec(),
+            vec!["not an NPY file", "offset 0"],
+        ),
+        (
+            "version",
+            b"\x93NUMPY\x09\x00\x10\x00{}".to_vec(),
+            vec!["offset 6", "version 9.0"],
+        ),
         (
             "hlen",
             b"\x93NUMPY\x01\x00\xff\xff{'descr': '<f4'}".to_vec(),
@@ -708,12 +745,16 @@ fn hostile_headers_are_clear_errors() {
         ),
         (
             "negative",
-            npy_file(1, "<f4", false, &[], &[]).iter().copied().collect::<Vec<u8>>(),
+            npy_file(1, "<f4", false, &[], &[]),
             vec!["0-dimensional"],
         ),
         (
             "negdim",
-            npy_raw_header(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-3, 2)}", &[]),
+            npy_raw_header(
+                1,
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (-3, 2)}",
+                &[],
+            ),
             vec!["not a non-negative integer"],
         ),
         (
@@ -727,7 +768,11 @@ fn hostile_headers_are_clear_errors() {
         ),
         (
             "fortran",
-            npy_raw_header(1, "{'descr': '<f4', 'fortran_order': 1, 'shape': (1,)}", &[0; 4]),
+            npy_raw_header(
+                1,
+                "{'descr': '<f4', 'fortran_order': 1, 'shape': (1,)}",
+                &[0; 4],
+            ),
             vec!["fortran_order"],
         ),
         (
@@ -743,7 +788,9 @@ fn hostile_headers_are_clear_errors() {
     ];
     for (name, bytes, parts) in cases {
         let p = write(dir.path(), &format!("{name}.npy"), &bytes);
-        let e = open_npy(&p).err().unwrap_or_else(|| panic!("{name}: no error"));
+        let e = open_npy(&p)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: no error"));
         assert!(matches!(e, Error::BadFile { .. }), "{name}: {e}");
         let msg = e.to_string();
         assert!(msg.contains(&format!("{name}.npy")), "{name}: {msg}");
@@ -780,9 +827,21 @@ fn start_record_for_npy_npy_gz_and_npz() {
         write(dir.path(), "a.npy", &f),
         write(dir.path(), "a.npy.gz", &gzip(&f)),
         write(dir.path(), "a_f.npy.gz", &gzip(&ff)),
-        write(dir.path(), "s.npz", &npz_file(&[("a.npy", f.clone())], false)),
-        write(dir.path(), "d.npz", &npz_file(&[("a.npy", f.clone())], true)),
-        write(dir.path(), "df.npz", &npz_file(&[("a.npy", ff.clone())], true)),
+        write(
+            dir.path(),
+            "s.npz",
+            &npz_file(&[("a.npy", f.clone())], false),
+        ),
+        write(
+            dir.path(),
+            "d.npz",
+            &npz_file(&[("a.npy", f.clone())], true),
+        ),
+        write(
+            dir.path(),
+            "df.npz",
+            &npz_file(&[("a.npy", ff.clone())], true),
+        ),
     ];
     let reg = Registry::with_builtin();
     for p in &paths {
@@ -860,21 +919,49 @@ fn npz_errors_name_the_arrays() {
             dir.path(),
             "rows.npz",
             &npz_file(
-                &[("x.npy", x.file(1, false, false)), ("y.npy", y.file(1, false, false))],
+                &[
+                    ("x.npy", x.file(1, false, false)),
+                    ("y.npy", y.file(1, false, false)),
+                ],
                 deflated,
             ),
         );
         let msg = err_string(NpzFormat.open(&p, &opts()));
-        assert_contains(&msg, &["rows.npz", "different numbers of rows", "`x` has 5", "`y` has 4"]);
+        assert_contains(
+            &msg,
+            &[
+                "rows.npz",
+                "different numbers of rows",
+                "`x` has 5",
+                "`y` has 4",
+            ],
+        );
     }
-    let p = write(dir.path(), "none.npz", &npz_file(&[("readme.txt", b"hi".to_vec())], false));
-    assert_contains(&err_string(NpzFormat.open(&p, &opts())), &["none.npz", "no .npy arrays"]);
-    let p = write(dir.path(), "notzip.npz", b"this is not a zip file at all, sorry");
-    assert_contains(&err_string(NpzFormat.open(&p, &opts())), &["notzip.npz", "zip"]);
+    let p = write(
+        dir.path(),
+        "none.npz",
+        &npz_file(&[("readme.txt", b"hi".to_vec())], false),
+    );
+    assert_contains(
+        &err_string(NpzFormat.open(&p, &opts())),
+        &["none.npz", "no .npy arrays"],
+    );
+    let p = write(
+        dir.path(),
+        "notzip.npz",
+        b"this is not a zip file at all, sorry",
+    );
+    assert_contains(
+        &err_string(NpzFormat.open(&p, &opts())),
+        &["notzip.npz", "zip"],
+    );
     let p = write(
         dir.path(),
         "bad.npz",
-        &npz_file(&[("x.npy", npy_file(1, "<c16", false, &[1], &[0; 16]))], true),
+        &npz_file(
+            &[("x.npy", npy_file(1, "<c16", false, &[1], &[0; 16]))],
+            true,
+        ),
     );
     assert_contains(
         &err_string(NpzFormat.open(&p, &opts())),
@@ -900,7 +987,11 @@ fn npz_truncated_stream_fails_at_the_missing_row() {
     bytes.truncate(128 + 5 * 16 + 8);
     let reg = Registry::with_builtin();
     let paths = [
-        write(dir.path(), "t.npz", &npz_file(&[("x.npy", bytes.clone())], true)),
+        write(
+            dir.path(),
+            "t.npz",
+            &npz_file(&[("x.npy", bytes.clone())], true),
+        ),
         write(dir.path(), "x.npy.gz", &gzip(&bytes)),
     ];
     for p in &paths {
@@ -912,17 +1003,26 @@ fn npz_truncated_stream_fails_at_the_missing_row() {
         let msg = err_string(r.next_record());
         assert_contains(&msg, &["record 5", "truncated"]);
         assert!(!r.can_continue());
-        let schema = Schema::builder().field("x", DType::F32, [4]).build().unwrap();
+        let schema = Schema::builder()
+            .field("x", DType::F32, [4])
+            .build()
+            .unwrap();
         let open = || reg.open(p.to_str().unwrap(), None, &opts()).unwrap();
         fast_equals_generic(&open, &schema, 3, 1 << 20);
         let mut chunk = Chunk::new(&schema);
         let mut r = open();
-        assert_contains(&err_string(r.read_chunk(&mut chunk, 100, 1 << 20)), &["record 5"]);
+        assert_contains(
+            &err_string(r.read_chunk(&mut chunk, 100, 1 << 20)),
+            &["record 5"],
+        );
         assert_eq!(chunk.len(), 5);
     }
     // A mapped .npy with the same header is refused at open.
     let p = write(dir.path(), "t.npy", &bytes);
-    assert_contains(&err_string(open_npy(&p)), &["t.npy", "offset 128", "needs 160 bytes", "has 88"]);
+    assert_contains(
+        &err_string(open_npy(&p)),
+        &["t.npy", "offset 128", "needs 160 bytes", "has 88"],
+    );
 }
 
 #[test]
@@ -933,11 +1033,21 @@ fn npz_huge_claims_do_not_allocate() {
     let p = write(dir.path(), "bomb.npz", &npz_file(&[("x.npy", bytes)], true));
     let mut r = NpzFormat.open(&p, &opts()).unwrap();
     assert_eq!(r.len_hint(), Some(1 << 40));
-    assert_contains(&err_string(r.next_record()), &["bomb.npz", "record 0", "truncated"]);
+    assert_contains(
+        &err_string(r.next_record()),
+        &["bomb.npz", "record 0", "truncated"],
+    );
     // Fortran order would be loaded whole: refused beyond max_record_bytes.
     let bytes = npy_file(1, "<f8", true, &[1 << 30, 2], &[0; 16]);
-    let p = write(dir.path(), "fbomb.npz", &npz_file(&[("x.npy", bytes)], true));
-    assert_contains(&err_string(NpzFormat.open(&p, &opts())), &["fbomb.npz", "max_record_bytes"]);
+    let p = write(
+        dir.path(),
+        "fbomb.npz",
+        &npz_file(&[("x.npy", bytes)], true),
+    );
+    assert_contains(
+        &err_string(NpzFormat.open(&p, &opts())),
+        &["fbomb.npz", "max_record_bytes"],
+    );
 }
 
 #[test]
@@ -961,8 +1071,14 @@ fn npz_crc_mismatch_is_detected() {
         r.next_record().unwrap().unwrap();
     }
     let msg = err_string(r.next_record());
-    assert_contains(&msg, &["crc.npz", "record 3", "entry `x.npy`", "CRC-32 mismatch"]);
-    let schema = Schema::builder().field("x", DType::I32, [2]).build().unwrap();
+    assert_contains(
+        &msg,
+        &["crc.npz", "record 3", "entry `x.npy`", "CRC-32 mismatch"],
+    );
+    let schema = Schema::builder()
+        .field("x", DType::I32, [2])
+        .build()
+        .unwrap();
     let open = || NpzFormat.open(&p, &opts()).unwrap();
     fast_equals_generic(&open, &schema, 10, 1 << 20);
     // Without verification the flipped value comes through.
@@ -982,16 +1098,34 @@ fn npz_crc_mismatch_is_detected() {
 #[test]
 fn read_chunk_matches_generic_path_under_schemas() {
     let dir = tempfile::tempdir().unwrap();
-    let a = arr(K::I8, &[20, 3], |i| if i == 40 { 1 << 40 } else { i as u64 * 3 });
+    let a = arr(K::I8, &[20, 3], |i| {
+        if i == 40 {
+            1 << 40
+        } else {
+            i as u64 * 3
+        }
+    });
     let p = write(dir.path(), "a.npy", &a.file(1, true, false));
     let open = || open_npy(&p).unwrap();
     let schemas = [
-        Schema::builder().field("a", DType::I64, [3]).build().unwrap(),
-        Schema::builder().field("a", DType::F32, [3]).build().unwrap(),
+        Schema::builder()
+            .field("a", DType::I64, [3])
+            .build()
+            .unwrap(),
+        Schema::builder()
+            .field("a", DType::F32, [3])
+            .build()
+            .unwrap(),
         // fails at row 13 (1 << 40 does not fit i32)
-        Schema::builder().field("a", DType::I32, [3]).build().unwrap(),
+        Schema::builder()
+            .field("a", DType::I32, [3])
+            .build()
+            .unwrap(),
         // u8: fails at row 13 too
-        Schema::builder().field("a", DType::U8, [3]).build().unwrap(),
+        Schema::builder()
+            .field("a", DType::U8, [3])
+            .build()
+            .unwrap(),
         Schema::builder()
             .field("a", DType::I64, [3])
             .ragged("missing", DType::F32, Ragged::Padded)
@@ -1002,8 +1136,14 @@ fn read_chunk_matches_generic_path_under_schemas() {
             .field("missing", DType::F32, [2])
             .build()
             .unwrap(),
-        Schema::builder().field("a", DType::I64, [4]).build().unwrap(),
-        Schema::builder().field("a", DType::Bytes, [3]).build().unwrap(),
+        Schema::builder()
+            .field("a", DType::I64, [4])
+            .build()
+            .unwrap(),
+        Schema::builder()
+            .field("a", DType::Bytes, [3])
+            .build()
+            .unwrap(),
         Schema::new(vec![Field {
             name: "a".into(),
             dtype: DType::I64,
@@ -1013,7 +1153,13 @@ fn read_chunk_matches_generic_path_under_schemas() {
         .unwrap(),
     ];
     for s in &schemas {
-        for (mr, mb) in [(1, usize::MAX), (7, usize::MAX), (100, 50), (100, 1 << 20), (0, 100)] {
+        for (mr, mb) in [
+            (1, usize::MAX),
+            (7, usize::MAX),
+            (100, 50),
+            (100, 1 << 20),
+            (0, 100),
+        ] {
             fast_equals_generic(&open, s, mr, mb);
         }
     }

@@ -414,7 +414,7 @@ impl CsvReader {
 ///
 /// ```
 /// use feedline::format::{csv, Compression};
-/// #[derive(serde::Deserialize)]
+/// #[derive(serde::Deserialize, Debug)]
 /// struct Row { f1: f32, label: i64 }
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let path = dir.path().join("t.csv");

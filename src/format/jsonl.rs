@@ -206,7 +206,8 @@ impl RecordReader for JsonlReader {
                 }
                 Line::Text => {
                     self.next += 1;
-                    let fields = parse_record(&self.buf).map_err(|e| json_error(location.clone(), e))?;
+                    let fields =
+                        parse_record(&self.buf).map_err(|e| json_error(location.clone(), e))?;
                     return Ok(Some(Record { fields, location }));
                 }
             }
@@ -243,7 +244,10 @@ struct RecordSeed;
 impl<'de> DeserializeSeed<'de> for RecordSeed {
     type Value = Vec<(String, Tensor)>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
@@ -255,7 +259,10 @@ impl<'de> Visitor<'de> for RecordSeed {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut fields: Vec<(String, Tensor)> = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             if fields.iter().any(|(n, _)| *n == key) {
@@ -328,7 +335,10 @@ struct ElemVisitor<'a, 'f> {
 impl<'de> DeserializeSeed<'de> for ElemVisitor<'_, '_> {
     type Value = Vec<usize>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Vec<usize>, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Vec<usize>, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -437,7 +447,10 @@ impl<'de> Visitor<'de> for ElemVisitor<'_, '_> {
         let acc = self.acc;
         let mut first: Option<Vec<usize>> = None;
         let mut len = 0usize;
-        while let Some(shape) = seq.next_element_seed(ElemVisitor { field, acc: &mut *acc })? {
+        while let Some(shape) = seq.next_element_seed(ElemVisitor {
+            field,
+            acc: &mut *acc,
+        })? {
             match &first {
                 None => first = Some(shape),
                 Some(f) if *f == shape => {}
@@ -465,14 +478,14 @@ impl<'de> Visitor<'de> for ElemVisitor<'_, '_> {
 ///
 /// ```
 /// use feedline::format::{jsonl, Compression};
-/// #[derive(serde::Deserialize)]
+/// #[derive(serde::Deserialize, Debug)]
 /// struct Row { x: Vec<f32>, y: i64 }
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let path = dir.path().join("r.jsonl");
 /// std::fs::write(&path, "{\"x\": [1.0], \"y\": 3}\n{\"x\": [], \"y\": \"bad\"}\n").unwrap();
 /// let rows: Vec<_> = jsonl::read_typed::<Row>(&path, Compression::None).unwrap().collect();
 /// assert_eq!(rows[0].as_ref().unwrap().y, 3);
-/// assert!(rows[1].as_ref().unwrap_err().to_string().contains("record 1, offset 20"));
+/// assert!(rows[1].as_ref().unwrap_err().to_string().contains("record 1, offset 21"));
 /// ```
 pub fn read_typed<T: DeserializeOwned>(
     path: impl AsRef<Path>,
@@ -535,7 +548,9 @@ impl<T: DeserializeOwned> Iterator for Typed<T> {
                 }
                 Line::Text => {
                     self.next += 1;
-                    return Some(serde_json::from_slice(&self.buf).map_err(|e| json_error(location, e)));
+                    return Some(
+                        serde_json::from_slice(&self.buf).map_err(|e| json_error(location, e)),
+                    );
                 }
             }
         }

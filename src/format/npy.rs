@@ -200,7 +200,10 @@ fn parse_preamble(b: &[u8]) -> std::result::Result<(usize, usize), String> {
                 return Err("offset 8: file ends inside the header length".into());
             }
             let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-            Ok((12, usize::try_from(n).map_err(|_| "header too long".to_string())?))
+            Ok((
+                12,
+                usize::try_from(n).map_err(|_| "header too long".to_string())?,
+            ))
         }
         _ => Err(format!(
             "offset 6: unsupported NPY format version {major}.{minor} (supported: 1.0, 2.0, 3.0)"
@@ -233,8 +236,7 @@ impl PyParser<'_> {
     }
 
     fn ws(&mut self) {
-        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r')
-        {
+        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r') {
             self.pos += 1;
         }
     }
@@ -250,11 +252,7 @@ impl PyParser<'_> {
                 self.pos += 1;
                 Ok(())
             }
-            Some(x) => Err(self.err(format!(
-                "expected `{}`, found {}",
-                c as char,
-                show_byte(x)
-            ))),
+            Some(x) => Err(self.err(format!("expected `{}`, found {}", c as char, show_byte(x)))),
             None => Err(self.err(format!("expected `{}`, found the end", c as char))),
         }
     }
@@ -335,10 +333,9 @@ impl PyParser<'_> {
                         Some(b',') => self.pos += 1,
                         Some(b'}') => {}
                         Some(x) => {
-                            return Err(self.err(format!(
-                                "expected `,` or `}}`, found {}",
-                                show_byte(x)
-                            )))
+                            return Err(
+                                self.err(format!("expected `,` or `}}`, found {}", show_byte(x)))
+                            )
                         }
                         None => return Err(self.err("expected `}`, found the end")),
                     }
@@ -384,10 +381,7 @@ impl PyParser<'_> {
                     b"None" => Ok(Py::None),
                     w => {
                         self.pos = start;
-                        Err(self.err(format!(
-                            "unexpected word `{}`",
-                            String::from_utf8_lossy(w)
-                        )))
+                        Err(self.err(format!("unexpected word `{}`", String::from_utf8_lossy(w))))
                     }
                 }
             }
@@ -458,10 +452,13 @@ fn parse_header(text: &[u8], text_start: usize) -> std::result::Result<Header, S
     let mut shape = Vec::with_capacity(dims.len());
     for d in dims {
         match d {
-            Py::Int(n) if n >= 0 => shape.push(
-                usize::try_from(n).map_err(|_| format!("shape dimension {n} is too large"))?,
-            ),
-            other => return Err(format!("shape dimension {other:?} is not a non-negative integer")),
+            Py::Int(n) if n >= 0 => shape
+                .push(usize::try_from(n).map_err(|_| format!("shape dimension {n} is too large"))?),
+            other => {
+                return Err(format!(
+                    "shape dimension {other:?} is not a non-negative integer"
+                ))
+            }
         }
     }
     let (kind, little) = parse_descr(&descr)?;
@@ -479,9 +476,7 @@ fn parse_header(text: &[u8], text_start: usize) -> std::result::Result<Header, S
     };
     let overflow = || format!("shape {shape:?} of {descr}: the byte size overflows");
     let row_bytes = row_elems.checked_mul(kind.size()).ok_or_else(overflow)?;
-    let data_bytes = (row_bytes as u64)
-        .checked_mul(rows)
-        .ok_or_else(overflow)?;
+    let data_bytes = (row_bytes as u64).checked_mul(rows).ok_or_else(overflow)?;
     if row_bytes == 0 && rows > u32::MAX as u64 {
         return Err(format!(
             "shape {shape:?}: {rows} empty rows is implausible (more than 2^32)"
@@ -633,7 +628,12 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
 
 /// Append the elements in `src` (whole elements of `kind`) to `out`, which
 /// has the kind's dtype. `Err(i)`: element `i` is a u8 that does not fit i64.
-fn decode(kind: Kind, little: bool, src: &[u8], out: &mut Values) -> std::result::Result<(), usize> {
+fn decode(
+    kind: Kind,
+    little: bool,
+    src: &[u8],
+    out: &mut Values,
+) -> std::result::Result<(), usize> {
     match (kind, out) {
         (Kind::B1, Values::Bool(v)) => v.extend(src.iter().map(|&b| b != 0)),
         (Kind::I1, Values::I32(v)) => v.extend(src.iter().map(|&b| b as i8 as i32)),
@@ -966,9 +966,7 @@ impl StreamRows {
         } else {
             let want = (target - self.held) * rb;
             let before = self.buf.len();
-            let res = (&mut self.src)
-                .take(want as u64)
-                .read_to_end(&mut self.buf);
+            let res = (&mut self.src).take(want as u64).read_to_end(&mut self.buf);
             let got = self.buf.len() - before;
             self.buf.truncate(before + got / rb * rb);
             self.held += got / rb;
@@ -1105,7 +1103,9 @@ fn load_whole(src: &mut dyn Read, h: &Header, max: u64) -> std::result::Result<V
 }
 
 fn open_npy(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
-    let compression = opts.compression.unwrap_or_else(|| Compression::from_path(path));
+    let compression = opts
+        .compression
+        .unwrap_or_else(|| Compression::from_path(path));
     let name = stem(path, compression);
     let array = if compression == Compression::None {
         let map = map_file(path)?;
@@ -1168,7 +1168,10 @@ fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
     let mut arrays: Vec<Array> = Vec::new();
     for (ename, method, encrypted, data_start, csize, crc) in entries {
         let Some(field) = ename.strip_suffix(".npy") else {
-            log::warn!("{}: entry `{ename}` is not a .npy array; skipped", path.display());
+            log::warn!(
+                "{}: entry `{ename}` is not a .npy array; skipped",
+                path.display()
+            );
             continue;
         };
         let label = format!("entry `{ename}`: ");
@@ -1481,7 +1484,12 @@ impl RecordReader for NpReader {
         }))
     }
 
-    fn read_chunk(&mut self, chunk: &mut Chunk, max_records: usize, max_bytes: usize) -> Result<usize> {
+    fn read_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<usize> {
         let Some(plan) = self.plan(chunk) else {
             return self.generic(chunk, max_records);
         };
@@ -1598,11 +1606,17 @@ mod tests {
         assert!(!h.little && h.fortran);
         assert_eq!(h.shape, vec![3, 0, 2]);
         assert_eq!((h.rows, h.row_elems, h.data_bytes), (3, 0, 0));
-        let e = parse_header(b"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", 10)
-            .unwrap_err();
+        let e = parse_header(
+            b"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)",
+            10,
+        )
+        .unwrap_err();
         assert!(e.contains("offset 64"), "{e}");
-        let e = parse_header(b"{'descr': '<c8', 'fortran_order': False, 'shape': (1,)}", 12)
-            .unwrap_err();
+        let e = parse_header(
+            b"{'descr': '<c8', 'fortran_order': False, 'shape': (1,)}",
+            12,
+        )
+        .unwrap_err();
         assert!(e.contains("complex"), "{e}");
     }
 }
