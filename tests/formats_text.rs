@@ -262,6 +262,21 @@ fn jsonl_errors_name_file_record_offset_and_field() {
 }
 
 #[test]
+fn byte_order_marks_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "b.jsonl", b"\xef\xbb\xbf{\"a\": 1}\n");
+    assert_eq!(
+        all_records(&mut *open(&p))[0].to_json(),
+        serde_json::json!({"a": [1]})
+    );
+    let p = write(dir.path(), "b.csv", b"\xef\xbb\xbfa,b\n1,2\n");
+    assert_eq!(
+        all_records(&mut *open(&p))[0].to_json(),
+        serde_json::json!({"a": [1], "b": [2]})
+    );
+}
+
+#[test]
 fn jsonl_lines_longer_than_max_record_bytes_are_skipped_with_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let long = format!("{{\"x\": \"{}\"}}", "a".repeat(5000));

@@ -146,6 +146,10 @@ impl Lines {
         while matches!(buf.last(), Some(b'\n' | b'\r')) {
             buf.pop();
         }
+        if start == 0 && buf.starts_with(b"\xef\xbb\xbf") {
+            // A UTF-8 byte order mark at the start of the file.
+            buf.drain(..3);
+        }
         if buf.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(Some((start, Line::Blank)));
         }
