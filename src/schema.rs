@@ -370,13 +370,20 @@ impl Schema {
             shape: Vec<usize>,
             fixed: bool,
             count: usize,
+            /// Every value so far was empty: the dtype is a placeholder.
+            empty_only: bool,
         }
         let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
         let mut n = 0usize;
         for rec in records {
             n += 1;
             for (name, t) in &rec.fields {
-                let dtype = t.values.dtype();
+                // An empty value says nothing of the field's type.
+                let dtype = if t.values.is_empty() {
+                    seen.get(name).map_or(t.values.dtype(), |s| s.dtype)
+                } else {
+                    t.values.dtype()
+                };
                 match seen.get_mut(name) {
                     None => {
                         seen.insert(
@@ -386,11 +393,16 @@ impl Schema {
                                 shape: t.shape.clone(),
                                 fixed: true,
                                 count: 1,
+                                empty_only: t.values.is_empty(),
                             },
                         );
                     }
                     Some(s) => {
                         s.count += 1;
+                        if s.empty_only && !t.values.is_empty() {
+                            s.dtype = dtype;
+                            s.empty_only = false;
+                        }
                         s.dtype = widen(s.dtype, dtype).ok_or_else(|| {
                             Error::Schema(format!(
                                 "cannot infer field `{name}`: it is {} in one record and {dtype} in another",

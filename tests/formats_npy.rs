@@ -197,12 +197,12 @@ impl Arr {
             let c: usize = idx.iter().zip(&cstrides).map(|(i, s)| i * s).sum();
             encode(self.k, self.elems[c], big, &mut out);
             // Fortran order: first index fastest.
-            for d in 0..self.shape.len() {
-                idx[d] += 1;
-                if idx[d] < self.shape[d] {
+            for (i, &n) in idx.iter_mut().zip(&self.shape) {
+                *i += 1;
+                if *i < n {
                     break;
                 }
-                idx[d] = 0;
+                *i = 0;
             }
         }
         out
@@ -745,10 +745,7 @@ fn hostile_headers_are_clear_errors() {
         ),
         (
             "negative",
-            npy_file(1, "<f4", false, &[], &[])
-                .iter()
-                .copied()
-                .collect::<Vec<u8>>(),
+            npy_file(1, "<f4", false, &[], &[]),
             vec!["0-dimensional"],
         ),
         (
@@ -1092,6 +1089,52 @@ fn npz_crc_mismatch_is_detected() {
     let recs = all_records(&mut *NpzFormat.open(&p, &o).unwrap());
     assert_eq!(recs.len(), 4);
     assert_ne!(recs[3].get("x").unwrap().values, x.row_values(3));
+}
+
+#[test]
+fn npz_declared_crc_is_checked_for_deflated_and_stored_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = arr(K::F8, &[300, 5], |i| (i as f64).to_bits());
+    for deflated in [false, true] {
+        let mut bytes = npz_file(&[("x.npy", x.file(1, false, false))], deflated);
+        // Change the CRC-32 the central directory declares.
+        let cd = bytes
+            .windows(4)
+            .position(|w| w == b"PK\x01\x02")
+            .expect("central directory");
+        bytes[cd + 16] ^= 0xff;
+        let p = write(dir.path(), "dcrc.npz", &bytes);
+        let mut r = NpzFormat.open(&p, &opts()).unwrap();
+        for i in 0..299 {
+            assert_eq!(r.next_record().unwrap().unwrap().location.record, i);
+        }
+        let msg = err_string(r.next_record());
+        assert_contains(
+            &msg,
+            &["dcrc.npz", "record 299", "entry `x.npy`", "CRC-32 mismatch"],
+        );
+        assert!(!r.can_continue());
+        let schema = Schema::builder()
+            .field("x", DType::F64, [5])
+            .build()
+            .unwrap();
+        let open = || NpzFormat.open(&p, &opts()).unwrap();
+        fast_equals_generic(&open, &schema, 64, 1 << 20);
+        // Starting past row 0 skips the check; so does verify_checksums = false.
+        for o in [
+            OpenOptions {
+                start_record: 1,
+                ..opts()
+            },
+            OpenOptions {
+                verify_checksums: false,
+                ..opts()
+            },
+        ] {
+            let n = all_records(&mut *NpzFormat.open(&p, &o).unwrap()).len() as u64;
+            assert_eq!(n, 300 - o.start_record);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

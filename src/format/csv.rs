@@ -168,6 +168,12 @@ impl Format for CsvFormat {
                         e.valid_up_to()
                     ),
                 })?;
+                // A UTF-8 byte order mark before the first name is not part of it.
+                let name = if i == 0 {
+                    name.strip_prefix('\u{feff}').unwrap_or(name)
+                } else {
+                    name
+                };
                 let name = if name.is_empty() {
                     format!("c{i}")
                 } else {
@@ -414,7 +420,7 @@ impl CsvReader {
 ///
 /// ```
 /// use feedline::format::{csv, Compression};
-/// #[derive(serde::Deserialize)]
+/// #[derive(serde::Deserialize, Debug)]
 /// struct Row { f1: f32, label: i64 }
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let path = dir.path().join("t.csv");

@@ -146,6 +146,10 @@ impl Lines {
         while matches!(buf.last(), Some(b'\n' | b'\r')) {
             buf.pop();
         }
+        if start == 0 && buf.starts_with(b"\xef\xbb\xbf") {
+            // A UTF-8 byte order mark at the start of the file.
+            buf.drain(..3);
+        }
         if buf.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(Some((start, Line::Blank)));
         }
@@ -478,14 +482,14 @@ impl<'de> Visitor<'de> for ElemVisitor<'_, '_> {
 ///
 /// ```
 /// use feedline::format::{jsonl, Compression};
-/// #[derive(serde::Deserialize)]
+/// #[derive(serde::Deserialize, Debug)]
 /// struct Row { x: Vec<f32>, y: i64 }
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let path = dir.path().join("r.jsonl");
 /// std::fs::write(&path, "{\"x\": [1.0], \"y\": 3}\n{\"x\": [], \"y\": \"bad\"}\n").unwrap();
 /// let rows: Vec<_> = jsonl::read_typed::<Row>(&path, Compression::None).unwrap().collect();
 /// assert_eq!(rows[0].as_ref().unwrap().y, 3);
-/// assert!(rows[1].as_ref().unwrap_err().to_string().contains("record 1, offset 20"));
+/// assert!(rows[1].as_ref().unwrap_err().to_string().contains("record 1, offset 21"));
 /// ```
 pub fn read_typed<T: DeserializeOwned>(
     path: impl AsRef<Path>,

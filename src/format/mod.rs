@@ -182,7 +182,7 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, JSON Lines and CSV.
+    /// TFRecord, NPY, NPZ, JSON Lines, CSV and TSV.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -190,6 +190,7 @@ impl Registry {
         r.register(Arc::new(npy::NpzFormat));
         r.register(Arc::new(jsonl::JsonlFormat));
         r.register(Arc::new(csv::CsvFormat::default()));
+        r.register(Arc::new(csv::CsvFormat::tsv()));
         r
     }
 

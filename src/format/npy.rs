@@ -888,7 +888,8 @@ impl StreamRows {
         }
     }
 
-    /// Skip rows until row `i` is the first held one (forward only).
+    /// Make row `i` come next from the buffer or the stream (forward only):
+    /// rows between the buffer's end and `i` are read and discarded.
     fn skip_to(&mut self, i: u64, rb: usize) -> std::result::Result<(), (u64, String)> {
         let next = self.first + self.held as u64;
         if i < self.first {
@@ -901,14 +902,11 @@ impl StreamRows {
             ));
         }
         if i <= next {
-            let drop = (i - self.first) as usize * rb;
-            self.buf.drain(..drop);
-            self.held -= (i - self.first) as usize;
-            self.first = i;
             return Ok(());
         }
         self.buf.clear();
         self.held = 0;
+        self.first = next;
         let want = (i - next) * rb as u64;
         let got = io::copy(&mut (&mut self.src).take(want), &mut io::sink());
         match got {
@@ -942,7 +940,12 @@ impl StreamRows {
             self.failure = Some(f.clone());
             return Err(f);
         }
-        if self.held < k {
+        if self.first + (self.held as u64) < i + k as u64 {
+            // Drop the rows before `i` (once per refill), then read ahead.
+            let drop = (i - self.first) as usize;
+            self.buf.drain(..drop * rb);
+            self.held -= drop;
+            self.first = i;
             let ahead = (BLOCK_BYTES / rb.max(1)).max(k) as u64;
             let target = ahead.min(total - self.first) as usize;
             self.fill(target, rb, total);
@@ -952,11 +955,12 @@ impl StreamRows {
                 return Err((*bad, what.clone()));
             }
         }
-        if self.held < k {
+        if self.first + (self.held as u64) < i + k as u64 {
             let next = self.first + self.held as u64;
             return Err((next, format!("row {next} is not available")));
         }
-        Ok(&self.buf[..k * rb])
+        let off = (i - self.first) as usize * rb;
+        Ok(&self.buf[off..off + k * rb])
     }
 
     /// Read rows until `target` are held, or the stream fails.

@@ -47,11 +47,36 @@ fn touch(batch: &feedline::Batch) -> u64 {
     for f in batch.fields() {
         let n = batch.len().max(1);
         sum = sum.wrapping_add(match &f.data {
-            Array::F32(a) => a.as_slice().map_or(0, |s| s.iter().step_by((s.len() / n).max(1)).map(|x| x.to_bits() as u64).sum()),
-            Array::F64(a) => a.as_slice().map_or(0, |s| s.iter().step_by((s.len() / n).max(1)).map(|x| x.to_bits()).sum()),
-            Array::I64(a) => a.as_slice().map_or(0, |s| s.iter().step_by((s.len() / n).max(1)).map(|&x| x as u64).sum()),
-            Array::I32(a) => a.as_slice().map_or(0, |s| s.iter().step_by((s.len() / n).max(1)).map(|&x| x as u64).sum()),
-            Array::U8(a) => a.as_slice().map_or(0, |s| s.iter().step_by((s.len() / n).max(1)).map(|&x| x as u64).sum()),
+            Array::F32(a) => a.as_slice().map_or(0, |s| {
+                s.iter()
+                    .step_by((s.len() / n).max(1))
+                    .map(|x| x.to_bits() as u64)
+                    .sum()
+            }),
+            Array::F64(a) => a.as_slice().map_or(0, |s| {
+                s.iter()
+                    .step_by((s.len() / n).max(1))
+                    .map(|x| x.to_bits())
+                    .sum()
+            }),
+            Array::I64(a) => a.as_slice().map_or(0, |s| {
+                s.iter()
+                    .step_by((s.len() / n).max(1))
+                    .map(|&x| x as u64)
+                    .sum()
+            }),
+            Array::I32(a) => a.as_slice().map_or(0, |s| {
+                s.iter()
+                    .step_by((s.len() / n).max(1))
+                    .map(|&x| x as u64)
+                    .sum()
+            }),
+            Array::U8(a) => a.as_slice().map_or(0, |s| {
+                s.iter()
+                    .step_by((s.len() / n).max(1))
+                    .map(|&x| x as u64)
+                    .sum()
+            }),
             Array::Bool(a) => a.iter().filter(|&&b| b).count() as u64,
             Array::Bytes(b) => b.data().len() as u64,
         });
