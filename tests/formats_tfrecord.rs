@@ -325,6 +325,13 @@ fn bad_length_crc_is_fatal() {
         assert!(what.contains(", computed 0x"), "{what}");
         assert!(!cont, "{c:?}");
     }
+    // The length CRC guards the framing: checked even with checksums off.
+    let o = OpenOptions {
+        verify_checksums: false,
+        ..opts()
+    };
+    let mut r = TfRecordReader::from_bytes(bytes.clone(), src("mem"), &o);
+    assert_eq!(all_until_error(&mut r), 2);
     // The error repeats; nothing more is read.
     let mut r = TfRecordReader::from_bytes(bytes, src("mem"), &opts());
     assert_eq!(all_until_error(&mut r), 2);
@@ -821,6 +828,38 @@ fn bytes_feature_fills_a_u8_field() {
     let mut chunk = Chunk::new(&schema);
     r.read_chunk(&mut chunk, 10, usize::MAX).unwrap();
     assert_eq!(chunk.columns()[0].values, Values::U8(vec![1, 2, 3]));
+}
+
+#[test]
+fn many_fields_use_the_hashed_lookup() {
+    let names: Vec<String> = (0..12).map(|i| format!("feature_{i:02}")).collect();
+    let mut b = Schema::builder();
+    for n in &names {
+        b = b.field(n, DType::F64, [2]);
+    }
+    let schema = b.build().unwrap();
+    let mut payloads = Vec::new();
+    for r in 0..5 {
+        let rec = Record {
+            fields: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let v = if i % 2 == 0 {
+                        Values::F32(vec![r as f32, i as f32])
+                    } else {
+                        Values::I64(vec![r, i as i64])
+                    };
+                    (n.clone(), Tensor::vector(v))
+                })
+                .chain([("ignored".to_string(), Tensor::vector(Values::I64(vec![1])))])
+                .collect(),
+            location: Location::new(src("mem"), 0, None),
+        };
+        payloads.push(encode_example(&rec));
+    }
+    let (ok, fallbacks) = compare_paths(&schema, &payloads);
+    assert_eq!((ok, fallbacks), (5, 0));
 }
 
 // ---------------------------------------------------------------------------

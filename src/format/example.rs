@@ -196,13 +196,16 @@ impl<'a> Wire<'a> {
     /// A varint, with prost's rules (at most 10 bytes, no u64 overflow).
     #[inline(always)]
     fn varint(&mut self) -> Fast<u64> {
-        match self.buf.get(self.pos) {
-            Some(&b) if b < 0x80 => {
+        match self.buf.get(self.pos..self.pos + 2) {
+            Some(&[b, _]) if b < 0x80 => {
                 self.pos += 1;
                 Ok(b as u64)
             }
-            Some(_) => self.varint_slow(),
-            None => Err(Bail),
+            Some(&[b0, b1]) if b1 < 0x80 => {
+                self.pos += 2;
+                Ok((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+            }
+            _ => self.varint_slow(),
         }
     }
 
@@ -320,7 +323,11 @@ impl Lookup {
     #[inline(always)]
     fn get(&self, key: &[u8]) -> Option<usize> {
         match self {
-            Lookup::Linear(v) => v.iter().find(|(n, _)| &**n == key).map(|(_, i)| *i),
+            // Names are short: a byte loop beats a call to memcmp.
+            Lookup::Linear(v) => v
+                .iter()
+                .find(|(n, _)| n.len() == key.len() && n.iter().zip(key).all(|(a, b)| a == b))
+                .map(|(_, i)| *i),
             Lookup::Map(m) => m.get(key).copied(),
         }
     }
@@ -648,7 +655,7 @@ fn append_floats(list: &[u8], values: &mut Values) -> Fast<()> {
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 match values {
-                    Values::F32(out) => out.extend(floats),
+                    Values::F32(out) => extend_f32_le(out, packed),
                     Values::F64(out) => out.extend(floats.map(f64::from)),
                     _ => return Err(Bail),
                 }
@@ -666,6 +673,36 @@ fn append_floats(list: &[u8], values: &mut Values) -> Fast<()> {
         }
     }
     Ok(())
+}
+
+/// Append little-endian f32s (`bytes.len()` is a multiple of 4).
+#[inline(always)]
+fn extend_f32_le(out: &mut Vec<f32>, bytes: &[u8]) {
+    let n = bytes.len() / 4;
+    debug_assert_eq!(bytes.len(), 4 * n);
+    #[cfg(target_endian = "little")]
+    {
+        out.reserve(n);
+        // SAFETY: `reserve` made room for `n` more f32s past `len`; every
+        // bit pattern is a valid f32, and on a little-endian target the
+        // wire bytes are the in-memory representation; the source (a byte
+        // slice of the payload) cannot overlap the vector's spare capacity.
+        unsafe {
+            let len = out.len();
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                out.as_mut_ptr().add(len).cast::<u8>(),
+                4 * n,
+            );
+            out.set_len(len + n);
+        }
+    }
+    #[cfg(not(target_endian = "little"))]
+    out.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
 }
 
 /// Push one int64 into a column of any dtype an int64 converts to; false if

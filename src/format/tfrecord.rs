@@ -15,7 +15,7 @@
 //!
 //! The reader memory-maps uncompressed files and parses frames in place
 //! (zero copy); compressed files (and anything that cannot be mapped) are
-//! streamed through [`open_stream`](super::open_stream) into one reused
+//! streamed through [`open_stream`] into one reused
 //! buffer. Payloads are decoded by [`super::example`]: the generic path for
 //! [`RecordReader::next_record`], the schema-driven fast path for
 //! [`RecordReader::read_chunk`].
