@@ -66,7 +66,10 @@ fn fixed_batches_and_drop_last() {
 
 #[test]
 fn zero_sizes_are_errors() {
-    assert!(matches!(Batcher::new(BatchPolicy::Fixed(0), false), Err(Error::Config(_))));
+    assert!(matches!(
+        Batcher::new(BatchPolicy::Fixed(0), false),
+        Err(Error::Config(_))
+    ));
     let cost: CostFn = Arc::new(|_, _| 1);
     assert!(Batcher::new(BatchPolicy::Budget { max_cost: 0, cost }, false).is_err());
 }
@@ -91,7 +94,17 @@ fn token_budget_example() {
     let out = run(&mut b, rs);
     let got: Vec<Vec<u64>> = out.iter().map(|x| ids(x)).collect();
     // 4+4 (3 does not fit) | 3 (10 does not fit) | 10 (full) | 12 alone | 1+9 (full) | 0+2
-    assert_eq!(got, vec![vec![0, 1], vec![2], vec![3], vec![4], vec![5, 6], vec![7, 8]]);
+    assert_eq!(
+        got,
+        vec![
+            vec![0, 1],
+            vec![2],
+            vec![3],
+            vec![4],
+            vec![5, 6],
+            vec![7, 8]
+        ]
+    );
     assert_eq!(b.oversize_batches(), 1);
 }
 
@@ -155,7 +168,7 @@ fn budget_drop_last_keeps_only_a_full_last_batch() {
     let mut b = Batcher::new(p, true).unwrap();
     let out = run(&mut b, rows(&[6, 6, 4]));
     assert_eq!(out.len(), 2); // [6, 4] reached the budget
-    // A pending lone oversize instance is a complete batch: kept.
+                              // A pending lone oversize instance is a complete batch: kept.
     let mut b = Batcher::new(BatchPolicy::tokens("tok", 10, &schema()).unwrap(), true).unwrap();
     let mut rs = rows(&[5, 20]).into_iter();
     assert!(b.push(rs.next().unwrap()).is_none());
@@ -207,7 +220,11 @@ fn oversize_is_warned_once_per_pass() {
     assert_eq!(b.oversize_batches(), 4);
     let w = warnings();
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("mem: record 0") && w[0].contains("costs 9"), "{}", w[0]);
+    assert!(
+        w[0].contains("mem: record 0") && w[0].contains("costs 9"),
+        "{}",
+        w[0]
+    );
     run(&mut b, rows(&[9, 9]));
     assert_eq!(warnings().len(), 2);
     assert_eq!(b.oversize_batches(), 6);

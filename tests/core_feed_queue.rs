@@ -17,7 +17,10 @@ use rand_chacha::ChaCha8Rng;
 fn capacity_must_be_positive() {
     assert!(matches!(FeedQueue::<u8>::new(0), Err(Error::Config(_))));
     let q = FeedQueue::<u8>::new(3).unwrap();
-    assert_eq!((q.capacity(), q.len(), q.is_empty(), q.is_closed()), (3, 0, true, false));
+    assert_eq!(
+        (q.capacity(), q.len(), q.is_empty(), q.is_closed()),
+        (3, 0, true, false)
+    );
 }
 
 #[test]
@@ -25,7 +28,10 @@ fn non_blocking_and_timed_forms() {
     let q = FeedQueue::new(2).unwrap();
     assert_eq!(q.try_pop(), Err(TryPopError::Empty));
     let t = Instant::now();
-    assert_eq!(q.pop_timeout(Duration::from_millis(30)), Err(PopTimeoutError::Timeout));
+    assert_eq!(
+        q.pop_timeout(Duration::from_millis(30)),
+        Err(PopTimeoutError::Timeout)
+    );
     assert!(t.elapsed() >= Duration::from_millis(30));
     q.try_push(1).unwrap();
     q.push_timeout(2, Duration::from_millis(5)).unwrap();
@@ -68,12 +74,18 @@ fn close_wakes_blocked_pushers_and_poppers() {
     q.close();
     assert!(q.is_closed());
     assert_eq!(pusher.join().unwrap(), Err(Closed(1)));
-    assert_eq!(timed_pusher.join().unwrap(), Err(PushTimeoutError::Closed(2)));
+    assert_eq!(
+        timed_pusher.join().unwrap(),
+        Err(PushTimeoutError::Closed(2))
+    );
     // Pops drain what is left, then report the end.
     assert_eq!(q.pop(), Some(0));
     assert_eq!(q.pop(), None);
     assert_eq!(q.try_pop(), Err(TryPopError::Closed));
-    assert_eq!(q.pop_timeout(Duration::from_secs(1)), Err(PopTimeoutError::Closed));
+    assert_eq!(
+        q.pop_timeout(Duration::from_secs(1)),
+        Err(PopTimeoutError::Closed)
+    );
     assert_eq!(q.try_push(9), Err(TryPushError::Closed(9)));
     assert_eq!(q.push(9).unwrap_err().into_inner(), 9);
     q.close(); // idempotent
@@ -245,7 +257,8 @@ fn stress_8_producers_8_consumers_close_in_the_middle() {
             h.join().unwrap();
         }
 
-        let mut pushed: Vec<(usize, u32)> = produced.iter().flat_map(|p| p.pushed.clone()).collect();
+        let mut pushed: Vec<(usize, u32)> =
+            produced.iter().flat_map(|p| p.pushed.clone()).collect();
         for p in &produced {
             if let Some((pp, i)) = p.handed_back {
                 // The failed item is the producer's own next item, not pushed.
@@ -262,11 +275,17 @@ fn stress_8_producers_8_consumers_close_in_the_middle() {
             consumed.len(),
             "round {round} (capacity {cap}): pushed vs popped"
         );
-        assert_eq!(pushed, consumed, "round {round}: every pushed item popped exactly once");
+        assert_eq!(
+            pushed, consumed,
+            "round {round}: every pushed item popped exactly once"
+        );
         assert!(q.is_closed() && q.is_empty());
         if produced.iter().any(|p| p.handed_back.is_some()) {
             rounds_closed_mid_stream += 1;
         }
     }
-    assert!(rounds_closed_mid_stream >= 6, "{rounds_closed_mid_stream} of 12");
+    assert!(
+        rounds_closed_mid_stream >= 6,
+        "{rounds_closed_mid_stream} of 12"
+    );
 }

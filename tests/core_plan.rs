@@ -50,7 +50,10 @@ fn a_pattern_matching_nothing_is_an_error() {
     let err = expand_inputs(&[format!("{d}/*.tfrecord")]).unwrap_err();
     assert!(matches!(err, Error::Config(_)));
     let msg = err.to_string();
-    assert!(msg.contains("matches no file") && msg.contains("*.tfrecord"), "{msg}");
+    assert!(
+        msg.contains("matches no file") && msg.contains("*.tfrecord"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -66,7 +69,10 @@ fn a_bad_pattern_and_no_input_are_errors() {
 #[test]
 fn a_plain_path_is_kept_as_given() {
     let got = expand_inputs(&[s("no/such/file.tfrecord"), s("npz:weird:name.bin")]).unwrap();
-    assert_eq!(got, vec![s("no/such/file.tfrecord"), s("npz:weird:name.bin")]);
+    assert_eq!(
+        got,
+        vec![s("no/such/file.tfrecord"), s("npz:weird:name.bin")]
+    );
 }
 
 #[test]
@@ -74,7 +80,12 @@ fn list_files_with_comments_relative_paths_and_nesting() {
     let dir = tempfile::tempdir().unwrap();
     touch(
         dir.path(),
-        &["lists/data/a.jsonl", "lists/data/b.jsonl", "lists/data/c.csv", "top.csv"],
+        &[
+            "lists/data/a.jsonl",
+            "lists/data/b.jsonl",
+            "lists/data/c.csv",
+            "top.csv",
+        ],
     );
     let top = dir.path().join("top.csv");
     fs::write(
@@ -100,8 +111,14 @@ fn list_files_with_comments_relative_paths_and_nesting() {
         format!("{l}/data/c.csv"),
     ];
     let list = lists.join("train.list");
-    assert_eq!(expand_inputs(&[format!("@{}", list.display())]).unwrap(), expected);
-    assert_eq!(expand_inputs(&[list.display().to_string()]).unwrap(), expected);
+    assert_eq!(
+        expand_inputs(&[format!("@{}", list.display())]).unwrap(),
+        expected
+    );
+    assert_eq!(
+        expand_inputs(&[list.display().to_string()]).unwrap(),
+        expected
+    );
 }
 
 #[test]
@@ -115,7 +132,10 @@ fn list_file_errors_name_the_file_and_line() {
     fs::write(d.join("bad.list"), "ok.tfrecord\n*.nothing\n").unwrap();
     let err = expand_inputs(&[format!("@{}", d.join("bad.list").display())]).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("bad.list: line 2") && msg.contains("matches no file"), "{msg}");
+    assert!(
+        msg.contains("bad.list: line 2") && msg.contains("matches no file"),
+        "{msg}"
+    );
 
     fs::write(d.join("loop.list"), "loop.list\n").unwrap();
     let err = expand_inputs(&[format!("@{}", d.join("loop.list").display())]).unwrap_err();
@@ -201,7 +221,9 @@ fn auto_shards_by_record_when_files_are_fewer_than_ranks() {
     let plan = PassPlan::new(files(4)).shard(shard);
     assert_eq!(plan.effective_shard_by(), ShardBy::File);
     assert_eq!(plan.tasks(0).len(), 1);
-    let forced = PassPlan::new(files(8)).shard(shard).shard_by(ShardBy::Record);
+    let forced = PassPlan::new(files(8))
+        .shard(shard)
+        .shard_by(ShardBy::Record);
     assert_eq!(forced.effective_shard_by(), ShardBy::Record);
     let single = PassPlan::new(files(2)).shard_by(ShardBy::Record);
     assert!(single.tasks(0).iter().all(|t| t.stride.is_all()));
@@ -215,7 +237,10 @@ fn uniform_index_and_permutation() {
         counts[uniform_index(&mut rng, 6)] += 1;
     }
     // Each near 10,000 (sd ~91): a wide bound, deterministic seed.
-    assert!(counts.iter().all(|&c| (9_500..10_500).contains(&c)), "{counts:?}");
+    assert!(
+        counts.iter().all(|&c| (9_500..10_500).contains(&c)),
+        "{counts:?}"
+    );
     assert_eq!(uniform_index(&mut rng, 0), 0);
     assert_eq!(uniform_index(&mut rng, 1), 0);
     let mut p = permutation(&mut rng, 100);
@@ -319,13 +344,18 @@ proptest! {
 #[test]
 fn equalized_counts_examples_and_errors() {
     let c = equalized_counts(&[10, 7, 9], 4, false, Equalize::Drop).unwrap();
-    assert!(c.iter().all(|c| c.keep == 7 && c.batches == 2 && c.last_batch == 3));
+    assert!(c
+        .iter()
+        .all(|c| c.keep == 7 && c.batches == 2 && c.last_batch == 3));
     assert_eq!((c[0].drop, c[1].drop, c[2].drop), (3, 0, 2));
     let c = equalized_counts(&[10, 7], 4, true, Equalize::Pad).unwrap();
     assert_eq!((c[0].keep, c[0].drop, c[0].pad), (8, 2, 0));
     assert_eq!((c[1].keep, c[1].drop, c[1].pad), (7, 0, 1));
     let c = equalized_counts(&[10, 7], 4, true, Equalize::Off).unwrap();
-    assert_eq!((c[0].keep, c[0].batches, c[1].keep, c[1].batches), (8, 2, 4, 1));
+    assert_eq!(
+        (c[0].keep, c[0].batches, c[1].keep, c[1].batches),
+        (8, 2, 4, 1)
+    );
     assert!(equalized_counts(&[1], 0, false, Equalize::Off).is_err());
     assert!(equalized_counts(&[], 4, false, Equalize::Off).is_err());
     let err = equalized_counts(&[5, 0], 4, false, Equalize::Pad).unwrap_err();

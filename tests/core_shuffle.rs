@@ -123,7 +123,10 @@ fn same_seed_same_draws_other_seed_other_draws() {
     let b = run(&mut ShuffleBuffer::new(cfg.clone()), &chunks);
     assert_eq!(a, b);
     let other = run(
-        &mut ShuffleBuffer::new(ShuffleConfig { seed: 4, ..cfg.clone() }),
+        &mut ShuffleBuffer::new(ShuffleConfig {
+            seed: 4,
+            ..cfg.clone()
+        }),
         &chunks,
     );
     assert_ne!(a, other);
@@ -170,12 +173,18 @@ fn draws_depend_only_on_the_push_draw_sequence() {
             buf.push_chunk(c);
             if buf.can_draw() {
                 let r = buf.draw().unwrap();
-                out.push((ptrs.iter().position(|p| *p == Arc::as_ptr(&r.chunk)), r.index));
+                out.push((
+                    ptrs.iter().position(|p| *p == Arc::as_ptr(&r.chunk)),
+                    r.index,
+                ));
             }
         }
         buf.set_draining(true);
         while let Some(r) = buf.draw() {
-            out.push((ptrs.iter().position(|p| *p == Arc::as_ptr(&r.chunk)), r.index));
+            out.push((
+                ptrs.iter().position(|p| *p == Arc::as_ptr(&r.chunk)),
+                r.index,
+            ));
         }
         out
     };
