@@ -9,8 +9,14 @@
 //! to the same queue.
 //!
 //! It is a `VecDeque` under a `parking_lot` mutex with two condition
-//! variables; a waker is signalled only when someone waits. (Measured beside
-//! `crossbeam_channel::bounded` in `benches/core.rs`.)
+//! variables; a waker is signalled only when someone waits. Measured in
+//! `benches/core.rs` (u64 items, capacity 64, 2 busy cores): about 1.2 M
+//! push+pop pairs/s with 1 producer / 1 consumer and 1.0 M with 2 / 2, steady
+//! from run to run; `crossbeam_channel::bounded` does 3–6 M (it spins before
+//! parking). A variant built on a crossbeam channel (close through a second
+//! channel and `Select`) did 1.9–3.9 M with 1 / 1 but only 0.4–1.5 M with
+//! 2 / 2, and varied widely; the queue carries whole batches (thousands per
+//! second), so the simpler, steadier lock won.
 //!
 //! ```
 //! use feedline::feed_queue::{FeedQueue, TryPushError};
