@@ -723,6 +723,7 @@ proptest! {
         by in prop_oneof![Just(ShardBy::Auto), Just(ShardBy::Record)],
         seed in any::<u64>(),
         pass in 0u64..3,
+        max_bytes in prop_oneof![Just(usize::MAX), 64usize..4096],
     ) {
         let files_ = specs(&sizes);
         let plan = PassPlan::new(files_.clone()).seed(seed).shard_by(by)
@@ -730,8 +731,10 @@ proptest! {
         let mut seen = Vec::new();
         let mut dropped = 0;
         for rank in 0..world {
+            let mut c = cfg(pool, batch, drop_last, seed);
+            c.shuffle.max_bytes = max_bytes;
             let r = batches(registry(), plan.for_rank(rank).unwrap(), schema(),
-                OpenOptions::default(), cfg(pool, batch, drop_last, seed)).unwrap().start_pass(pass);
+                OpenOptions::default(), c).unwrap().start_pass(pass);
             for b in r.read() {
                 let b = b.unwrap();
                 prop_assert!(b.origins().len() == batch || (!drop_last && b.origins().len() < batch));
