@@ -9,8 +9,14 @@
 //! to the same queue.
 //!
 //! It is a `VecDeque` under a `parking_lot` mutex with two condition
-//! variables; a waker is signalled only when someone waits. (Measured beside
-//! `crossbeam_channel::bounded` in `benches/core.rs`.)
+//! variables; a waker is signalled only when someone waits, and a blocking
+//! `push`/`pop` first spins and yields for a few rounds before it parks.
+//! Measured in `benches/core.rs` (u64 items, capacity 64, 2 shared cores):
+//! 3.7–5.4 M push+pop pairs/s with 1 producer / 1 consumer and 4.2–4.3 M with
+//! 2 / 2, beside `crossbeam_channel::bounded` at 4.5–5.9 M and 3.8–4.4 M in
+//! the same runs. Without the spinning it was 1.2–1.6 M (a futex wake per
+//! item); a variant on a crossbeam channel (closed through a second channel
+//! and `Select`) did 1.9–3.9 M and 0.4–1.5 M, varying widely.
 //!
 //! ```
 //! use feedline::feed_queue::{FeedQueue, TryPushError};
@@ -29,7 +35,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 
@@ -124,6 +130,22 @@ pub enum PopTimeoutError {
     Closed,
 }
 
+/// Rounds of spinning (then yielding) before a blocking call parks: a
+/// partner on another core usually makes room or brings an item within a
+/// microsecond, far cheaper than a futex sleep and wake.
+const SPIN_ROUNDS: u32 = 10;
+
+/// Wait a little, more each round: spin first, then yield the core.
+fn backoff(round: u32) {
+    if round <= 6 {
+        for _ in 0..(1u32 << round) {
+            std::hint::spin_loop();
+        }
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 struct State<T> {
     items: VecDeque<T>,
     closed: bool,
@@ -206,6 +228,7 @@ impl<T> FeedQueue<T> {
     /// value back) if the queue is or gets closed.
     pub fn push(&self, value: T) -> std::result::Result<(), Closed<T>> {
         let mut s = self.inner.state.lock();
+        let mut round = 0;
         loop {
             if s.closed {
                 return Err(Closed(value));
@@ -213,6 +236,11 @@ impl<T> FeedQueue<T> {
             if s.items.len() < self.inner.capacity {
                 self.enqueue(&mut s, value);
                 return Ok(());
+            }
+            if round < SPIN_ROUNDS {
+                round += 1;
+                MutexGuard::unlocked(&mut s, || backoff(round));
+                continue;
             }
             s.waiting_pushers += 1;
             self.inner.not_full.wait(&mut s);
@@ -275,12 +303,18 @@ impl<T> FeedQueue<T> {
     /// is closed and drained.
     pub fn pop(&self) -> Option<T> {
         let mut s = self.inner.state.lock();
+        let mut round = 0;
         loop {
             if let Some(v) = self.dequeue(&mut s) {
                 return Some(v);
             }
             if s.closed {
                 return None;
+            }
+            if round < SPIN_ROUNDS {
+                round += 1;
+                MutexGuard::unlocked(&mut s, || backoff(round));
+                continue;
             }
             s.waiting_poppers += 1;
             self.inner.not_empty.wait(&mut s);

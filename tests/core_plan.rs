@@ -169,13 +169,52 @@ fn shard_from_vars_and_env() {
     }
     assert!(Shard::new(2, 2).is_err());
     assert!(Shard::new(0, 0).is_err());
-    // The only test of this binary that touches these variables.
-    std::env::set_var("RANK", "1");
-    std::env::set_var("WORLD_SIZE", "2");
-    let got = Shard::from_env();
-    std::env::remove_var("RANK");
-    std::env::remove_var("WORLD_SIZE");
-    assert_eq!(got.unwrap(), Shard::new(1, 2).unwrap());
+    // from_env reads RANK and WORLD_SIZE (not set here: setting variables
+    // while other test threads read the environment is not safe).
+    let rank = std::env::var("RANK").ok();
+    let world = std::env::var("WORLD_SIZE").ok();
+    assert_eq!(
+        Shard::from_env().ok(),
+        Shard::from_vars(rank.as_deref(), world.as_deref()).ok()
+    );
+}
+
+/// `Shard::from_env` with real variables, in child processes of this test
+/// binary (setting variables in a threaded test process is not safe).
+#[test]
+fn shard_from_env_in_child_processes() {
+    if let Ok(expect) = std::env::var("FEEDLINE_TEST_SHARD_EXPECT") {
+        let got = match Shard::from_env() {
+            Ok(s) => format!("{}/{}", s.rank, s.world_size),
+            Err(e) => e.to_string(),
+        };
+        assert!(got.contains(&expect), "{got} should contain {expect}");
+        return;
+    }
+    for (rank, world, expect) in [
+        ("1", "2", "1/2"),
+        ("", "", "0/1"),
+        ("2", "2", "RANK=2 is out of range for WORLD_SIZE=2"),
+        ("a", "2", "RANK=`a`"),
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "shard_from_env_in_child_processes",
+                "--test-threads=1",
+            ])
+            .env("FEEDLINE_TEST_SHARD_EXPECT", expect)
+            .env("RANK", rank)
+            .env("WORLD_SIZE", world)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "RANK={rank} WORLD_SIZE={world}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn files(n: usize) -> Vec<String> {

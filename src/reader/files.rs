@@ -54,7 +54,8 @@ pub struct FilesReader {
 ///
 /// Pass `p` (the `p`-th read, see [`FilesReader::start_pass`]) reads
 /// `plan.tasks(p)` in order; each task's file is opened at its
-/// `start_record` and only the records its stride keeps are yielded, as
+/// `start_record` (or `opts.start_record` if that is later: it applies to
+/// every file) and only the records its stride keeps are yielded, as
 /// `Ok(Instance)` conformed to `schema`. A file that cannot be opened, or a
 /// bad record, yields one `Err` — naming the file, record and offset — and
 /// reading goes on: with the next record if the format can skip the bad one,
@@ -216,7 +217,7 @@ impl Iterator for ChunkIter<'_> {
             if self.current.is_none() {
                 let task = self.tasks.next()?;
                 let mut opts = self.src.opts.clone();
-                opts.start_record = task.start_record;
+                opts.start_record = opts.start_record.max(task.start_record);
                 match self.src.registry.open(&task.file, None, &opts) {
                     Ok(r) => self.current = Some((task, r)),
                     Err(e) => return Some(Err(e)),
