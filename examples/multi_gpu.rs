@@ -131,7 +131,7 @@ fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
         n if n == devices => parts,
         n => return Err(format!("--step-ms has {n} values for {devices} devices")),
     };
-    if ms.iter().any(|&m| !(m >= 0.0)) {
+    if ms.iter().any(|&m| m.is_nan() || m < 0.0) {
         return Err("--step-ms must be ≥ 0".into());
     }
     Ok(ms

@@ -10,7 +10,6 @@ use feedline_actors::Loader;
 fn run(
     counts: &[u64],
     readers: usize,
-    devices: usize,
     passes: u64,
     batch: usize,
     shuffle: usize,
@@ -24,7 +23,6 @@ fn run(
         .files(specs)
         .schema(SynthFormat::schema())
         .readers(readers)
-        .devices(devices)
         .passes(passes)
         .batch(batch)
         .shuffle(shuffle)
@@ -46,7 +44,7 @@ fn run(
 fn every_record_once_per_pass() {
     let counts = [50, 0, 33, 120, 1];
     for readers in [1, 2, 4] {
-        let out = run(&counts, readers, 1, 3, 16, 40, readers as u64, false);
+        let out = run(&counts, readers, 3, 16, 40, readers as u64, false);
         let mut per_pass: HashMap<u64, Vec<i64>> = HashMap::new();
         for (p, _, ids) in &out {
             per_pass.entry(*p).or_default().extend(ids);
@@ -68,21 +66,9 @@ fn every_record_once_per_pass() {
 #[test]
 fn deterministic_runs_are_identical_across_reader_counts() {
     let counts = [50, 10, 33, 120, 1, 64];
-    let a = run(&counts, 1, 1, 2, 16, 40, 9, true);
-    let b = run(&counts, 4, 1, 2, 16, 40, 9, true);
-    let c = run(&counts, 2, 1, 2, 16, 40, 9, true);
+    let a = run(&counts, 1, 2, 16, 40, 9, true);
+    let b = run(&counts, 4, 2, 16, 40, 9, true);
+    let c = run(&counts, 2, 2, 16, 40, 9, true);
     assert_eq!(a, b);
     assert_eq!(a, c);
-}
-
-#[test]
-fn debug_counts() {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let counts = [50, 0, 33, 120, 1];
-    let out = run(&counts, 1, 1, 3, 16, 40, 1, false);
-    let mut per_pass: HashMap<u64, usize> = HashMap::new();
-    for (p, _, ids) in &out {
-        *per_pass.entry(*p).or_default() += ids.len();
-    }
-    eprintln!("{per_pass:?}");
 }

@@ -21,14 +21,17 @@ use crate::error::PipelineError;
 use crate::messages::{CloseQueue, Fail, Pop, Popped, Push, QueueItem, Shutdown};
 use crate::stats::{ns, Stats};
 
+/// A consumer waiting for an item: who, since when, where the answer goes.
+type ParkedPop = (
+    usize,
+    Instant,
+    oneshot::Sender<Result<Popped, PipelineError>>,
+);
+
 struct Lane {
     items: VecDeque<QueueItem>,
     pushes: VecDeque<(QueueItem, oneshot::Sender<Result<(), PipelineError>>)>,
-    pops: VecDeque<(
-        usize,
-        Instant,
-        oneshot::Sender<Result<Popped, PipelineError>>,
-    )>,
+    pops: VecDeque<ParkedPop>,
     /// End-of-pass markers that left the head of this lane.
     ends: u64,
 }
