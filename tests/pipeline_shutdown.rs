@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{synth_registry, Fault, SynthFormat};
-use feedline_actors::{Delivered, Loader, Pipeline, PipelineConfig, PipelineError, TrainStep};
+use feedline_actors::{
+    Delivered, FeedMode, Loader, Pipeline, PipelineConfig, PipelineError, TrainStep,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -157,6 +159,8 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
         files: synth.specs(),
         registry: synth_registry(synth),
         schema: Some(SynthFormat::schema()),
+        // Round-robin: device 0 surely gets its 3rd batch (8 of the 16 are its).
+        feed: FeedMode::RoundRobin,
         ..PipelineConfig::default()
     };
     let sys = actix::System::new();

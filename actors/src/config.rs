@@ -31,6 +31,16 @@ impl ErrorPolicy {
     }
 }
 
+/// What to do with a reader that makes no progress for `stall_timeout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StallPolicy {
+    /// Give its file to a fresh reader, from the first record not yet sent
+    /// (at most `max_attempts` times per file); the stuck thread is abandoned.
+    Retry,
+    /// Fail the pipeline with [`PipelineError::ReaderStuck`](crate::PipelineError::ReaderStuck).
+    Fail,
+}
+
 /// How batches reach the devices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FeedMode {
@@ -96,8 +106,12 @@ pub struct PipelineConfig {
     pub shard: Shard,
     /// Shard by file or by record.
     pub shard_by: ShardBy,
-    /// Readers that may fail (panic) on one file before the pass fails.
+    /// Readers that may fail (panic, or stall) on one file before the pass fails.
     pub max_attempts: u32,
+    /// A reader inside one open or read for longer than this is stuck (`None`: never).
+    pub stall_timeout: Option<std::time::Duration>,
+    /// What to do with a stuck reader.
+    pub on_stall: StallPolicy,
 }
 
 impl Default for PipelineConfig {
@@ -132,6 +146,8 @@ impl Default for PipelineConfig {
             },
             shard_by: ShardBy::Auto,
             max_attempts: 3,
+            stall_timeout: Some(std::time::Duration::from_secs(60)),
+            on_stall: StallPolicy::Retry,
         }
     }
 }

@@ -14,19 +14,97 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use futures::channel::oneshot;
 
 use crate::error::PipelineError;
-use crate::messages::{CloseQueue, Fail, Pop, Popped, Push, QueueItem, Shutdown};
+use crate::messages::{CloseQueue, Delivered, Fail, Pop, Popped, Push, QueueItem, Shutdown};
 use crate::stats::{ns, Stats};
 
-/// A consumer waiting for an item: who, since when, where the answer goes.
-type ParkedPop = (
-    usize,
-    Instant,
-    oneshot::Sender<Result<Popped, PipelineError>>,
-);
+/// A consumer waiting for an item: who, since when, and actix's own reply
+/// sender — so a reply to a consumer that has gone (its request dropped, say
+/// on a time-out) fails here, and its batch is put back instead of lost.
+type ParkedPop = (usize, Instant, OneshotSender<Result<Popped, PipelineError>>);
+
+/// Hand-off from [`PopReply`] (which runs after the handler, without access
+/// to the actor) back to the actor: pops to park and batches to put back.
+#[derive(Default)]
+struct Handoff {
+    parked: Vec<(usize, ParkedPop)>,
+    returned: Vec<(usize, Delivered)>,
+}
+
+/// The answer to a [`Pop`]: an item now, or later once one is there.
+pub struct PopReply(ReplyKind);
+
+enum ReplyKind {
+    Now {
+        result: Result<Popped, PipelineError>,
+        lane: usize,
+        handoff: Rc<RefCell<Handoff>>,
+    },
+    Park {
+        consumer: usize,
+        asked: Instant,
+        lane: usize,
+        handoff: Rc<RefCell<Handoff>>,
+    },
+}
+
+/// Take what [`PopReply`]s left in the hand-off.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct DrainHandoff;
+
+impl MessageResponse<FeedQueue, Pop> for PopReply {
+    fn handle(
+        self,
+        ctx: &mut Context<FeedQueue>,
+        tx: Option<OneshotSender<Result<Popped, PipelineError>>>,
+    ) {
+        let Some(tx) = tx else {
+            // Sent with do_send: nobody to answer; an item taken for it goes back.
+            if let ReplyKind::Now {
+                result: Ok(Popped::Batch(b)),
+                lane,
+                handoff,
+            } = self.0
+            {
+                handoff.borrow_mut().returned.push((lane, b));
+                ctx.notify(DrainHandoff);
+            }
+            return;
+        };
+        match self.0 {
+            ReplyKind::Now {
+                result,
+                lane,
+                handoff,
+            } => {
+                if let Err(Ok(Popped::Batch(b))) = tx.send(result) {
+                    handoff.borrow_mut().returned.push((lane, b));
+                    ctx.notify(DrainHandoff);
+                }
+            }
+            ReplyKind::Park {
+                consumer,
+                asked,
+                lane,
+                handoff,
+            } => {
+                handoff
+                    .borrow_mut()
+                    .parked
+                    .push((lane, (consumer, asked, tx)));
+                ctx.notify(DrainHandoff);
+            }
+        }
+    }
+}
 
 struct Lane {
     items: VecDeque<QueueItem>,
@@ -57,6 +135,7 @@ pub struct FeedQueue {
     closed: bool,
     failed: Option<PipelineError>,
     stats: Stats,
+    handoff: Rc<RefCell<Handoff>>,
     /// Consumers pop by themselves (no trainer actors): account their time
     /// here — waiting from a `Pop` to its answer, busy from an answer to the next `Pop`.
     account: bool,
@@ -64,7 +143,23 @@ pub struct FeedQueue {
 }
 
 impl FeedQueue {
-    pub(crate) fn new(
+    /// Start the actor. Its mailbox is made large: a full mailbox makes
+    /// `send` hold the message inside its future until polled, which could
+    /// reorder batches; the real bound is the queue's capacity.
+    pub(crate) fn start_new(
+        consumers: usize,
+        capacity: usize,
+        round_robin: bool,
+        stats: Stats,
+        account: bool,
+    ) -> Addr<Self> {
+        FeedQueue::create(move |ctx| {
+            ctx.set_mailbox_capacity(4096);
+            FeedQueue::new(consumers, capacity, round_robin, stats, account)
+        })
+    }
+
+    fn new(
         consumers: usize,
         capacity: usize,
         round_robin: bool,
@@ -80,6 +175,7 @@ impl FeedQueue {
             closed: false,
             failed: None,
             stats,
+            handoff: Rc::new(RefCell::new(Handoff::default())),
             account,
             last_answer: vec![None; consumers.max(1)],
         }
@@ -235,27 +331,60 @@ impl Handler<Push> for FeedQueue {
 }
 
 impl Handler<Pop> for FeedQueue {
-    type Result = ResponseFuture<Result<Popped, PipelineError>>;
+    type Result = PopReply;
 
-    fn handle(&mut self, msg: Pop, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Pop, _: &mut Context<Self>) -> PopReply {
         let now = Instant::now();
         self.asked(msg.consumer, now);
         let lane = self.lane_of(msg.consumer);
-        if self.lanes[lane].pops.is_empty() {
-            if let Some(r) = self.take(msg.consumer) {
-                let records = match &r {
+        let handoff = self.handoff.clone();
+        if self.lanes[lane].pops.is_empty() && self.handoff.borrow().parked.is_empty() {
+            if let Some(result) = self.take(msg.consumer) {
+                let records = match &result {
                     Ok(Popped::Batch(b)) => Some(b.batch.len()),
                     _ => None,
                 };
                 self.answered(msg.consumer, now, records);
                 self.settle(lane);
-                return Box::pin(async move { r });
+                return PopReply(ReplyKind::Now {
+                    result,
+                    lane,
+                    handoff,
+                });
             }
         }
-        let (tx, rx) = oneshot::channel();
-        self.lanes[lane].pops.push_back((msg.consumer, now, tx));
-        self.settle(lane);
-        Box::pin(async move { rx.await.unwrap_or(Err(PipelineError::Stopped)) })
+        PopReply(ReplyKind::Park {
+            consumer: msg.consumer,
+            asked: now,
+            lane,
+            handoff,
+        })
+    }
+}
+
+impl Handler<DrainHandoff> for FeedQueue {
+    type Result = ();
+
+    fn handle(&mut self, _: DrainHandoff, _: &mut Context<Self>) {
+        let (parked, returned) = {
+            let mut h = self.handoff.borrow_mut();
+            (
+                std::mem::take(&mut h.parked),
+                std::mem::take(&mut h.returned),
+            )
+        };
+        for (lane, b) in returned.into_iter().rev() {
+            self.lanes[lane].items.push_front(QueueItem::Batch(b));
+        }
+        for (lane, p) in parked {
+            self.lanes[lane].pops.push_back(p);
+        }
+        for lane in 0..self.lanes.len() {
+            self.settle(lane);
+        }
+        if self.failed.is_some() {
+            self.fail_all();
+        }
     }
 }
 

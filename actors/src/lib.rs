@@ -41,9 +41,9 @@ mod supervisor;
 mod timeline;
 mod trainer;
 
-pub use config::{ErrorPolicy, FeedMode, PipelineConfig};
+pub use config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
 pub use error::PipelineError;
-pub use feed_queue::FeedQueue;
+pub use feed_queue::{FeedQueue, PopReply};
 pub use file_queue::FileQueue;
 pub use loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use messages::{Delivered, Pop, Popped, Shutdown};

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use actix::prelude::*;
 use feedline::batcher::BatchPolicy;
@@ -12,7 +13,7 @@ use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Shard, ShardBy};
 use feedline::Schema;
 
-use crate::config::{ErrorPolicy, FeedMode, PipelineConfig};
+use crate::config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
 use crate::messages::{Delivered, Pop, Popped, Shutdown};
@@ -119,6 +120,12 @@ impl LoaderBuilder {
         chunks_in_flight: usize => chunks_in_flight;
         /// Out-of-order bytes held in deterministic mode (default 64 MiB).
         reorder_window: usize => reorder_window;
+        /// A reader inside one open/read longer than this is stuck (default 60 s; `None`: never).
+        stall_timeout: Option<std::time::Duration> => stall_timeout;
+        /// What to do with a stuck reader (default: retry its file on a fresh reader).
+        on_stall: StallPolicy => on_stall;
+        /// Readers that may fail on one file before the pass fails (default 3).
+        max_attempts: u32 => max_attempts;
     }
 
     /// Replace every setting.
@@ -260,9 +267,19 @@ impl Loader {
     pub fn device_iter(&self, device: usize) -> DeviceIter {
         DeviceIter {
             feed: self.feed.clone(),
+            stats: self.stats.clone(),
             consumer: device,
             ended: false,
         }
+    }
+
+    /// The next batch, waiting at most `timeout`. On a timeout the error
+    /// says which stage is stuck (see [`Stats::diagnose`]); iteration can go on.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<Delivered, PipelineError>> {
+        self.merged.timeout = Some(timeout);
+        let r = self.next_merged();
+        self.merged.timeout = None;
+        r
     }
 
     /// Stop everything and wait for every thread. Also what `drop` does.
@@ -278,8 +295,7 @@ impl Loader {
     }
 
     fn pop(&self, consumer: usize) -> Result<Popped, PipelineError> {
-        futures::executor::block_on(self.feed.send(Pop { consumer }))
-            .unwrap_or(Err(PipelineError::Stopped))
+        pop_blocking(&self.feed, &self.stats, consumer, self.merged.timeout)
     }
 
     fn next_merged(&mut self) -> Option<Result<Delivered, PipelineError>> {
@@ -319,6 +335,7 @@ impl Loader {
                     self.merged.ended = true;
                     return None;
                 }
+                Err(e @ PipelineError::Timeout { .. }) => return Some(Err(e)),
                 Err(e) => {
                     self.merged.ended = true;
                     return Some(Err(e));
@@ -328,11 +345,35 @@ impl Loader {
     }
 }
 
+/// Pop for `consumer` from a plain thread, waiting at most `timeout`.
+fn pop_blocking(
+    feed: &Addr<FeedQueue>,
+    stats: &Stats,
+    consumer: usize,
+    timeout: Option<Duration>,
+) -> Result<Popped, PipelineError> {
+    let request = feed.send(Pop { consumer });
+    let Some(t) = timeout else {
+        return futures::executor::block_on(request).unwrap_or(Err(PipelineError::Stopped));
+    };
+    // A request dropped on time-out is either discarded unhandled or, if
+    // already waiting in the queue, its batch is put back: nothing is lost.
+    let delay = futures_timer::Delay::new(t);
+    match futures::executor::block_on(futures::future::select(Box::pin(request), delay)) {
+        futures::future::Either::Left((r, _)) => r.unwrap_or(Err(PipelineError::Stopped)),
+        futures::future::Either::Right(((), _)) => Err(PipelineError::Timeout {
+            waited: t,
+            why: stats.diagnose(),
+        }),
+    }
+}
+
 struct MergedState {
     lanes: usize,
     lane: usize,
     round_robin: bool,
     ended: bool,
+    timeout: Option<Duration>,
 }
 
 impl MergedState {
@@ -342,6 +383,7 @@ impl MergedState {
             lane: 0,
             round_robin,
             ended: false,
+            timeout: None,
         }
     }
 }
@@ -394,6 +436,7 @@ impl IntoIterator for Loader {
 /// One device's iterator ([`Loader::device_iter`]); `Send`.
 pub struct DeviceIter {
     feed: Addr<FeedQueue>,
+    stats: Stats,
     consumer: usize,
     ended: bool,
 }
@@ -401,10 +444,12 @@ pub struct DeviceIter {
 impl DeviceIter {
     /// The next item including end-of-pass markers.
     pub fn next_event(&mut self) -> Result<Popped, PipelineError> {
-        futures::executor::block_on(self.feed.send(Pop {
-            consumer: self.consumer,
-        }))
-        .unwrap_or(Err(PipelineError::Stopped))
+        pop_blocking(&self.feed, &self.stats, self.consumer, None)
+    }
+
+    /// The next item, waiting at most `timeout`; a time-out says which stage is stuck.
+    pub fn next_event_timeout(&mut self, timeout: Duration) -> Result<Popped, PipelineError> {
+        pop_blocking(&self.feed, &self.stats, self.consumer, Some(timeout))
     }
 }
 

@@ -128,14 +128,13 @@ impl Pipeline {
         let config = Arc::new(config);
         let arbiters = Arbiters::default();
         let stats = Stats::new(config.devices, config.readers, config.capacity);
-        let feed = FeedQueue::new(
+        let feed = FeedQueue::start_new(
             config.devices,
             config.capacity,
             config.feed == FeedMode::RoundRobin,
             stats.clone(),
             steps.is_empty(),
-        )
-        .start();
+        );
         let (done_tx, done_rx) = oneshot::channel();
         let queues = Arc::new(TaskQueues::default());
         let mut file_queue_addr = None;
@@ -182,6 +181,7 @@ impl Pipeline {
                     trainers_left: trainers,
                     done: Some(done_tx),
                     failed: false,
+                    arbiters: arbiters.clone(),
                 };
                 for id in 0..sup.readers.len() {
                     sup.start_reader(id, ctx);

@@ -24,7 +24,7 @@ use crate::error::PipelineError;
 use crate::file_queue::{FileQueue, ReaderIdle};
 use crate::messages::{ChunkAck, ChunkMsg, FileDone, FileFailed, ReadTask, Shutdown};
 use crate::shuffle_batch::ShuffleBatch;
-use crate::stats::{ns, SkippedRecord, Stats};
+use crate::stats::{ns, ReaderWatch, SkippedRecord, Stats};
 use crate::supervisor::Supervisor;
 
 /// The file tasks readers steal from: retries first, then the pass's files.
@@ -73,6 +73,7 @@ pub struct PrefetchReader {
     pub(crate) file_queue: Addr<FileQueue>,
     pub(crate) shuffle: Addr<ShuffleBatch>,
     pub(crate) supervisor: Addr<Supervisor>,
+    pub(crate) watch: Arc<ReaderWatch>,
     current: Option<Current>,
     in_flight: usize,
     idle_since: Option<Instant>,
@@ -110,6 +111,7 @@ impl PrefetchReader {
             file_queue,
             shuffle,
             supervisor,
+            watch: Arc::new(ReaderWatch::default()),
             current: None,
             in_flight: 0,
             idle_since: Some(Instant::now()),
@@ -135,6 +137,22 @@ impl PrefetchReader {
         }
     }
 
+    /// Entering (`true`) or leaving a blocking open/read, for the watchdog.
+    fn blocking(&self, inside: bool) {
+        let t = if inside { self.stats.now_ns() } else { 0 };
+        self.watch
+            .busy_since
+            .store(t, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The watchdog gave this reader's file to another: stop without a word.
+    fn abandon(&mut self, ctx: &mut Context<Self>) {
+        log::warn!("reader {}: abandoned as stuck, stopping", self.id);
+        self.stopped = true;
+        self.current = None;
+        ctx.stop();
+    }
+
     fn mark_idle(&mut self) {
         if self.idle_since.is_none() {
             self.idle_since = Some(Instant::now());
@@ -158,8 +176,14 @@ impl PrefetchReader {
                 return;
             };
             self.mark_busy();
+            self.watch.state.lock().task = Some(task.clone());
             let t0 = Instant::now();
+            self.blocking(true);
             let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
+            self.blocking(false);
+            if self.watch.state.lock().fenced {
+                return self.abandon(ctx);
+            }
             self.stats
                 .inner
                 .readers
@@ -202,10 +226,18 @@ impl PrefetchReader {
         let cur = self.current.as_mut().expect("a current file");
         let mut chunk = Chunk::with_capacity(&self.schema, cfg.chunk_records.min(4096));
         let t0 = Instant::now();
+        let watch = self.watch.clone();
+        let stats = self.stats.clone();
+        watch
+            .busy_since
+            .store(stats.now_ns(), std::sync::atomic::Ordering::Relaxed);
         let result = catch_unwind(AssertUnwindSafe(|| {
             cur.reader
                 .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
         }));
+        watch
+            .busy_since
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         self.stats
             .inner
             .readers
@@ -319,6 +351,14 @@ impl PrefetchReader {
     }
 
     fn panicked(&mut self, ctx: &mut Context<Self>, mut task: ReadTask, message: String) {
+        {
+            let mut st = self.watch.state.lock();
+            if st.fenced {
+                drop(st);
+                return self.abandon(ctx);
+            }
+            st.task = None;
+        }
         log::error!(
             "reader {} panicked on {} at record {}: {message}",
             self.id,
@@ -359,7 +399,16 @@ impl PrefetchReader {
         self.send_chunk(ctx, chunk, true);
     }
 
+    /// Send a chunk of the current file, unless the watchdog fenced this
+    /// reader (then it stops and the chunk is dropped: the file's new reader
+    /// starts at the first record this one had not sent).
     fn send_chunk(&mut self, ctx: &mut Context<Self>, chunk: Chunk, last: bool) {
+        let watch = self.watch.clone();
+        let mut st = watch.state.lock();
+        if st.fenced {
+            drop(st);
+            return self.abandon(ctx);
+        }
         let cur = self.current.as_mut().expect("a current file");
         let chunk = filter_stride(chunk, &cur.task.task.stride);
         let n = chunk.len() as u64;
@@ -378,6 +427,7 @@ impl PrefetchReader {
         if last {
             cur.done_reading = true;
         }
+        st.task = Some(cur.task.clone());
         self.stats
             .inner
             .readers
@@ -389,6 +439,7 @@ impl PrefetchReader {
         );
         self.in_flight += 1;
         self.shuffle.do_send(msg);
+        drop(st);
         if !last {
             ctx.notify(Next);
         }
@@ -400,6 +451,13 @@ impl PrefetchReader {
             .as_ref()
             .is_some_and(|c| c.done_reading && self.in_flight == 0);
         if done {
+            let mut st = self.watch.state.lock();
+            if st.fenced {
+                drop(st);
+                return self.abandon(ctx);
+            }
+            st.task = None;
+            drop(st);
             let cur = self.current.take().expect("current");
             self.file_queue.do_send(FileDone {
                 records: cur.records_sent,

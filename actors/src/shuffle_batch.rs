@@ -170,8 +170,15 @@ impl ShuffleBatch {
         let t0 = Instant::now();
         ctx.wait(
             async move {
-                for (lane, item) in items {
-                    match feed.send(Push { lane, item }).await {
+                // All sends enqueue now, in order (the feed queue's mailbox is
+                // large enough never to hold one back); the replies are awaited
+                // together: one round trip per flush, not per batch.
+                let pushes: Vec<_> = items
+                    .into_iter()
+                    .map(|(lane, item)| feed.send(Push { lane, item }))
+                    .collect();
+                for r in futures::future::join_all(pushes).await {
+                    match r {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => return Err(e),
                         Err(_) => return Err(PipelineError::Stopped),

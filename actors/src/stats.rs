@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::messages::ReadTask;
 use feedline::Location;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -20,6 +21,25 @@ pub(crate) struct StageCounters {
     pub idle_ns: AtomicU64,
     /// Shuffle: waiting for the feed queue to take a batch.
     pub blocked_ns: AtomicU64,
+}
+
+/// What the watchdog sees of one reader incarnation. The reader holds
+/// `state` while it checks its fence and sends a chunk, so the supervisor,
+/// holding it to fence a stuck reader, takes exactly the record it reached.
+#[derive(Default, Debug)]
+pub(crate) struct ReaderWatch {
+    /// When (ns since the pipeline start) the current blocking open/read
+    /// began; 0 when the reader is not inside one.
+    pub busy_since: AtomicU64,
+    pub state: Mutex<WatchState>,
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct WatchState {
+    /// Set by the watchdog: this incarnation must not send anything more.
+    pub fenced: bool,
+    /// The file being read, with `start_record` at the first record not sent.
+    pub task: Option<ReadTask>,
 }
 
 /// Counters of one device.
@@ -79,6 +99,10 @@ pub(crate) struct StatsInner {
     pub passes_done: AtomicU64,
     pub first_batch_ns: AtomicU64,
     pub reader_restarts: AtomicU64,
+    pub reader_stalls: AtomicU64,
+    pub watches: Mutex<Vec<Arc<ReaderWatch>>>,
+    /// When (ns since start) the shuffle stage last received a chunk.
+    pub last_chunk_ns: AtomicU64,
     pub skipped: Mutex<Vec<SkippedRecord>>,
     pub bad_records: AtomicU64,
 }
@@ -116,10 +140,75 @@ impl Stats {
                 passes_done: AtomicU64::new(0),
                 first_batch_ns: AtomicU64::new(0),
                 reader_restarts: AtomicU64::new(0),
+                reader_stalls: AtomicU64::new(0),
+                watches: Mutex::new(Vec::new()),
+                last_chunk_ns: AtomicU64::new(0),
                 skipped: Mutex::new(Vec::new()),
                 bad_records: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Nanoseconds since the pipeline started.
+    pub(crate) fn now_ns(&self) -> u64 {
+        ns(self.inner.start.elapsed()).max(1)
+    }
+
+    /// Register the watch of reader `id` (a new incarnation replaces the old).
+    pub(crate) fn set_watch(&self, id: usize, w: Arc<ReaderWatch>) {
+        let mut ws = self.inner.watches.lock();
+        if ws.len() <= id {
+            ws.resize_with(id + 1, || Arc::new(ReaderWatch::default()));
+        }
+        ws[id] = w;
+    }
+
+    /// Which stage is stuck, as far as the counters tell: the feed queue's
+    /// depth, how long since the shuffle stage got a chunk, and what each
+    /// reader is doing.
+    pub fn diagnose(&self) -> String {
+        let snap = self.snapshot();
+        let now = self.now_ns();
+        let mut parts = vec![format!(
+            "feed queue holds {} batches (capacity {} per lane)",
+            snap.feed_queue_depth, snap.feed_queue_capacity
+        )];
+        let last = self.inner.last_chunk_ns.load(Relaxed);
+        parts.push(if last == 0 {
+            "the shuffle stage has received no chunk yet".to_string()
+        } else {
+            format!(
+                "the shuffle stage last received a chunk {:.2} s ago",
+                now.saturating_sub(last) as f64 / 1e9
+            )
+        });
+        for (id, w) in self.inner.watches.lock().iter().enumerate() {
+            let since = w.busy_since.load(Relaxed);
+            let st = w.state.lock();
+            let what = match (&st.task, since) {
+                (Some(t), 0) => format!(
+                    "reader {id} has {} open at record {}",
+                    t.task.file, t.start_record
+                ),
+                (Some(t), s) => format!(
+                    "reader {id} has been reading {} at record {} for {:.2} s",
+                    t.task.file,
+                    t.start_record,
+                    now.saturating_sub(s) as f64 / 1e9
+                ),
+                (None, 0) => format!("reader {id} is idle"),
+                (None, s) => format!(
+                    "reader {id} has been opening a file for {:.2} s",
+                    now.saturating_sub(s) as f64 / 1e9
+                ),
+            };
+            parts.push(if st.fenced {
+                format!("{what} (abandoned as stuck)")
+            } else {
+                what
+            });
+        }
+        parts.join("; ")
     }
 
     pub(crate) fn device(&self, d: usize) -> Option<&DeviceCounters> {
@@ -207,6 +296,7 @@ impl Stats {
                 t => Some(t as f64 / 1e9),
             },
             reader_restarts: i.reader_restarts.load(Relaxed),
+            reader_stalls: i.reader_stalls.load(Relaxed),
             bad_records: i.bad_records.load(Relaxed),
             bottleneck: Bottleneck::Devices,
         };
@@ -300,8 +390,10 @@ pub struct StatsSnapshot {
     pub passes_done: u64,
     /// Seconds from start to the first batch.
     pub first_batch_s: Option<f64>,
-    /// Readers replaced after a failure.
+    /// Readers replaced after a failure (a panic, or a stall).
     pub reader_restarts: u64,
+    /// Readers found stuck by the watchdog.
+    pub reader_stalls: u64,
     /// Records skipped under the skip policy.
     pub bad_records: u64,
     /// The limiting stage.

@@ -10,14 +10,14 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use parking_lot::Mutex;
 
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
 use crate::file_queue::{FileQueue, Requeue};
 use crate::messages::{Fail, FileFailed, PassFlushed, Shutdown};
 use crate::prefetch_reader::{PrefetchReader, TaskQueues};
 use crate::shuffle_batch::ShuffleBatch;
-use crate::stats::Stats;
+use crate::stats::{ReaderWatch, Stats};
 use feedline::Schema;
 
 /// A stage failed: stop with this error.
@@ -45,14 +45,29 @@ impl Arbiters {
         h
     }
 
-    /// Stop every arbiter and wait for its thread (not from one of them).
+    /// Stop every arbiter and wait for its thread (not from one of them) —
+    /// at most a grace period: a reader blocked in I/O that the watchdog
+    /// abandoned cannot be interrupted; its thread is left to end by itself.
     pub fn stop_and_join(&self) {
         let all: Vec<Arbiter> = self.0.lock().drain(..).collect();
+        if all.is_empty() {
+            return;
+        }
         for a in &all {
             a.stop();
         }
-        for a in all {
-            let _ = a.join();
+        let n = all.len();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let joiner = std::thread::Builder::new()
+            .name("feedline-join".into())
+            .spawn(move || {
+                for a in all {
+                    let _ = a.join();
+                }
+                let _ = tx.send(());
+            });
+        if joiner.is_ok() && rx.recv_timeout(std::time::Duration::from_secs(2)).is_err() {
+            log::warn!("not all of {n} pipeline threads ended within 2 s (a reader blocked in I/O?); leaving them to end by themselves");
         }
     }
 }
@@ -80,6 +95,7 @@ pub struct Supervisor {
     pub(crate) trainers_left: usize,
     pub(crate) done: Option<oneshot::Sender<Result<(), PipelineError>>>,
     pub(crate) failed: bool,
+    pub(crate) arbiters: Arbiters,
 }
 
 impl Supervisor {
@@ -92,10 +108,73 @@ impl Supervisor {
         let fq = self.file_queue.clone().expect("file queue started");
         let sb = self.shuffle.clone().expect("shuffle started");
         let me = ctx.address();
+        let watch = Arc::new(ReaderWatch::default());
+        self.stats.set_watch(id, watch.clone());
         let addr = PrefetchReader::start_in_arbiter(handle, move |_| {
-            PrefetchReader::new(id, cfg, schema, queues, stats, fq, sb, me)
+            let mut r = PrefetchReader::new(id, cfg, schema, queues, stats, fq, sb, me);
+            r.watch = watch;
+            r
         });
         self.readers[id].1 = Some(addr);
+    }
+
+    /// Find readers inside one open or read for longer than the stall
+    /// timeout; fence each, and retry its file on a fresh reader or fail.
+    fn watchdog(&mut self, ctx: &mut Context<Self>) {
+        let Some(timeout) = self.config.stall_timeout else {
+            return;
+        };
+        if self.failed {
+            return;
+        }
+        let now = self.stats.now_ns();
+        let watches: Vec<Arc<ReaderWatch>> = self.stats.inner.watches.lock().clone();
+        for (id, w) in watches.iter().enumerate() {
+            let since = w.busy_since.load(Relaxed);
+            if since == 0 || now.saturating_sub(since) < stats_ns(timeout) {
+                continue;
+            }
+            let task = {
+                let mut st = w.state.lock();
+                if st.fenced {
+                    continue;
+                }
+                st.fenced = true;
+                st.task.take()
+            };
+            let stuck = std::time::Duration::from_nanos(now.saturating_sub(since));
+            self.stats.inner.reader_stalls.fetch_add(1, Relaxed);
+            let (file, record) = task
+                .as_ref()
+                .map_or(("(opening a file)".to_string(), 0), |t| {
+                    (t.task.file.clone(), t.start_record)
+                });
+            log::warn!("reader {id} stuck on {file} at record {record} for {stuck:?}");
+            let error = PipelineError::ReaderStuck {
+                file,
+                record,
+                stuck,
+            };
+            match (self.config.on_stall, task) {
+                (StallPolicy::Retry, Some(mut t))
+                    if t.attempts + 1 < self.config.max_attempts.max(1) =>
+                {
+                    t.attempts += 1;
+                    if let Some(fq) = &self.file_queue {
+                        fq.do_send(Requeue(t));
+                    }
+                }
+                (StallPolicy::Retry, None) => {}
+                _ => {
+                    self.fail(error);
+                    return;
+                }
+            }
+            // The stuck thread cannot be interrupted: a fresh reader gets a thread of its own.
+            self.stats.inner.reader_restarts.fetch_add(1, Relaxed);
+            self.readers[id].0 = self.arbiters.new_arbiter();
+            self.start_reader(id, ctx);
+        }
     }
 
     fn fail(&mut self, e: PipelineError) {
@@ -128,8 +207,22 @@ impl Supervisor {
     }
 }
 
+fn stats_ns(d: std::time::Duration) -> u64 {
+    crate::stats::ns(d)
+}
+
 impl Actor for Supervisor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(t) = self.config.stall_timeout {
+            let every = (t / 4).clamp(
+                std::time::Duration::from_millis(10),
+                std::time::Duration::from_secs(1),
+            );
+            ctx.run_interval(every, |act, ctx| act.watchdog(ctx));
+        }
+    }
 }
 
 impl Handler<FileFailed> for Supervisor {

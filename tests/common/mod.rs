@@ -22,6 +22,9 @@ pub enum Fault {
     Panic { times: u32 },
     /// Sleep before the record.
     Slow(Duration),
+    /// Block for this long (only the first `times` readers that get here):
+    /// a reader hung in I/O.
+    Hang { time: Duration, times: u32 },
 }
 
 /// One synthetic file: `records` records, `id = base + i`, `x = [id; 4]`.
@@ -73,7 +76,7 @@ impl SynthFormat {
         let mut panics = HashMap::new();
         for (name, f) in &self.files {
             for (r, fault) in &f.faults {
-                if let Fault::Panic { times } = fault {
+                if let Fault::Panic { times } | Fault::Hang { times, .. } = fault {
                     panics.insert((name.clone(), *r), AtomicU32::new(*times));
                 }
             }
@@ -161,6 +164,14 @@ impl RecordReader for SynthReader {
                 }
             }
             Some(Fault::Slow(d)) => std::thread::sleep(*d),
+            Some(Fault::Hang { time, .. }) => {
+                let c = &self.panics[&(self.name.clone(), i)];
+                if c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+                    .is_ok()
+                {
+                    std::thread::sleep(*time);
+                }
+            }
             None => {}
         }
         self.next += 1;

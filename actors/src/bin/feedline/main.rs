@@ -32,6 +32,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`feedline cat … | head`), as Unix tools do.
+    // SAFETY: setting a signal's disposition to the default is always sound.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
