@@ -1,0 +1,174 @@
+//! Extreme shapes, each with the exactly-once check: 1,000 small files and
+//! one huge file; 64 readers on 2 cores; 16 devices; capacity 1; batch 1 and
+//! a batch larger than the pass; no shuffle and a pool larger than the pass;
+//! zero-record files; a pass with no files (a clear error). And memory: a
+//! slow consumer never lets instances in flight exceed the settings' bound.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{synth_registry, SynthFormat};
+use feedline_actors::{Loader, LoaderBuilder, PipelineError};
+
+fn builder(counts: &[u64]) -> (LoaderBuilder, Vec<i64>) {
+    let synth = SynthFormat::with_files(counts).build();
+    let specs = synth.specs();
+    let mut want: Vec<i64> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
+        .collect();
+    want.sort();
+    let b = Loader::builder()
+        .registry(synth_registry(synth))
+        .files(specs)
+        .schema(SynthFormat::schema());
+    (b, want)
+}
+
+/// Consume with `devices` device iterators on threads; ids per pass.
+fn consume(loader: Loader, devices: usize) -> BTreeMap<u64, Vec<i64>> {
+    let handles: Vec<_> = (0..devices)
+        .map(|d| {
+            let it = loader.device_iter(d);
+            std::thread::spawn(move || {
+                it.map(|x| {
+                    let x = x.unwrap();
+                    (x.pass, x.batch.i64("id").unwrap().iter().copied().collect::<Vec<_>>())
+                })
+                .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for h in handles {
+        for (p, ids) in h.join().unwrap() {
+            per_pass.entry(p).or_default().extend(ids);
+        }
+    }
+    drop(loader);
+    for ids in per_pass.values_mut() {
+        ids.sort();
+    }
+    per_pass
+}
+
+fn check(per_pass: &BTreeMap<u64, Vec<i64>>, want: &[i64], passes: u64) {
+    assert_eq!(per_pass.len() as u64, passes);
+    for (p, ids) in per_pass {
+        assert!(ids.as_slice() == want, "pass {p}: {} of {} ids, or repeats", ids.len(), want.len());
+    }
+}
+
+#[test]
+fn a_thousand_small_files_and_one_huge_file() {
+    let mut counts = vec![3u64; 1000];
+    counts.push(200_000);
+    let (b, want) = builder(&counts);
+    let loader = b.readers(4).batch(512).shuffle(5000).passes(2).build().unwrap();
+    check(&consume(loader, 2), &want, 2);
+}
+
+#[test]
+fn sixty_four_readers_on_two_cores() {
+    let counts: Vec<u64> = (0..100).map(|i| 50 + i * 7).collect();
+    let (b, want) = builder(&counts);
+    let loader = b.readers(64).batch(100).passes(2).build().unwrap();
+    check(&consume(loader, 3), &want, 2);
+}
+
+#[test]
+fn sixteen_devices_capacity_one() {
+    let counts = [700u64, 300, 1000, 5];
+    for rr in [false, true] {
+        let (b, want) = builder(&counts);
+        let loader = b.devices(16).capacity(1).batch(7).round_robin(rr).passes(3).build().unwrap();
+        check(&consume(loader, 16), &want, 3);
+    }
+}
+
+#[test]
+fn batch_of_one_and_batch_larger_than_the_pass() {
+    let counts = [40u64, 17, 0, 33];
+    for (batch, drop_last) in [(1usize, false), (1000, false), (90, true)] {
+        let (b, want) = builder(&counts);
+        let loader = b.batch(batch).drop_last(drop_last).passes(2).build().unwrap();
+        let per_pass = consume(loader, 1);
+        if drop_last {
+            // 90 instances: one full batch of 90 kept, nothing else.
+            for ids in per_pass.values() {
+                assert_eq!(ids.len(), 90);
+                assert!(ids.iter().all(|id| want.binary_search(id).is_ok()));
+            }
+        } else {
+            check(&per_pass, &want, 2);
+        }
+    }
+}
+
+#[test]
+fn no_shuffle_and_a_pool_larger_than_the_pass() {
+    let counts = [40u64, 17, 60];
+    for pool in [0usize, 1_000_000] {
+        let (b, want) = builder(&counts);
+        let loader = b.shuffle(pool).batch(16).passes(2).build().unwrap();
+        check(&consume(loader, 1), &want, 2);
+    }
+}
+
+#[test]
+fn zero_record_files_only() {
+    let (b, _) = builder(&[0, 0, 0]);
+    let loader = b.passes(2).build().unwrap();
+    let per_pass = consume(loader, 2);
+    assert!(per_pass.values().all(|v| v.is_empty()));
+}
+
+#[test]
+fn a_pass_with_no_files_is_a_clear_error() {
+    let err = Loader::builder().build().unwrap_err();
+    assert!(matches!(err, PipelineError::Config(_)));
+    assert!(err.to_string().contains("no input files"), "{err}");
+    // A rank with no file of its own.
+    let (b, _) = builder(&[10, 10]);
+    let err = b.shard(2, 3).shard_by(feedline::plan::ShardBy::File).build().unwrap_err();
+    assert!(err.to_string().contains("a pass has no files"), "{err}");
+    // A glob that matches nothing.
+    let err = Loader::builder().files(["/nonexistent-dir/*.tfrecord"]).build().unwrap_err();
+    assert!(err.to_string().contains("nonexistent-dir"), "{err}");
+}
+
+#[test]
+fn a_slow_consumer_keeps_instances_in_flight_within_the_bound() {
+    let counts = [4000u64, 4000, 4000, 4000];
+    let (b, _) = builder(&counts);
+    let (readers, in_flight, chunk, pool, capacity, batch) = (3usize, 2usize, 64usize, 500usize, 2usize, 32usize);
+    let loader = b
+        .readers(readers)
+        .chunks_in_flight(in_flight)
+        .chunk_records(chunk)
+        .shuffle(pool)
+        .capacity(capacity)
+        .batch(batch)
+        .build()
+        .unwrap();
+    let stats = loader.stats_handle();
+    // chunks in flight (+ the one being read) × chunk + pool (+ one chunk of
+    // overshoot) + queue × batch + one batch being pushed + one being consumed.
+    let bound = (readers * (in_flight + 1) * chunk + pool + chunk + (capacity + 2) * batch) as u64;
+    let mut consumed = 0u64;
+    let mut worst = 0u64;
+    for (i, d) in loader.into_iter().enumerate() {
+        consumed += d.unwrap().batch.len() as u64;
+        if i < 60 {
+            std::thread::sleep(Duration::from_millis(3)); // far slower than the readers
+        }
+        let read = stats.snapshot().readers.records;
+        worst = worst.max(read.saturating_sub(consumed));
+        assert!(read - consumed.min(read) <= bound, "{read} read, {consumed} consumed, bound {bound}");
+    }
+    assert_eq!(consumed, 16_000);
+    assert!(worst > 0);
+}
