@@ -36,7 +36,15 @@ fn consume(loader: Loader, devices: usize) -> BTreeMap<u64, Vec<i64>> {
             std::thread::spawn(move || {
                 it.map(|x| {
                     let x = x.unwrap();
-                    (x.pass, x.batch.i64("id").unwrap().iter().copied().collect::<Vec<_>>())
+                    (
+                        x.pass,
+                        x.batch
+                            .i64("id")
+                            .unwrap()
+                            .iter()
+                            .copied()
+                            .collect::<Vec<_>>(),
+                    )
                 })
                 .collect::<Vec<_>>()
             })
@@ -58,7 +66,12 @@ fn consume(loader: Loader, devices: usize) -> BTreeMap<u64, Vec<i64>> {
 fn check(per_pass: &BTreeMap<u64, Vec<i64>>, want: &[i64], passes: u64) {
     assert_eq!(per_pass.len() as u64, passes);
     for (p, ids) in per_pass {
-        assert!(ids.as_slice() == want, "pass {p}: {} of {} ids, or repeats", ids.len(), want.len());
+        assert!(
+            ids.as_slice() == want,
+            "pass {p}: {} of {} ids, or repeats",
+            ids.len(),
+            want.len()
+        );
     }
 }
 
@@ -67,7 +80,13 @@ fn a_thousand_small_files_and_one_huge_file() {
     let mut counts = vec![3u64; 1000];
     counts.push(200_000);
     let (b, want) = builder(&counts);
-    let loader = b.readers(4).batch(512).shuffle(5000).passes(2).build().unwrap();
+    let loader = b
+        .readers(4)
+        .batch(512)
+        .shuffle(5000)
+        .passes(2)
+        .build()
+        .unwrap();
     check(&consume(loader, 2), &want, 2);
 }
 
@@ -84,7 +103,14 @@ fn sixteen_devices_capacity_one() {
     let counts = [700u64, 300, 1000, 5];
     for rr in [false, true] {
         let (b, want) = builder(&counts);
-        let loader = b.devices(16).capacity(1).batch(7).round_robin(rr).passes(3).build().unwrap();
+        let loader = b
+            .devices(16)
+            .capacity(1)
+            .batch(7)
+            .round_robin(rr)
+            .passes(3)
+            .build()
+            .unwrap();
         check(&consume(loader, 16), &want, 3);
     }
 }
@@ -94,7 +120,12 @@ fn batch_of_one_and_batch_larger_than_the_pass() {
     let counts = [40u64, 17, 0, 33];
     for (batch, drop_last) in [(1usize, false), (1000, false), (90, true)] {
         let (b, want) = builder(&counts);
-        let loader = b.batch(batch).drop_last(drop_last).passes(2).build().unwrap();
+        let loader = b
+            .batch(batch)
+            .drop_last(drop_last)
+            .passes(2)
+            .build()
+            .unwrap();
         let per_pass = consume(loader, 1);
         if drop_last {
             // 90 instances: one full batch of 90 kept, nothing else.
@@ -133,10 +164,17 @@ fn a_pass_with_no_files_is_a_clear_error() {
     assert!(err.to_string().contains("no input files"), "{err}");
     // A rank with no file of its own.
     let (b, _) = builder(&[10, 10]);
-    let err = b.shard(2, 3).shard_by(feedline::plan::ShardBy::File).build().unwrap_err();
+    let err = b
+        .shard(2, 3)
+        .shard_by(feedline::plan::ShardBy::File)
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("a pass has no files"), "{err}");
     // A glob that matches nothing.
-    let err = Loader::builder().files(["/nonexistent-dir/*.tfrecord"]).build().unwrap_err();
+    let err = Loader::builder()
+        .files(["/nonexistent-dir/*.tfrecord"])
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("nonexistent-dir"), "{err}");
 }
 
@@ -144,7 +182,8 @@ fn a_pass_with_no_files_is_a_clear_error() {
 fn a_slow_consumer_keeps_instances_in_flight_within_the_bound() {
     let counts = [4000u64, 4000, 4000, 4000];
     let (b, _) = builder(&counts);
-    let (readers, in_flight, chunk, pool, capacity, batch) = (3usize, 2usize, 64usize, 500usize, 2usize, 32usize);
+    let (readers, in_flight, chunk, pool, capacity, batch) =
+        (3usize, 2usize, 64usize, 500usize, 2usize, 32usize);
     let loader = b
         .readers(readers)
         .chunks_in_flight(in_flight)
@@ -167,7 +206,10 @@ fn a_slow_consumer_keeps_instances_in_flight_within_the_bound() {
         }
         let read = stats.snapshot().readers.records;
         worst = worst.max(read.saturating_sub(consumed));
-        assert!(read - consumed.min(read) <= bound, "{read} read, {consumed} consumed, bound {bound}");
+        assert!(
+            read - consumed.min(read) <= bound,
+            "{read} read, {consumed} consumed, bound {bound}"
+        );
     }
     assert_eq!(consumed, 16_000);
     assert!(worst > 0);
