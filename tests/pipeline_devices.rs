@@ -184,3 +184,24 @@ fn trainers_inside_an_actix_system_consume_everything() {
     );
     assert_eq!(stats.passes_done, 2);
 }
+
+#[test]
+fn a_device_iterator_dropped_mid_pass_hands_its_prefetched_batch_back() {
+    let counts = [300u64, 200, 157];
+    for seed in 0..8 {
+        let l = loader(&counts, 2, 3, 1, seed, false, false);
+        let mut quitter = l.device_iter(2);
+        let mut early = Vec::new();
+        for _ in 0..2 {
+            let d = quitter.next().unwrap().unwrap();
+            early.extend(d.batch.i64("id").unwrap().iter().copied());
+        }
+        // Let the prefetched request be answered: its batch is then sitting
+        // in the iterator's channel, and must go back when it is dropped.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(quitter);
+        let mut seen = consume(l, 2);
+        seen.push((2, 0, 0, early));
+        check_exactly_once(&seen, &counts, 1);
+    }
+}

@@ -28,7 +28,42 @@ use crate::stats::{ns, Stats};
 /// A consumer waiting for an item: who, since when, and actix's own reply
 /// sender — so a reply to a consumer that has gone (its request dropped, say
 /// on a time-out) fails here, and its batch is put back instead of lost.
-type ParkedPop = (usize, Instant, OneshotSender<Result<Popped, PipelineError>>);
+type ParkedPop = (usize, Instant, ReplyTo);
+
+/// Where a pop's answer goes: actix's reply to a [`Pop`], or the channel of a
+/// [`PopTo`]. Either way a send to a consumer that has gone fails and hands
+/// the item back.
+pub(crate) enum ReplyTo {
+    Actix(OneshotSender<Result<Popped, PipelineError>>),
+    Plain(oneshot::Sender<Result<Popped, PipelineError>>),
+}
+
+impl ReplyTo {
+    fn send(self, r: Result<Popped, PipelineError>) -> Result<(), Result<Popped, PipelineError>> {
+        match self {
+            ReplyTo::Actix(tx) => tx.send(r),
+            ReplyTo::Plain(tx) => tx.send(r),
+        }
+    }
+}
+
+/// Like [`Pop`], answered on the consumer's own channel: the consumer can
+/// close it and take what was already sent, so a dropped consumer never
+/// loses a batch (see `Loader`'s iterators).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PopTo {
+    pub consumer: usize,
+    pub reply: oneshot::Sender<Result<Popped, PipelineError>>,
+}
+
+/// A batch a consumer received but will not use: back to the front of its lane.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReturnBatch {
+    pub consumer: usize,
+    pub batch: Delivered,
+}
 
 /// Hand-off from [`PopReply`] (which runs after the handler, without access
 /// to the actor) back to the actor: pops to park and batches to put back.
@@ -99,7 +134,7 @@ impl MessageResponse<FeedQueue, Pop> for PopReply {
                 handoff
                     .borrow_mut()
                     .parked
-                    .push((lane, (consumer, asked, tx)));
+                    .push((lane, (consumer, asked, ReplyTo::Actix(tx))));
                 ctx.notify(DrainHandoff);
             }
         }
@@ -359,6 +394,32 @@ impl Handler<Pop> for FeedQueue {
             lane,
             handoff,
         })
+    }
+}
+
+impl Handler<PopTo> for FeedQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: PopTo, _: &mut Context<Self>) {
+        let now = Instant::now();
+        self.asked(msg.consumer, now);
+        let lane = self.lane_of(msg.consumer);
+        self.lanes[lane]
+            .pops
+            .push_back((msg.consumer, now, ReplyTo::Plain(msg.reply)));
+        self.settle(lane);
+    }
+}
+
+impl Handler<ReturnBatch> for FeedQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReturnBatch, _: &mut Context<Self>) {
+        let lane = self.lane_of(msg.consumer);
+        self.lanes[lane]
+            .items
+            .push_front(QueueItem::Batch(msg.batch));
+        self.settle(lane);
     }
 }
 

@@ -3,9 +3,12 @@
 //! batches; dropping it (or breaking out of `for batch in loader`) stops and
 //! joins every thread.
 
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use std::time::Instant;
 
 use actix::prelude::*;
 use feedline::batcher::BatchPolicy;
@@ -15,11 +18,12 @@ use feedline::Schema;
 
 use crate::config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
-use crate::feed_queue::FeedQueue;
-use crate::messages::{Delivered, Pop, Popped, Shutdown};
+use crate::feed_queue::{FeedQueue, PopTo, ReturnBatch};
+use crate::messages::{Delivered, Popped, Shutdown};
 use crate::pipeline::Pipeline;
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{ns, Stats, StatsSnapshot};
 use crate::supervisor::{Arbiters, Supervisor};
+use futures::channel::oneshot;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]
@@ -195,7 +199,7 @@ impl Loader {
             .name("feedline-system".into())
             .spawn(move || {
                 let sys = System::new();
-                let started = sys.block_on(async move { Pipeline::start(config) });
+                let started = sys.block_on(async move { Pipeline::start_for_loader(config) });
                 let arbiters = match started {
                     Ok(p) => {
                         let parts = p.parts();
@@ -224,7 +228,7 @@ impl Loader {
         };
         let devices = config.devices;
         Ok(Loader {
-            merged: MergedState::new(devices, config.feed == FeedMode::RoundRobin),
+            merged: MergedState::new(&feed, devices, config.feed == FeedMode::RoundRobin),
             feed,
             supervisor,
             stats,
@@ -266,9 +270,8 @@ impl Loader {
     /// `k mod devices == device`; in shared mode whatever is next.
     pub fn device_iter(&self, device: usize) -> DeviceIter {
         DeviceIter {
-            feed: self.feed.clone(),
+            popper: Popper::new(self.feed.clone(), device, 2),
             stats: self.stats.clone(),
-            consumer: device,
             ended: false,
         }
     }
@@ -294,8 +297,9 @@ impl Loader {
         self.arbiters.stop_and_join();
     }
 
-    fn pop(&self, consumer: usize) -> Result<Popped, PipelineError> {
-        pop_blocking(&self.feed, &self.stats, consumer, self.merged.timeout)
+    fn pop(&mut self, consumer: usize) -> Result<Popped, PipelineError> {
+        let popper = &mut self.merged.poppers[consumer % self.merged.lanes];
+        popper.pop(&self.stats, self.merged.timeout)
     }
 
     fn next_merged(&mut self) -> Option<Result<Delivered, PipelineError>> {
@@ -345,30 +349,107 @@ impl Loader {
     }
 }
 
-/// Pop for `consumer` from a plain thread, waiting at most `timeout`.
-fn pop_blocking(
-    feed: &Addr<FeedQueue>,
-    stats: &Stats,
+/// Pops for one consumer from a plain thread, keeping the next request
+/// already on its way while the caller works on the current item: replies
+/// come in request order, and a request dropped unanswered (on a time-out,
+/// or when the loader goes) either was never handled or has its batch put
+/// back by the feed queue — nothing is lost.
+struct Popper {
+    feed: Addr<FeedQueue>,
     consumer: usize,
-    timeout: Option<Duration>,
-) -> Result<Popped, PipelineError> {
-    let request = feed.send(Pop { consumer });
-    let Some(t) = timeout else {
-        return futures::executor::block_on(request).unwrap_or(Err(PipelineError::Stopped));
-    };
-    // A request dropped on time-out is either discarded unhandled or, if
-    // already waiting in the queue, its batch is put back: nothing is lost.
-    let delay = futures_timer::Delay::new(t);
-    match futures::executor::block_on(futures::future::select(Box::pin(request), delay)) {
-        futures::future::Either::Left((r, _)) => r.unwrap_or(Err(PipelineError::Stopped)),
-        futures::future::Either::Right(((), _)) => Err(PipelineError::Timeout {
-            waited: t,
-            why: stats.diagnose(),
-        }),
+    pending: VecDeque<oneshot::Receiver<Result<Popped, PipelineError>>>,
+    depth: usize,
+    /// When the caller last got an item: the time until it asks again is work.
+    last_return: Option<Instant>,
+}
+
+impl Popper {
+    fn new(feed: Addr<FeedQueue>, consumer: usize, depth: usize) -> Self {
+        Popper {
+            feed,
+            consumer,
+            pending: VecDeque::new(),
+            depth: depth.max(1),
+            last_return: None,
+        }
+    }
+
+    /// The next item, waiting at most `timeout` (the request stays pending on a time-out).
+    fn pop(&mut self, stats: &Stats, timeout: Option<Duration>) -> Result<Popped, PipelineError> {
+        let asked = Instant::now();
+        let counters = stats.device(self.consumer);
+        if let (Some(t), Some(c)) = (self.last_return.take(), counters) {
+            c.busy_ns.fetch_add(ns(asked - t), Relaxed);
+        }
+        let popped = self.pop_inner(stats, timeout);
+        let now = Instant::now();
+        if let Some(c) = counters {
+            c.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            if let Ok(Popped::Batch(d)) = &popped {
+                c.batches.fetch_add(1, Relaxed);
+                c.records.fetch_add(d.batch.len() as u64, Relaxed);
+            }
+        }
+        self.last_return = Some(now);
+        popped
+    }
+
+    fn pop_inner(
+        &mut self,
+        stats: &Stats,
+        timeout: Option<Duration>,
+    ) -> Result<Popped, PipelineError> {
+        while self.pending.len() < self.depth {
+            let (reply, rx) = oneshot::channel();
+            self.feed.do_send(PopTo {
+                consumer: self.consumer,
+                reply,
+            });
+            self.pending.push_back(rx);
+        }
+        let head = self.pending.front_mut().expect("a pending request");
+        let result = match timeout {
+            None => futures::executor::block_on(head),
+            Some(t) => {
+                let delay = futures_timer::Delay::new(t);
+                match futures::executor::block_on(futures::future::select(head, delay)) {
+                    futures::future::Either::Left((r, _)) => r,
+                    futures::future::Either::Right(((), _)) => {
+                        return Err(PipelineError::Timeout {
+                            waited: t,
+                            why: stats.diagnose(),
+                        })
+                    }
+                }
+            }
+        };
+        self.pending.pop_front();
+        // A cancelled reply: the feed queue has stopped.
+        result.unwrap_or(Err(PipelineError::Stopped))
+    }
+}
+
+impl Drop for Popper {
+    /// Requests still pending are closed; a batch already sent to one goes
+    /// back to the feed queue (`close` then `try_recv`: no send can slip in
+    /// between), so another consumer gets it.
+    fn drop(&mut self) {
+        for mut rx in self.pending.drain(..) {
+            rx.close();
+            if let Ok(Some(Ok(Popped::Batch(batch)))) = rx.try_recv() {
+                self.feed.do_send(ReturnBatch {
+                    consumer: self.consumer,
+                    batch,
+                });
+            }
+        }
     }
 }
 
 struct MergedState {
+    /// One per consumer the merged iterator takes from (lane `k` in
+    /// round-robin mode; consumer 0 alone in shared mode).
+    poppers: Vec<Popper>,
     lanes: usize,
     lane: usize,
     round_robin: bool,
@@ -377,9 +458,13 @@ struct MergedState {
 }
 
 impl MergedState {
-    fn new(lanes: usize, round_robin: bool) -> Self {
+    fn new(feed: &Addr<FeedQueue>, lanes: usize, round_robin: bool) -> Self {
+        let lanes = if round_robin { lanes.max(1) } else { 1 };
         MergedState {
-            lanes: lanes.max(1),
+            poppers: (0..lanes)
+                .map(|c| Popper::new(feed.clone(), c, 2))
+                .collect(),
+            lanes,
             lane: 0,
             round_robin,
             ended: false,
@@ -435,21 +520,20 @@ impl IntoIterator for Loader {
 
 /// One device's iterator ([`Loader::device_iter`]); `Send`.
 pub struct DeviceIter {
-    feed: Addr<FeedQueue>,
+    popper: Popper,
     stats: Stats,
-    consumer: usize,
     ended: bool,
 }
 
 impl DeviceIter {
     /// The next item including end-of-pass markers.
     pub fn next_event(&mut self) -> Result<Popped, PipelineError> {
-        pop_blocking(&self.feed, &self.stats, self.consumer, None)
+        self.popper.pop(&self.stats, None)
     }
 
     /// The next item, waiting at most `timeout`; a time-out says which stage is stuck.
     pub fn next_event_timeout(&mut self, timeout: Duration) -> Result<Popped, PipelineError> {
-        pop_blocking(&self.feed, &self.stats, self.consumer, Some(timeout))
+        self.popper.pop(&self.stats, Some(timeout))
     }
 }
 

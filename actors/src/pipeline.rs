@@ -117,8 +117,24 @@ impl Pipeline {
     /// [`Trainer`] actor (and OS thread) per step; `config.devices` is set
     /// to their number.
     pub fn start_with_trainers<S: TrainStep>(
+        config: PipelineConfig,
+        steps: Vec<S>,
+    ) -> Result<Pipeline, PipelineError> {
+        let account = steps.is_empty();
+        Self::start_inner(config, steps, account)
+    }
+
+    /// For [`Loader`](crate::Loader): its iterators account device time themselves.
+    pub(crate) fn start_for_loader(config: PipelineConfig) -> Result<Pipeline, PipelineError> {
+        Self::start_inner::<crate::trainer::SimulatedDevice>(config, Vec::new(), false)
+    }
+
+    /// `account_in_queue`: the feed queue accounts each consumer's busy and
+    /// waiting time (consumers that send `Pop` themselves, one at a time).
+    fn start_inner<S: TrainStep>(
         mut config: PipelineConfig,
         steps: Vec<S>,
+        account_in_queue: bool,
     ) -> Result<Pipeline, PipelineError> {
         if !steps.is_empty() {
             config.devices = steps.len();
@@ -133,7 +149,7 @@ impl Pipeline {
             config.capacity,
             config.feed == FeedMode::RoundRobin,
             stats.clone(),
-            steps.is_empty(),
+            account_in_queue,
         );
         let (done_tx, done_rx) = oneshot::channel();
         let queues = Arc::new(TaskQueues::default());
