@@ -3,7 +3,7 @@
 
 use feedline::batcher::BatchPolicy;
 use feedline::format::{OpenOptions, Registry};
-use feedline::plan::{Shard, ShardBy};
+use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::Schema;
 
 /// What to do with a bad record.
@@ -106,6 +106,10 @@ pub struct PipelineConfig {
     pub shard: Shard,
     /// Shard by file or by record.
     pub shard_by: ShardBy,
+    /// Give every rank the same number of batches per pass (drop or pad),
+    /// since unequal batch counts hang distributed training. Needs a fixed
+    /// batch size; records are counted once at start-up.
+    pub equalize: Equalize,
     /// Readers that may fail (panic, or stall) on one file before the pass fails.
     pub max_attempts: u32,
     /// A reader inside one open or read for longer than this is stuck (`None`: never).
@@ -145,6 +149,7 @@ impl Default for PipelineConfig {
                 world_size: 1,
             },
             shard_by: ShardBy::Auto,
+            equalize: Equalize::Off,
             max_attempts: 3,
             stall_timeout: Some(std::time::Duration::from_secs(60)),
             on_stall: StallPolicy::Retry,

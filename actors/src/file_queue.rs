@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use feedline::plan::PassPlan;
+use feedline::plan::{equalized_counts, Equalize, PassPlan};
 
-use crate::messages::{EndOfPass, FileDone, ReadTask, Shutdown};
+use crate::messages::{EndOfPass, FileDone, PassQuota, ReadTask, Shutdown};
 use crate::prefetch_reader::{PrefetchReader, TaskQueues, Wake};
 use crate::shuffle_batch::ShuffleBatch;
 
@@ -38,6 +38,9 @@ pub struct FileQueue {
     queues: Arc<TaskQueues>,
     idle: Vec<(usize, Addr<PrefetchReader>)>,
     shuffle: Addr<ShuffleBatch>,
+    /// Equalizing ranks: records per file (by `FileTask::file_index`), the
+    /// batch size, drop_last and how.
+    pub(crate) equalize: Option<(Arc<Vec<u64>>, usize, bool, Equalize)>,
 }
 
 impl FileQueue {
@@ -55,12 +58,51 @@ impl FileQueue {
             queues,
             idle: Vec::new(),
             shuffle,
+            equalize: None,
+        }
+    }
+
+    /// Tell the shuffle stage this rank's quota for `pass`, from every rank's
+    /// records in it.
+    fn send_quota(&self, pass: u64) {
+        let Some((counts, batch, drop_last, how)) = &self.equalize else {
+            return;
+        };
+        let world = self.plan.get_shard().world_size;
+        let per_rank: Vec<u64> = (0..world)
+            .map(|r| {
+                self.plan.for_rank(r).map_or(0, |p| {
+                    p.tasks(pass)
+                        .iter()
+                        .map(|t| t.stride.count_from(t.start_record, counts[t.file_index]))
+                        .sum()
+                })
+            })
+            .collect();
+        match equalized_counts(&per_rank, *batch, *drop_last, *how) {
+            Ok(c) => {
+                let mine = c[self.plan.get_shard().rank];
+                log::info!(
+                    "pass {pass}: ranks have {per_rank:?} records; this rank keeps {}, drops {}, pads {} ({} batches)",
+                    mine.keep,
+                    mine.drop,
+                    mine.pad,
+                    mine.batches
+                );
+                self.shuffle.do_send(PassQuota {
+                    pass,
+                    keep: mine.keep,
+                    pad: mine.pad,
+                });
+            }
+            Err(e) => log::error!("pass {pass}: cannot equalize ranks {per_rank:?}: {e}"),
         }
     }
 
     fn start_pass(&mut self, pass: u64) {
         self.pass = pass;
         let tasks = self.plan.tasks(pass);
+        self.send_quota(pass);
         self.outstanding = tasks.len();
         log::debug!("pass {pass}: {} files queued", tasks.len());
         for task in tasks {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use feedline::batcher::BatchPolicy;
 use feedline::format::{OpenOptions, Registry};
-use feedline::plan::{Shard, ShardBy};
+use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::Schema;
 
 use crate::config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
@@ -116,6 +116,8 @@ impl LoaderBuilder {
         error_policy: ErrorPolicy => error_policy;
         /// Shard by file or by record.
         shard_by: ShardBy => shard_by;
+        /// Same batch count on every rank: drop or pad (default off).
+        equalize: Equalize => equalize;
         /// Instances per chunk (default 1024).
         chunk_records: usize => chunk_records;
         /// Payload bytes per chunk (default 1 MiB).

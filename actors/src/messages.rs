@@ -151,3 +151,14 @@ pub(crate) struct PassFlushed {
     pub batches: u64,
     pub records: u64,
 }
+
+/// This rank's share of a pass when ranks are equalized: deliver the first
+/// `keep` instances drawn, then `pad` repeats (file queue → shuffle-batch,
+/// before the pass's first chunk).
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct PassQuota {
+    pub pass: u64,
+    pub keep: u64,
+    pub pad: u64,
+}

@@ -82,6 +82,28 @@ pub(crate) fn prepare(
     Ok((config, schema, plan))
 }
 
+/// Records per file (in `config.files` order), for equalizing ranks: the
+/// format's own count where it has one, else a read through the file.
+fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
+    config
+        .files
+        .iter()
+        .map(|f| {
+            let mut r = config
+                .registry
+                .open(f, config.format.as_deref(), &config.open)?;
+            if let Some(n) = r.len_hint() {
+                return Ok(n);
+            }
+            let mut n = 0;
+            while r.next_record()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        })
+        .collect()
+}
+
 /// Infer the schema from the first file that has a readable record (files
 /// that are empty or bad from their first record are passed over).
 fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
@@ -140,6 +162,24 @@ impl Pipeline {
             config.devices = steps.len();
         }
         let (config, schema, plan) = prepare(config)?;
+        let equalize = match (config.equalize, &config.batch) {
+            (feedline::plan::Equalize::Off, _) => None,
+            (how, feedline::batcher::BatchPolicy::Fixed(n)) => {
+                let t0 = std::time::Instant::now();
+                let counts = count_records(&config)?;
+                log::info!(
+                    "counted the records of {} files in {:?} to equalize ranks",
+                    counts.len(),
+                    t0.elapsed()
+                );
+                Some((Arc::new(counts), *n, config.drop_last, how))
+            }
+            _ => {
+                return Err(PipelineError::Config(
+                    "equalizing ranks needs a fixed batch size".into(),
+                ))
+            }
+        };
         let batcher = feedline::batcher::Batcher::new(config.batch.clone(), config.drop_last)?;
         let config = Arc::new(config);
         let arbiters = Arbiters::default();
@@ -179,8 +219,9 @@ impl Pipeline {
                         ShuffleBatch::new(config, schema, batcher, feed, me, stats)
                     })
                 };
-                let file_queue =
-                    FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone()).start();
+                let mut fq = FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone());
+                fq.equalize = equalize;
+                let file_queue = fq.start();
                 *fq_slot = Some(file_queue.clone());
                 let readers = (0..config.readers)
                     .map(|_| (arbiters.new_arbiter(), None))

@@ -23,7 +23,8 @@ use crate::config::{FeedMode, PipelineConfig};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
 use crate::messages::{
-    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, Push, QueueItem, Shutdown,
+    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, PassQuota, Push, QueueItem,
+    Shutdown,
 };
 use crate::stats::{ns, Stats};
 use crate::supervisor::Supervisor;
@@ -56,6 +57,11 @@ pub struct ShuffleBatch {
     held_bytes: usize,
     idle_since: Instant,
     failed: bool,
+    /// Equalized ranks: this pass's quota, instances drawn so far, and the
+    /// first rows drawn (kept to repeat as padding).
+    quota: Option<PassQuota>,
+    drawn: u64,
+    pad_rows: Vec<RowRef>,
 }
 
 impl ShuffleBatch {
@@ -101,6 +107,50 @@ impl ShuffleBatch {
             held_bytes: 0,
             idle_since: Instant::now(),
             failed: false,
+            quota: None,
+            drawn: 0,
+            pad_rows: Vec::new(),
+        }
+    }
+
+    /// Take a drawn row toward a batch, unless this rank's quota is met.
+    fn take_row(&mut self, row: RowRef) {
+        if let Some(q) = self.quota.filter(|q| q.pass == self.pass) {
+            if self.drawn >= q.keep {
+                self.stats.inner.equalize_dropped.fetch_add(1, Relaxed);
+                return;
+            }
+            if (self.pad_rows.len() as u64) < q.pad {
+                self.pad_rows.push(row.clone());
+            }
+        }
+        self.drawn += 1;
+        if let Some(rows) = self.batcher.push(row) {
+            self.emit(rows);
+        }
+    }
+
+    /// End of a pass with a quota: repeat the pass's first rows as padding.
+    fn pad(&mut self) {
+        let Some(q) = self.quota.filter(|q| q.pass == self.pass) else {
+            return;
+        };
+        let rows = std::mem::take(&mut self.pad_rows);
+        if q.pad > 0 && rows.is_empty() {
+            log::error!(
+                "pass {}: {} padding instances asked, none to repeat",
+                self.pass,
+                q.pad
+            );
+        }
+        for i in 0..q.pad as usize {
+            let Some(row) = rows.get(i % rows.len().max(1)) else {
+                break;
+            };
+            self.stats.inner.equalize_padded.fetch_add(1, Relaxed);
+            if let Some(batch) = self.batcher.push(row.clone()) {
+                self.emit(batch);
+            }
         }
     }
 
@@ -127,9 +177,7 @@ impl ShuffleBatch {
     fn draw(&mut self) {
         while self.buffer.can_draw() {
             let Some(row) = self.buffer.draw() else { break };
-            if let Some(rows) = self.batcher.push(row) {
-                self.emit(rows);
-            }
+            self.take_row(row);
         }
     }
 
@@ -265,6 +313,8 @@ impl ShuffleBatch {
         self.buffer.set_draining(true);
         self.draw();
         self.buffer.set_draining(false);
+        self.pad();
+        self.drawn = 0;
         if let Some(rows) = self.batcher.flush() {
             self.emit(rows);
         }
@@ -334,6 +384,15 @@ impl Handler<ChunkMsg> for ShuffleBatch {
             .busy_ns
             .fetch_add(ns(t0.elapsed()), Relaxed);
         self.flush_out(ctx, false);
+    }
+}
+
+impl Handler<PassQuota> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: PassQuota, _: &mut Context<Self>) {
+        self.quota = Some(msg);
+        self.pad_rows.clear();
     }
 }
 

@@ -100,6 +100,8 @@ pub(crate) struct StatsInner {
     pub first_batch_ns: AtomicU64,
     pub reader_restarts: AtomicU64,
     pub reader_stalls: AtomicU64,
+    pub equalize_dropped: AtomicU64,
+    pub equalize_padded: AtomicU64,
     pub watches: Mutex<Vec<Arc<ReaderWatch>>>,
     /// When (ns since start) the shuffle stage last received a chunk.
     pub last_chunk_ns: AtomicU64,
@@ -141,6 +143,8 @@ impl Stats {
                 first_batch_ns: AtomicU64::new(0),
                 reader_restarts: AtomicU64::new(0),
                 reader_stalls: AtomicU64::new(0),
+                equalize_dropped: AtomicU64::new(0),
+                equalize_padded: AtomicU64::new(0),
                 watches: Mutex::new(Vec::new()),
                 last_chunk_ns: AtomicU64::new(0),
                 skipped: Mutex::new(Vec::new()),
@@ -297,6 +301,8 @@ impl Stats {
             },
             reader_restarts: i.reader_restarts.load(Relaxed),
             reader_stalls: i.reader_stalls.load(Relaxed),
+            equalize_dropped: i.equalize_dropped.load(Relaxed),
+            equalize_padded: i.equalize_padded.load(Relaxed),
             bad_records: i.bad_records.load(Relaxed),
             bottleneck: Bottleneck::Devices,
         };
@@ -394,6 +400,10 @@ pub struct StatsSnapshot {
     pub reader_restarts: u64,
     /// Readers found stuck by the watchdog.
     pub reader_stalls: u64,
+    /// Instances left out so that every rank gets the same batches.
+    pub equalize_dropped: u64,
+    /// Instances repeated so that every rank gets the same batches.
+    pub equalize_padded: u64,
     /// Records skipped under the skip policy.
     pub bad_records: u64,
     /// The limiting stage.

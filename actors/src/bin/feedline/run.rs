@@ -75,6 +75,9 @@ pub struct PipelineArgs {
     /// With --on-error skip: fail once more than N records were skipped.
     #[arg(long)]
     pub max_bad: Option<u64>,
+    /// Same batch count on every rank: off, drop or pad.
+    #[arg(long, default_value = "off")]
+    pub equalize: String,
     /// Skip CRC checks (says so in the output).
     #[arg(long)]
     pub no_checksums: bool,
@@ -104,6 +107,12 @@ impl PipelineArgs {
             },
             other => return Err(format!("--on-error {other}: expected fail or skip").into()),
         };
+        let equalize = match self.equalize.as_str() {
+            "off" => feedline::plan::Equalize::Off,
+            "drop" => feedline::plan::Equalize::Drop,
+            "pad" => feedline::plan::Equalize::Pad,
+            other => return Err(format!("--equalize {other}: expected off, drop or pad").into()),
+        };
         let mut open = self.format.open_options()?;
         open.verify_checksums = !self.no_checksums;
         Ok(PipelineConfig {
@@ -129,6 +138,7 @@ impl PipelineArgs {
             capacity: self.capacity,
             error_policy,
             shard,
+            equalize,
             ..PipelineConfig::default()
         })
     }
@@ -246,6 +256,12 @@ pub fn print_summary(s: &StatsSnapshot) {
     }
     if s.bad_records > 0 {
         println!("skipped bad records: {}", s.bad_records);
+    }
+    if s.equalize_dropped + s.equalize_padded > 0 {
+        println!(
+            "ranks equalized: {} instances dropped, {} repeated as padding",
+            s.equalize_dropped, s.equalize_padded
+        );
     }
     if s.reader_restarts > 0 {
         println!("readers replaced: {}", s.reader_restarts);
