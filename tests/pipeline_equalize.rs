@@ -11,14 +11,17 @@ use common::{synth_registry, SynthFormat};
 use feedline::plan::{Equalize, ShardBy};
 use feedline_actors::Loader;
 
-/// Per pass: (batch sizes, ids) this rank got; and the stats' (dropped, padded).
+/// Per pass: (batch sizes, ids) this rank got.
+type PerPass = BTreeMap<u64, (Vec<usize>, Vec<i64>)>;
+
+/// What a rank got per pass, and the stats' (dropped, padded).
 fn rank_run(
     counts: &[u64],
     rank: usize,
     world: usize,
     how: Equalize,
     drop_last: bool,
-) -> (BTreeMap<u64, (Vec<usize>, Vec<i64>)>, (u64, u64)) {
+) -> (PerPass, (u64, u64)) {
     let synth = SynthFormat::with_files(counts).build();
     let specs = synth.specs();
     let loader = Loader::builder()
@@ -36,7 +39,7 @@ fn rank_run(
         .build()
         .unwrap();
     let stats = loader.stats_handle();
-    let mut out: BTreeMap<u64, (Vec<usize>, Vec<i64>)> = BTreeMap::new();
+    let mut out: PerPass = BTreeMap::new();
     for d in loader {
         let d = d.unwrap();
         let e = out.entry(d.pass).or_default();
