@@ -98,6 +98,9 @@ pub struct PipelineConfig {
     pub shard_by: ShardBy,
     /// Readers that may fail (panic) on one file before the pass fails.
     pub max_attempts: u32,
+    /// Push mode: no files; the data is what a [`FeedHandle`](crate::FeedHandle)
+    /// pushes, its instances named after this source (e.g. `"push"`).
+    pub push: Option<String>,
 }
 
 impl Default for PipelineConfig {
@@ -132,6 +135,7 @@ impl Default for PipelineConfig {
             },
             shard_by: ShardBy::Auto,
             max_attempts: 3,
+            push: None,
         }
     }
 }
