@@ -12,8 +12,8 @@ use actix::prelude::*;
 use feedline::format::generator::{append_sample, Sample};
 use feedline::{collate_chunks, Batch, Chunk, DType, Origin, Schema, SourceId, Values};
 use feedline_actors::{
-    FeedHandle, Loader, LoaderBuilder, Pipeline, PipelineConfig, Pop, Popped, PushBatch,
-    PushError, PushSample,
+    FeedHandle, Loader, LoaderBuilder, Pipeline, PipelineConfig, Pop, Popped, PushBatch, PushError,
+    PushSample,
 };
 
 fn schema() -> Schema {
@@ -25,9 +25,11 @@ fn schema() -> Schema {
 }
 
 fn sample(id: i64) -> Sample {
-    Sample::new()
-        .with("id", Values::I64(vec![id]), [])
-        .with("x", Values::F32(vec![id as f32; 4]), [4])
+    Sample::new().with("id", Values::I64(vec![id]), []).with(
+        "x",
+        Values::F32(vec![id as f32; 4]),
+        [4],
+    )
 }
 
 /// A ready-made batch of `ids`, collated under `schema`.
@@ -39,7 +41,12 @@ fn batch_of(schema: &Schema, ids: impl IntoIterator<Item = i64>) -> Batch {
         let s = Sample::new()
             .with("id", Values::I64(vec![id]), [])
             .with("x", x, dims);
-        append_sample(&mut chunk, &s, Origin::new(SourceId::intern("made"), id as u64)).unwrap();
+        append_sample(
+            &mut chunk,
+            &s,
+            Origin::new(SourceId::intern("made"), id as u64),
+        )
+        .unwrap();
     }
     collate_chunks(schema, [&chunk]).unwrap()
 }
@@ -77,11 +84,15 @@ fn producer(
     })
 }
 
-/// Wait until `progress` has not moved for 300 ms; its value then.
+/// Wait until `progress` has started and then not moved for 300 ms; its value then.
 fn stalled(progress: &AtomicU64) -> u64 {
+    let t0 = Instant::now();
+    while progress.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let mut last = progress.load(Ordering::SeqCst);
     let mut since = Instant::now();
-    let t0 = Instant::now();
     while since.elapsed() < Duration::from_millis(300) {
         assert!(t0.elapsed() < Duration::from_secs(10), "never stalled");
         std::thread::sleep(Duration::from_millis(10));
@@ -185,7 +196,10 @@ fn every_pushed_instance_and_batch_reaches_exactly_one_device_once() {
         assert!(want.iter().all(|id| count.get(id) == Some(&1)));
         seqs.sort();
         assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
-        assert_eq!((stats.instances, stats.batches, stats.batch_instances), (900, 20, 100));
+        assert_eq!(
+            (stats.instances, stats.batches, stats.batch_instances),
+            (900, 20, 100)
+        );
         assert_eq!(stats.refused, 0);
     }
 }
@@ -209,20 +223,38 @@ fn a_shape_mismatch_is_refused_naming_field_expected_and_actual() {
     };
     let wrong_dims = sample(1).with("x", Values::F32(vec![0.0; 5]), [5]);
     let e = refused(wrong_dims);
-    assert!(e.ends_with("field `x`: expected [4] f32, got [5] f32"), "{e}");
+    assert!(
+        e.ends_with("field `x`: expected [4] f32, got [5] f32"),
+        "{e}"
+    );
     let same_count_other_dims = sample(2).with("x", Values::F32(vec![0.0; 4]), [2, 2]);
     let e = refused(same_count_other_dims);
-    assert!(e.ends_with("field `x`: expected [4] f32, got [2, 2] f32"), "{e}");
+    assert!(
+        e.ends_with("field `x`: expected [4] f32, got [2, 2] f32"),
+        "{e}"
+    );
     let inconsistent = sample(3).with("x", Values::F32(vec![0.0; 3]), [4]);
     let e = refused(inconsistent);
-    assert!(e.contains("field `x`: expected [4] f32, got [4] f32 holding 3 elements"), "{e}");
+    assert!(
+        e.contains("field `x`: expected [4] f32, got [4] f32 holding 3 elements"),
+        "{e}"
+    );
     let e = refused(Sample::new().with("x", Values::F32(vec![0.0; 4]), [4]));
-    assert!(e.contains("field `id`: expected [] i64, got no such field"), "{e}");
+    assert!(
+        e.contains("field `id`: expected [] i64, got no such field"),
+        "{e}"
+    );
     let e = refused(sample(4).with("x", Values::Bool(vec![true; 4]), [4]));
-    assert!(e.contains("field `x`: expected [4] f32, got [4] bool"), "{e}");
+    assert!(
+        e.contains("field `x`: expected [4] f32, got [4] bool"),
+        "{e}"
+    );
     let e = refused(sample(5).with("id", Values::I64(vec![1, 2]), [2]));
     assert!(e.contains("push: record"), "{e}");
-    assert!(e.contains("field `id`: expected [] i64, got [2] i64"), "{e}");
+    assert!(
+        e.contains("field `id`: expected [] i64, got [2] i64"),
+        "{e}"
+    );
 
     // Batches: dims checked per field for the batch's size.
     let other = Schema::builder()
@@ -238,14 +270,25 @@ fn a_shape_mismatch_is_refused_naming_field_expected_and_actual() {
         "{text}"
     );
     assert_eq!(e.into_inner().len(), 3, "the batch comes back");
-    let missing = Schema::builder().field("id", DType::I64, []).build().unwrap();
+    let missing = Schema::builder()
+        .field("id", DType::I64, [])
+        .build()
+        .unwrap();
     let mut chunk = Chunk::new(&missing);
-    append_sample(&mut chunk, &sample(1), Origin::new(SourceId::intern("m"), 0)).unwrap();
+    append_sample(
+        &mut chunk,
+        &sample(1),
+        Origin::new(SourceId::intern("m"), 0),
+    )
+    .unwrap();
     let text = feed
         .push_batch(collate_chunks(&missing, [&chunk]).unwrap())
         .unwrap_err()
         .to_string();
-    assert!(text.contains("1 fields, the schema has 2 (id, x)"), "{text}");
+    assert!(
+        text.contains("1 fields, the schema has 2 (id, x)"),
+        "{text}"
+    );
 
     // Nothing of the refused items was pushed: only the good ones arrive.
     for i in 100..106 {
@@ -287,7 +330,11 @@ fn a_blocked_producer_is_released_by_close() {
     let err = t.join().unwrap().expect("the blocked push is refused");
     assert!(t0.elapsed() < Duration::from_secs(2));
     assert!(matches!(err, PushError::Closed(_)), "{err:?}");
-    assert_eq!(err.into_inner(), sample(n as i64), "the refused sample comes back");
+    assert_eq!(
+        err.into_inner(),
+        sample(n as i64),
+        "the refused sample comes back"
+    );
     assert!(feed.is_closed());
     assert!(matches!(feed.push(sample(99)), Err(PushError::Closed(_))));
     assert!(matches!(
@@ -323,7 +370,10 @@ fn a_blocked_producer_is_released_by_dropping_the_loader() {
     }
     // The consumers are gone: pushing is an error, never a hang.
     assert!(matches!(feed.push(sample(1)), Err(PushError::Stopped(..))));
-    assert!(matches!(feed.try_push(sample(1)), Err(PushError::Stopped(..))));
+    assert!(matches!(
+        feed.try_push(sample(1)),
+        Err(PushError::Stopped(..))
+    ));
     assert!(feed.is_closed());
 }
 

@@ -18,9 +18,9 @@ use crate::feed_queue::FeedQueue;
 use crate::messages::{Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
 use crate::push::FeedHandle;
-use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::supervisor::{Arbiters, Supervisor};
+use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]

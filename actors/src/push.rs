@@ -73,7 +73,7 @@ const POLL: Duration = Duration::from_millis(50);
 pub enum PushError<T> {
     /// The item does not fit the schema: the error names the field, the
     /// expected and the actual shape. Nothing was pushed.
-    Invalid(feedline::Error, T),
+    Invalid(Box<feedline::Error>, T),
     /// No room now ([`FeedHandle::try_push`]).
     Full(T),
     /// No room within the time given.
@@ -261,9 +261,9 @@ impl Shared {
     }
 
     fn pending_full(&self, st: &State) -> bool {
-        st.pending.as_ref().is_some_and(|p| {
-            p.len() >= self.chunk_records || p.payload_bytes() >= self.chunk_bytes
-        })
+        st.pending
+            .as_ref()
+            .is_some_and(|p| p.len() >= self.chunk_records || p.payload_bytes() >= self.chunk_bytes)
     }
 
     fn room_for_instance(&self, st: &State) -> bool {
@@ -434,7 +434,7 @@ impl Shared {
             Ok(row) => row,
             Err(e) => {
                 self.state.lock().stats.refused += 1;
-                return Err(PushError::Invalid(e, sample));
+                return Err(PushError::Invalid(Box::new(e), sample));
             }
         };
         let t0 = Instant::now();
@@ -469,7 +469,7 @@ impl Shared {
         let index = self.next_batch.fetch_add(1, Relaxed);
         if let Err(e) = check_batch(&self.schema, &batch, self.source, index) {
             self.state.lock().stats.refused += 1;
-            return Err(PushError::Invalid(e, batch));
+            return Err(PushError::Invalid(Box::new(e), batch));
         }
         let t0 = Instant::now();
         let mut st = self.state.lock();
@@ -519,7 +519,8 @@ fn check_batch(
     source: SourceId,
     index: u64,
 ) -> Result<(), feedline::Error> {
-    let bad = |what: String| feedline::Error::Schema(format!("{source}: pushed batch {index}: {what}"));
+    let bad =
+        |what: String| feedline::Error::Schema(format!("{source}: pushed batch {index}: {what}"));
     if batch.schema().len() != schema.len() {
         return Err(bad(format!(
             "{} fields, the schema has {} ({})",
@@ -546,7 +547,12 @@ fn check_batch(
         };
         let expected = batch_expected(f, n);
         let actual = format!("{}{}", describe_shape(&shape, bf.data.dtype()), layout(bf));
-        let mismatch = || bad(format!("field `{}`: expected {expected}, got {actual}", f.name));
+        let mismatch = || {
+            bad(format!(
+                "field `{}`: expected {expected}, got {actual}",
+                f.name
+            ))
+        };
         if bf.data.dtype() != f.dtype {
             return Err(mismatch());
         }
@@ -584,7 +590,7 @@ fn check_batch(
             }
             (Ragged::Padded, None, Some(len)) => {
                 let max = if bytes {
-                    if n == 0 { 0 } else { shape[0] / n }
+                    shape[0].checked_div(n).unwrap_or(0)
                 } else {
                     shape.get(1).copied().unwrap_or(0)
                 };
@@ -617,11 +623,20 @@ fn batch_expected(f: &Field, n: usize) -> String {
         format!("[{}] {}", all.join(", "), f.dtype)
     };
     match (f.shape.first(), f.dtype, f.ragged) {
-        (Some(Dim::Var), DType::Bytes, Ragged::Offsets) => format!("[total] bytes with {} offsets", n + 1),
-        (Some(Dim::Var), DType::Bytes, Ragged::Padded) => format!("[{n} × max] bytes with {n} lengths"),
-        (Some(Dim::Var), _, Ragged::Offsets) => format!("{} with {} offsets", dims(vec!["total".into()]), n + 1),
+        (Some(Dim::Var), DType::Bytes, Ragged::Offsets) => {
+            format!("[total] bytes with {} offsets", n + 1)
+        }
+        (Some(Dim::Var), DType::Bytes, Ragged::Padded) => {
+            format!("[{n} × max] bytes with {n} lengths")
+        }
+        (Some(Dim::Var), _, Ragged::Offsets) => {
+            format!("{} with {} offsets", dims(vec!["total".into()]), n + 1)
+        }
         (Some(Dim::Var), _, Ragged::Padded) => {
-            format!("{} with {n} lengths", dims(vec![n.to_string(), "max".into()]))
+            format!(
+                "{} with {n} lengths",
+                dims(vec![n.to_string(), "max".into()])
+            )
         }
         (_, DType::Bytes, _) => format!("[{}] bytes", n * f.unit_elements()),
         _ => dims(vec![n.to_string()]),
@@ -862,7 +877,7 @@ impl Handler<PushSample> for PushIntake {
             Ok(row) => row,
             Err(e) => {
                 sh.state.lock().stats.refused += 1;
-                return Box::pin(async move { Err(PushError::Invalid(e, sample)) });
+                return Box::pin(async move { Err(PushError::Invalid(Box::new(e), sample)) });
             }
         };
         let mut st = sh.state.lock();
@@ -886,7 +901,7 @@ impl Handler<PushBatch> for PushIntake {
         let index = sh.next_batch.fetch_add(1, Relaxed);
         if let Err(e) = check_batch(&sh.schema, &batch, sh.source, index) {
             sh.state.lock().stats.refused += 1;
-            return Box::pin(async move { Err(PushError::Invalid(e, batch)) });
+            return Box::pin(async move { Err(PushError::Invalid(Box::new(e), batch)) });
         }
         let mut st = sh.state.lock();
         if let Some(e) = Shared::closed_error(&st, ()) {

@@ -120,7 +120,10 @@ impl Sample {
 
     /// Payload bytes of all fields.
     pub fn payload_bytes(&self) -> usize {
-        self.fields.iter().map(|(_, t)| t.values.payload_bytes()).sum()
+        self.fields
+            .iter()
+            .map(|(_, t)| t.values.payload_bytes())
+            .sum()
     }
 
     /// The sample as a record at `location`.
@@ -142,7 +145,7 @@ impl Sample {
             .map(|(f, v)| {
                 let shape = if f.is_ragged() {
                     let unit = f.unit_elements();
-                    let lead = if unit == 0 { 0 } else { v.len() / unit };
+                    let lead = v.len().checked_div(unit).unwrap_or(0);
                     std::iter::once(lead).chain(f.fixed_dims()).collect()
                 } else {
                     f.fixed_dims()
@@ -509,7 +512,11 @@ pub fn check_tensor(f: &Field, t: &Tensor) -> std::result::Result<(), String> {
                 .zip(&t.shape[1..])
                 .all(|(d, &n)| *d == Dim::Fixed(n))
     } else {
-        t.shape.len() == f.shape.len() && f.shape.iter().zip(&t.shape).all(|(d, &n)| *d == Dim::Fixed(n))
+        t.shape.len() == f.shape.len()
+            && f.shape
+                .iter()
+                .zip(&t.shape)
+                .all(|(d, &n)| *d == Dim::Fixed(n))
     };
     if fits {
         Ok(())
