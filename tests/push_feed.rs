@@ -553,3 +553,121 @@ fn actors_push_through_the_recipient_answered_when_there_is_room() {
     assert!(pipeline.take_feed_handle().is_none());
     pipeline.join();
 }
+
+#[test]
+fn ragged_and_bytes_fields_are_checked_at_push_time_too() {
+    use feedline::{BatchField, Ragged};
+    let schema = Schema::builder()
+        .ragged("tokens", DType::I64, Ragged::Offsets)
+        .ragged_with_dims("pts", DType::F32, [2], Ragged::Padded)
+        .field("name", DType::Bytes, [])
+        .build()
+        .unwrap();
+    let good = |i: i64| {
+        let n = (i % 3) as usize;
+        Sample::new()
+            .with("tokens", Values::I64(vec![i; n + 1]), [n + 1])
+            .with("pts", Values::F32(vec![i as f32; 2 * n]), [n, 2])
+            .with_tensor(
+                "name",
+                feedline::Tensor::scalar(Values::Bytes(
+                    [format!("n{i}").as_bytes()].into_iter().collect(),
+                )),
+            )
+    };
+    let (mut loader, feed) = Loader::builder()
+        .schema(schema.clone())
+        .batch(4)
+        .shuffle(0)
+        .build_with_feed()
+        .unwrap();
+    let e = feed
+        .push(good(1).with("pts", Values::F32(vec![0.0; 3]), [3]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("field `pts`: expected [?, 2] f32, got [3] f32"),
+        "{e}"
+    );
+    let e = feed
+        .push(good(1).with("tokens", Values::I64(vec![1; 4]), [2, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("field `tokens`: expected [?] i64, got [2, 2] i64"),
+        "{e}"
+    );
+    let mut no_tokens = good(2);
+    no_tokens.fields.retain(|(n, _)| n != "tokens");
+    feed.push(no_tokens).unwrap(); // a ragged field may be missing: empty
+    for i in 10..13 {
+        feed.push(good(i)).unwrap();
+    }
+
+    // A ready-made batch in the schema's layouts is taken …
+    let mut chunk = Chunk::new(&schema);
+    for i in 20..23 {
+        append_sample(
+            &mut chunk,
+            &good(i),
+            Origin::new(SourceId::intern("made"), i as u64),
+        )
+        .unwrap();
+    }
+    let made = collate_chunks(&schema, [&chunk]).unwrap();
+    feed.push_batch(made.clone()).unwrap();
+    // … one whose parts do not fit is refused, naming the field.
+    let tampered = |f: &dyn Fn(&mut Vec<BatchField>)| {
+        let mut fields = made.fields().to_vec();
+        f(&mut fields);
+        let b = Batch::from_parts(&schema, fields, made.origins().to_vec()).unwrap();
+        feed.push_batch(b).unwrap_err().to_string()
+    };
+    let e = tampered(&|fs| fs[0].offsets = Some(vec![0, 2, 1, 3]));
+    assert!(
+        e.contains("field `tokens`: offsets [0, 2, 1, 3] for 3 instances"),
+        "{e}"
+    );
+    let e = tampered(&|fs| fs[0].offsets = Some(vec![0, 1, 2, 4]));
+    assert!(
+        e.contains("field `tokens`: expected [total] i64 with 4 offsets, got [6] i64 with offsets"),
+        "{e}"
+    );
+    let e = tampered(&|fs| {
+        fs[1].lengths = None;
+        fs[1].offsets = Some(vec![0, 0, 1, 3]);
+    });
+    assert!(
+        e.contains("field `pts`: expected [3, max, 2] f32 with 3 lengths"),
+        "{e}"
+    );
+    let e = tampered(&|fs| fs[1].lengths = Some(vec![0, 1, 9]));
+    assert!(
+        e.contains("field `pts`: a length 9 beyond the padded extent 2"),
+        "{e}"
+    );
+    let e = tampered(&|fs| fs[2].lengths = Some(vec![1, 1, 1]));
+    assert!(
+        e.contains("field `name`: expected [3] bytes, got [3] bytes with lengths"),
+        "{e}"
+    );
+
+    drop(feed);
+    let mut names = Vec::new();
+    let mut tokens = 0;
+    for b in loader.iter() {
+        let b = b.unwrap();
+        names.extend(
+            b.batch
+                .bytes("name")
+                .unwrap()
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned()),
+        );
+        tokens += b.batch.i64("tokens").unwrap().len();
+    }
+    names.sort();
+    assert_eq!(names, ["n10", "n11", "n12", "n2", "n20", "n21", "n22"]);
+    // 0 (missing) + 2 + 3 + 1 + (3 + 1 + 2)
+    assert_eq!(tokens, 12);
+}
