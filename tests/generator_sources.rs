@@ -22,9 +22,11 @@ fn schema() -> Schema {
 }
 
 fn sample(id: i64) -> Sample {
-    Sample::new()
-        .with("id", Values::I64(vec![id]), [])
-        .with("x", Values::F32(vec![id as f32; 4]), [4])
+    Sample::new().with("id", Values::I64(vec![id]), []).with(
+        "x",
+        Values::F32(vec![id as f32; 4]),
+        [4],
+    )
 }
 
 /// `ids(base, n)` as a creator: samples `base .. base + n`.
@@ -100,7 +102,11 @@ fn every_generated_instance_once_per_pass_with_its_provenance() {
         }
     }
     // Shuffled: not in generation order.
-    let first: Vec<i64> = out.iter().filter(|b| b.0 == 0).flat_map(|b| b.2.clone()).collect();
+    let first: Vec<i64> = out
+        .iter()
+        .filter(|b| b.0 == 0)
+        .flat_map(|b| b.2.clone())
+        .collect();
     assert_ne!(first, {
         let mut s = first.clone();
         s.sort();
@@ -134,14 +140,19 @@ fn generators_and_files_mix_in_one_pipeline() {
         .flat_map(|b| b.3.iter().map(|(s, _)| s.clone()))
         .collect();
     assert!(sources.contains("gen:g"), "{sources:?}");
-    assert!(sources.iter().any(|s| s.ends_with("part.jsonl")), "{sources:?}");
+    assert!(
+        sources.iter().any(|s| s.ends_with("part.jsonl")),
+        "{sources:?}"
+    );
 }
 
 #[test]
 fn seed_shuffle_and_determinism_as_for_files() {
     let build = |seed: u64, shuffle: usize, readers: usize| {
         Loader::builder()
-            .generator_shards("s", 3, |k| (0..200).map(move |i| sample(k as i64 * 1000 + i)))
+            .generator_shards("s", 3, |k| {
+                (0..200).map(move |i| sample(k as i64 * 1000 + i))
+            })
             .generator("t", ids(5000, 150))
             .schema(schema())
             .readers(readers)
@@ -160,7 +171,10 @@ fn seed_shuffle_and_determinism_as_for_files() {
     assert_eq!(ids_per_pass(&a), ids_per_pass(&c));
     // The two passes are shuffled differently.
     let pass = |r: &Run, p: u64| -> Vec<i64> {
-        r.iter().filter(|x| x.0 == p).flat_map(|x| x.2.clone()).collect()
+        r.iter()
+            .filter(|x| x.0 == p)
+            .flat_map(|x| x.2.clone())
+            .collect()
     };
     assert_ne!(pass(&a, 0), pass(&a, 1));
     // No shuffle, files in the given order: generation order.
@@ -201,7 +215,9 @@ fn generators_shard_by_record_and_by_shard() {
     // Four generator shards, two ranks: by shard (whole sources per rank).
     let by_shard = ranks(&|_| {
         Loader::builder()
-            .generator_shards("sh", 4, |k| (0..25).map(move |i| sample(k as i64 * 100 + i)))
+            .generator_shards("sh", 4, |k| {
+                (0..25).map(move |i| sample(k as i64 * 100 + i))
+            })
             .schema(schema())
             .shard_by(ShardBy::File)
             .batch(7)
@@ -209,7 +225,12 @@ fn generators_shard_by_record_and_by_shard() {
     });
     let mut all: Vec<i64> = by_shard.concat();
     all.sort();
-    assert_eq!(all, (0..4).flat_map(|k| k * 100..k * 100 + 25).collect::<Vec<_>>());
+    assert_eq!(
+        all,
+        (0..4)
+            .flat_map(|k| k * 100..k * 100 + 25)
+            .collect::<Vec<_>>()
+    );
     for rank in &by_shard {
         let shards: std::collections::BTreeSet<i64> = rank.iter().map(|id| id / 100).collect();
         assert_eq!(rank.len(), shards.len() * 25, "whole shards per rank");
@@ -225,9 +246,11 @@ fn a_schema_is_inferred_from_a_generator() {
         .generator("inf", move || {
             c.fetch_add(1, Ordering::SeqCst);
             (0..30).map(|i| {
-                Sample::new()
-                    .with("label", Values::I64(vec![i]), [])
-                    .with("img", Values::U8(vec![i as u8; 6]), [2, 3])
+                Sample::new().with("label", Values::I64(vec![i]), []).with(
+                    "img",
+                    Values::U8(vec![i as u8; 6]),
+                    [2, 3],
+                )
             })
         })
         .passes(2)
@@ -282,13 +305,24 @@ fn a_failing_item_follows_the_error_policy() {
     let mut loader = with_bad_item(ErrorPolicy::skip());
     let mut ids: Vec<i64> = loader
         .iter()
-        .flat_map(|b| b.unwrap().batch.i64("id").unwrap().iter().copied().collect::<Vec<_>>())
+        .flat_map(|b| {
+            b.unwrap()
+                .batch
+                .i64("id")
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>()
+        })
         .collect();
     ids.sort();
     assert_eq!(ids, (0..50).filter(|&i| i != 7).collect::<Vec<_>>());
     let skipped = loader.stats_handle().skipped();
     assert_eq!(skipped.len(), 1);
-    assert_eq!((skipped[0].source.as_str(), skipped[0].record), ("gen:bad", 7));
+    assert_eq!(
+        (skipped[0].source.as_str(), skipped[0].record),
+        ("gen:bad", 7)
+    );
 }
 
 #[test]
@@ -351,9 +385,15 @@ fn unknown_and_invalid_generator_names_are_clear_errors() {
     let mut reg = Registry::with_builtin();
     let mut gens = GeneratorFormat::new();
     gens.add(GeneratorSource::new("known", ids(0, 3))).unwrap();
-    let dup = gens.add(GeneratorSource::new("known", ids(0, 3))).unwrap_err();
-    assert!(dup.to_string().contains("two generator sources are named `known`"));
-    let glob = gens.add(GeneratorSource::new("a*b", ids(0, 3))).unwrap_err();
+    let dup = gens
+        .add(GeneratorSource::new("known", ids(0, 3)))
+        .unwrap_err();
+    assert!(dup
+        .to_string()
+        .contains("two generator sources are named `known`"));
+    let glob = gens
+        .add(GeneratorSource::new("a*b", ids(0, 3)))
+        .unwrap_err();
     assert!(glob.to_string().contains("not allowed"), "{glob}");
     gens.register(&mut reg);
     // A later generator format keeps the earlier as a fallback.
@@ -361,13 +401,19 @@ fn unknown_and_invalid_generator_names_are_clear_errors() {
     more.add(GeneratorSource::new("later", ids(0, 2))).unwrap();
     more.register(&mut reg);
     for name in ["gen:known", "gen:later"] {
-        assert!(reg.open(name, None, &OpenOptions::default()).is_ok(), "{name}");
+        assert!(
+            reg.open(name, None, &OpenOptions::default()).is_ok(),
+            "{name}"
+        );
     }
     let e = reg
         .open("gen:nope", None, &OpenOptions::default())
         .err()
         .expect("unknown name");
-    assert!(e.to_string().contains("no generator source named `nope`"), "{e}");
+    assert!(
+        e.to_string().contains("no generator source named `nope`"),
+        "{e}"
+    );
 
     let e = Loader::builder()
         .generator("x y*", ids(0, 3))

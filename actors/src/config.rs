@@ -99,7 +99,8 @@ pub struct PipelineConfig {
     /// Readers that may fail (panic) on one file before the pass fails.
     pub max_attempts: u32,
     /// Push mode: no files; the data is what a [`FeedHandle`](crate::FeedHandle)
-    /// pushes, its instances named after this source (e.g. `"push"`).
+    /// pushes, its instances named after this source (e.g. `"push"`). The
+    /// stream is one pass; readers and sharding do not apply.
     pub push: Option<String>,
 }
 
