@@ -42,7 +42,7 @@ fn multi_gpu_runs_and_names_the_bottleneck() {
             "--gen-records",
             "2048",
             "--step-ms",
-            "3",
+            "8",
             "--batch",
             "64",
             "--plot",
@@ -107,6 +107,33 @@ fn scaling_runs() {
             .filter(|l| l.trim_start().starts_with(['1', '2']))
             .count(),
         2,
+        "{out}"
+    );
+}
+
+#[test]
+fn push_feed_runs_and_shows_both_regimes() {
+    let out = run(
+        "push_feed",
+        &[
+            "--instances",
+            "640",
+            "--slow-step-ms",
+            "6",
+            "--slow-make-us",
+            "300",
+        ],
+    );
+    assert!(out.contains("regime 1: the devices are slower"), "{out}");
+    assert!(out.contains("regime 2: the producers are slower"), "{out}");
+    assert!(out.contains("held back by a full pipeline"), "{out}");
+    assert!(out.contains("waiting for data"), "{out}");
+    assert!(
+        out.contains("bottleneck: the devices (the producers wait for room)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bottleneck: the producers (the devices wait for data)"),
         "{out}"
     );
 }

@@ -116,6 +116,10 @@ pub struct PipelineConfig {
     pub stall_timeout: Option<std::time::Duration>,
     /// What to do with a stuck reader.
     pub on_stall: StallPolicy,
+    /// Push mode: no files; the data is what a [`FeedHandle`](crate::FeedHandle)
+    /// pushes, its instances named after this source (e.g. `"push"`). The
+    /// stream is one pass; readers and sharding do not apply.
+    pub push: Option<String>,
 }
 
 impl Default for PipelineConfig {
@@ -153,6 +157,7 @@ impl Default for PipelineConfig {
             max_attempts: 3,
             stall_timeout: Some(std::time::Duration::from_secs(60)),
             on_stall: StallPolicy::Retry,
+            push: None,
         }
     }
 }

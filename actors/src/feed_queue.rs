@@ -223,7 +223,10 @@ impl FeedQueue {
         }
         let now = Instant::now();
         if let Some(d) = self.stats.device(c) {
-            d.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            // The wait before the first batch is start-up, not a stall.
+            if d.batches.load(Relaxed) > 0 {
+                d.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            }
             if let Some(records) = batch {
                 d.batches.fetch_add(1, Relaxed);
                 d.records.fetch_add(records as u64, Relaxed);

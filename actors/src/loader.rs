@@ -21,14 +21,17 @@ use crate::error::PipelineError;
 use crate::feed_queue::{FeedQueue, PopTo, ReturnBatch};
 use crate::messages::{Delivered, Popped, Shutdown};
 use crate::pipeline::Pipeline;
+use crate::push::FeedHandle;
 use crate::stats::{ns, Stats, StatsSnapshot};
 use crate::supervisor::{Arbiters, Supervisor};
+use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
 use futures::channel::oneshot;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]
 pub struct LoaderBuilder {
     config: PipelineConfig,
+    generators: Vec<GeneratorSource>,
 }
 
 macro_rules! setter {
@@ -147,7 +150,90 @@ impl LoaderBuilder {
 
     /// Start the pipeline on threads of its own.
     pub fn build(self) -> Result<Loader, PipelineError> {
-        Loader::start(self.config)
+        if self.config.push.is_some() {
+            return Err(PipelineError::Config(
+                "push mode: build it with build_with_feed() to get the FeedHandle".into(),
+            ));
+        }
+        Loader::start(self.finish()?)
+    }
+
+    /// A generator source (Paddle's reader creator): `creator` returns a
+    /// fresh iterator of instances ([`Sample`](feedline::format::generator::Sample)s,
+    /// or `Result`s of them: an `Err` is a bad record) at the start of every
+    /// pass. It is read like a file — the input `gen:NAME` among
+    /// [`files`](Self::files) — by one reader at a time, shuffled, batched,
+    /// sharded by record when there are fewer inputs than ranks, and its
+    /// instances are located as `gen:NAME: record i`. Without a schema the
+    /// creator is also called once to infer one. A creator should yield the
+    /// same sequence on every call: a reader that resumes the source after a
+    /// failure skips the items already delivered.
+    pub fn generator<F, I>(mut self, name: impl Into<String>, creator: F) -> Self
+    where
+        F: Fn() -> I + Send + Sync + 'static,
+        I: IntoIterator,
+        I::IntoIter: Send + 'static,
+        I::Item: IntoSample + 'static,
+    {
+        let source = GeneratorSource::new(name, creator);
+        self.config.files.push(source.spec());
+        self.generators.push(source);
+        self
+    }
+
+    /// `shards` generator sources `NAME/0` … `NAME/{shards-1}`, shard `k`
+    /// made by `creator(k)`: several readers generate in parallel, and ranks
+    /// can shard them by file like files.
+    pub fn generator_shards<F, I>(mut self, name: &str, shards: usize, creator: F) -> Self
+    where
+        F: Fn(usize) -> I + Send + Sync + 'static,
+        I: IntoIterator,
+        I::IntoIter: Send + 'static,
+        I::Item: IntoSample + 'static,
+    {
+        let creator = Arc::new(creator);
+        for k in 0..shards {
+            let c = creator.clone();
+            self = self.generator(format!("{name}/{k}"), move || c(k));
+        }
+        self
+    }
+
+    /// Push mode with this source name (default `"push"`); see
+    /// [`build_with_feed`](Self::build_with_feed).
+    pub fn push_source(mut self, name: impl Into<String>) -> Self {
+        self.config.push = Some(name.into());
+        self
+    }
+
+    /// Start a push-mode pipeline: it reads no files; its data is what is
+    /// pushed through the returned [`FeedHandle`] until the stream is closed.
+    /// It needs a [`schema`](Self::schema).
+    pub fn build_with_feed(mut self) -> Result<(Loader, FeedHandle), PipelineError> {
+        self.config.push.get_or_insert_with(|| "push".to_string());
+        let (loader, feed) = Loader::start_full(self.finish()?)?;
+        let feed = feed.ok_or_else(|| PipelineError::Config("no push source started".into()))?;
+        Ok((loader, feed))
+    }
+
+    /// The settings with the generator sources registered.
+    fn finish(self) -> Result<PipelineConfig, PipelineError> {
+        let mut config = self.config;
+        if self.generators.is_empty() {
+            return Ok(config);
+        }
+        if let Some(f) = &config.format {
+            return Err(PipelineError::Config(format!(
+                "format `{f}` is set for every input, generator sources included: \
+                 give the files a FORMAT: prefix instead"
+            )));
+        }
+        let mut gens = GeneratorFormat::new();
+        for g in self.generators {
+            gens.add(g)?;
+        }
+        gens.register(&mut config.registry);
+        Ok(config)
     }
 }
 
@@ -196,6 +282,10 @@ impl Loader {
     }
 
     fn start(config: PipelineConfig) -> Result<Loader, PipelineError> {
+        Self::start_full(config).map(|(loader, _)| loader)
+    }
+
+    fn start_full(config: PipelineConfig) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("feedline-system".into())
@@ -203,10 +293,11 @@ impl Loader {
                 let sys = System::new();
                 let started = sys.block_on(async move { Pipeline::start_for_loader(config) });
                 let arbiters = match started {
-                    Ok(p) => {
+                    Ok(mut p) => {
                         let parts = p.parts();
                         let arbiters = parts.4.clone();
-                        let _ = tx.send(Ok((parts, System::current())));
+                        let push = p.take_feed_handle();
+                        let _ = tx.send(Ok((parts, System::current(), push)));
                         Some(arbiters)
                     }
                     Err(e) => {
@@ -221,7 +312,7 @@ impl Loader {
             })
             .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
         let received = rx.recv().map_err(|_| PipelineError::Stopped);
-        let ((feed, supervisor, stats, schema, arbiters, config), system) = match received {
+        let ((feed, supervisor, stats, schema, arbiters, config), system, push) = match received {
             Ok(Ok(x)) => x,
             Ok(Err(e)) | Err(e) => {
                 let _ = thread.join();
@@ -229,7 +320,7 @@ impl Loader {
             }
         };
         let devices = config.devices;
-        Ok(Loader {
+        let loader = Loader {
             merged: MergedState::new(&feed, devices, config.feed == FeedMode::RoundRobin),
             feed,
             supervisor,
@@ -239,7 +330,8 @@ impl Loader {
             arbiters,
             system: Some(system),
             thread: Some(thread),
-        })
+        };
+        Ok((loader, push))
     }
 
     /// The schema of the batches.
@@ -386,7 +478,10 @@ impl Popper {
         let popped = self.pop_inner(stats, timeout);
         let now = Instant::now();
         if let Some(c) = counters {
-            c.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            // The wait before the first batch is start-up, not a stall.
+            if c.batches.load(Relaxed) > 0 {
+                c.wait_ns.fetch_add(ns(now - asked), Relaxed);
+            }
             if let Ok(Popped::Batch(d)) = &popped {
                 c.batches.fetch_add(1, Relaxed);
                 c.records.fetch_add(d.batch.len() as u64, Relaxed);

@@ -48,6 +48,18 @@ pub struct ChunkMsg {
     pub chunk: Arc<Chunk>,
 }
 
+/// A ready-made batch pushed by user code (push source → shuffle-batch,
+/// with `do_send`): it skips the shuffle buffer and batching and is queued
+/// with the stage's own batches. Answered with a [`ChunkAck`] once taken.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BatchMsg {
+    /// Where the acknowledgement goes.
+    pub ack: Recipient<ChunkAck>,
+    /// The batch, already checked against the schema.
+    pub batch: Arc<Batch>,
+}
+
 /// The shuffle stage took a chunk and has room for another.
 #[derive(Message)]
 #[rtype(result = "()")]

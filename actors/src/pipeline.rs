@@ -33,6 +33,7 @@ pub struct Pipeline {
     config: Arc<PipelineConfig>,
     arbiters: Arbiters,
     done: Option<oneshot::Receiver<Result<(), PipelineError>>>,
+    push: Option<crate::push::FeedHandle>,
 }
 
 /// Check the settings, expand the inputs and settle the schema.
@@ -54,6 +55,9 @@ pub(crate) fn prepare(
     }
     if let feedline::batcher::BatchPolicy::Fixed(0) = config.batch {
         return bad("batch size must be at least 1");
+    }
+    if config.push.is_some() {
+        return crate::push::prepare(config);
     }
     if config.files.is_empty() {
         return bad("no input files");
@@ -194,6 +198,7 @@ impl Pipeline {
         let (done_tx, done_rx) = oneshot::channel();
         let queues = Arc::new(TaskQueues::default());
         let mut file_queue_addr = None;
+        let mut shuffle_addr = None;
         let supervisor = {
             let (config, schema, stats, feed, arbiters) = (
                 config.clone(),
@@ -203,6 +208,7 @@ impl Pipeline {
                 arbiters.clone(),
             );
             let fq_slot = &mut file_queue_addr;
+            let sb_slot = &mut shuffle_addr;
             let trainers = steps.len();
             Supervisor::create(move |ctx| {
                 let me = ctx.address();
@@ -223,6 +229,7 @@ impl Pipeline {
                 fq.equalize = equalize;
                 let file_queue = fq.start();
                 *fq_slot = Some(file_queue.clone());
+                *sb_slot = Some(shuffle.clone());
                 let readers = (0..config.readers)
                     .map(|_| (arbiters.new_arbiter(), None))
                     .collect();
@@ -251,9 +258,20 @@ impl Pipeline {
             let (feed, sup, stats) = (feed.clone(), supervisor.clone(), stats.clone());
             Trainer::start_in_arbiter(&h, move |_| Trainer::new(device, step, feed, sup, stats));
         }
-        file_queue_addr
-            .expect("created with the supervisor")
-            .do_send(StartPasses);
+        let file_queue = file_queue_addr.expect("created with the supervisor");
+        let push = match (&config.push, shuffle_addr) {
+            (Some(name), Some(shuffle)) => Some(crate::push::FeedHandle::start(
+                name,
+                &config,
+                &schema,
+                shuffle,
+                stats.clone(),
+            )),
+            _ => {
+                file_queue.do_send(StartPasses);
+                None
+            }
+        };
         Ok(Pipeline {
             feed,
             supervisor,
@@ -262,7 +280,14 @@ impl Pipeline {
             config,
             arbiters,
             done: Some(done_rx),
+            push,
         })
+    }
+
+    /// Push mode ([`PipelineConfig::push`]): the handle that feeds the
+    /// pipeline, taken once (dropping it, and every clone, ends the stream).
+    pub fn take_feed_handle(&mut self) -> Option<crate::push::FeedHandle> {
+        self.push.take()
     }
 
     /// The feed queue: send it [`Pop`] to take batches.

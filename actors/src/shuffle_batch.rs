@@ -421,3 +421,40 @@ impl Handler<Shutdown> for ShuffleBatch {
         ctx.stop();
     }
 }
+
+impl ShuffleBatch {
+    /// Queue a ready-made (pushed) batch with the stage's own: numbered and
+    /// laned like them, not shuffled.
+    fn enqueue_ready(&mut self, batch: Arc<feedline::Batch>) {
+        let lane = (self.seq % self.lanes as u64) as usize;
+        self.pass_records += batch.len() as u64;
+        self.out.push_back((
+            lane,
+            QueueItem::Batch(Delivered {
+                pass: self.pass,
+                seq: self.seq,
+                batch,
+            }),
+        ));
+        self.seq += 1;
+        self.stats.note_batch();
+    }
+}
+
+impl Handler<crate::messages::BatchMsg> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::messages::BatchMsg, ctx: &mut Context<Self>) {
+        self.stats
+            .inner
+            .shuffle
+            .idle_ns
+            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
+        if self.failed {
+            return;
+        }
+        msg.ack.do_send(ChunkAck);
+        self.enqueue_ready(msg.batch);
+        self.flush_out(ctx, false);
+    }
+}

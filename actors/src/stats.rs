@@ -339,7 +339,8 @@ pub struct DeviceSnapshot {
     pub records: u64,
     /// Seconds in steps.
     pub busy_s: f64,
-    /// Seconds waiting for data.
+    /// Seconds waiting for data, after the device's first batch (the wait
+    /// for the first is start-up: see [`StatsSnapshot::first_batch_s`]).
     pub waiting_s: f64,
     /// waiting / (busy + waiting).
     pub waiting_fraction: f64,

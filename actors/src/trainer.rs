@@ -101,8 +101,12 @@ impl<S: TrainStep> Trainer<S> {
             Ok(Popped::Batch(d)) => {
                 let counters = self.stats.device(self.device);
                 if let Some(c) = counters {
-                    c.wait_ns
-                        .fetch_add(ns(self.waiting_since.elapsed()), Relaxed);
+                    // The wait before a device's first batch is start-up
+                    // (reported as the first-batch latency), not a stall.
+                    if c.batches.load(Relaxed) > 0 {
+                        c.wait_ns
+                            .fetch_add(ns(self.waiting_since.elapsed()), Relaxed);
+                    }
                 }
                 // Ask for the next batch before working on this one.
                 self.request(ctx);

@@ -31,6 +31,7 @@ use crate::schema::Schema;
 
 pub mod csv;
 pub mod example;
+pub mod generator;
 pub mod jsonl;
 pub mod npy;
 pub mod tfrecord;
