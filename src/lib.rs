@@ -5,7 +5,7 @@
 //! lost or repeated within a pass.
 //!
 //! This is the core crate (no actix): the data model ([`Schema`],
-//! [`Instance`], [`Chunk`], [`Batch`]), the file [`format`]s and their
+//! [`Instance`], [`Chunk`], [`Batch`]), the file [`format`](mod@format)s and their
 //! registry, collation, and the pipeline parts the actor crate
 //! `feedline-actors` is made of.
 //!

@@ -56,3 +56,8 @@ pub use stats::{Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats,
 pub use supervisor::Supervisor;
 pub use timeline::{Sample, Timeline};
 pub use trainer::{SimulatedDevice, TrainStep, Trainer};
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
