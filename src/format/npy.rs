@@ -505,7 +505,9 @@ fn parse_descr(descr: &str) -> std::result::Result<(Kind, bool), String> {
     };
     let unsupported = |why: &str| format!("unsupported dtype `{descr}`: {why}");
     let (k, size) = match rest.as_bytes().first() {
-        Some(k) => (*k, &rest[1..]),
+        // Not `&rest[1..]`: a non-ASCII first character (or the U+FFFD of
+        // invalid UTF-8) is more than one byte; it is no kind anyway.
+        Some(k) => (*k, rest.get(1..).unwrap_or("")),
         None => return Err(unsupported("empty type")),
     };
     let kind = Kind::parse(k, size).ok_or_else(|| {
@@ -1326,6 +1328,9 @@ struct NpReader {
     single: bool,
     /// The rest of the file cannot be read.
     dead: bool,
+    /// The row that could not be read (when `dead`): later errors name it,
+    /// not a row past it that may lie beyond the end of the file.
+    dead_row: u64,
 }
 
 impl NpReader {
@@ -1339,6 +1344,7 @@ impl NpReader {
             next: opts.start_record.min(rows),
             single,
             dead: false,
+            dead_row: 0,
         };
         // Position streams now, so that a truncated stream shows at once.
         let next = r.next;
@@ -1359,6 +1365,7 @@ impl NpReader {
 
     fn fatal(&mut self, ai: usize, (row, what): (u64, String)) -> Error {
         self.dead = true;
+        self.dead_row = row;
         let label = self.arrays[ai].label.clone();
         Error::corrupt(self.location(row), format!("{label}{what}"))
     }
@@ -1377,7 +1384,7 @@ impl NpReader {
 
     fn dead_error(&self) -> Error {
         Error::corrupt(
-            self.location(self.next),
+            self.location(self.dead_row),
             "the file cannot be read past an earlier error",
         )
     }
@@ -1467,18 +1474,28 @@ impl RecordReader for NpReader {
         let mut fields = Vec::with_capacity(self.arrays.len());
         for ai in 0..self.arrays.len() {
             let a = &mut self.arrays[ai];
-            let (kind, little, elems) = (a.h.kind, a.h.little, a.h.row_elems);
+            let (kind, little) = (a.h.kind, a.h.little);
             let shape = a.h.shape[1..].to_vec();
             let name = a.name.clone();
-            let mut values = Values::with_capacity(kind.dtype(), elems);
+            // Sized by the row's bytes once they were read, not by the
+            // header's shape: a stream may end long before the row does.
             let res = match a.rows_bytes(i, 1) {
                 Err(f) => return Err(self.fatal(ai, f)),
-                Ok(src) => decode(kind, little, src, &mut values).map_err(|e| (e, src.to_vec())),
+                Ok(src) => {
+                    let mut values = Values::with_capacity(kind.dtype(), src.len() / kind.size());
+                    match decode(kind, little, src, &mut values) {
+                        Ok(()) => Ok(values),
+                        Err(e) => Err((e, src.to_vec())),
+                    }
+                }
             };
-            if let Err((elem, src)) = res {
-                self.next += 1;
-                return Err(self.u8_error(ai, i, elem, &src));
-            }
+            let values = match res {
+                Ok(values) => values,
+                Err((elem, src)) => {
+                    self.next += 1;
+                    return Err(self.u8_error(ai, i, elem, &src));
+                }
+            };
             fields.push((name, Tensor { values, shape }));
         }
         self.next += 1;

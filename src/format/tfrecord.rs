@@ -102,6 +102,38 @@ enum Input {
     },
 }
 
+/// A decompressing reader that, like [`TfRecordReader::open`] and
+/// [`TfRecordReader::from_bytes`], takes an empty input for an empty stream
+/// (a decoder alone would call it truncated): the decoder is made on the
+/// first read, once there is a byte to decode.
+enum Decompress<R: io::BufRead> {
+    Pending(R, Compression),
+    Empty,
+    Decoding(Box<dyn Read + Send>),
+}
+
+impl<R: io::BufRead + Send + 'static> Read for Decompress<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Decompress::Pending(r, _) = self {
+            if r.fill_buf()?.is_empty() {
+                *self = Decompress::Empty;
+            } else {
+                let Decompress::Pending(r, c) = std::mem::replace(self, Decompress::Empty) else {
+                    unreachable!("matched above")
+                };
+                *self = Decompress::Decoding(match c {
+                    Compression::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(r)),
+                    _ => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
+                });
+            }
+        }
+        match self {
+            Decompress::Decoding(d) => d.read(buf),
+            _ => Ok(0),
+        }
+    }
+}
+
 struct Mapped(memmap2::Mmap);
 
 impl AsRef<[u8]> for Mapped {
@@ -423,8 +455,7 @@ impl TfRecordReader {
         let reader = io::BufReader::with_capacity(1 << 16, reader);
         let boxed: Box<dyn Read + Send> = match opts.compression.unwrap_or(Compression::None) {
             Compression::None => Box::new(reader),
-            Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
-            Compression::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(reader)),
+            c => Box::new(Decompress::Pending(reader, c)),
         };
         Self::with_input(
             Self::stream_input(boxed),
