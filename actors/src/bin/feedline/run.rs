@@ -23,7 +23,6 @@ use crate::files::{AnyResult, FormatArgs};
 #[derive(Args, Clone)]
 pub struct PipelineArgs {
     /// Input files, glob patterns or list files (@train.list); FORMAT: prefixes allowed.
-    #[arg(required = true)]
     pub files: Vec<String>,
     #[command(flatten)]
     pub format: FormatArgs,
@@ -179,6 +178,9 @@ impl TrainStep for TracingDevice {
 }
 
 pub fn run(args: RunArgs) -> AnyResult<ExitCode> {
+    if args.pipeline.files.is_empty() {
+        return Err("no input files (give files, globs or @list)".into());
+    }
     let config = args.pipeline.config(args.devices)?;
     let trace: Option<Trace> = match &args.trace {
         Some(p) => Some(Arc::new(Mutex::new(BufWriter::new(
