@@ -19,7 +19,6 @@
 //! `RESULT {json}` line as `common.py`'s `run_passes` does, with the
 //! exactly-once `check` (record count, sum of labels, probe sum).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,7 +91,7 @@ fn status_bytes(key: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Peak resident set size (VmHWM) since start or the last [`reset_peak_rss`], bytes.
+/// Peak resident set size of the process so far (VmHWM), bytes.
 fn peak_rss_bytes() -> Option<u64> {
     status_bytes("VmHWM:")
 }
@@ -102,22 +101,14 @@ fn rss_bytes() -> Option<u64> {
     status_bytes("VmRSS:")
 }
 
-/// Reset VmHWM to the current RSS (Linux ≥ 4.0: write 5 to clear_refs).
-/// False if the kernel refused: the peak is then the process's since start.
-fn reset_peak_rss() -> bool {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/self/clear_refs")
-        .and_then(|mut f| f.write_all(b"5"))
-        .is_ok()
-}
-
 /// Samples `/proc/self/status` every 10 ms on a thread of its own: the
-/// largest anonymous and file-backed resident sets seen (mapped input files
-/// count in RSS as file pages; VmHWM cannot tell them apart).
+/// largest resident set, and its anonymous and file-backed parts, seen
+/// during a pass (mapped input files count in RSS as file pages). VmHWM is
+/// not reset per pass (that would also reset the `ru_maxrss` that the
+/// harness's `/usr/bin/time -v` reports).
 struct RssSampler {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<(u64, u64)>>,
+    handle: Option<std::thread::JoinHandle<[u64; 3]>>,
 }
 
 impl RssSampler {
@@ -127,12 +118,13 @@ impl RssSampler {
         let handle = std::thread::Builder::new()
             .name("bench-rss".into())
             .spawn(move || {
-                let (mut anon, mut file) = (0u64, 0u64);
+                let mut peak = [0u64; 3];
                 loop {
-                    anon = anon.max(status_bytes("RssAnon:").unwrap_or(0));
-                    file = file.max(status_bytes("RssFile:").unwrap_or(0));
+                    for (p, key) in peak.iter_mut().zip(["VmRSS:", "RssAnon:", "RssFile:"]) {
+                        *p = (*p).max(status_bytes(key).unwrap_or(0));
+                    }
                     if flag.load(Ordering::Relaxed) {
-                        return (anon, file);
+                        return peak;
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -141,12 +133,12 @@ impl RssSampler {
         RssSampler { stop, handle }
     }
 
-    /// Peak (anonymous, file) RSS in bytes while it ran.
-    fn finish(mut self) -> (Option<u64>, Option<u64>) {
+    /// Peak (total, anonymous, file) RSS in bytes while it ran.
+    fn finish(mut self) -> (Option<u64>, Option<u64>, Option<u64>) {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle.take().map(|h| h.join()) {
-            Some(Ok((a, f))) => (Some(a), Some(f)),
-            _ => (None, None),
+            Some(Ok([t, a, f])) => (Some(t), Some(a), Some(f)),
+            _ => (None, None, None),
         }
     }
 }
@@ -437,6 +429,7 @@ struct PassResult {
     cpu: f64,
     teardown: f64,
     peak_rss: Option<u64>,
+    process_peak: Option<u64>,
     peak_anon: Option<u64>,
     peak_file: Option<u64>,
     rss_before: Option<u64>,
@@ -639,7 +632,6 @@ fn fresh_loader_pass(plan: &Plan, pass: u64, c: &mut Consumer) -> AnyResult<Pass
         rss_before: rss_bytes(),
         ..PassResult::default()
     };
-    let reset = reset_peak_rss();
     let sampler = RssSampler::start();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
@@ -657,8 +649,8 @@ fn fresh_loader_pass(plan: &Plan, pass: u64, c: &mut Consumer) -> AnyResult<Pass
     drop(it);
     r.teardown = t1.elapsed().as_secs_f64();
     r.cpu = cpu_seconds() - cpu0;
-    (r.peak_anon, r.peak_file) = sampler.finish();
-    r.peak_rss = peak_rss_bytes().filter(|_| reset || pass == 0);
+    (r.peak_rss, r.peak_anon, r.peak_file) = sampler.finish();
+    r.process_peak = peak_rss_bytes();
     Ok(r)
 }
 
@@ -670,7 +662,6 @@ fn single_thread_pass(plan: &Plan, pass: u64, c: &mut Consumer) -> AnyResult<Pas
         rss_before: rss_bytes(),
         ..PassResult::default()
     };
-    let reset = reset_peak_rss();
     let sampler = RssSampler::start();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
@@ -709,8 +700,8 @@ fn single_thread_pass(plan: &Plan, pass: u64, c: &mut Consumer) -> AnyResult<Pas
     drop(reader);
     r.teardown = t1.elapsed().as_secs_f64();
     r.cpu = cpu_seconds() - cpu0;
-    (r.peak_anon, r.peak_file) = sampler.finish();
-    r.peak_rss = peak_rss_bytes().filter(|_| reset || pass == 0);
+    (r.peak_rss, r.peak_anon, r.peak_file) = sampler.finish();
+    r.process_peak = peak_rss_bytes();
     Ok(r)
 }
 
@@ -721,7 +712,6 @@ fn multi_pass(
     consumer: impl Fn() -> Consumer,
 ) -> AnyResult<Vec<PassResult>> {
     let mut out = Vec::with_capacity(total);
-    let mut reset = reset_peak_rss();
     let mut sampler = RssSampler::start();
     let mut cpu0 = cpu_seconds();
     let t_start = Instant::now();
@@ -745,15 +735,14 @@ fn multi_pass(
                 let now = Instant::now();
                 r.seconds = (now - t0).as_secs_f64();
                 r.cpu = cpu_seconds() - cpu0;
-                r.peak_rss = peak_rss_bytes().filter(|_| reset || out.is_empty());
+                r.process_peak = peak_rss_bytes();
                 r.stats = Some(loader.stats());
-                (r.peak_anon, r.peak_file) =
+                (r.peak_rss, r.peak_anon, r.peak_file) =
                     std::mem::replace(&mut sampler, RssSampler::start()).finish();
                 finish_check(plan, &mut r, &c);
                 out.push(std::mem::take(&mut r));
                 r.rss_before = rss_bytes();
                 c = consumer();
-                reset = reset_peak_rss();
                 cpu0 = cpu_seconds();
                 t0 = now;
             }
@@ -848,6 +837,7 @@ fn report(args: &BenchArgs, plan: &Plan, i: usize, r: &PassResult) -> AnyResult<
         put("payload_bytes_per_s", json!(r.payload as f64 / r.seconds));
         put("cpu_seconds", json!(r.cpu));
         put("peak_rss_bytes", json!(r.peak_rss));
+        put("process_peak_rss_bytes", json!(r.process_peak));
         put("first_batch_s", json!(r.first_batch));
         put("teardown_s", json!(r.teardown));
         put("checksum", json!(r.touch));
@@ -873,6 +863,10 @@ fn report(args: &BenchArgs, plan: &Plan, i: usize, r: &PassResult) -> AnyResult<
     put(
         "peak_rss_mb",
         json!(r.peak_rss.map(|b| round(b as f64 / mib, 1))),
+    );
+    put(
+        "process_peak_rss_mb",
+        json!(r.process_peak.map(|b| round(b as f64 / mib, 1))),
     );
     put(
         "peak_rss_anon_mb",
