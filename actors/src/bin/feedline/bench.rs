@@ -593,6 +593,9 @@ fn resolve(args: &BenchArgs) -> AnyResult<Plan> {
         if config.chunk_records != PipelineConfig::default().chunk_records {
             v.push_str(&format!("_cr{}", config.chunk_records));
         }
+        if let Some(m) = config.min_pool {
+            v.push_str(&format!("_minpool{m}"));
+        }
         if config.capacity != PipelineConfig::default().capacity {
             v.push_str(&format!("_cap{}", config.capacity));
         }

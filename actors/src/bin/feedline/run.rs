@@ -38,6 +38,9 @@ pub struct PipelineArgs {
     /// Shuffle pool in instances (0: no shuffle).
     #[arg(long, default_value_t = 10_000)]
     pub shuffle: usize,
+    /// Instances held before the shuffle draws start (default: the pool size).
+    #[arg(long)]
+    pub min_pool: Option<usize>,
     /// Byte bound of the shuffle pool, MiB.
     #[arg(long, default_value_t = 256)]
     pub shuffle_mib: usize,
@@ -113,6 +116,7 @@ impl PipelineArgs {
             readers: self.readers,
             chunk_records: self.chunk_records,
             shuffle: self.shuffle,
+            min_pool: self.min_pool,
             shuffle_bytes: self.shuffle_mib << 20,
             batch: BatchPolicy::Fixed(self.batch),
             drop_last: self.drop_last,
