@@ -905,9 +905,8 @@ fn report(args: &BenchArgs, plan: &Plan, i: usize, r: &PassResult) -> AnyResult<
         put("bottleneck", json!(s.bottleneck));
     }
     let obj = Value::Object(m);
-    if plan.peers.is_some() {
+    if let Some((ds, man)) = &plan.peers {
         println!("RESULT {}", python_json(&obj));
-        let (ds, man) = plan.peers.as_ref().expect("peers");
         eprintln!(
             "[feedline/{}/{}] {phase} {run}: {:.2}s {:.0} rec/s {:.1} MB/s cpu {:.1}s start-up {:.1}ms first-batch {:.1}ms teardown {:.2}s peak RSS {:.0} MiB (anon {:.0}, file {:.0}; bound+64 {:.0}) {}",
             plan.variant,
