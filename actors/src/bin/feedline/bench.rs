@@ -86,6 +86,11 @@ fn cpu_seconds() -> f64 {
 /// A `/proc/self/status` value in kB, as bytes.
 fn status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status_value(&status, key)
+}
+
+/// The value of `key` (e.g. `"VmRSS:"`, in kB) in the text of a status file, as bytes.
+fn status_value(status: &str, key: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
@@ -120,8 +125,9 @@ impl RssSampler {
             .spawn(move || {
                 let mut peak = [0u64; 3];
                 loop {
+                    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
                     for (p, key) in peak.iter_mut().zip(["VmRSS:", "RssAnon:", "RssFile:"]) {
-                        *p = (*p).max(status_bytes(key).unwrap_or(0));
+                        *p = (*p).max(status_value(&status, key).unwrap_or(0));
                     }
                     if flag.load(Ordering::Relaxed) {
                         return peak;
@@ -1078,6 +1084,18 @@ mod tests {
         let e = Manifest::parse(r#"{"A": {"files": []}}"#, Path::new("/d"), PeersDataset::A)
             .unwrap_err();
         assert!(e.contains("no files"), "{e}");
+    }
+
+    #[test]
+    fn status_values_are_read_in_bytes() {
+        let status = "Name:\tfeedline\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nRssAnon:\t 512 kB\n";
+        assert_eq!(status_value(status, "VmRSS:"), Some(1 << 20));
+        assert_eq!(status_value(status, "RssAnon:"), Some(512 << 10));
+        assert_eq!(status_value(status, "RssFile:"), None);
+        assert!(
+            rss_bytes().is_some_and(|b| b > 0),
+            "this process has an RSS"
+        );
     }
 
     #[test]
