@@ -23,7 +23,6 @@ use crate::files::{AnyResult, FormatArgs};
 #[derive(Args, Clone)]
 pub struct PipelineArgs {
     /// Input files, glob patterns or list files (@train.list); FORMAT: prefixes allowed.
-    #[arg(required = true)]
     pub files: Vec<String>,
     #[command(flatten)]
     pub format: FormatArgs,
@@ -39,6 +38,9 @@ pub struct PipelineArgs {
     /// Shuffle pool in instances (0: no shuffle).
     #[arg(long, default_value_t = 10_000)]
     pub shuffle: usize,
+    /// Instances held before the shuffle draws start (default: the pool size).
+    #[arg(long)]
+    pub min_pool: Option<usize>,
     /// Byte bound of the shuffle pool, MiB.
     #[arg(long, default_value_t = 256)]
     pub shuffle_mib: usize,
@@ -123,6 +125,7 @@ impl PipelineArgs {
             readers: self.readers,
             chunk_records: self.chunk_records,
             shuffle: self.shuffle,
+            min_pool: self.min_pool,
             shuffle_bytes: self.shuffle_mib << 20,
             batch: BatchPolicy::Fixed(self.batch),
             drop_last: self.drop_last,
@@ -189,6 +192,9 @@ impl TrainStep for TracingDevice {
 }
 
 pub fn run(args: RunArgs) -> AnyResult<ExitCode> {
+    if args.pipeline.files.is_empty() {
+        return Err("no input files (give files, globs or @list)".into());
+    }
     let config = args.pipeline.config(args.devices)?;
     let trace: Option<Trace> = match &args.trace {
         Some(p) => Some(Arc::new(Mutex::new(BufWriter::new(
