@@ -176,21 +176,35 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchFiel
     }
 }
 
-/// Concatenate fixed-size rows of `unit` elements; in parallel when large.
+/// Concatenate fixed-size rows of `unit` elements (one copy each, no
+/// zero-filling first); in parallel when large.
 fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usize) -> Vec<T> {
+    let mut data: Vec<T> = Vec::with_capacity(total);
     if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 && unit > 0 {
-        let mut data = vec![T::default(); total];
-        data.par_chunks_mut(unit)
+        data.spare_capacity_mut()[..total]
+            .par_chunks_mut(unit)
             .zip(rows.par_iter())
-            .for_each(|(out, (c, i))| out.copy_from_slice(row_slice::<T>(c, fi, *i)));
-        data
+            .for_each(|(out, (c, i))| {
+                let src = row_slice::<T>(c, fi, *i);
+                assert_eq!(
+                    src.len(),
+                    out.len(),
+                    "a row of the wrong length in a checked chunk"
+                );
+                for (o, s) in out.iter_mut().zip(src) {
+                    o.write(*s);
+                }
+            });
+        // SAFETY: the `total / unit` chunks of `unit` slots above cover all
+        // `total` slots (rows.len() * unit == total), and each was written
+        // from a source slice of exactly its length (asserted).
+        unsafe { data.set_len(total) };
     } else {
-        let mut data = Vec::with_capacity(total);
         for (c, i) in rows {
             data.extend_from_slice(row_slice::<T>(c, fi, *i));
         }
-        data
     }
+    data
 }
 
 fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {

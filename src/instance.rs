@@ -758,6 +758,23 @@ impl Chunk {
         }
     }
 
+    /// An empty chunk with room for what a reader puts in one: `max_rows`
+    /// instances or `max_bytes` of payload, whichever comes first (a
+    /// 150 KB-record schema gets room for a few rows, not `max_rows`).
+    pub fn with_budget(schema: &Schema, max_rows: usize, max_bytes: usize) -> Self {
+        let row: usize = schema
+            .fields()
+            .iter()
+            .map(|f| f.fixed_elements().unwrap_or(0) * f.dtype.size())
+            .sum();
+        let rows = if row == 0 {
+            max_rows
+        } else {
+            max_rows.min(max_bytes / row + 1)
+        };
+        Self::with_capacity(schema, rows.min(1 << 16))
+    }
+
     /// The schema.
     pub fn schema(&self) -> &Schema {
         &self.schema

@@ -163,14 +163,26 @@ impl Default for PipelineConfig {
 }
 
 impl PipelineConfig {
-    /// Upper bound of instances in flight: chunks in flight × chunk size +
-    /// shuffle pool (+ one chunk) + feed-queue capacity × batch size.
+    /// Upper bound of the payload bytes the pipeline holds, for records of
+    /// `record_bytes`:
+    /// - chunks: each reader's unacknowledged chunks plus the one it reads;
+    /// - the shuffle pool: a held row keeps its whole chunk alive, so the
+    ///   pool is bounded by `shuffle_bytes` (plus one chunk of overshoot) or
+    ///   by one chunk per held row, whichever is less;
+    /// - the end-of-pass drain, which collates what the pool held;
+    /// - batches: the queue, one being pushed, and per device one in use and
+    ///   one requested ahead.
+    ///
+    /// Memory-mapped input files count in RSS too (file-backed, reclaimable
+    /// pages) and are not in this bound.
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
-        let chunks = self.readers * self.chunks_in_flight * (self.chunk_bytes + record_bytes);
-        let pool = self
+        let chunk = (self.chunk_bytes + record_bytes).min(self.chunk_records.max(1) * record_bytes);
+        let chunks = self.readers * (self.chunks_in_flight + 1) * chunk;
+        let pool_rows = self.shuffle.saturating_add(self.chunk_records);
+        let pool = (self.shuffle_bytes + chunk).min(pool_rows.saturating_mul(chunk));
+        let drain = self
             .shuffle_bytes
-            .min(self.shuffle.saturating_add(self.chunk_records) * record_bytes)
-            + self.chunk_bytes;
+            .min(pool_rows.saturating_mul(record_bytes));
         let lanes = match self.feed {
             FeedMode::Shared => 1,
             FeedMode::RoundRobin => self.devices,
@@ -179,15 +191,12 @@ impl PipelineConfig {
             BatchPolicy::Fixed(n) => *n,
             _ => self.chunk_records,
         };
-        // queue + one batch being pushed + one prefetched and one in use per device
         let batches = lanes * self.capacity + 1 + 2 * self.devices;
-        chunks
-            + pool
-            + batches * batch * record_bytes
-            + if self.deterministic {
-                self.reorder_window
-            } else {
-                0
-            }
+        let reorder = if self.deterministic {
+            self.reorder_window
+        } else {
+            0
+        };
+        chunks + pool + drain + batches * batch * record_bytes + reorder
     }
 }

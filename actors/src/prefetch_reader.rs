@@ -224,7 +224,7 @@ impl PrefetchReader {
     fn read_one(&mut self, ctx: &mut Context<Self>) {
         let cfg = self.config.clone();
         let cur = self.current.as_mut().expect("a current file");
-        let mut chunk = Chunk::with_capacity(&self.schema, cfg.chunk_records.min(4096));
+        let mut chunk = Chunk::with_budget(&self.schema, cfg.chunk_records, cfg.chunk_bytes);
         let t0 = Instant::now();
         let watch = self.watch.clone();
         let stats = self.stats.clone();

@@ -228,7 +228,7 @@ impl Iterator for ChunkIter<'_> {
             let step = stride.step.max(1) as usize;
             let rows = self.src.chunk_rows.saturating_mul(step);
             let bytes = self.src.chunk_bytes.saturating_mul(step);
-            let mut chunk = Chunk::with_capacity(&self.src.schema, rows.min(1 << 16));
+            let mut chunk = Chunk::with_budget(&self.src.schema, rows, bytes);
             match reader.read_chunk(&mut chunk, rows, bytes) {
                 Ok(0) => self.current = None,
                 Ok(_) => {
