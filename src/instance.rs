@@ -767,11 +767,9 @@ impl Chunk {
             .iter()
             .map(|f| f.fixed_elements().unwrap_or(0) * f.dtype.size())
             .sum();
-        let rows = if row == 0 {
-            max_rows
-        } else {
-            max_rows.min(max_bytes / row + 1)
-        };
+        let rows = max_bytes
+            .checked_div(row)
+            .map_or(max_rows, |r| max_rows.min(r + 1));
         Self::with_capacity(schema, rows.min(1 << 16))
     }
 
