@@ -50,9 +50,12 @@ use feedline::format::tfrecord::TfRecordReader;
 use feedline::format::{Compression, OpenOptions, RecordReader, Registry};
 use feedline::{Chunk, DType, Error, Location, Ragged, Record, Schema, SourceId, Values};
 
+/// A fuzz target: its name and the function that checks one input.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// The targets, by name (the names of `fuzz/fuzz_targets/*.rs` and of
 /// `fuzz/corpus/*`).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("tfrecord", tfrecord),
     ("tfrecord_stream", tfrecord_stream),
     ("example", example),
