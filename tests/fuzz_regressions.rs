@@ -192,3 +192,81 @@ fn npy_stream_row_is_not_allocated_from_the_header_shape() {
         assert!(grew < 8 << 20, "{name}: the heap grew by {grew} bytes");
     }
 }
+
+/// Bug (silent corruption): the CRC-32 of a stored npz entry is fed row
+/// block by row block as `read_chunk` reads them. When a block failed to
+/// convert (a value out of range for the schema's dtype) and was re-read
+/// row by row, the next block started inside the bytes already fed, was not
+/// fed at all, and the check at the last row never ran: `read_chunk`
+/// delivered the rest of a corrupt entry without an error, while
+/// `next_record` reported the CRC mismatch. Now both report it.
+#[test]
+fn npz_crc_is_checked_after_a_block_is_reread() {
+    use zip::write::SimpleFileOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.npz");
+    let values: [i64; 10] = [0, 1, 2, 300, 4, 5, 6, 7, 8, 9];
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let entry = npy(
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (10,), }",
+        &data,
+    );
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let o = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    w.start_file("x.npy", o).unwrap();
+    w.write_all(&entry).unwrap();
+    let mut file = w.finish().unwrap().into_inner();
+    // Corrupt the last row (9 → 10): the entry's stored CRC no longer fits.
+    let at = file.windows(6).position(|w| w == b"\x93NUMPY").unwrap() + 128 + 9 * 8;
+    assert_eq!(file[at], 9);
+    file[at] = 10;
+    std::fs::write(&path, &file).unwrap();
+
+    let schema = feedline::Schema::builder()
+        .ragged("x", feedline::DType::U8, feedline::Ragged::Offsets)
+        .build()
+        .unwrap();
+    let reg = Registry::with_builtin();
+    let open = || {
+        reg.open(path.to_str().unwrap(), None, &OpenOptions::default())
+            .unwrap()
+    };
+    // next_record: record 3 does not fit u8 (when pushed); record 9 fails the CRC.
+    let mut r = open();
+    let mut records = 0;
+    let crc_at = loop {
+        match r.next_record() {
+            Ok(Some(_)) => records += 1,
+            Ok(None) => panic!("next_record missed the CRC mismatch"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(records, 9);
+    assert_eq!(corrupt_location(&crc_at).0, 9, "{crc_at}");
+    assert!(crc_at.to_string().contains("CRC-32 mismatch"), "{crc_at}");
+
+    // read_chunk, 3 rows at a time: the range error at 3, the CRC at 9.
+    let mut r = open();
+    let mut errors = Vec::new();
+    let mut rows = 0;
+    loop {
+        let mut chunk = feedline::Chunk::new(&schema);
+        match r.read_chunk(&mut chunk, 3, usize::MAX) {
+            Ok(0) => break,
+            Ok(n) => rows += n,
+            Err(e) => {
+                rows += chunk.len();
+                errors.push((corrupt_location(&e).0, e.to_string()));
+                if !r.can_continue() {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(errors[0].0, 3, "{errors:?}");
+    assert!(errors[0].1.contains("out of range for u8"), "{errors:?}");
+    assert_eq!(errors[1].0, 9, "{errors:?}");
+    assert!(errors[1].1.contains("CRC-32 mismatch"), "{errors:?}");
+    assert_eq!(rows, 8, "rows 0-2 and 4-8");
+}

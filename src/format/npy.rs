@@ -824,9 +824,14 @@ fn check_map_crc(
 ) -> std::result::Result<(), (u64, String)> {
     let data_end = h.data_offset + h.data_bytes as usize;
     let entry_start = start - h.data_offset;
-    if c.covered == h.data_offset + off && len > 0 {
-        c.crc.update(&map[start + off..start + off + len]);
-        c.covered += len;
+    // Feed what these rows add past the bytes fed so far. Rows can be asked
+    // for again (a block that failed to convert is re-read row by row), so
+    // the range may start before `covered`: only its new tail counts.
+    let (from, to) = (h.data_offset + off, h.data_offset + off + len);
+    if from <= c.covered && c.covered < to {
+        c.crc
+            .update(&map[entry_start + c.covered..entry_start + to]);
+        c.covered = to;
     }
     if i + k as u64 == h.rows && c.covered == data_end && c.crc.sum() != c.expected {
         return Err((
