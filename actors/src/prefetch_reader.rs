@@ -25,7 +25,7 @@ use crate::file_queue::{FileQueue, ReaderIdle};
 use crate::messages::{ChunkAck, ChunkMsg, FileDone, FileFailed, ReadTask, Shutdown};
 use crate::shuffle_batch::ShuffleBatch;
 use crate::stats::{ns, ReaderWatch, SkippedRecord, Stats};
-use crate::supervisor::Supervisor;
+use crate::supervisor::{panic_text, Supervisor};
 
 /// The file tasks readers steal from: retries first, then the pass's files.
 #[derive(Default)]
@@ -211,7 +211,7 @@ impl PrefetchReader {
                     return;
                 }
                 Err(panic) => {
-                    self.panicked(ctx, task, panic_message(panic));
+                    self.panicked(ctx, task, panic_text(panic));
                     return;
                 }
             }
@@ -247,7 +247,7 @@ impl PrefetchReader {
             Err(panic) => {
                 // `task.start_record` is kept at the first record not sent.
                 let task = self.current.take().expect("current").task;
-                self.panicked(ctx, task, panic_message(panic));
+                self.panicked(ctx, task, panic_text(panic));
             }
             Ok(Ok(n)) => {
                 let end =
@@ -484,16 +484,6 @@ fn filter_stride(chunk: Chunk, stride: &RecordStride) -> Chunk {
         }
     }
     out
-}
-
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_string()
-    }
 }
 
 struct EmptyReader;
