@@ -34,6 +34,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
+use crate::instance::Chunk;
 
 /// RNG domain of the file order of a pass ([`PassPlan::tasks`]).
 pub const DOMAIN_FILE_ORDER: u64 = 1;
@@ -343,6 +344,24 @@ impl Default for RecordStride {
 impl RecordStride {
     /// Every record.
     pub const ALL: RecordStride = RecordStride { offset: 0, step: 1 };
+
+    /// The rows of `chunk` this stride keeps (the chunk itself when it keeps all).
+    pub fn filter(&self, chunk: Chunk) -> Chunk {
+        if self.is_all() {
+            return chunk;
+        }
+        let keep: Vec<usize> = (0..chunk.len())
+            .filter(|&i| self.keeps(chunk.origins()[i].record))
+            .collect();
+        if keep.len() == chunk.len() {
+            return chunk;
+        }
+        let mut out = Chunk::with_capacity(chunk.schema(), keep.len());
+        for i in keep {
+            out.extend_rows(&chunk, i, i + 1);
+        }
+        out
+    }
 
     /// True if record `record_index` is kept.
     pub fn keeps(&self, record_index: u64) -> bool {

@@ -16,7 +16,6 @@ use std::time::Instant;
 use actix::prelude::*;
 use crossbeam_deque::{Injector, Steal};
 use feedline::format::RecordReader;
-use feedline::plan::RecordStride;
 use feedline::{Chunk, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
@@ -410,7 +409,7 @@ impl PrefetchReader {
             return self.abandon(ctx);
         }
         let cur = self.current.as_mut().expect("a current file");
-        let chunk = filter_stride(chunk, &cur.task.task.stride);
+        let chunk = cur.task.task.stride.filter(chunk);
         let n = chunk.len() as u64;
         cur.delivered = cur.reader.next_index();
         cur.records_sent += n;
@@ -468,22 +467,6 @@ impl PrefetchReader {
             ctx.notify(Next);
         }
     }
-}
-
-fn filter_stride(chunk: Chunk, stride: &RecordStride) -> Chunk {
-    if stride.step <= 1 && stride.offset == 0 {
-        return chunk;
-    }
-    let mut out = Chunk::with_capacity(
-        chunk.schema(),
-        chunk.len() / stride.step.max(1) as usize + 1,
-    );
-    for i in 0..chunk.len() {
-        if stride.keeps(chunk.origins()[i].record) {
-            out.extend_rows(&chunk, i, i + 1);
-        }
-    }
-    out
 }
 
 struct EmptyReader;

@@ -13,7 +13,7 @@ use crate::collate::collate_rows;
 use crate::error::Result;
 use crate::format::{OpenOptions, RecordReader, Registry};
 use crate::instance::{Chunk, Instance};
-use crate::plan::{FileTask, PassPlan, RecordStride};
+use crate::plan::{FileTask, PassPlan};
 use crate::schema::Schema;
 use crate::shuffle::{ShuffleBuffer, ShuffleConfig};
 
@@ -186,25 +186,7 @@ struct ChunkIter<'a> {
     stashed: Option<crate::Error>,
 }
 
-impl ChunkIter<'_> {
-    /// Keep only the rows of `chunk` the task's stride keeps.
-    fn filter(stride: RecordStride, chunk: Chunk) -> Chunk {
-        if stride.is_all() {
-            return chunk;
-        }
-        let keep: Vec<usize> = (0..chunk.len())
-            .filter(|&i| stride.keeps(chunk.origins()[i].record))
-            .collect();
-        if keep.len() == chunk.len() {
-            return chunk;
-        }
-        let mut out = Chunk::with_capacity(chunk.schema(), keep.len());
-        for i in keep {
-            out.extend_rows(&chunk, i, i + 1);
-        }
-        out
-    }
-}
+impl ChunkIter<'_> {}
 
 impl Iterator for ChunkIter<'_> {
     type Item = Result<Chunk>;
@@ -232,7 +214,7 @@ impl Iterator for ChunkIter<'_> {
             match reader.read_chunk(&mut chunk, rows, bytes) {
                 Ok(0) => self.current = None,
                 Ok(_) => {
-                    let chunk = Self::filter(stride, chunk);
+                    let chunk = stride.filter(chunk);
                     if !chunk.is_empty() {
                         return Some(Ok(chunk));
                     }
@@ -241,7 +223,7 @@ impl Iterator for ChunkIter<'_> {
                     if !reader.can_continue() {
                         self.current = None;
                     }
-                    let chunk = Self::filter(stride, chunk);
+                    let chunk = stride.filter(chunk);
                     if chunk.is_empty() {
                         return Some(Err(e));
                     }

@@ -464,6 +464,11 @@ struct Plan {
     variant: String,
 }
 
+/// Bytes as MiB, one decimal.
+fn to_mib(bytes: u64) -> f64 {
+    round(bytes as f64 / (1u64 << 20) as f64, 1)
+}
+
 fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m
@@ -865,26 +870,11 @@ fn report(args: &BenchArgs, plan: &Plan, i: usize, r: &PassResult) -> AnyResult<
     put("deterministic", json!(plan.config.deterministic));
     put("verify_checksums", json!(plan.config.open.verify_checksums));
     put("consumer_sleep_ms", json!(args.consumer_sleep_ms));
-    put(
-        "rss_before_mb",
-        json!(r.rss_before.map(|b| round(b as f64 / mib, 1))),
-    );
-    put(
-        "peak_rss_mb",
-        json!(r.peak_rss.map(|b| round(b as f64 / mib, 1))),
-    );
-    put(
-        "process_peak_rss_mb",
-        json!(r.process_peak.map(|b| round(b as f64 / mib, 1))),
-    );
-    put(
-        "peak_rss_anon_mb",
-        json!(r.peak_anon.map(|b| round(b as f64 / mib, 1))),
-    );
-    put(
-        "peak_rss_file_mb",
-        json!(r.peak_file.map(|b| round(b as f64 / mib, 1))),
-    );
+    put("rss_before_mb", json!(r.rss_before.map(to_mib)));
+    put("peak_rss_mb", json!(r.peak_rss.map(to_mib)));
+    put("process_peak_rss_mb", json!(r.process_peak.map(to_mib)));
+    put("peak_rss_anon_mb", json!(r.peak_anon.map(to_mib)));
+    put("peak_rss_file_mb", json!(r.peak_file.map(to_mib)));
     put("in_flight_bound_mb", json!(round(bound as f64 / mib, 1)));
     put(
         "rss_within_bound_plus_64mib",
