@@ -6,14 +6,21 @@
 //! count. Readers are OS threads that mostly wait on storage, so they scale
 //! past the core count.
 //!
+//! Then two file sets are mixed by weight, each with its own reader count: the
+//! training files and a second source on slower storage, weighted 3 : 1. The
+//! mix is exact, so the set that cannot keep up with its share limits the
+//! whole stream — giving it more readers (not the other set) is what helps.
+//!
 //! ```text
 //! cargo run --release --example scaling
 //! cargo run --release --example scaling -- --open-ms 20 --mib-ms 20 --readers 1,2,4,8,16 --plot scaling.svg
+//! cargo run --release --example scaling -- --mix 4:1,4:3,8:2,8:6 --extra-weight 1 --train-weight 3
 //! ```
 
 #[path = "common/plot.rs"]
 mod plot;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,8 +29,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
 use feedline::gen::{generate, GenOptions, Preset};
-use feedline::{Chunk, Record};
-use feedline_actors::Loader;
+use feedline::{Chunk, Record, SourceId};
+use feedline_actors::{FileSet, Loader};
 
 /// Reader scaling on slow storage.
 #[derive(Parser)]
@@ -46,6 +53,22 @@ struct Args {
     /// Reader counts to try.
     #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
     readers: Vec<usize>,
+    /// Mixed runs: readers of the training set and of the extra set, as
+    /// `TRAIN:EXTRA` (empty: no mixed runs).
+    #[arg(long, default_value = "4:1,4:3,8:2,8:6", value_delimiter = ',')]
+    mix: Vec<String>,
+    /// Weight of the training set in the mix.
+    #[arg(long, default_value_t = 3.0)]
+    train_weight: f64,
+    /// Weight of the extra set in the mix.
+    #[arg(long, default_value_t = 1.0)]
+    extra_weight: f64,
+    /// Extra-set files to generate (records per file as --gen-records).
+    #[arg(long, default_value_t = 10)]
+    extra_files: usize,
+    /// How much slower the extra set's storage is (times the latencies).
+    #[arg(long, default_value_t = 2.0)]
+    extra_slowdown: f64,
     /// Draw records/s against readers (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -53,6 +76,7 @@ struct Args {
 
 /// Slow storage: wraps a format, sleeping per open and per MiB of records read.
 struct SlowStorage {
+    name: String,
     inner: Arc<dyn Format>,
     open: Duration,
     per_mib: Duration,
@@ -60,7 +84,7 @@ struct SlowStorage {
 
 impl Format for SlowStorage {
     fn name(&self) -> &str {
-        "slow"
+        &self.name
     }
     fn extensions(&self) -> &[&str] {
         &[]
@@ -130,23 +154,29 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
-    let files: Vec<String> = if args.files.is_empty() {
-        let mut opts = GenOptions::new(Preset::Small, tmp.path());
-        opts.files = Some(args.gen_files);
+    let gen = |dir: &Path, files: usize| -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        std::fs::create_dir_all(dir)?;
+        let mut opts = GenOptions::new(Preset::Small, dir);
+        opts.files = Some(files);
         opts.records = Some(args.gen_records);
-        generate(&opts)?
+        Ok(generate(&opts)?
             .into_iter()
             .map(|p| p.to_string_lossy().into_owned())
-            .collect()
+            .collect())
+    };
+    let files: Vec<String> = if args.files.is_empty() {
+        gen(&tmp.path().join("train"), args.gen_files)?
     } else {
         feedline::plan::expand_inputs(&args.files)?
     };
     let mut registry = Registry::with_builtin();
     let inner = registry.resolve(&files[0], None)?.0;
+    let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
     registry.register(Arc::new(SlowStorage {
-        inner,
-        open: Duration::from_secs_f64(args.open_ms / 1e3),
-        per_mib: Duration::from_secs_f64(args.mib_ms / 1e3),
+        name: "slow".into(),
+        inner: inner.clone(),
+        open: ms(args.open_ms),
+        per_mib: ms(args.mib_ms),
     }));
     let slow: Vec<String> = files.iter().map(|f| format!("slow:{f}")).collect();
     println!(
@@ -183,10 +213,21 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
         points.push((readers, rate));
     }
+    let mut series = vec![("train".to_string(), points)];
+    if !args.mix.is_empty() {
+        let mixed = mix(&args, &tmp, &gen, &mut registry, inner, &slow)?;
+        series.push((
+            format!(
+                "train + extra mixed {}:{} (x: all readers)",
+                args.train_weight, args.extra_weight
+            ),
+            mixed,
+        ));
+    }
     if let Some(path) = &args.plot {
         plot::scaling(
             path,
-            &[("train".to_string(), points.clone())],
+            &series,
             &format!(
                 "records/s by readers ({} ms/open, {} ms/MiB)",
                 args.open_ms, args.mib_ms
@@ -195,4 +236,115 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("plot written to {}", path.display());
     }
     Ok(())
+}
+
+type Gen<'a> = dyn Fn(&Path, usize) -> Result<Vec<String>, Box<dyn std::error::Error>> + 'a;
+
+/// The mixed runs: the training files and an extra set on slower storage,
+/// each set with its own readers. Returns (all readers, records/s) per run.
+fn mix(
+    args: &Args,
+    tmp: &tempfile::TempDir,
+    gen: &Gen,
+    registry: &mut Registry,
+    inner: Arc<dyn Format>,
+    train: &[String],
+) -> Result<Vec<(usize, f64)>, Box<dyn std::error::Error>> {
+    let runs: Vec<(usize, usize)> = args
+        .mix
+        .iter()
+        .map(|m| {
+            let parsed = m
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+            match parsed {
+                Some((a, b)) if a > 0 && b > 0 => Ok((a, b)),
+                _ => Err(format!(
+                    "--mix {m:?}: expected TRAIN:EXTRA reader counts, both at least 1"
+                )),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let extra_dir = tmp.path().join("extra");
+    let extra = gen(&extra_dir, args.extra_files)?;
+    let k = args.extra_slowdown;
+    registry.register(Arc::new(SlowStorage {
+        name: "slower".into(),
+        inner,
+        open: Duration::from_secs_f64(args.open_ms * k / 1e3),
+        per_mib: Duration::from_secs_f64(args.mib_ms * k / 1e3),
+    }));
+    let extra_paths = extra.clone();
+    let extra: Vec<String> = extra.iter().map(|f| format!("slower:{f}")).collect();
+    let want = args.extra_weight / (args.extra_weight + args.train_weight);
+    println!();
+    println!(
+        "two file sets mixed {}:{} — train ({} files) and extra ({} files, storage {k}× slower); one pass per reader split",
+        args.train_weight,
+        args.extra_weight,
+        train.len(),
+        extra.len()
+    );
+    println!(
+        "readers (train+extra)   records/s   extra share, first half (want {:.1}%)   extra share of the pass",
+        100.0 * want
+    );
+    let mut points = Vec::new();
+    for (tr, er) in runs {
+        let loader = Loader::builder()
+            .registry(registry.clone())
+            .file_set(
+                FileSet::new("train", train.to_vec())
+                    .readers(tr)
+                    .weight(args.train_weight),
+            )
+            .file_set(
+                FileSet::new("extra", extra.clone())
+                    .readers(er)
+                    .weight(args.extra_weight),
+            )
+            .batch(256)
+            .shuffle(10_000)
+            .chunks_in_flight(2)
+            .build()?;
+        // Which set each source belongs to, found once per file.
+        let mut set_of: HashMap<SourceId, bool> = HashMap::new();
+        let t0 = Instant::now();
+        let (mut records, mut from_extra) = (0u64, 0u64);
+        // Running totals after each batch, for the share over the first half.
+        let mut running = Vec::new();
+        for d in loader {
+            let d = d?;
+            let n = d.batch.len() as u64;
+            let e = d
+                .batch
+                .origins()
+                .iter()
+                .filter(|o| {
+                    *set_of.entry(o.source).or_insert_with(|| {
+                        extra_paths
+                            .iter()
+                            .any(|p| o.source.name().ends_with(p.as_str()))
+                    })
+                })
+                .count() as u64;
+            records += n;
+            from_extra += e;
+            running.push((records, from_extra));
+        }
+        let rate = records as f64 / t0.elapsed().as_secs_f64();
+        let half = running
+            .iter()
+            .find(|(r, _)| 2 * r >= records)
+            .copied()
+            .unwrap_or_default();
+        println!(
+            "{:>21} {rate:>11.0} {:>33.1}% {:>21.1}%",
+            format!("{tr}+{er}"),
+            100.0 * half.1 as f64 / half.0.max(1) as f64,
+            100.0 * from_extra as f64 / records.max(1) as f64,
+        );
+        points.push((tr + er, rate));
+    }
+    Ok(points)
 }

@@ -99,12 +99,26 @@ fn scaling_runs() {
             "2",
             "--readers",
             "1,2",
+            "--mix",
+            "1:1,2:1",
+            "--extra-files",
+            "1",
         ],
     );
     assert!(out.contains("speed-up"), "{out}");
+    let rows = |prefix: &[&str]| {
+        out.lines()
+            .filter(|l| prefix.iter().any(|p| l.trim_start().starts_with(p)))
+            .count()
+    };
+    assert_eq!(rows(&["1 ", "2 "]), 2, "{out}");
+    // The mixed runs: a row per reader split, all of the extra set's 512
+    // records of 2,560 read.
+    assert!(out.contains("two file sets mixed 3:1"), "{out}");
+    assert_eq!(rows(&["1+1 ", "2+1 "]), 2, "{out}");
     assert_eq!(
         out.lines()
-            .filter(|l| l.trim_start().starts_with(['1', '2']))
+            .filter(|l| l.trim_end().ends_with("20.0%"))
             .count(),
         2,
         "{out}"

@@ -52,12 +52,72 @@ pub enum FeedMode {
     RoundRobin,
 }
 
+/// A named set of input files with its own readers, mixed with the other
+/// sets by weight (e.g. a training corpus and a second source mixed in).
+///
+/// Every pass reads every set's files exactly once. While more than one set
+/// still has data in a pass, the shuffle stage takes instances from the sets
+/// in proportion to their weights (a set that runs ahead waits, its chunks
+/// unacknowledged, so its readers pause); once a set's pass is read, the
+/// others go on alone. Give a slow source more readers rather than less
+/// weight: weights say what the batches contain, readers how fast a set is read.
+///
+/// ```
+/// use feedline_actors::FileSet;
+/// let train = FileSet::new("train", ["data/train-*.tfrecord"]).readers(4).weight(3.0);
+/// let extra = FileSet::new("extra", ["data/extra-*.tfrecord"]).readers(8).weight(1.0);
+/// assert_eq!((train.readers, extra.weight), (4, 1.0));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileSet {
+    /// The set's name (in logs and statistics).
+    pub name: String,
+    /// Its files: paths, globs, list files, `FORMAT:` prefixes.
+    pub files: Vec<String>,
+    /// Its prefetch readers (OS threads), at least 1.
+    pub readers: usize,
+    /// Its share of the instances while several sets have data (> 0; relative).
+    pub weight: f64,
+}
+
+impl FileSet {
+    /// A set of these files, with 2 readers and weight 1.
+    pub fn new<I, S>(name: impl Into<String>, files: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        FileSet {
+            name: name.into(),
+            files: files.into_iter().map(Into::into).collect(),
+            readers: 2,
+            weight: 1.0,
+        }
+    }
+
+    /// Its prefetch readers.
+    pub fn readers(mut self, n: usize) -> Self {
+        self.readers = n;
+        self
+    }
+
+    /// Its weight in the mix.
+    pub fn weight(mut self, w: f64) -> Self {
+        self.weight = w;
+        self
+    }
+}
+
 /// Every setting of a pipeline.
 #[derive(Clone, Debug)]
 pub struct PipelineConfig {
     /// Input files (paths, `FORMAT:`-prefixed paths; globs and list files are
     /// expanded by the builder).
     pub files: Vec<String>,
+    /// Several file sets, each with its own readers, mixed by weight (instead
+    /// of `files` and `readers`; see [`FileSet`]). When given, `files` and
+    /// `readers` are filled in from them (all files; all readers).
+    pub sets: Vec<FileSet>,
     /// A format for every file (default: by prefix or extension).
     pub format: Option<String>,
     /// How files are opened.
@@ -126,6 +186,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
             files: Vec::new(),
+            sets: Vec::new(),
             format: None,
             open: OpenOptions::default(),
             registry: Registry::with_builtin(),

@@ -4,13 +4,17 @@
 //!
 //! A pass's tasks are queued only when the previous pass's files are all
 //! delivered, so every batch of pass `p` precedes every batch of `p + 1`.
+//!
+//! With several file sets ([`FileSet`](crate::FileSet)) each set has its own
+//! plan, task queues and readers; a pass ends when every set's files are
+//! delivered, and the shuffle stage hears when each set's part is.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use feedline::plan::{equalized_counts, Equalize, PassPlan};
 
-use crate::messages::{EndOfPass, FileDone, PassQuota, ReadTask, Shutdown};
+use crate::messages::{EndOfPass, FileDone, PassQuota, PassSets, ReadTask, SetDrained, Shutdown};
 use crate::prefetch_reader::{PrefetchReader, TaskQueues, Wake};
 use crate::shuffle_batch::ShuffleBatch;
 
@@ -29,13 +33,30 @@ pub(crate) struct Requeue(pub ReadTask);
 #[rtype(result = "()")]
 pub(crate) struct StartPasses;
 
+/// One file set's plan, task queues and files not yet delivered this pass.
+pub(crate) struct SetQueue {
+    pub plan: PassPlan,
+    pub queues: Arc<TaskQueues>,
+    outstanding: usize,
+}
+
+impl SetQueue {
+    pub(crate) fn new(plan: PassPlan, queues: Arc<TaskQueues>) -> Self {
+        SetQueue {
+            plan,
+            queues,
+            outstanding: 0,
+        }
+    }
+}
+
 /// The file-queue actor.
 pub struct FileQueue {
-    plan: PassPlan,
+    sets: Vec<SetQueue>,
+    /// The file set of each reader (by reader id).
+    reader_set: Vec<usize>,
     passes: u64,
     pass: u64,
-    outstanding: usize,
-    queues: Arc<TaskQueues>,
     idle: Vec<(usize, Addr<PrefetchReader>)>,
     shuffle: Addr<ShuffleBatch>,
     /// Equalizing ranks: records per file (by `FileTask::file_index`), the
@@ -45,17 +66,16 @@ pub struct FileQueue {
 
 impl FileQueue {
     pub(crate) fn new(
-        plan: PassPlan,
+        sets: Vec<SetQueue>,
+        reader_set: Vec<usize>,
         passes: u64,
-        queues: Arc<TaskQueues>,
         shuffle: Addr<ShuffleBatch>,
     ) -> Self {
         FileQueue {
-            plan,
+            sets,
+            reader_set,
             passes,
             pass: 0,
-            outstanding: 0,
-            queues,
             idle: Vec::new(),
             shuffle,
             equalize: None,
@@ -68,10 +88,12 @@ impl FileQueue {
         let Some((counts, batch, drop_last, how)) = &self.equalize else {
             return;
         };
-        let world = self.plan.get_shard().world_size;
+        // Equalizing is refused with several sets (pipeline::prepare).
+        let plan = &self.sets[0].plan;
+        let world = plan.get_shard().world_size;
         let per_rank: Vec<u64> = (0..world)
             .map(|r| {
-                self.plan.for_rank(r).map_or(0, |p| {
+                plan.for_rank(r).map_or(0, |p| {
                     p.tasks(pass)
                         .iter()
                         .map(|t| t.stride.count_from(t.start_record, counts[t.file_index]))
@@ -81,7 +103,7 @@ impl FileQueue {
             .collect();
         match equalized_counts(&per_rank, *batch, *drop_last, *how) {
             Ok(c) => {
-                let mine = c[self.plan.get_shard().rank];
+                let mine = c[plan.get_shard().rank];
                 log::info!(
                     "pass {pass}: ranks have {per_rank:?} records; this rank keeps {}, drops {}, pads {} ({} batches)",
                     mine.keep,
@@ -101,19 +123,35 @@ impl FileQueue {
 
     fn start_pass(&mut self, pass: u64) {
         self.pass = pass;
-        let tasks = self.plan.tasks(pass);
         self.send_quota(pass);
-        self.outstanding = tasks.len();
-        log::debug!("pass {pass}: {} files queued", tasks.len());
-        for task in tasks {
-            self.queues.tasks.push(ReadTask {
-                start_record: task.start_record,
-                task,
-                next_chunk: 0,
-                attempts: 0,
-            });
+        let mut files = Vec::with_capacity(self.sets.len());
+        for (set, sq) in self.sets.iter_mut().enumerate() {
+            let tasks = sq.plan.tasks(pass);
+            sq.outstanding = tasks.len();
+            files.push(tasks.len());
+            for task in tasks {
+                sq.queues.tasks.push(ReadTask {
+                    set,
+                    start_record: task.start_record,
+                    task,
+                    next_chunk: 0,
+                    attempts: 0,
+                });
+            }
         }
-        if self.outstanding == 0 {
+        log::debug!("pass {pass}: {files:?} files queued");
+        if self.sets.len() > 1 {
+            self.shuffle.do_send(PassSets {
+                pass,
+                files: files.clone(),
+            });
+            for (set, n) in files.iter().enumerate() {
+                if *n == 0 {
+                    self.shuffle.do_send(SetDrained { pass, set });
+                }
+            }
+        }
+        if self.sets.iter().all(|s| s.outstanding == 0) {
             self.pass_drained();
         } else {
             self.wake_all();
@@ -133,6 +171,11 @@ impl FileQueue {
             self.start_pass(pass + 1);
         }
     }
+
+    fn queues_of_reader(&self, reader: usize) -> &TaskQueues {
+        let set = self.reader_set.get(reader).copied().unwrap_or(0);
+        &self.sets[set].queues
+    }
 }
 
 impl Actor for FileQueue {
@@ -151,7 +194,8 @@ impl Handler<StartPasses> for FileQueue {
 impl Handler<ReaderIdle> for FileQueue {
     type Result = ();
     fn handle(&mut self, msg: ReaderIdle, _: &mut Context<Self>) {
-        if !self.queues.tasks.is_empty() || !self.queues.retries.is_empty() {
+        let q = self.queues_of_reader(msg.0);
+        if !q.tasks.is_empty() || !q.retries.is_empty() {
             msg.1.do_send(Wake);
             return;
         }
@@ -173,8 +217,16 @@ impl Handler<FileDone> for FileQueue {
             );
             return;
         }
-        self.outstanding -= 1;
-        if self.outstanding == 0 {
+        let set = msg.task.set;
+        let sq = &mut self.sets[set];
+        sq.outstanding -= 1;
+        if sq.outstanding == 0 && self.sets.len() > 1 {
+            self.shuffle.do_send(SetDrained {
+                pass: self.pass,
+                set,
+            });
+        }
+        if self.sets.iter().all(|s| s.outstanding == 0) {
             self.pass_drained();
         }
     }
@@ -183,7 +235,7 @@ impl Handler<FileDone> for FileQueue {
 impl Handler<Requeue> for FileQueue {
     type Result = ();
     fn handle(&mut self, msg: Requeue, _: &mut Context<Self>) {
-        self.queues.retries.push(msg.0);
+        self.sets[msg.0.set].queues.retries.push(msg.0);
         self.wake_all();
     }
 }
@@ -191,7 +243,9 @@ impl Handler<Requeue> for FileQueue {
 impl Handler<Shutdown> for FileQueue {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        while self.queues.steal_any() {}
+        for s in &self.sets {
+            while s.queues.steal_any() {}
+        }
         ctx.stop();
     }
 }

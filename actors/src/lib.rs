@@ -42,7 +42,7 @@ mod supervisor;
 mod timeline;
 mod trainer;
 
-pub use config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
+pub use config::{ErrorPolicy, FeedMode, FileSet, PipelineConfig, StallPolicy};
 pub use error::PipelineError;
 pub use feed_queue::{FeedQueue, PopReply};
 pub use file_queue::FileQueue;

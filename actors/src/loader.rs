@@ -56,6 +56,24 @@ impl LoaderBuilder {
         self
     }
 
+    /// Add a file set with its own readers, mixed with the other sets by
+    /// weight (instead of [`files`](Self::files) and [`readers`](Self::readers);
+    /// see [`FileSet`](crate::FileSet)).
+    ///
+    /// ```no_run
+    /// use feedline_actors::{FileSet, Loader};
+    /// let loader = Loader::builder()
+    ///     .file_set(FileSet::new("train", ["data/train-*.tfrecord"]).readers(2).weight(4.0))
+    ///     .file_set(FileSet::new("web", ["s3-mirror/web-*.tfrecord"]).readers(8).weight(1.0))
+    ///     .batch(256)
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn file_set(mut self, set: crate::FileSet) -> Self {
+        self.config.sets.push(set);
+        self
+    }
+
     /// The schema (default: inferred from the first file).
     pub fn schema(mut self, schema: Schema) -> Self {
         self.config.schema = Some(schema);

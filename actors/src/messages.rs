@@ -17,6 +17,8 @@ use crate::error::PipelineError;
 /// A file to read, from a record on: a pass's task, or a retry of one.
 #[derive(Clone, Debug)]
 pub struct ReadTask {
+    /// The file set the file belongs to (0 without sets).
+    pub set: usize,
     /// The plan's task.
     pub task: FileTask,
     /// First record to read (the task's start, or where a failed reader stopped).
@@ -38,7 +40,9 @@ pub struct ChunkMsg {
     pub ack: Recipient<ChunkAck>,
     /// Pass.
     pub pass: u64,
-    /// The file's position in the pass's order.
+    /// The file set (0 without sets).
+    pub set: usize,
+    /// The file's position in its set's order for the pass.
     pub file_seq: usize,
     /// Index of this chunk within the file.
     pub chunk_seq: u64,
@@ -109,6 +113,25 @@ pub enum Popped {
     EndOfPass(u64),
     /// No more data: all passes done.
     EndOfData,
+}
+
+/// File queue → shuffle-batch, with several file sets: how many files each
+/// set has in a pass (for the deterministic mix), sent as the pass starts.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PassSets {
+    pub pass: u64,
+    pub files: Vec<usize>,
+}
+
+/// File queue → shuffle-batch: every file of `set` in `pass` was read (its
+/// last chunk is already in the shuffle-batch mailbox); the mix stops
+/// waiting for it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SetDrained {
+    pub pass: u64,
+    pub set: usize,
 }
 
 /// An item in the feed queue.

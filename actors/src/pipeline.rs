@@ -11,7 +11,7 @@ use futures::channel::oneshot;
 use crate::config::{FeedMode, PipelineConfig};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
-use crate::file_queue::{FileQueue, StartPasses};
+use crate::file_queue::{FileQueue, SetQueue, StartPasses};
 use crate::messages::{Pop, Shutdown};
 use crate::prefetch_reader::TaskQueues;
 use crate::shuffle_batch::ShuffleBatch;
@@ -36,12 +36,13 @@ pub struct Pipeline {
     push: Option<crate::push::FeedHandle>,
 }
 
-/// Check the settings, expand the inputs and settle the schema.
+/// Check the settings, expand the inputs and settle the schema. One pass
+/// plan per file set (one set, of `files`, when no sets are given).
 pub(crate) fn prepare(
     mut config: PipelineConfig,
-) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
+) -> Result<(PipelineConfig, Schema, Vec<PassPlan>), PipelineError> {
     let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
-    if config.readers == 0 {
+    if config.readers == 0 && config.sets.is_empty() {
         return bad("readers must be at least 1");
     }
     if config.devices == 0 {
@@ -57,25 +58,43 @@ pub(crate) fn prepare(
         return bad("batch size must be at least 1");
     }
     if config.push.is_some() {
-        return crate::push::prepare(config);
+        if !config.sets.is_empty() {
+            return bad("push mode reads no file sets");
+        }
+        let (config, schema, plan) = crate::push::prepare(config)?;
+        return Ok((config, schema, vec![plan]));
     }
-    if config.files.is_empty() {
-        return bad("no input files");
-    }
-    config.files = expand_inputs(&config.files)?;
-    if config.files.is_empty() {
-        return bad("the inputs name no files");
+    if !config.sets.is_empty() {
+        expand_sets(&mut config)?;
+    } else {
+        if config.files.is_empty() {
+            return bad("no input files");
+        }
+        config.files = expand_inputs(&config.files)?;
+        if config.files.is_empty() {
+            return bad("the inputs name no files");
+        }
     }
     let schema = match &config.schema {
         Some(s) => s.clone(),
         None => infer_schema(&config)?,
     };
-    let plan = PassPlan::new(config.files.clone())
-        .seed(config.seed)
-        .shuffle_files(config.shuffle_files)
-        .shard(config.shard)
-        .shard_by(config.shard_by);
-    if config.passes > 0 && plan.tasks(0).is_empty() {
+    let plan = |files: Vec<String>, seed: u64| {
+        PassPlan::new(files)
+            .seed(seed)
+            .shuffle_files(config.shuffle_files)
+            .shard(config.shard)
+            .shard_by(config.shard_by)
+    };
+    let plans: Vec<PassPlan> = if config.sets.is_empty() {
+        vec![plan(config.files.clone(), config.seed)]
+    } else {
+        // Set 0 uses the seed itself; the others get seeds of their own.
+        (config.sets.iter().enumerate())
+            .map(|(i, s)| plan(s.files.clone(), set_seed(config.seed, i)))
+            .collect()
+    };
+    if config.passes > 0 && plans.iter().all(|p| p.tasks(0).is_empty()) {
         return Err(PipelineError::Config(format!(
             "a pass has no files: {} files for rank {} of {}",
             config.files.len(),
@@ -83,7 +102,54 @@ pub(crate) fn prepare(
             config.shard.world_size
         )));
     }
-    Ok((config, schema, plan))
+    Ok((config, schema, plans))
+}
+
+/// The plan seed of file set `i` (set 0: the seed itself).
+fn set_seed(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Check and expand the file sets; `files` and `readers` become all of them.
+fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
+    let bad = |m: String| Err(PipelineError::Config(m));
+    if !config.files.is_empty() {
+        return bad(format!(
+            "give files or file sets, not both ({} files and {} sets)",
+            config.files.len(),
+            config.sets.len()
+        ));
+    }
+    if config.equalize != feedline::plan::Equalize::Off {
+        return bad("equalizing ranks is not supported with file sets".into());
+    }
+    let mut names = std::collections::HashSet::new();
+    for set in &mut config.sets {
+        if !names.insert(set.name.clone()) {
+            return bad(format!("two file sets are named {:?}", set.name));
+        }
+        if set.readers == 0 {
+            return bad(format!(
+                "file set {:?}: readers must be at least 1",
+                set.name
+            ));
+        }
+        if !(set.weight.is_finite() && set.weight > 0.0) {
+            return bad(format!(
+                "file set {:?}: weight must be a positive number, not {}",
+                set.name, set.weight
+            ));
+        }
+        if !set.files.is_empty() {
+            set.files = expand_inputs(&set.files)?;
+        }
+        if set.files.is_empty() {
+            return bad(format!("file set {:?}: the inputs name no files", set.name));
+        }
+    }
+    config.files = config.sets.iter().flat_map(|s| s.files.clone()).collect();
+    config.readers = config.sets.iter().map(|s| s.readers).sum();
+    Ok(())
 }
 
 /// Records per file (in `config.files` order), for equalizing ranks: the
@@ -165,7 +231,7 @@ impl Pipeline {
         if !steps.is_empty() {
             config.devices = steps.len();
         }
-        let (config, schema, plan) = prepare(config)?;
+        let (config, schema, plans) = prepare(config)?;
         let equalize = match (config.equalize, &config.batch) {
             (feedline::plan::Equalize::Off, _) => None,
             (how, feedline::batcher::BatchPolicy::Fixed(n)) => {
@@ -196,7 +262,15 @@ impl Pipeline {
             account_in_queue,
         );
         let (done_tx, done_rx) = oneshot::channel();
-        let queues = Arc::new(TaskQueues::default());
+        let queues: Vec<Arc<TaskQueues>> = plans.iter().map(|_| Arc::default()).collect();
+        // Each reader's file set: the sets' readers one after the other.
+        let reader_set: Vec<usize> = if config.sets.is_empty() {
+            vec![0; config.readers]
+        } else {
+            (config.sets.iter().enumerate())
+                .flat_map(|(i, s)| std::iter::repeat_n(i, s.readers))
+                .collect()
+        };
         let mut file_queue_addr = None;
         let mut shuffle_addr = None;
         let supervisor = {
@@ -225,7 +299,11 @@ impl Pipeline {
                         ShuffleBatch::new(config, schema, batcher, feed, me, stats)
                     })
                 };
-                let mut fq = FileQueue::new(plan, config.passes, queues.clone(), shuffle.clone());
+                let sets = (plans.into_iter().zip(&queues))
+                    .map(|(p, q)| SetQueue::new(p, q.clone()))
+                    .collect();
+                let mut fq =
+                    FileQueue::new(sets, reader_set.clone(), config.passes, shuffle.clone());
                 fq.equalize = equalize;
                 let file_queue = fq.start();
                 *fq_slot = Some(file_queue.clone());
@@ -238,6 +316,7 @@ impl Pipeline {
                     schema,
                     stats,
                     queues,
+                    reader_set,
                     file_queue: Some(file_queue),
                     shuffle: Some(shuffle),
                     feed: Some(feed),

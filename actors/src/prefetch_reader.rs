@@ -417,6 +417,7 @@ impl PrefetchReader {
         let msg = ChunkMsg {
             ack: ctx.address().recipient(),
             pass: cur.task.task.pass,
+            set: cur.task.set,
             file_seq: cur.task.task.seq,
             chunk_seq: cur.task.next_chunk,
             last,

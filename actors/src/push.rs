@@ -280,6 +280,7 @@ impl Shared {
         let msg = ChunkMsg {
             ack: self.intake.clone().recipient(),
             pass: 0,
+            set: 0,
             file_seq: 0,
             chunk_seq: st.chunk_seq,
             last: false,

@@ -8,6 +8,13 @@
 //! order — the plan's file order, each file's chunks in sequence — whatever
 //! reader delivered them when; out-of-order chunks are held in a reorder
 //! window of bounded bytes, beyond which their acknowledgement is withheld.
+//!
+//! With several file sets the stage mixes them by weight: it takes a chunk
+//! of a set only while that set is among the least served (instances taken
+//! divided by weight) of the sets still being read; chunks of a set that is
+//! ahead wait unacknowledged, so its readers pause. In deterministic mode the
+//! same rule picks, from each set's plan order, which set's next chunk comes
+//! next — a mix that depends on the data only, not on timing.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,8 +30,8 @@ use crate::config::{FeedMode, PipelineConfig};
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueue;
 use crate::messages::{
-    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, PassQuota, Push, QueueItem,
-    Shutdown,
+    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, PassQuota, PassSets, Push,
+    QueueItem, SetDrained, Shutdown,
 };
 use crate::stats::{ns, Stats};
 use crate::supervisor::Supervisor;
@@ -34,6 +41,67 @@ struct Held {
     last: bool,
     /// Set while the acknowledgement is withheld (outside the reorder window).
     ack: Option<Recipient<ChunkAck>>,
+}
+
+/// Several file sets: what each got this pass, and the chunks that wait.
+struct Mix {
+    names: Vec<String>,
+    weights: Vec<f64>,
+    /// Instances taken this pass, per set.
+    taken: Vec<u64>,
+    /// The set's part of the pass is read (not deterministic mode).
+    drained: Vec<bool>,
+    /// Files per set this pass (deterministic mode).
+    files: Vec<usize>,
+    /// Chunks of sets ahead of their share, acknowledgements withheld (not
+    /// deterministic mode).
+    waiting: Vec<VecDeque<(Arc<Chunk>, Recipient<ChunkAck>)>>,
+}
+
+impl Mix {
+    fn new(sets: &[crate::config::FileSet]) -> Self {
+        let n = sets.len();
+        Mix {
+            names: sets.iter().map(|s| s.name.clone()).collect(),
+            weights: sets.iter().map(|s| s.weight).collect(),
+            taken: vec![0; n],
+            drained: vec![false; n],
+            files: vec![0; n],
+            waiting: (0..n).map(|_| VecDeque::new()).collect(),
+        }
+    }
+
+    fn served(&self, set: usize) -> f64 {
+        self.taken[set] as f64 / self.weights[set]
+    }
+
+    /// Of the sets for which `active` holds, the least served (the first on ties).
+    fn least_served(&self, active: impl Fn(usize) -> bool) -> Option<usize> {
+        (0..self.taken.len())
+            .filter(|&s| active(s))
+            .min_by(|&a, &b| self.served(a).total_cmp(&self.served(b)))
+    }
+
+    /// Not deterministic: a set whose waiting chunk may be taken now — it
+    /// has one, and no set still being read is less served.
+    fn ready(&self) -> Option<usize> {
+        let least = self.least_served(|s| !self.drained[s])?;
+        let floor = self.served(least);
+        (0..self.taken.len()).find(|&s| !self.waiting[s].is_empty() && self.served(s) <= floor)
+    }
+
+    fn summary(&self) -> String {
+        let total: u64 = self.taken.iter().sum::<u64>().max(1);
+        (self.names.iter().zip(&self.taken))
+            .map(|(n, t)| format!("{n} {t} ({:.1}%)", 100.0 * *t as f64 / total as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn start_pass(&mut self) {
+        self.taken.iter_mut().for_each(|t| *t = 0);
+        self.drained.iter_mut().for_each(|d| *d = false);
+    }
 }
 
 /// The shuffle-batch actor.
@@ -50,10 +118,12 @@ pub struct ShuffleBatch {
     seq: u64,
     pass_records: u64,
     out: VecDeque<(usize, QueueItem)>,
-    // Deterministic mode: the next (file, chunk) to take, and those held.
-    next_file: usize,
-    next_chunk: u64,
-    held: BTreeMap<(usize, u64), Held>,
+    // Deterministic mode: per file set the next (file, chunk) to take, and
+    // those held (by set, file, chunk).
+    next: Vec<(usize, u64)>,
+    held: BTreeMap<(usize, usize, u64), Held>,
+    /// Several file sets: the weighted mix.
+    mix: Option<Mix>,
     held_bytes: usize,
     idle_since: Instant,
     failed: bool,
@@ -88,6 +158,8 @@ impl ShuffleBatch {
             FeedMode::Shared => 1,
             FeedMode::RoundRobin => config.devices.max(1),
         };
+        let sets = config.sets.len();
+        let mix = (sets > 1).then(|| Mix::new(&config.sets));
         ShuffleBatch {
             config,
             schema,
@@ -101,9 +173,9 @@ impl ShuffleBatch {
             seq: 0,
             pass_records: 0,
             out: VecDeque::new(),
-            next_file: 0,
-            next_chunk: 0,
+            next: vec![(0, 0); sets.max(1)],
             held: BTreeMap::new(),
+            mix,
             held_bytes: 0,
             idle_since: Instant::now(),
             failed: false,
@@ -255,15 +327,45 @@ impl ShuffleBatch {
         );
     }
 
+    /// Deterministic mode: the set whose next chunk comes next — the least
+    /// served of those with files left this pass (with one set, set 0).
+    fn next_set(&self) -> Option<usize> {
+        match &self.mix {
+            None => Some(0),
+            Some(m) => m.least_served(|s| self.next[s].0 < m.files[s]),
+        }
+    }
+
+    /// Deterministic mode: take a chunk that is next in order.
+    fn take_next(&mut self, set: usize, chunk: Arc<Chunk>, last: bool) {
+        let next = &mut self.next[set];
+        *next = if last {
+            (next.0 + 1, 0)
+        } else {
+            (next.0, next.1 + 1)
+        };
+        self.note_taken(set, &chunk);
+        self.accept(chunk);
+    }
+
+    fn note_taken(&mut self, set: usize, chunk: &Chunk) {
+        if let Some(m) = &mut self.mix {
+            m.taken[set] += chunk.len() as u64;
+        }
+    }
+
     /// Deterministic mode: take every held chunk that is next in order.
     fn take_in_order(&mut self) {
-        while let Some(h) = self.held.remove(&(self.next_file, self.next_chunk)) {
+        while let Some(set) = self.next_set() {
+            let (file, chunk) = self.next[set];
+            let Some(h) = self.held.remove(&(set, file, chunk)) else {
+                break;
+            };
             self.held_bytes -= h.chunk.memory_bytes();
             if let Some(ack) = h.ack {
                 ack.do_send(ChunkAck);
             }
-            self.advance(h.last);
-            self.accept(h.chunk);
+            self.take_next(set, h.chunk, h.last);
         }
         // Release withheld acknowledgements that now fit in the window.
         let mut budget = self.config.reorder_window.saturating_sub(self.held_bytes);
@@ -279,12 +381,15 @@ impl ShuffleBatch {
         }
     }
 
-    fn advance(&mut self, last: bool) {
-        if last {
-            self.next_file += 1;
-            self.next_chunk = 0;
-        } else {
-            self.next_chunk += 1;
+    /// Several sets, not deterministic: take waiting chunks while their set
+    /// is among the least served.
+    fn take_mixed(&mut self) {
+        while let Some(set) = self.mix.as_ref().and_then(Mix::ready) {
+            let m = self.mix.as_mut().expect("checked");
+            let (chunk, ack) = m.waiting[set].pop_front().expect("ready has one");
+            ack.do_send(ChunkAck);
+            self.note_taken(set, &chunk);
+            self.accept(chunk);
         }
     }
 
@@ -293,22 +398,37 @@ impl ShuffleBatch {
             self.take_in_order();
             if !self.held.is_empty() {
                 log::error!(
-                    "pass {pass}: {} chunks out of order at the end of the pass (next expected file {} chunk {}); taking them as they are",
+                    "pass {pass}: {} chunks out of order at the end of the pass (next expected (set, file, chunk) {:?}); taking them as they are",
                     self.held.len(),
-                    self.next_file,
-                    self.next_chunk
+                    self.next_set().map(|s| (s, self.next[s]))
                 );
                 let held = std::mem::take(&mut self.held);
-                for (_, h) in held {
+                for ((set, _, _), h) in held {
                     if let Some(ack) = h.ack {
                         ack.do_send(ChunkAck);
                     }
+                    self.note_taken(set, &h.chunk);
                     self.accept(h.chunk);
                 }
             }
             self.held_bytes = 0;
-            self.next_file = 0;
-            self.next_chunk = 0;
+            self.next.iter_mut().for_each(|n| *n = (0, 0));
+        }
+        if let Some(m) = &mut self.mix {
+            let left: Vec<_> = m.waiting.iter_mut().flat_map(|w| w.drain(..)).collect();
+            if !left.is_empty() {
+                log::error!(
+                    "pass {pass}: {} chunks of file sets still waiting at the end of the pass; taking them",
+                    left.len()
+                );
+            }
+            for (chunk, ack) in left {
+                ack.do_send(ChunkAck);
+                self.accept(chunk);
+            }
+            let m = self.mix.as_mut().expect("checked");
+            log::info!("pass {pass}: file sets gave {}", m.summary());
+            m.start_pass();
         }
         self.buffer.set_draining(true);
         self.draw();
@@ -351,14 +471,22 @@ impl Handler<ChunkMsg> for ShuffleBatch {
             return;
         }
         if !self.config.deterministic {
-            msg.ack.do_send(ChunkAck);
-            self.accept(msg.chunk);
+            match &mut self.mix {
+                Some(m) if msg.set < m.waiting.len() => {
+                    m.waiting[msg.set].push_back((msg.chunk, msg.ack));
+                    self.take_mixed();
+                }
+                _ => {
+                    msg.ack.do_send(ChunkAck);
+                    self.accept(msg.chunk);
+                }
+            }
         } else if msg.pass == self.pass
-            && (msg.file_seq, msg.chunk_seq) == (self.next_file, self.next_chunk)
+            && self.next_set() == Some(msg.set)
+            && (msg.file_seq, msg.chunk_seq) == self.next[msg.set]
         {
             msg.ack.do_send(ChunkAck);
-            self.advance(msg.last);
-            self.accept(msg.chunk);
+            self.take_next(msg.set, msg.chunk, msg.last);
             self.take_in_order();
         } else {
             let bytes = msg.chunk.memory_bytes();
@@ -370,7 +498,7 @@ impl Handler<ChunkMsg> for ShuffleBatch {
             };
             self.held_bytes += bytes;
             self.held.insert(
-                (msg.file_seq, msg.chunk_seq),
+                (msg.set, msg.file_seq, msg.chunk_seq),
                 Held {
                     chunk: msg.chunk,
                     last: msg.last,
@@ -384,6 +512,70 @@ impl Handler<ChunkMsg> for ShuffleBatch {
             .busy_ns
             .fetch_add(ns(t0.elapsed()), Relaxed);
         self.flush_out(ctx, false);
+    }
+}
+
+impl Handler<PassSets> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: PassSets, ctx: &mut Context<Self>) {
+        self.stats
+            .inner
+            .shuffle
+            .idle_ns
+            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
+        self.idle_since = Instant::now();
+        if let Some(m) = &mut self.mix {
+            if msg.pass == self.pass && msg.files.len() == m.files.len() {
+                m.files = msg.files;
+            } else {
+                log::error!(
+                    "file sets of pass {} ({:?}) announced during pass {}",
+                    msg.pass,
+                    msg.files,
+                    self.pass
+                );
+            }
+        }
+        if self.config.deterministic {
+            // A set with no files this pass no longer holds the others back.
+            let t0 = Instant::now();
+            self.take_in_order();
+            self.stats
+                .inner
+                .shuffle
+                .busy_ns
+                .fetch_add(ns(t0.elapsed()), Relaxed);
+            self.flush_out(ctx, false);
+        }
+    }
+}
+
+impl Handler<SetDrained> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetDrained, ctx: &mut Context<Self>) {
+        self.stats
+            .inner
+            .shuffle
+            .idle_ns
+            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
+        self.idle_since = Instant::now();
+        let Some(m) = &mut self.mix else { return };
+        if msg.pass != self.pass || msg.set >= m.drained.len() {
+            return;
+        }
+        m.drained[msg.set] = true;
+        if !self.config.deterministic {
+            let t0 = Instant::now();
+            self.take_mixed();
+            self.stats
+                .inner
+                .shuffle
+                .busy_ns
+                .fetch_add(ns(t0.elapsed()), Relaxed);
+            self.flush_out(ctx, false);
+        }
     }
 }
 

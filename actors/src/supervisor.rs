@@ -87,7 +87,9 @@ pub struct Supervisor {
     pub(crate) config: Arc<PipelineConfig>,
     pub(crate) schema: Schema,
     pub(crate) stats: Stats,
-    pub(crate) queues: Arc<TaskQueues>,
+    /// Task queues per file set, and each reader's set.
+    pub(crate) queues: Vec<Arc<TaskQueues>>,
+    pub(crate) reader_set: Vec<usize>,
     pub(crate) file_queue: Option<Addr<FileQueue>>,
     pub(crate) shuffle: Option<Addr<ShuffleBatch>>,
     pub(crate) feed: Option<Addr<FeedQueue>>,
@@ -103,7 +105,7 @@ impl Supervisor {
         let (handle, _) = &self.readers[id];
         let cfg = self.config.clone();
         let schema = self.schema.clone();
-        let queues = self.queues.clone();
+        let queues = self.queues[self.reader_set[id]].clone();
         let stats = self.stats.clone();
         let fq = self.file_queue.clone().expect("file queue started");
         let sb = self.shuffle.clone().expect("shuffle started");

@@ -556,7 +556,7 @@ fn resolve(args: &BenchArgs) -> AnyResult<Plan> {
             Some((ds, m))
         }
         None => {
-            if config.files.is_empty() {
+            if config.files.is_empty() && config.sets.is_empty() {
                 return Err(
                     "no input files (give files, globs or @list, or --peers-dataset)".into(),
                 );
@@ -577,6 +577,11 @@ fn resolve(args: &BenchArgs) -> AnyResult<Plan> {
         "fresh-loader"
     };
     let schema = if args.single_thread {
+        if !config.sets.is_empty() {
+            return Err(
+                "--single-thread reads one list of files; --set is not supported there".into(),
+            );
+        }
         if config.format.is_some() {
             return Err("--single-thread reads files by their extension or FORMAT: prefix; --format is not supported there".into());
         }

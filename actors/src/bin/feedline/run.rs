@@ -13,8 +13,8 @@ use feedline::batcher::BatchPolicy;
 use feedline::plan::Shard;
 use feedline::Schema;
 use feedline_actors::{
-    Delivered, ErrorPolicy, FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot,
-    TrainStep,
+    Delivered, ErrorPolicy, FeedMode, FileSet, Pipeline, PipelineConfig, SimulatedDevice,
+    StatsSnapshot, TrainStep,
 };
 
 use crate::files::{AnyResult, FormatArgs};
@@ -32,6 +32,11 @@ pub struct PipelineArgs {
     /// Prefetch readers.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// A file set mixed with the others by weight, with its own readers, as
+    /// NAME,WEIGHT,READERS,FILE[,FILE…] (files: paths, globs, @lists);
+    /// repeat for each set, instead of FILES and --readers.
+    #[arg(long = "set", value_name = "NAME,WEIGHT,READERS,FILES")]
+    pub sets: Vec<String>,
     /// Batch size.
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
@@ -117,8 +122,14 @@ impl PipelineArgs {
         };
         let mut open = self.format.open_options()?;
         open.verify_checksums = !self.no_checksums;
+        let sets = self
+            .sets
+            .iter()
+            .map(|s| parse_set(s))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(PipelineConfig {
             files: self.files.clone(),
+            sets,
             format: self.format.format.clone(),
             open,
             schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
@@ -191,8 +202,31 @@ impl TrainStep for TracingDevice {
     }
 }
 
+/// `NAME,WEIGHT,READERS,FILE[,FILE…]` of `--set`.
+fn parse_set(spec: &str) -> Result<FileSet, String> {
+    let bad = |what: &str| format!("--set {spec:?}: {what} (expected NAME,WEIGHT,READERS,FILES)");
+    let mut parts = spec.split(',');
+    let name = parts
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad("no name"))?;
+    let weight: f64 = parts
+        .next()
+        .and_then(|w| w.trim().parse().ok())
+        .ok_or_else(|| bad("WEIGHT is not a number"))?;
+    let readers: usize = parts
+        .next()
+        .and_then(|r| r.trim().parse().ok())
+        .ok_or_else(|| bad("READERS is not a whole number"))?;
+    let files: Vec<String> = parts.filter(|f| !f.is_empty()).map(String::from).collect();
+    if files.is_empty() {
+        return Err(bad("no files"));
+    }
+    Ok(FileSet::new(name, files).readers(readers).weight(weight))
+}
+
 pub fn run(args: RunArgs) -> AnyResult<ExitCode> {
-    if args.pipeline.files.is_empty() {
+    if args.pipeline.files.is_empty() && args.pipeline.sets.is_empty() {
         return Err("no input files (give files, globs or @list)".into());
     }
     let config = args.pipeline.config(args.devices)?;
