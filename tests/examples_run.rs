@@ -41,8 +41,10 @@ fn multi_gpu_runs_and_names_the_bottleneck() {
             "2",
             "--gen-records",
             "2048",
+            // Steps long enough that the devices limit even on a loaded
+            // machine (each pass refills the shuffle pool from scratch).
             "--step-ms",
-            "8",
+            "25",
             "--batch",
             "64",
             "--plot",
