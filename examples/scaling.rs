@@ -213,7 +213,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
         points.push((readers, rate));
     }
-    let mut series = vec![("train".to_string(), points)];
+    let mut series = vec![("train".to_string(), points, true)];
     if !args.mix.is_empty() {
         let mixed = mix(&args, &tmp, &gen, &mut registry, inner, &slow)?;
         series.push((
@@ -222,6 +222,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 args.train_weight, args.extra_weight
             ),
             mixed,
+            false,
         ));
     }
     if let Some(path) = &args.plot {

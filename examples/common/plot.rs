@@ -169,7 +169,11 @@ where
 }
 
 /// Records/s against reader count, per file set, with the linear ideal.
-pub fn scaling(path: &Path, series: &[(String, Vec<(usize, f64)>)], title: &str) -> PlotResult {
+/// One line of the scaling plot: its name, (readers, records/s) points, and
+/// whether to draw the linear reference from its first point.
+pub type ScalingSeries = (String, Vec<(usize, f64)>, bool);
+
+pub fn scaling(path: &Path, series: &[ScalingSeries], title: &str) -> PlotResult {
     with_area(
         path,
         (900, 600),
@@ -180,7 +184,7 @@ pub fn scaling(path: &Path, series: &[(String, Vec<(usize, f64)>)], title: &str)
 
 fn draw_scaling<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    series: &[(String, Vec<(usize, f64)>)],
+    series: &[ScalingSeries],
     title: &str,
 ) -> PlotResult
 where
@@ -189,12 +193,12 @@ where
     root.fill(&WHITE)?;
     let max_r = series
         .iter()
-        .flat_map(|(_, v)| v.iter().map(|p| p.0))
+        .flat_map(|(_, v, _)| v.iter().map(|p| p.0))
         .max()
         .unwrap_or(1) as f64;
     let max_y = series
         .iter()
-        .flat_map(|(_, v)| {
+        .flat_map(|(_, v, _)| {
             let base = v.first().map(|p| p.1 / p.0 as f64).unwrap_or(0.0);
             v.iter().map(move |p| p.1.max(base * p.0 as f64))
         })
@@ -209,9 +213,10 @@ where
         .configure_mesh()
         .x_desc("readers")
         .y_desc("records / s")
+        .y_label_formatter(&|y| format!("{:.1} M", y / 1e6))
         .label_style(("sans-serif", 14))
         .draw()?;
-    for (i, (name, pts)) in series.iter().enumerate() {
+    for (i, (name, pts, linear)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
             .draw_series(LineSeries::new(
@@ -226,7 +231,7 @@ where
             pts.iter()
                 .map(|&(r, y)| Circle::new((r as f64, y), 4, color.filled())),
         )?;
-        if let Some(&(r0, y0)) = pts.first() {
+        if let Some(&(r0, y0)) = pts.first().filter(|_| *linear) {
             let per = y0 / r0 as f64;
             let c2 = color.mix(0.5);
             chart
