@@ -327,6 +327,27 @@ impl ShuffleBatch {
         );
     }
 
+    /// Account the time since the stage last had work as idle.
+    fn idle_ends(&mut self) {
+        self.stats
+            .inner
+            .shuffle
+            .idle_ns
+            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
+        self.idle_since = Instant::now();
+    }
+
+    /// Run `work`, accounting its time as busy.
+    fn timed(&mut self, work: impl FnOnce(&mut Self)) {
+        let t0 = Instant::now();
+        work(self);
+        self.stats
+            .inner
+            .shuffle
+            .busy_ns
+            .fetch_add(ns(t0.elapsed()), Relaxed);
+    }
+
     /// Deterministic mode: the set whose next chunk comes next — the least
     /// served of those with files left this pass (with one set, set 0).
     fn next_set(&self) -> Option<usize> {
@@ -519,12 +540,7 @@ impl Handler<PassSets> for ShuffleBatch {
     type Result = ();
 
     fn handle(&mut self, msg: PassSets, ctx: &mut Context<Self>) {
-        self.stats
-            .inner
-            .shuffle
-            .idle_ns
-            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
-        self.idle_since = Instant::now();
+        self.idle_ends();
         if let Some(m) = &mut self.mix {
             if msg.pass == self.pass && msg.files.len() == m.files.len() {
                 m.files = msg.files;
@@ -539,13 +555,7 @@ impl Handler<PassSets> for ShuffleBatch {
         }
         if self.config.deterministic {
             // A set with no files this pass no longer holds the others back.
-            let t0 = Instant::now();
-            self.take_in_order();
-            self.stats
-                .inner
-                .shuffle
-                .busy_ns
-                .fetch_add(ns(t0.elapsed()), Relaxed);
+            self.timed(Self::take_in_order);
             self.flush_out(ctx, false);
         }
     }
@@ -555,25 +565,14 @@ impl Handler<SetDrained> for ShuffleBatch {
     type Result = ();
 
     fn handle(&mut self, msg: SetDrained, ctx: &mut Context<Self>) {
-        self.stats
-            .inner
-            .shuffle
-            .idle_ns
-            .fetch_add(ns(self.idle_since.elapsed()), Relaxed);
-        self.idle_since = Instant::now();
+        self.idle_ends();
         let Some(m) = &mut self.mix else { return };
         if msg.pass != self.pass || msg.set >= m.drained.len() {
             return;
         }
         m.drained[msg.set] = true;
         if !self.config.deterministic {
-            let t0 = Instant::now();
-            self.take_mixed();
-            self.stats
-                .inner
-                .shuffle
-                .busy_ns
-                .fetch_add(ns(t0.elapsed()), Relaxed);
+            self.timed(Self::take_mixed);
             self.flush_out(ctx, false);
         }
     }
