@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 
 use feedline::format::npy::{NpyFormat, NpzFormat};
 use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};
-use feedline::{Chunk, DType, Error, Field, Ragged, Record, Schema, Values};
+use feedline::{Chunk, DType, Error, Field, Ragged, Schema, Values};
 use proptest::prelude::*;
+
+mod format_helpers;
+use format_helpers::*;
 
 // ---------------------------------------------------------------------------
 // Helpers: writing NPY files by hand
@@ -324,47 +327,6 @@ fn open_npy(p: &Path) -> feedline::Result<Box<dyn RecordReader>> {
     NpyFormat.open(p, &opts())
 }
 
-fn all_records(r: &mut dyn RecordReader) -> Vec<Record> {
-    let mut v = Vec::new();
-    while let Some(rec) = r.next_record().unwrap() {
-        v.push(rec);
-    }
-    v
-}
-
-fn err_string<T>(r: feedline::Result<T>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn assert_contains(msg: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(msg.contains(p), "`{msg}` does not contain `{p}`");
-    }
-}
-
-/// The generic path exactly as `RecordReader::read_chunk`'s default.
-fn generic_read_chunk(
-    r: &mut dyn RecordReader,
-    chunk: &mut Chunk,
-    max_records: usize,
-    max_bytes: usize,
-) -> feedline::Result<usize> {
-    let mut n = 0;
-    while n < max_records && chunk.payload_bytes() < max_bytes {
-        match r.next_record()? {
-            Some(rec) => {
-                chunk.push_record(&rec)?;
-                n += 1;
-            }
-            None => break,
-        }
-    }
-    Ok(n)
-}
-
 /// Read everything both ways, in chunks of `(max_records, max_bytes)`,
 /// continuing after errors while the reader can; the chunks, counts and
 /// error messages must be identical.
@@ -374,28 +336,7 @@ fn fast_equals_generic(
     max_records: usize,
     max_bytes: usize,
 ) {
-    let run = |fast: bool| {
-        let mut r = open();
-        let mut log = Vec::new();
-        for _ in 0..1000 {
-            let mut chunk = Chunk::new(schema);
-            let res = if fast {
-                r.read_chunk(&mut chunk, max_records, max_bytes)
-            } else {
-                generic_read_chunk(&mut *r, &mut chunk, max_records, max_bytes)
-            };
-            let stop = match &res {
-                Ok(0) => true,
-                Ok(_) => false,
-                Err(_) => !r.can_continue(),
-            };
-            log.push((res.map_err(|e| e.to_string()), chunk, r.next_index()));
-            if stop {
-                break;
-            }
-        }
-        log
-    };
+    let run = |fast| chunk_log(open(), schema, max_records, max_bytes, fast);
     let (a, b) = (run(true), run(false));
     assert_eq!(a.len(), b.len(), "number of read_chunk calls");
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 use feedline::format::csv::CsvFormat;
 use feedline::format::jsonl::JsonlFormat;
 use feedline::format::{csv, jsonl, Compression, Format, OpenOptions, RecordReader, Registry};
-use feedline::{Chunk, DType, Ragged, Record, Schema, Values};
+use feedline::{Chunk, DType, Ragged, Schema, Values};
 use proptest::prelude::*;
+
+mod format_helpers;
+use format_helpers::*;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -54,71 +57,9 @@ fn open(p: &Path) -> Box<dyn RecordReader> {
         .unwrap()
 }
 
-fn all_records(r: &mut dyn RecordReader) -> Vec<Record> {
-    let mut v = Vec::new();
-    while let Some(rec) = r.next_record().unwrap() {
-        v.push(rec);
-    }
-    v
-}
-
-fn err_string<T>(r: feedline::Result<T>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn assert_contains(msg: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(msg.contains(p), "`{msg}` does not contain `{p}`");
-    }
-}
-
-/// The generic path exactly as `RecordReader::read_chunk`'s default.
-fn generic_read_chunk(
-    r: &mut dyn RecordReader,
-    chunk: &mut Chunk,
-    max_records: usize,
-    max_bytes: usize,
-) -> feedline::Result<usize> {
-    let mut n = 0;
-    while n < max_records && chunk.payload_bytes() < max_bytes {
-        match r.next_record()? {
-            Some(rec) => {
-                chunk.push_record(&rec)?;
-                n += 1;
-            }
-            None => break,
-        }
-    }
-    Ok(n)
-}
-
 /// Reading in chunks gives what the generic path gives, errors included.
 fn chunk_equals_generic(path: &Path, schema: &Schema, max_records: usize, max_bytes: usize) {
-    let run = |fast: bool| {
-        let mut r = open(path);
-        let mut log = Vec::new();
-        for _ in 0..1000 {
-            let mut chunk = Chunk::new(schema);
-            let res = if fast {
-                r.read_chunk(&mut chunk, max_records, max_bytes)
-            } else {
-                generic_read_chunk(&mut *r, &mut chunk, max_records, max_bytes)
-            };
-            let stop = match &res {
-                Ok(0) => true,
-                Ok(_) => false,
-                Err(_) => !r.can_continue(),
-            };
-            log.push((res.map_err(|e| e.to_string()), chunk, r.next_index()));
-            if stop {
-                break;
-            }
-        }
-        log
-    };
+    let run = |fast| chunk_log(open(path), schema, max_records, max_bytes, fast);
     assert!(run(true) == run(false));
 }
 

@@ -16,6 +16,9 @@ use feedline::{
 };
 use proptest::prelude::*;
 
+mod format_helpers;
+use format_helpers::all_records;
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -54,14 +57,6 @@ fn fixture_schema() -> Schema {
         .field("y", DType::I64, [1])
         .build()
         .unwrap()
-}
-
-fn all_records(r: &mut dyn RecordReader) -> Vec<Record> {
-    let mut out = Vec::new();
-    while let Some(rec) = r.next_record().unwrap() {
-        out.push(rec);
-    }
-    out
 }
 
 /// The chunk the generic path builds from these records.
