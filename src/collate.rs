@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use crate::batch::{Array, Batch, BatchField};
+use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::error::{Error, Result};
 use crate::instance::{BytesList, Chunk, Origin, RowRef, Values};
 use crate::schema::{DType, Field, Ragged, Schema};
@@ -68,7 +68,7 @@ pub fn collate_chunks<'a>(
     )
 }
 
-trait Elem: Copy + Default + Send + Sync + 'static {
+trait Elem: Copy + Default + Send + Sync + recycle::Recycled {
     fn slice(v: &Values) -> &[Self];
     /// A row that refers to a memory-mapped input (only `u8` rows do).
     fn mapped(_: &[u8]) -> &[Self] {
@@ -198,7 +198,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchFiel
 /// Concatenate fixed-size rows of `unit` elements (one copy each, no
 /// zero-filling first); in parallel when large.
 fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usize) -> Vec<T> {
-    let mut data: Vec<T> = Vec::with_capacity(total);
+    let mut data: Vec<T> = recycle::take(total);
     if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 && unit > 0 {
         data.spare_capacity_mut()[..total]
             .par_chunks_mut(unit)
@@ -229,7 +229,7 @@ fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usiz
 /// Copy `blocks` one after another into one vector of `total` bytes: one
 /// copy each, in parallel when large, no zero-filling first.
 fn copy_blocks(blocks: &[&[u8]], total: usize) -> Vec<u8> {
-    let mut data: Vec<u8> = Vec::with_capacity(total);
+    let mut data: Vec<u8> = recycle::take(total);
     let parallel = total >= PARALLEL_BYTES && blocks.len() > 1;
     let mut jobs: Vec<(&mut [MaybeUninit<u8>], &[u8])> = Vec::with_capacity(blocks.len());
     let mut rest = &mut data.spare_capacity_mut()[..total];

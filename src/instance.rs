@@ -150,6 +150,11 @@ impl BytesList {
         BytesList { data, ends }
     }
 
+    /// The parts: all bytes, and the end offset of each string.
+    pub(crate) fn into_parts(self) -> (Vec<u8>, Vec<usize>) {
+        (self.data, self.ends)
+    }
+
     /// Bytes of strings `start..end`.
     pub(crate) fn bytes_of(&self, start: usize, end: usize) -> &[u8] {
         if start == end {
