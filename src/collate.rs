@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Origin, RowRef, Values};
+use crate::instance::{BytesList, Chunk, Column, Origin, RowRef, Values};
 use crate::schema::{DType, Field, Ragged, Schema};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
@@ -120,13 +120,21 @@ fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
 
 /// Row `i`'s elements of field `fi`: in the column, or in the mapped input
 /// it refers to.
-#[inline]
+#[inline(always)]
 fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> &[T] {
     let col = &c.columns()[fi];
-    if let Some(b) = col.mapped_row(i) {
-        return T::mapped(b);
+    if col.is_mapped() {
+        return mapped_row_slice(col, i);
     }
-    &T::slice(&col.values)[col.owned_range(i)]
+    &T::slice(&col.values)[col.range(i)]
+}
+
+#[cold]
+fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> &[T] {
+    match col.mapped_row(i) {
+        Some(b) => T::mapped(b),
+        None => &T::slice(&col.values)[col.owned_range(i)],
+    }
 }
 
 fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {

@@ -861,6 +861,7 @@ impl Column {
 
     /// Element range of instance `i` (in the count of all instances' elements:
     /// its length is the instance's element count).
+    #[inline]
     pub fn range(&self, i: usize) -> std::ops::Range<usize> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         start..self.ends[i]
@@ -868,6 +869,7 @@ impl Column {
 
     /// True if some rows refer to a memory-mapped input instead of being in
     /// [`values`](Self::values).
+    #[inline]
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()
     }
@@ -875,6 +877,7 @@ impl Column {
     /// The bytes of instance `i` if it refers to a memory-mapped input —
     /// the elements of a `u8` row, the one byte string of a `bytes` row
     /// (`None`: its elements are `values[owned_range(i)]`).
+    #[inline]
     pub fn mapped_row(&self, i: usize) -> Option<&[u8]> {
         let m = self.mapped.as_deref()?;
         match m.spans[i] {
@@ -894,6 +897,7 @@ impl Column {
     /// Where instance `i`'s elements are in [`values`](Self::values) (empty for
     /// a mapped row; the same as [`range`](Self::range) when the column is not
     /// mapped).
+    #[inline]
     pub fn owned_range(&self, i: usize) -> std::ops::Range<usize> {
         match self.mapped.as_deref() {
             None => self.range(i),
@@ -923,6 +927,7 @@ impl Column {
     }
 
     /// Elements of the committed rows in `values`.
+    #[inline(always)]
     fn committed(&self) -> usize {
         match self.mapped.as_deref() {
             None => self.ends.last().copied().unwrap_or(0),
@@ -931,17 +936,32 @@ impl Column {
     }
 
     /// Elements written for the uncommitted row.
+    #[inline(always)]
     fn pending(&self) -> usize {
-        self.values.len() - self.committed()
-            + self
-                .mapped
-                .as_deref()
-                .and_then(|m| m.pending)
-                .map_or(0, |(_, len)| self.span_elements(len))
+        match self.mapped.as_deref() {
+            None => self.values.len() - self.ends.last().copied().unwrap_or(0),
+            Some(m) => self.pending_mapped(m),
+        }
+    }
+
+    #[cold]
+    fn pending_mapped(&self, m: &MappedRows) -> usize {
+        self.values.len() - m.owned_ends.last().copied().unwrap_or(0)
+            + m.pending.map_or(0, |(_, len)| self.span_elements(len))
     }
 
     /// Close the row being written (its count already checked).
+    #[inline(always)]
     fn commit(&mut self) {
+        if self.mapped.is_none() {
+            // Not mapped: logical and physical ends are the same.
+            self.ends.push(self.values.len());
+            return;
+        }
+        self.commit_mapped();
+    }
+
+    fn commit_mapped(&mut self) {
         let end = self.ends.last().copied().unwrap_or(0) + self.pending();
         self.ends.push(end);
         if let Some(m) = self.mapped.as_deref_mut() {
@@ -959,15 +979,19 @@ impl Column {
     }
 
     /// Drop what was written for the uncommitted row.
+    #[inline(always)]
     fn rollback(&mut self) {
         let n = self.committed();
-        self.values.truncate(n);
+        if self.values.len() != n {
+            self.values.truncate(n);
+        }
         if let Some(m) = self.mapped.as_deref_mut() {
             m.pending = None;
         }
     }
 
     /// Copy the uncommitted row's mapped span (if any) into `values`.
+    #[cold]
     fn materialize_pending(&mut self) {
         let Column { values, mapped, .. } = self;
         if let Some(m) = mapped.as_deref_mut() {
@@ -983,7 +1007,16 @@ impl Column {
 
     /// The owned values, for writing the uncommitted row (any mapped span of
     /// it copied in first; the deferred reservation made).
+    #[inline(always)]
     fn owned_mut(&mut self) -> &mut Values {
+        if self.mapped.is_none() && self.reserve == 0 {
+            return &mut self.values;
+        }
+        self.owned_mut_slow()
+    }
+
+    #[cold]
+    fn owned_mut_slow(&mut self) -> &mut Values {
         self.materialize_pending();
         if self.reserve > 0 {
             let n = std::mem::take(&mut self.reserve);
@@ -1046,6 +1079,7 @@ impl Column {
         }
     }
 
+    #[inline(always)]
     fn mapped_bytes(&self) -> usize {
         self.mapped
             .as_deref()
@@ -1147,6 +1181,7 @@ impl Chunk {
     /// its bytes as if it held a copy: the chunk keeps those pages of the map
     /// resident (they are released when the chunk is dropped), so they are
     /// what the row costs.
+    #[inline]
     pub fn payload_bytes(&self) -> usize {
         self.columns
             .iter()
@@ -1204,16 +1239,19 @@ impl Chunk {
     /// Mutable access to column `i`'s values, for decoders that write the
     /// next row straight into the chunk; finish with [`commit_row`](Self::commit_row)
     /// or undo with [`rollback_row`](Self::rollback_row).
+    #[inline]
     pub fn values_mut(&mut self, i: usize) -> &mut Values {
         self.columns[i].owned_mut()
     }
 
     /// Elements of column `i` in its values before the uncommitted row.
+    #[inline]
     pub(crate) fn committed_len(&self, i: usize) -> usize {
         self.columns[i].committed()
     }
 
     /// Drop what was written for the uncommitted row in column `i` only.
+    #[inline]
     pub(crate) fn rollback_field(&mut self, i: usize) {
         self.columns[i].rollback();
     }
@@ -1238,6 +1276,7 @@ impl Chunk {
     /// Close the row written through [`values_mut`](Self::values_mut): check
     /// each field's element count against the schema. On a mismatch the row
     /// is rolled back and `(field index, description)` returned.
+    #[inline]
     pub fn commit_row(&mut self, origin: Origin) -> std::result::Result<(), (usize, String)> {
         let mut bad = None;
         for (i, (c, f)) in self.columns.iter().zip(self.schema.fields()).enumerate() {

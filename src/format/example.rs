@@ -376,6 +376,8 @@ pub struct ExampleDecoder {
     accepts: Vec<[bool; 3]>,
     /// Per record: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`] for each field.
     state: Vec<u8>,
+    /// Per record: where the row starts in each column's own values.
+    row_start: Vec<usize>,
     fallbacks: u64,
 }
 
@@ -410,6 +412,7 @@ impl ExampleDecoder {
                 .collect(),
             accepts,
             state: vec![ABSENT; fields.len()],
+            row_start: vec![0; fields.len()],
             fallbacks: 0,
         }
     }
@@ -432,6 +435,7 @@ impl ExampleDecoder {
     ///
     /// # Panics
     /// If `chunk`'s schema has a different number of fields.
+    #[inline]
     pub fn decode_into(
         &mut self,
         payload: &[u8],
@@ -447,6 +451,7 @@ impl ExampleDecoder {
     /// of the backing instead of copying them (the chunk keeps the backing
     /// alive).
     /// Results and errors are the same.
+    #[inline]
     pub(crate) fn decode_into_backed(
         &mut self,
         payload: &[u8],
@@ -475,6 +480,7 @@ impl ExampleDecoder {
     fn fast(&mut self, payload: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
         for i in 0..self.dtypes.len() {
             chunk.rollback_field(i);
+            self.row_start[i] = chunk.committed_len(i);
             self.state[i] = ABSENT;
         }
         let mut w = Wire::new(payload);
@@ -549,8 +555,76 @@ impl ExampleDecoder {
         chunk: &mut Chunk,
         backing: Option<&Backing>,
     ) -> Fast<()> {
+        match backing {
+            Some(b) if self.mappable[i] => self.feature_backed(i, buf, chunk, b),
+            _ => self.feature_owned(i, buf, chunk),
+        }
+    }
+
+    /// [`feature`](Self::feature) into the column's own values.
+    #[inline]
+    fn feature_owned(&mut self, i: usize, buf: &[u8], chunk: &mut Chunk) -> Fast<()> {
+        let start = self.row_start[i];
+        let values = chunk.values_mut(i);
+        values.truncate(start);
+        let mut current: Option<Kind> = None;
+        // The current kind cannot fill the field (not convertible, or a
+        // value out of range): fine only if a later list of another kind
+        // replaces it.
+        let mut poisoned = false;
+        let mut w = Wire::new(buf);
+        while w.more() {
+            let (tag, wt) = w.key()?;
+            let Some(kind) = Kind::from_tag(tag) else {
+                w.skip(wt)?;
+                continue;
+            };
+            if wt != WT_LEN {
+                return Err(Bail);
+            }
+            let list = w.bytes()?;
+            if current != Some(kind) {
+                if current.is_some() {
+                    values.truncate(start);
+                }
+                current = Some(kind);
+                poisoned = !self.accepts[i][kind as usize];
+            }
+            if poisoned {
+                validate_list(kind, list)?;
+                continue;
+            }
+            match kind {
+                Kind::Bytes => append_bytes(list, values)?,
+                Kind::Float => append_floats(list, values)?,
+                Kind::Int64 => {
+                    if !append_ints(list, values)? {
+                        validate_list(kind, list)?;
+                        poisoned = true;
+                    }
+                }
+            }
+        }
+        self.state[i] = match current {
+            None => ABSENT,
+            Some(_) if poisoned => UNUSABLE,
+            Some(_) => PRESENT,
+        };
+        Ok(())
+    }
+
+    /// [`feature`](Self::feature) of a `u8` or `bytes` field from a payload
+    /// in `backing`: one large byte string is referred to, not copied.
+    #[inline(never)]
+    fn feature_backed(
+        &mut self,
+        i: usize,
+        buf: &[u8],
+        chunk: &mut Chunk,
+        backing: &Backing,
+    ) -> Fast<()> {
         chunk.rollback_field(i);
-        let backing = backing.filter(|_| self.mappable[i]);
+        let backing = Some(backing);
         // The row's bytes as a span (offset, len) of the backing, while the
         // field is one large byte string there.
         let mut span: Option<(usize, usize)> = None;
