@@ -17,7 +17,10 @@
 //!   message, a missing feature, a kind or shape mismatch, an out-of-range
 //!   value, protobuf groups, a map entry with repeated key or value fields) it
 //!   rolls the row back and lets the generic path decide, so errors are the
-//!   generic path's errors, word for word.
+//!   generic path's errors, word for word. Reading a memory-mapped file, it
+//!   does not copy a `u8` or `bytes` field that is one byte string of at
+//!   least 4 KiB: the row refers to the mapped bytes
+//!   ([`crate::Column::mapped_row`]).
 //! - [`encode_example`], [`encode_instance`], [`encode_features_into`]:
 //!   deterministic serialization (keys sorted, numeric lists packed — what
 //!   TensorFlow's deterministic serialization writes).
