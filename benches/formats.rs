@@ -6,6 +6,11 @@
 //! Every benchmark is reported twice: in records/s (`…/records/…`) and in
 //! bytes/s of file (`…/bytes/…`).
 //!
+//! `read+collate` goes on to batches of 32 (chunks as a reader sends them,
+//! collated in order): from a memory-mapped file, where large `bytes` / `u8`
+//! rows refer to the map and are copied once (map → batch), and from memory,
+//! where every row is copied into its chunk first.
+//!
 //! Run: `cargo bench -p feedline --bench formats` (add a filter such as
 //! `small/records` to run a part).
 
@@ -16,14 +21,16 @@ use feedline::format::example::{decode_record, ExampleDecoder};
 use feedline::format::tfrecord::TfRecordReader;
 use feedline::format::{OpenOptions, RecordReader};
 use feedline::gen::{self, Preset};
-use feedline::{Chunk, Location, Schema, SourceId};
+use feedline::{collate_chunks, Chunk, Location, Schema, SourceId};
 
-/// One preset's file in memory, and its payloads extracted.
+/// One preset's file in memory and on disk, and its payloads extracted.
 struct Data {
     preset: Preset,
     file: Arc<[u8]>,
     payloads: Vec<Vec<u8>>,
     schema: Schema,
+    /// The file on disk (it is memory-mapped there).
+    path: tempfile::TempPath,
 }
 
 impl Data {
@@ -34,11 +41,17 @@ impl Data {
         while let Some(p) = r.next_payload().unwrap() {
             payloads.push(p.to_vec());
         }
+        let mut tmp = tempfile::Builder::new()
+            .suffix(".tfrecord")
+            .tempfile()
+            .unwrap();
+        std::io::Write::write_all(&mut tmp, &file).unwrap();
         Data {
             preset,
             file,
             payloads,
             schema: gen::preset_schema(preset),
+            path: tmp.into_temp_path(),
         }
     }
 
@@ -65,6 +78,8 @@ fn reader(file: &Arc<[u8]>, verify: bool) -> TfRecordReader {
 /// PrefetchReader sends them; the chunk is cleared and reused.
 const CHUNK_ROWS: usize = 1024;
 const CHUNK_BYTES: usize = 1 << 20;
+/// Rows per batch in `read+collate` (at least; whole chunks are collated).
+const BATCH: usize = 32;
 
 fn bench_preset(c: &mut Criterion, d: &Data) {
     for (unit, throughput) in [
@@ -117,6 +132,39 @@ fn bench_preset(c: &mut Criterion, d: &Data) {
                             break;
                         }
                         n += black_box(&chunk).len();
+                    }
+                    n
+                })
+            });
+        }
+
+        for (name, mapped) in [
+            ("read+collate: mapped file (one copy)", true),
+            ("read+collate: in memory (two copies)", false),
+        ] {
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    let mut r: Box<dyn RecordReader> = if mapped {
+                        Box::new(TfRecordReader::open(&d.path, &OpenOptions::default()).unwrap())
+                    } else {
+                        Box::new(reader(&d.file, true))
+                    };
+                    let (mut held, mut rows, mut n) = (Vec::new(), 0, 0);
+                    loop {
+                        let mut chunk = Chunk::with_budget(&d.schema, CHUNK_ROWS, CHUNK_BYTES);
+                        let k = r.read_chunk(&mut chunk, CHUNK_ROWS, CHUNK_BYTES).unwrap();
+                        if k > 0 {
+                            rows += k;
+                            held.push(chunk);
+                        }
+                        if rows >= BATCH || (k == 0 && rows > 0) {
+                            n += black_box(collate_chunks(&d.schema, &held).unwrap()).len();
+                            held.clear();
+                            rows = 0;
+                        }
+                        if k == 0 {
+                            break;
+                        }
                     }
                     n
                 })

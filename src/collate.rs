@@ -5,12 +5,14 @@
 //! plus offsets (Paddle's LoD) or `[batch, max_len, dims…]` padded with zeros
 //! plus lengths, as the schema's [`Ragged`] says.
 
+use std::mem::MaybeUninit;
+
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use crate::batch::{Array, Batch, BatchField};
+use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Origin, RowRef, Values};
+use crate::instance::{BytesList, Chunk, Column, Origin, RowRef, Values};
 use crate::schema::{DType, Field, Ragged, Schema};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
@@ -66,13 +68,17 @@ pub fn collate_chunks<'a>(
     )
 }
 
-trait Elem: Copy + Default + Send + Sync + 'static {
+trait Elem: Copy + Default + Send + Sync + recycle::Recycled {
     fn slice(v: &Values) -> &[Self];
+    /// A row that refers to a memory-mapped input (only `u8` rows do).
+    fn mapped(_: &[u8]) -> &[Self] {
+        unreachable!("a mapped row in a column that is not u8")
+    }
     fn wrap(a: ArrayD<Self>) -> Array;
 }
 
 macro_rules! elem {
-    ($t:ty, $v:ident) => {
+    ($t:ty, $v:ident $(, $mapped:item)?) => {
         impl Elem for $t {
             fn slice(v: &Values) -> &[Self] {
                 match v {
@@ -83,6 +89,7 @@ macro_rules! elem {
             fn wrap(a: ArrayD<Self>) -> Array {
                 Array::$v(a)
             }
+            $($mapped)?
         }
     };
 }
@@ -90,7 +97,13 @@ elem!(f32, F32);
 elem!(f64, F64);
 elem!(i64, I64);
 elem!(i32, I32);
-elem!(u8, U8);
+elem!(
+    u8,
+    U8,
+    fn mapped(b: &[u8]) -> &[Self] {
+        b
+    }
+);
 elem!(bool, Bool);
 
 fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
@@ -105,9 +118,23 @@ fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
     }
 }
 
+/// Row `i`'s elements of field `fi`: in the column, or in the mapped input
+/// it refers to.
+#[inline(always)]
 fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> &[T] {
     let col = &c.columns()[fi];
+    if col.is_mapped() {
+        return mapped_row_slice(col, i);
+    }
     &T::slice(&col.values)[col.range(i)]
+}
+
+#[cold]
+fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> &[T] {
+    match col.mapped_row(i) {
+        Some(b) => T::mapped(b),
+        None => &T::slice(&col.values)[col.owned_range(i)],
+    }
 }
 
 fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
@@ -179,7 +206,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchFiel
 /// Concatenate fixed-size rows of `unit` elements (one copy each, no
 /// zero-filling first); in parallel when large.
 fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usize) -> Vec<T> {
-    let mut data: Vec<T> = Vec::with_capacity(total);
+    let mut data: Vec<T> = recycle::take(total);
     if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 && unit > 0 {
         data.spare_capacity_mut()[..total]
             .par_chunks_mut(unit)
@@ -207,18 +234,80 @@ fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usiz
     data
 }
 
-fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
-    let mut out = BytesList::new();
-    let mut offsets = vec![0];
-    let mut lens = Vec::with_capacity(rows.len());
+/// Copy `blocks` one after another into one vector of `total` bytes: one
+/// copy each, in parallel when large, no zero-filling first.
+fn copy_blocks(blocks: &[&[u8]], total: usize) -> Vec<u8> {
+    let mut data: Vec<u8> = recycle::take(total);
+    let parallel = total >= PARALLEL_BYTES && blocks.len() > 1;
+    let mut jobs: Vec<(&mut [MaybeUninit<u8>], &[u8])> = Vec::with_capacity(blocks.len());
+    let mut rest = &mut data.spare_capacity_mut()[..total];
+    for b in blocks {
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(b.len());
+        jobs.push((dst, b));
+        rest = tail;
+    }
+    assert!(rest.is_empty(), "blocks add up to the total");
+    let copy = |(dst, src): (&mut [MaybeUninit<u8>], &[u8])| {
+        // SAFETY: `dst` and `src` have the same length (split above), `dst`
+        // is spare capacity of `data`, which no slice of `src` (rows of
+        // chunks or mapped inputs) can overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len())
+        }
+    };
+    if parallel {
+        jobs.into_par_iter().for_each(copy);
+    } else {
+        jobs.into_iter().for_each(copy);
+    }
+    // SAFETY: the blocks cover the first `total` bytes exactly (asserted),
+    // and each was written above.
+    unsafe { data.set_len(total) };
+    data
+}
+
+/// The byte strings of field `fi` of `rows`, concatenated (sized first, each
+/// row copied once), and how many strings each row has.
+fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> (BytesList, Vec<usize>) {
+    let mut blocks: Vec<&[u8]> = Vec::with_capacity(rows.len());
+    let mut ends = Vec::with_capacity(rows.len());
+    let mut counts = Vec::with_capacity(rows.len());
+    let mut total = 0usize;
     for (c, i) in rows {
         let col = &c.columns()[fi];
-        let r = col.range(*i);
-        lens.push(r.len());
-        if let Values::Bytes(b) = &col.values {
-            out.extend_range(b, r.start, r.end);
+        if let Some(b) = col.mapped_row(*i) {
+            total += b.len();
+            ends.push(total);
+            counts.push(1);
+            blocks.push(b);
+            continue;
         }
-        offsets.push(out.len());
+        let r = col.owned_range(*i);
+        counts.push(r.len());
+        if let Values::Bytes(list) = &col.values {
+            let block = list.bytes_of(r.start, r.end);
+            let b0 = if r.start == 0 {
+                0
+            } else {
+                list.ends()[r.start - 1]
+            };
+            ends.extend(list.ends()[r].iter().map(|&e| e - b0 + total));
+            total += block.len();
+            blocks.push(block);
+        }
+    }
+    let data = copy_blocks(&blocks, total);
+    (BytesList::from_parts(data, ends), counts)
+}
+
+fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+    let (out, lens) = gather_bytes(fi, rows);
+    let mut offsets = Vec::with_capacity(lens.len() + 1);
+    offsets.push(0);
+    let mut n = 0;
+    for l in &lens {
+        n += l;
+        offsets.push(n);
     }
     if !f.is_ragged() {
         return BatchField {

@@ -5,6 +5,9 @@
 //!
 //! A [`Chunk`] stores each field of many instances in one vector, so decoders
 //! write straight into it and collation copies each instance's values once.
+//! Large `u8` / `bytes` rows read from a memory-mapped file are not even
+//! copied into the chunk: they refer to the map ([`Column::mapped_row`]),
+//! and cost (in [`Chunk::payload_bytes`]) what a copy would.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -137,6 +140,28 @@ impl BytesList {
     /// End offset (into [`data`](Self::data)) of each byte string.
     pub fn ends(&self) -> &[usize] {
         &self.ends
+    }
+
+    /// A list from its parts: all bytes, and the end offset of each string
+    /// (non-decreasing, the last one `data.len()`; checked by the caller).
+    pub(crate) fn from_parts(data: Vec<u8>, ends: Vec<usize>) -> Self {
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
+        debug_assert_eq!(ends.last().copied().unwrap_or(0), data.len());
+        BytesList { data, ends }
+    }
+
+    /// The parts: all bytes, and the end offset of each string.
+    pub(crate) fn into_parts(self) -> (Vec<u8>, Vec<usize>) {
+        (self.data, self.ends)
+    }
+
+    /// Bytes of strings `start..end`.
+    pub(crate) fn bytes_of(&self, start: usize, end: usize) -> &[u8] {
+        if start == end {
+            return &[];
+        }
+        let b0 = if start == 0 { 0 } else { self.ends[start - 1] };
+        &self.data[b0..self.ends[end - 1]]
     }
 
     /// Append strings `start..end` of `other`.
@@ -705,24 +730,360 @@ impl RowRef {
     }
 }
 
+/// Bytes that rows of a [`Chunk`] may refer to instead of holding a copy: a
+/// memory-mapped input file, shared by every chunk that has a row in it (the
+/// map is unmapped when the last of them is dropped).
+pub(crate) trait BackingBytes: Send + Sync {
+    /// All the bytes.
+    fn bytes(&self) -> &[u8];
+    /// No row refers to `range` any more: its pages may leave the process's
+    /// resident set (they are read again, e.g. from the page cache, if
+    /// anything touches them later).
+    fn release(&self, range: std::ops::Range<usize>) {
+        let _ = range;
+    }
+}
+
+/// A shared [`BackingBytes`].
+pub(crate) type Backing = Arc<dyn BackingBytes>;
+
+/// Rows of a `u8` column (or byte strings of a `bytes` column) that are at
+/// least this long are referred to in a memory-mapped input (one copy, map →
+/// batch, instead of two); shorter ones are copied into the column.
+pub(crate) const MAPPED_MIN_BYTES: usize = 4096;
+
+/// Span offset of a row whose elements are held in the column's `values`.
+const OWNED: usize = usize::MAX;
+
+/// The rows of a `u8` or `bytes` column that refer to a [`Backing`] instead
+/// of holding their bytes. Each row is either mapped — one span of the
+/// backing: a `u8` row's elements, or a `bytes` row's one byte string — or
+/// owned (its elements in the column's `values`, at `owned_ends`).
+#[derive(Clone)]
+struct MappedRows {
+    backing: Backing,
+    /// Per committed row: (offset, len) of its bytes in the backing; offset
+    /// [`OWNED`] for an owned row.
+    spans: Vec<(usize, usize)>,
+    /// Per committed row: where its owned elements end in `values`.
+    owned_ends: Vec<usize>,
+    /// Bytes of the committed mapped rows.
+    mapped_bytes: usize,
+    /// The span of the backing the mapped rows cover (lowest start, highest end).
+    lo: usize,
+    hi: usize,
+    /// The uncommitted row's span: (offset, len).
+    pending: Option<(usize, usize)>,
+}
+
+impl MappedRows {
+    /// Start mapping rows of a column that has `ends` (all owned so far).
+    fn new(backing: Backing, ends: &[usize]) -> Self {
+        MappedRows {
+            backing,
+            spans: vec![(OWNED, 0); ends.len()],
+            owned_ends: ends.to_vec(),
+            mapped_bytes: 0,
+            lo: usize::MAX,
+            hi: 0,
+            pending: None,
+        }
+    }
+
+    fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        &self.backing.bytes()[off..off + len]
+    }
+}
+
+impl Drop for MappedRows {
+    /// The rows are gone: let the pages they covered leave the resident set,
+    /// so that what a chunk holds is what it costs (see [`Chunk::memory_bytes`]).
+    fn drop(&mut self) {
+        if self.lo < self.hi {
+            self.backing.release(self.lo..self.hi);
+        }
+    }
+}
+
+impl fmt::Debug for MappedRows {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedRows")
+            .field("spans", &self.spans)
+            .field("owned_ends", &self.owned_ends)
+            .field("mapped_bytes", &self.mapped_bytes)
+            .field("pending", &self.pending)
+            .finish()
+    }
+}
+
 /// One field of a [`Chunk`]: the values of all its instances and where each ends.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// A `u8` column read from a memory-mapped file may refer to the mapped bytes
+/// of its large rows instead of holding a copy ([`mapped_row`](Self::mapped_row));
+/// `values` then holds only the other rows' elements, at
+/// [`owned_range`](Self::owned_range). [`Chunk::row`] and collation see both
+/// kinds alike.
+#[derive(Clone, Debug)]
 pub struct Column {
-    /// All instances' elements, concatenated.
+    /// The elements of all instances that are not mapped (all of them, unless
+    /// [`is_mapped`](Self::is_mapped)), concatenated.
     pub values: Values,
-    /// `ends[i]` is the element index where instance `i` ends.
+    /// `ends[i]` is the element index where instance `i` ends, counting the
+    /// elements of every instance, mapped or not.
     pub ends: Vec<usize>,
+    mapped: Option<Box<MappedRows>>,
+    /// Elements to reserve in `values` on the first write through
+    /// [`Chunk::values_mut`] (a mapped column never needs them).
+    reserve: usize,
+}
+
+impl PartialEq for Column {
+    /// Same instances, element for element (wherever they are held).
+    fn eq(&self, other: &Column) -> bool {
+        if self.mapped.is_none() && other.mapped.is_none() {
+            return self.values == other.values && self.ends == other.ends;
+        }
+        self.ends == other.ends
+            && self.values.dtype() == other.values.dtype()
+            && (0..self.ends.len()).all(|i| self.row_values(i) == other.row_values(i))
+    }
 }
 
 impl Column {
-    /// Element range of instance `i`.
+    fn with_capacity(dtype: DType, elements: usize, rows: usize) -> Self {
+        Column {
+            values: Values::with_capacity(dtype, elements),
+            ends: Vec::with_capacity(rows),
+            mapped: None,
+            reserve: 0,
+        }
+    }
+
+    /// Element range of instance `i` (in the count of all instances' elements:
+    /// its length is the instance's element count).
+    #[inline]
     pub fn range(&self, i: usize) -> std::ops::Range<usize> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         start..self.ends[i]
     }
 
+    /// True if some rows refer to a memory-mapped input instead of being in
+    /// [`values`](Self::values).
+    #[inline]
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    /// The bytes of instance `i` if it refers to a memory-mapped input —
+    /// the elements of a `u8` row, the one byte string of a `bytes` row
+    /// (`None`: its elements are `values[owned_range(i)]`).
+    #[inline]
+    pub fn mapped_row(&self, i: usize) -> Option<&[u8]> {
+        let m = self.mapped.as_deref()?;
+        match m.spans[i] {
+            (OWNED, _) => None,
+            (off, len) => Some(m.bytes(off, len)),
+        }
+    }
+
+    /// Elements a mapped span of `len` bytes stands for.
+    fn span_elements(&self, len: usize) -> usize {
+        match self.values {
+            Values::Bytes(_) => 1,
+            _ => len,
+        }
+    }
+
+    /// Where instance `i`'s elements are in [`values`](Self::values) (empty for
+    /// a mapped row; the same as [`range`](Self::range) when the column is not
+    /// mapped).
+    #[inline]
+    pub fn owned_range(&self, i: usize) -> std::ops::Range<usize> {
+        match self.mapped.as_deref() {
+            None => self.range(i),
+            Some(m) if m.spans[i].0 != OWNED => {
+                let e = m.owned_ends[i];
+                e..e
+            }
+            Some(m) => {
+                let start = if i == 0 { 0 } else { m.owned_ends[i - 1] };
+                start..m.owned_ends[i]
+            }
+        }
+    }
+
+    /// Instance `i`'s elements as owned values.
+    fn row_values(&self, i: usize) -> Values {
+        if let Some(b) = self.mapped_row(i) {
+            return match self.values {
+                Values::Bytes(_) => Values::Bytes(BytesList::from_iter([b])),
+                _ => Values::U8(b.to_vec()),
+            };
+        }
+        let r = self.owned_range(i);
+        let mut v = Values::with_capacity(self.values.dtype(), r.len());
+        v.extend_range(&self.values, r.start, r.end);
+        v
+    }
+
+    /// Elements of the committed rows in `values`.
+    #[inline(always)]
     fn committed(&self) -> usize {
-        self.ends.last().copied().unwrap_or(0)
+        match self.mapped.as_deref() {
+            None => self.ends.last().copied().unwrap_or(0),
+            Some(m) => m.owned_ends.last().copied().unwrap_or(0),
+        }
+    }
+
+    /// Elements written for the uncommitted row.
+    #[inline(always)]
+    fn pending(&self) -> usize {
+        match self.mapped.as_deref() {
+            None => self.values.len() - self.ends.last().copied().unwrap_or(0),
+            Some(m) => self.pending_mapped(m),
+        }
+    }
+
+    #[cold]
+    fn pending_mapped(&self, m: &MappedRows) -> usize {
+        self.values.len() - m.owned_ends.last().copied().unwrap_or(0)
+            + m.pending.map_or(0, |(_, len)| self.span_elements(len))
+    }
+
+    /// Close the row being written (its count already checked).
+    #[inline(always)]
+    fn commit(&mut self) {
+        if self.mapped.is_none() {
+            // Not mapped: logical and physical ends are the same.
+            self.ends.push(self.values.len());
+            return;
+        }
+        self.commit_mapped();
+    }
+
+    fn commit_mapped(&mut self) {
+        let end = self.ends.last().copied().unwrap_or(0) + self.pending();
+        self.ends.push(end);
+        if let Some(m) = self.mapped.as_deref_mut() {
+            match m.pending.take() {
+                Some((off, len)) => {
+                    m.spans.push((off, len));
+                    m.mapped_bytes += len;
+                    m.lo = m.lo.min(off);
+                    m.hi = m.hi.max(off + len);
+                }
+                None => m.spans.push((OWNED, 0)),
+            }
+            m.owned_ends.push(self.values.len());
+        }
+    }
+
+    /// Drop what was written for the uncommitted row.
+    #[inline(always)]
+    fn rollback(&mut self) {
+        let n = self.committed();
+        if self.values.len() != n {
+            self.values.truncate(n);
+        }
+        if let Some(m) = self.mapped.as_deref_mut() {
+            m.pending = None;
+        }
+    }
+
+    /// Copy the uncommitted row's mapped span (if any) into `values`.
+    #[cold]
+    fn materialize_pending(&mut self) {
+        let Column { values, mapped, .. } = self;
+        if let Some(m) = mapped.as_deref_mut() {
+            if let Some((off, len)) = m.pending.take() {
+                match values {
+                    Values::U8(v) => v.extend_from_slice(m.bytes(off, len)),
+                    Values::Bytes(v) => v.push(m.bytes(off, len)),
+                    other => unreachable!("a mapped {} column", other.dtype()),
+                }
+            }
+        }
+    }
+
+    /// The owned values, for writing the uncommitted row (any mapped span of
+    /// it copied in first; the deferred reservation made).
+    #[inline(always)]
+    fn owned_mut(&mut self) -> &mut Values {
+        if self.mapped.is_none() && self.reserve == 0 {
+            return &mut self.values;
+        }
+        self.owned_mut_slow()
+    }
+
+    #[cold]
+    fn owned_mut_slow(&mut self) -> &mut Values {
+        self.materialize_pending();
+        if self.reserve > 0 {
+            let n = std::mem::take(&mut self.reserve);
+            if self.values.is_empty() {
+                self.values = Values::with_capacity(self.values.dtype(), n);
+            }
+        }
+        &mut self.values
+    }
+
+    /// Append row `i` of `other` (same dtype) as a committed row: a mapped
+    /// row stays mapped when both refer to the same backing.
+    fn push_row_of(&mut self, other: &Column, i: usize) {
+        self.rollback();
+        if let Some(om) = other.mapped.as_deref() {
+            let (off, len) = om.spans[i];
+            if off != OWNED && self.set_pending_mapped(&om.backing, off, len) {
+                self.commit();
+                return;
+            }
+        }
+        let v = self.owned_mut();
+        match other.mapped_row(i) {
+            Some(b) => match v {
+                Values::U8(v) => v.extend_from_slice(b),
+                Values::Bytes(v) => v.push(b),
+                other => unreachable!("mapped rows in a {} column", other.dtype()),
+            },
+            None => {
+                let r = other.owned_range(i);
+                v.extend_range(&other.values, r.start, r.end);
+            }
+        }
+        self.commit();
+    }
+
+    /// Make the uncommitted row (which has no owned elements) refer to
+    /// `len` bytes of `backing` at `off` (a `u8` row's elements, or a
+    /// `bytes` row's one byte string). False (nothing changed) if the column
+    /// is of another dtype, the row has owned elements, or the column already
+    /// refers to another backing.
+    fn set_pending_mapped(&mut self, backing: &Backing, off: usize, len: usize) -> bool {
+        if !matches!(self.values.dtype(), DType::U8 | DType::Bytes)
+            || self.values.len() != self.committed()
+        {
+            return false;
+        }
+        match self.mapped.as_deref_mut() {
+            Some(m) if Arc::ptr_eq(&m.backing, backing) => {
+                m.pending = Some((off, len));
+                true
+            }
+            Some(_) => false,
+            None => {
+                let mut m = MappedRows::new(backing.clone(), &self.ends);
+                m.pending = Some((off, len));
+                self.mapped = Some(Box::new(m));
+                true
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn mapped_bytes(&self) -> usize {
+        self.mapped
+            .as_deref()
+            .map_or(0, |m| m.mapped_bytes + m.pending.map_or(0, |p| p.1))
     }
 }
 
@@ -746,10 +1107,7 @@ impl Chunk {
         let columns = schema
             .fields()
             .iter()
-            .map(|f| Column {
-                values: Values::with_capacity(f.dtype, f.fixed_elements().unwrap_or(1) * rows),
-                ends: Vec::with_capacity(rows),
-            })
+            .map(|f| Column::with_capacity(f.dtype, f.fixed_elements().unwrap_or(1) * rows, rows))
             .collect();
         Chunk {
             schema: schema.clone(),
@@ -760,7 +1118,9 @@ impl Chunk {
 
     /// An empty chunk with room for what a reader puts in one: `max_rows`
     /// instances or `max_bytes` of payload, whichever comes first (a
-    /// 150 KB-record schema gets room for a few rows, not `max_rows`).
+    /// 150 KB-record schema gets room for a few rows, not `max_rows`). The
+    /// room of `u8` fields whose rows are large enough to be referred to in a
+    /// memory-mapped input is reserved on their first write only.
     pub fn with_budget(schema: &Schema, max_rows: usize, max_bytes: usize) -> Self {
         let row: usize = schema
             .fields()
@@ -769,8 +1129,27 @@ impl Chunk {
             .sum();
         let rows = max_bytes
             .checked_div(row)
-            .map_or(max_rows, |r| max_rows.min(r + 1));
-        Self::with_capacity(schema, rows.min(1 << 16))
+            .map_or(max_rows, |r| max_rows.min(r + 1))
+            .min(1 << 16);
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let n = f.fixed_elements().unwrap_or(1) * rows;
+                if f.dtype == DType::U8 && f.fixed_elements().unwrap_or(0) >= MAPPED_MIN_BYTES {
+                    let mut c = Column::with_capacity(f.dtype, 0, rows);
+                    c.reserve = n;
+                    c
+                } else {
+                    Column::with_capacity(f.dtype, n, rows)
+                }
+            })
+            .collect();
+        Chunk {
+            schema: schema.clone(),
+            columns,
+            origins: Vec::with_capacity(rows),
+        }
     }
 
     /// The schema.
@@ -798,23 +1177,36 @@ impl Chunk {
         &self.origins
     }
 
-    /// Payload bytes held.
+    /// Payload bytes held. A row that refers to a memory-mapped input counts
+    /// its bytes as if it held a copy: the chunk keeps those pages of the map
+    /// resident (they are released when the chunk is dropped), so they are
+    /// what the row costs.
+    #[inline]
     pub fn payload_bytes(&self) -> usize {
-        self.columns.iter().map(|c| c.values.payload_bytes()).sum()
+        self.columns
+            .iter()
+            .map(|c| c.values.payload_bytes() + c.mapped_bytes())
+            .sum()
     }
 
-    /// Approximate memory held, payload plus bookkeeping.
+    /// Approximate memory held, payload (mapped rows included, see
+    /// [`payload_bytes`](Self::payload_bytes)) plus bookkeeping.
     pub fn memory_bytes(&self) -> usize {
         self.payload_bytes()
-            + self.columns.iter().map(|c| c.ends.len() * 8).sum::<usize>()
+            + self
+                .columns
+                .iter()
+                .map(|c| c.ends.len() * 8 + c.mapped.as_deref().map_or(0, |m| m.spans.len() * 24))
+                .sum::<usize>()
             + self.origins.len() * std::mem::size_of::<Origin>()
     }
 
-    /// Remove all instances, keeping the allocations.
+    /// Remove all instances, keeping the allocations (mapped rows are let go).
     pub fn clear(&mut self) {
         for c in &mut self.columns {
             c.values.clear();
             c.ends.clear();
+            c.mapped = None;
         }
         self.origins.clear();
     }
@@ -822,8 +1214,9 @@ impl Chunk {
     /// Append an instance of the same schema.
     pub fn push_instance(&mut self, inst: &Instance) {
         for (c, v) in self.columns.iter_mut().zip(inst.values()) {
-            c.values.extend_range(v, 0, v.len());
-            c.ends.push(c.values.len());
+            c.rollback();
+            c.owned_mut().extend_range(v, 0, v.len());
+            c.commit();
         }
         self.origins.push(inst.origin());
     }
@@ -832,7 +1225,7 @@ impl Chunk {
     pub fn push_record(&mut self, record: &Record) -> Result<()> {
         for i in 0..self.columns.len() {
             let f = &self.schema.fields()[i];
-            if let Err(e) = conform_field(record, f, &mut self.columns[i].values) {
+            if let Err(e) = conform_field(record, f, self.columns[i].owned_mut()) {
                 self.rollback_row();
                 return Err(e);
             }
@@ -846,17 +1239,48 @@ impl Chunk {
     /// Mutable access to column `i`'s values, for decoders that write the
     /// next row straight into the chunk; finish with [`commit_row`](Self::commit_row)
     /// or undo with [`rollback_row`](Self::rollback_row).
+    #[inline]
     pub fn values_mut(&mut self, i: usize) -> &mut Values {
-        &mut self.columns[i].values
+        self.columns[i].owned_mut()
+    }
+
+    /// Elements of column `i` in its values before the uncommitted row.
+    #[inline]
+    pub(crate) fn committed_len(&self, i: usize) -> usize {
+        self.columns[i].committed()
+    }
+
+    /// Drop what was written for the uncommitted row in column `i` only.
+    #[inline]
+    pub(crate) fn rollback_field(&mut self, i: usize) {
+        self.columns[i].rollback();
+    }
+
+    /// Make the uncommitted row's field `i` (a `u8` or `bytes` field with
+    /// nothing written for this row yet) refer to `len` bytes of `backing` at
+    /// `off` instead of holding them: a `u8` row's elements, a `bytes` row's
+    /// one byte string. If the column cannot (it refers to another backing),
+    /// the bytes are copied in. Finish with [`commit_row`](Self::commit_row).
+    pub(crate) fn set_mapped(&mut self, i: usize, backing: &Backing, off: usize, len: usize) {
+        let c = &mut self.columns[i];
+        if !c.set_pending_mapped(backing, off, len) {
+            let bytes = &backing.bytes()[off..off + len];
+            match c.owned_mut() {
+                Values::U8(v) => v.extend_from_slice(bytes),
+                Values::Bytes(v) => v.push(bytes),
+                other => unreachable!("set_mapped on a {} field", other.dtype()),
+            }
+        }
     }
 
     /// Close the row written through [`values_mut`](Self::values_mut): check
     /// each field's element count against the schema. On a mismatch the row
     /// is rolled back and `(field index, description)` returned.
+    #[inline]
     pub fn commit_row(&mut self, origin: Origin) -> std::result::Result<(), (usize, String)> {
         let mut bad = None;
         for (i, (c, f)) in self.columns.iter().zip(self.schema.fields()).enumerate() {
-            let n = c.values.len() - c.committed();
+            let n = c.pending();
             if let Err(actual) = check_elements(f, n) {
                 bad = Some((i, format!("{actual} of {}", f.dtype)));
                 break;
@@ -867,8 +1291,7 @@ impl Chunk {
             return Err(bad);
         }
         for c in &mut self.columns {
-            let end = c.values.len();
-            c.ends.push(end);
+            c.commit();
         }
         self.origins.push(origin);
         Ok(())
@@ -886,9 +1309,12 @@ impl Chunk {
         first_record: u64,
         n: usize,
     ) -> std::result::Result<(), (usize, String)> {
+        for c in &mut self.columns {
+            c.materialize_pending();
+        }
         let mut bad = None;
         for (i, (c, f)) in self.columns.iter().zip(self.schema.fields()).enumerate() {
-            let pending = c.values.len() - c.committed();
+            let pending = c.pending();
             if n == 0 {
                 if pending != 0 {
                     bad = Some((i, format!("{pending} elements of {} for no rows", f.dtype)));
@@ -915,7 +1341,12 @@ impl Chunk {
         for c in &mut self.columns {
             let start = c.committed();
             let per = (c.values.len() - start) / n;
-            c.ends.extend((1..=n).map(|j| start + j * per));
+            let logical = c.ends.last().copied().unwrap_or(0);
+            c.ends.extend((1..=n).map(|j| logical + j * per));
+            if let Some(m) = c.mapped.as_deref_mut() {
+                m.spans.extend(std::iter::repeat_n((OWNED, 0), n));
+                m.owned_ends.extend((1..=n).map(|j| start + j * per));
+            }
         }
         self.origins
             .extend((0..n as u64).map(|j| Origin::new(source, first_record + j)));
@@ -925,23 +1356,13 @@ impl Chunk {
     /// Drop whatever was written for the current, uncommitted row.
     pub fn rollback_row(&mut self) {
         for c in &mut self.columns {
-            let n = c.committed();
-            c.values.truncate(n);
+            c.rollback();
         }
     }
 
     /// Instance `i` as an owned [`Instance`].
     pub fn row(&self, i: usize) -> Instance {
-        let values = self
-            .columns
-            .iter()
-            .map(|c| {
-                let r = c.range(i);
-                let mut v = Values::with_capacity(c.values.dtype(), r.len());
-                v.extend_range(&c.values, r.start, r.end);
-                v
-            })
-            .collect();
+        let values = self.columns.iter().map(|c| c.row_values(i)).collect();
         Instance {
             schema: self.schema.clone(),
             values,
@@ -954,13 +1375,21 @@ impl Chunk {
         (0..self.len()).map(move |i| self.row(i))
     }
 
-    /// Append rows `start..end` of `other` (same schema).
+    /// Append rows `start..end` of `other` (same schema). Rows of `other`
+    /// that refer to a memory-mapped input keep referring to it.
     pub fn extend_rows(&mut self, other: &Chunk, start: usize, end: usize) {
         for (c, o) in self.columns.iter_mut().zip(&other.columns) {
-            for i in start..end {
-                let r = o.range(i);
-                c.values.extend_range(&o.values, r.start, r.end);
-                c.ends.push(c.values.len());
+            if c.mapped.is_none() && o.mapped.is_none() {
+                c.rollback();
+                for i in start..end {
+                    let r = o.range(i);
+                    c.values.extend_range(&o.values, r.start, r.end);
+                    c.ends.push(c.values.len());
+                }
+            } else {
+                for i in start..end {
+                    c.push_row_of(o, i);
+                }
             }
         }
         self.origins.extend_from_slice(&other.origins[start..end]);

@@ -17,7 +17,10 @@
 //!   message, a missing feature, a kind or shape mismatch, an out-of-range
 //!   value, protobuf groups, a map entry with repeated key or value fields) it
 //!   rolls the row back and lets the generic path decide, so errors are the
-//!   generic path's errors, word for word.
+//!   generic path's errors, word for word. Reading a memory-mapped file, it
+//!   does not copy a `u8` or `bytes` field that is one byte string of at
+//!   least 4 KiB: the row refers to the mapped bytes
+//!   ([`crate::Column::mapped_row`]).
 //! - [`encode_example`], [`encode_instance`], [`encode_features_into`]:
 //!   deterministic serialization (keys sorted, numeric lists packed — what
 //!   TensorFlow's deterministic serialization writes).
@@ -30,7 +33,9 @@ use std::collections::HashMap;
 use prost::Message;
 
 use crate::error::{Error, Location, Result};
-use crate::instance::{BytesList, Chunk, Instance, Origin, Record, Tensor, Values};
+use crate::instance::{
+    Backing, BytesList, Chunk, Instance, Origin, Record, Tensor, Values, MAPPED_MIN_BYTES,
+};
 use crate::schema::{DType, Schema};
 
 /// The `tf.train.Example` protobuf messages, as `prost` structs.
@@ -367,11 +372,14 @@ pub struct ExampleDecoder {
     lookup: Lookup,
     dtypes: Vec<DType>,
     ragged: Vec<bool>,
+    /// `u8` and `bytes` fields: a large single-value `bytes_list` may be
+    /// referred to in a mapped input instead of copied.
+    mappable: Vec<bool>,
     /// `accepts[i][kind]`: may a feature of that kind fill field `i`?
     accepts: Vec<[bool; 3]>,
     /// Per record: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`] for each field.
     state: Vec<u8>,
-    /// Per record: the column length where the current row starts.
+    /// Per record: where the row starts in each column's own values.
     row_start: Vec<usize>,
     fallbacks: u64,
 }
@@ -401,6 +409,10 @@ impl ExampleDecoder {
             lookup: Lookup::new(schema),
             dtypes: fields.iter().map(|f| f.dtype).collect(),
             ragged: fields.iter().map(|f| f.is_ragged()).collect(),
+            mappable: fields
+                .iter()
+                .map(|f| matches!(f.dtype, DType::U8 | DType::Bytes))
+                .collect(),
             accepts,
             state: vec![ABSENT; fields.len()],
             row_start: vec![0; fields.len()],
@@ -426,11 +438,29 @@ impl ExampleDecoder {
     ///
     /// # Panics
     /// If `chunk`'s schema has a different number of fields.
+    #[inline]
     pub fn decode_into(
         &mut self,
         payload: &[u8],
         chunk: &mut Chunk,
         location: &Location,
+    ) -> Result<()> {
+        self.decode_into_backed(payload, chunk, location, None)
+    }
+
+    /// [`decode_into`](Self::decode_into) of a payload that lies in
+    /// `backing` (a memory-mapped file): a `u8` or `bytes` field filled by
+    /// one byte string of at least [`MAPPED_MIN_BYTES`] refers to those bytes
+    /// of the backing instead of copying them (the chunk keeps the backing
+    /// alive).
+    /// Results and errors are the same.
+    #[inline]
+    pub(crate) fn decode_into_backed(
+        &mut self,
+        payload: &[u8],
+        chunk: &mut Chunk,
+        location: &Location,
+        backing: Option<&Backing>,
     ) -> Result<()> {
         assert_eq!(
             chunk.schema().len(),
@@ -438,7 +468,7 @@ impl ExampleDecoder {
             "ExampleDecoder used with a chunk of another schema"
         );
         let origin = Origin::new(location.source, location.record);
-        if self.fast(payload, chunk).is_ok() && chunk.commit_row(origin).is_ok() {
+        if self.fast(payload, chunk, backing).is_ok() && chunk.commit_row(origin).is_ok() {
             return Ok(());
         }
         chunk.rollback_row();
@@ -450,20 +480,16 @@ impl ExampleDecoder {
     /// The fast walk: writes the row's values; `Err(Bail)` leaves a partial
     /// row for the caller to roll back.
     #[inline]
-    fn fast(&mut self, payload: &[u8], chunk: &mut Chunk) -> Fast<()> {
+    fn fast(&mut self, payload: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
         for i in 0..self.dtypes.len() {
-            let committed = chunk.columns()[i].ends.last().copied().unwrap_or(0);
-            let v = chunk.values_mut(i);
-            if v.len() != committed {
-                v.truncate(committed);
-            }
-            self.row_start[i] = committed;
+            chunk.rollback_field(i);
+            self.row_start[i] = chunk.committed_len(i);
             self.state[i] = ABSENT;
         }
         let mut w = Wire::new(payload);
         while w.more() {
             match w.key()? {
-                (1, WT_LEN) => self.features(w.bytes()?, chunk)?,
+                (1, WT_LEN) => self.features(w.bytes()?, chunk, backing)?,
                 (1, _) => return Err(Bail),
                 (_, wt) => w.skip(wt)?,
             }
@@ -479,11 +505,11 @@ impl ExampleDecoder {
     }
 
     #[inline]
-    fn features(&mut self, buf: &[u8], chunk: &mut Chunk) -> Fast<()> {
+    fn features(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
         let mut w = Wire::new(buf);
         while w.more() {
             match w.key()? {
-                (1, WT_LEN) => self.entry(w.bytes()?, chunk)?,
+                (1, WT_LEN) => self.entry(w.bytes()?, chunk, backing)?,
                 (1, _) => return Err(Bail),
                 (_, wt) => w.skip(wt)?,
             }
@@ -493,7 +519,7 @@ impl ExampleDecoder {
 
     /// One map entry `{key = 1: string, value = 2: Feature}`.
     #[inline]
-    fn entry(&mut self, buf: &[u8], chunk: &mut Chunk) -> Fast<()> {
+    fn entry(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
         let mut w = Wire::new(buf);
         let mut key: Option<&[u8]> = None;
         let mut value: Option<&[u8]> = None;
@@ -510,7 +536,7 @@ impl ExampleDecoder {
         let key = key.unwrap_or(b"");
         let value = value.unwrap_or(b"");
         match self.lookup.get(key) {
-            Some(i) => self.feature(i, value, chunk),
+            Some(i) => self.feature(i, value, chunk, backing),
             None => {
                 // Not in the schema: still validate it as prost would.
                 if std::str::from_utf8(key).is_err() {
@@ -525,7 +551,22 @@ impl ExampleDecoder {
     /// earlier one; within one `Feature`, a later list of another kind
     /// replaces, one of the same kind appends (protobuf merge rules).
     #[inline]
-    fn feature(&mut self, i: usize, buf: &[u8], chunk: &mut Chunk) -> Fast<()> {
+    fn feature(
+        &mut self,
+        i: usize,
+        buf: &[u8],
+        chunk: &mut Chunk,
+        backing: Option<&Backing>,
+    ) -> Fast<()> {
+        match backing {
+            Some(b) if self.mappable[i] => self.feature_backed(i, buf, chunk, b),
+            _ => self.feature_owned(i, buf, chunk),
+        }
+    }
+
+    /// [`feature`](Self::feature) into the column's own values.
+    #[inline]
+    fn feature_owned(&mut self, i: usize, buf: &[u8], chunk: &mut Chunk) -> Fast<()> {
         let start = self.row_start[i];
         let values = chunk.values_mut(i);
         values.truncate(start);
@@ -574,6 +615,112 @@ impl ExampleDecoder {
         };
         Ok(())
     }
+
+    /// [`feature`](Self::feature) of a `u8` or `bytes` field from a payload
+    /// in `backing`: one large byte string is referred to, not copied.
+    #[inline(never)]
+    fn feature_backed(
+        &mut self,
+        i: usize,
+        buf: &[u8],
+        chunk: &mut Chunk,
+        backing: &Backing,
+    ) -> Fast<()> {
+        chunk.rollback_field(i);
+        let backing = Some(backing);
+        // The row's bytes as a span (offset, len) of the backing, while the
+        // field is one large byte string there.
+        let mut span: Option<(usize, usize)> = None;
+        let mut current: Option<Kind> = None;
+        // The current kind cannot fill the field (not convertible, or a
+        // value out of range): fine only if a later list of another kind
+        // replaces it.
+        let mut poisoned = false;
+        let mut w = Wire::new(buf);
+        while w.more() {
+            let (tag, wt) = w.key()?;
+            let Some(kind) = Kind::from_tag(tag) else {
+                w.skip(wt)?;
+                continue;
+            };
+            if wt != WT_LEN {
+                return Err(Bail);
+            }
+            let list = w.bytes()?;
+            if current != Some(kind) {
+                if current.is_some() {
+                    chunk.rollback_field(i);
+                    span = None;
+                }
+                current = Some(kind);
+                poisoned = !self.accepts[i][kind as usize];
+            }
+            if poisoned {
+                validate_list(kind, list)?;
+                continue;
+            }
+            match kind {
+                Kind::Bytes => {
+                    if let Some(b) = backing {
+                        if span.is_none()
+                            && chunk.committed_len(i) == chunk.columns()[i].values.len()
+                        {
+                            if let Some(s) = single_value_span(list, b) {
+                                span = Some(s);
+                                continue;
+                            }
+                        }
+                    }
+                    let values = chunk.values_mut(i);
+                    if let (Some((off, len)), Some(b)) = (span.take(), backing) {
+                        // A second list appends to the first: copy both.
+                        let first = &b.bytes()[off..off + len];
+                        match values {
+                            Values::U8(v) => v.extend_from_slice(first),
+                            Values::Bytes(v) => v.push(first),
+                            _ => return Err(Bail),
+                        }
+                    }
+                    append_bytes(list, values)?
+                }
+                Kind::Float => append_floats(list, chunk.values_mut(i))?,
+                Kind::Int64 => {
+                    if !append_ints(list, chunk.values_mut(i))? {
+                        validate_list(kind, list)?;
+                        poisoned = true;
+                    }
+                }
+            }
+        }
+        if let (Some((off, len)), Some(b), false) = (span, backing, poisoned) {
+            chunk.set_mapped(i, b, off, len);
+        }
+        self.state[i] = match current {
+            None => ABSENT,
+            Some(_) if poisoned => UNUSABLE,
+            Some(_) => PRESENT,
+        };
+        Ok(())
+    }
+}
+
+/// If a `BytesList` body is exactly one value of at least
+/// [`MAPPED_MIN_BYTES`] lying in `backing`: its (offset, len) there.
+/// Anything else (several values, other fields, malformed) is `None`, for
+/// [`append_bytes`] to handle as usual.
+#[inline]
+fn single_value_span(list: &[u8], backing: &Backing) -> Option<(usize, usize)> {
+    let mut w = Wire::new(list);
+    let Ok((1, WT_LEN)) = w.key() else {
+        return None;
+    };
+    let value = w.bytes().ok()?;
+    if w.more() || value.len() < MAPPED_MIN_BYTES {
+        return None;
+    }
+    let base = backing.bytes();
+    let off = (value.as_ptr() as usize).checked_sub(base.as_ptr() as usize)?;
+    (off.checked_add(value.len())? <= base.len()).then_some((off, value.len()))
 }
 
 /// Check that an (unused) `Feature` message decodes.

@@ -18,7 +18,13 @@
 //! streamed through [`open_stream`] into one reused
 //! buffer. Payloads are decoded by [`super::example`]: the generic path for
 //! [`RecordReader::next_record`], the schema-driven fast path for
-//! [`RecordReader::read_chunk`].
+//! [`RecordReader::read_chunk`]. From a mapped file, a `u8` or `bytes` field
+//! filled by one large byte string (an image, say) is not copied into the
+//! chunk: the row refers to the mapped bytes ([`crate::Column::mapped_row`]),
+//! and collation copies them once, straight into the batch. The chunk keeps
+//! the map alive and counts those bytes as its own (they are resident while
+//! it lives); when it is dropped, their pages leave the resident set
+//! (`MADV_DONTNEED`; the page cache keeps them).
 //!
 //! Errors are [`Error::Corrupt`] with the record index and the byte offset of
 //! the frame in the decompressed stream. After a bad payload CRC or an
@@ -38,7 +44,7 @@ use flate2::write::{GzEncoder, ZlibEncoder};
 use super::example::{self, ExampleDecoder};
 use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
 use crate::error::{Error, Location, Result};
-use crate::instance::{Chunk, Instance, Record, SourceId};
+use crate::instance::{Backing, BackingBytes, Chunk, Instance, Record, SourceId};
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
@@ -93,8 +99,11 @@ impl Format for TfRecordFormat {
 
 /// Where frames come from.
 enum Input {
-    /// The whole (uncompressed) stream in memory: a map of the file, or bytes.
+    /// The whole (uncompressed) stream in memory, as bytes.
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
+    /// The whole (uncompressed) file, memory-mapped: chunks may refer to
+    /// its bytes instead of copying them.
+    Mapped(Backing),
     /// A byte stream (decompressing), read frame by frame into `buf`.
     Stream {
         reader: Box<dyn Read + Send>,
@@ -134,11 +143,42 @@ impl<R: io::BufRead + Send + 'static> Read for Decompress<R> {
     }
 }
 
+/// A memory-mapped file, shared by the reader and the chunks that refer to it.
 struct Mapped(memmap2::Mmap);
 
-impl AsRef<[u8]> for Mapped {
-    fn as_ref(&self) -> &[u8] {
+impl BackingBytes for Mapped {
+    fn bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// Drop the pages wholly inside `range` from this process's page tables
+    /// (`MADV_DONTNEED`), so that the resident set holds what live chunks
+    /// refer to, not every page of the file read so far. Pages shared with
+    /// a neighbouring range are kept.
+    fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        {
+            const PAGE: usize = 4096;
+            let start = range.start.next_multiple_of(PAGE);
+            let end = range.end.min(self.0.len()) / PAGE * PAGE;
+            if start < end {
+                // SAFETY: the map is a read-only shared mapping of a file:
+                // after MADV_DONTNEED a later access reads the same file
+                // bytes again (from the page cache), so every slice of the
+                // map stays valid and keeps its contents (under the same
+                // assumption as the map itself: the file is not changed
+                // while it is read).
+                let _ = unsafe {
+                    self.0.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
     }
 }
 
@@ -395,7 +435,7 @@ impl TfRecordReader {
                         Ok(map) => {
                             #[cfg(unix)]
                             let _ = map.advise(memmap2::Advice::Sequential);
-                            Input::Memory(Box::new(Mapped(map)))
+                            Input::Mapped(std::sync::Arc::new(Mapped(map)))
                         }
                         Err(e) => {
                             log::debug!("{}: cannot map ({e}), streaming it", path.display());
@@ -514,6 +554,7 @@ impl TfRecordReader {
                 Input::Memory(data) => {
                     memory_frame((**data).as_ref(), &mut self.cur, false)?.is_some()
                 }
+                Input::Mapped(map) => memory_frame(map.bytes(), &mut self.cur, false)?.is_some(),
                 Input::Stream { reader, buf } => {
                     stream_frame(reader.as_mut(), buf, &mut self.cur, false)?.is_some()
                 }
@@ -542,6 +583,7 @@ impl TfRecordReader {
         self.prepare()?;
         match &mut self.input {
             Input::Memory(data) => memory_frame((**data).as_ref(), &mut self.cur, true),
+            Input::Mapped(map) => memory_frame(map.bytes(), &mut self.cur, true),
             Input::Stream { reader, buf } => {
                 stream_frame(reader.as_mut(), buf, &mut self.cur, true)
             }
@@ -582,12 +624,15 @@ impl RecordReader for TfRecordReader {
         let decoder = decoder.as_mut().expect("just set");
         let mut n = 0;
         while n < max_records && chunk.payload_bytes() < max_bytes {
-            let frame = match input {
-                Input::Memory(data) => memory_frame((**data).as_ref(), cur, true)?,
-                Input::Stream { reader, buf } => stream_frame(reader.as_mut(), buf, cur, true)?,
+            let (frame, backing) = match input {
+                Input::Memory(data) => (memory_frame((**data).as_ref(), cur, true)?, None),
+                Input::Mapped(map) => (memory_frame(map.bytes(), cur, true)?, Some(&*map)),
+                Input::Stream { reader, buf } => {
+                    (stream_frame(reader.as_mut(), buf, cur, true)?, None)
+                }
             };
             let Some((payload, loc)) = frame else { break };
-            if let Err(e) = decoder.decode_into(payload, chunk, &loc) {
+            if let Err(e) = decoder.decode_into_backed(payload, chunk, &loc, backing) {
                 cur.can_continue = true;
                 return Err(e);
             }
@@ -721,5 +766,249 @@ impl<W: Write> TfRecordWriter<W> {
         };
         w.flush()?;
         Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Rows that refer to the mapped file: the same chunks, rows, batches and
+    //! errors as the copying path, however the rows mix.
+
+    use super::*;
+    use crate::collate::{collate, collate_rows};
+    use crate::format::example::{encode_features_into, FeatureRef};
+    use crate::instance::{BytesList, RowRef, Values};
+    use crate::schema::{DType, Ragged, Schema};
+    use std::sync::Arc;
+
+    const IMG: usize = 5000;
+
+    fn schema(layout: Ragged) -> Schema {
+        Schema::builder()
+            .field("img", DType::U8, [IMG])
+            .ragged("blob", DType::Bytes, layout)
+            .field("label", DType::I64, [1])
+            .build()
+            .unwrap()
+    }
+
+    fn bytes(seed: usize, n: usize) -> Vec<u8> {
+        (0..n).map(|j| (seed * 31 + j * 7) as u8).collect()
+    }
+
+    /// Record `i`: the image as one byte string (mapped), or as two (copied)
+    /// for `i % 5 == 3`, or twice under the same key (the later one wins)
+    /// for `i % 5 == 4`; the blob as one large string (mapped), two strings,
+    /// one small string, or absent.
+    fn payload(i: usize, img_len: usize) -> Vec<u8> {
+        let img = bytes(i, img_len);
+        let half = img_len / 2;
+        let two_img: BytesList = [&img[..half], &img[half..]].into_iter().collect();
+        let big = bytes(i + 100, 6000);
+        let small = bytes(i + 200, 10);
+        let two_blob: BytesList = [&big[..100], &small[..]].into_iter().collect();
+        let label = [i as i64];
+        let wrong = bytes(i + 300, img_len);
+        let mut f: Vec<(&str, FeatureRef<'_>)> = Vec::new();
+        if !falls_back(i) {
+            f.push(("label", FeatureRef::I64(&label)));
+        }
+        match i % 5 {
+            3 => f.push(("img", FeatureRef::Bytes(&two_img))),
+            4 => {
+                f.push(("img", FeatureRef::OneBytes(&wrong)));
+                f.push(("img", FeatureRef::OneBytes(&img)));
+            }
+            _ => f.push(("img", FeatureRef::OneBytes(&img))),
+        }
+        match i % 4 {
+            0 => f.push(("blob", FeatureRef::OneBytes(&big))),
+            1 => f.push(("blob", FeatureRef::Bytes(&two_blob))),
+            2 => f.push(("blob", FeatureRef::OneBytes(&small))),
+            _ => {}
+        }
+        let mut out = Vec::new();
+        encode_features_into(&mut f, &mut out);
+        if falls_back(i) {
+            // The label in a second `features` (merged into the first) whose
+            // entry names its key twice: the fast decoder leaves such a
+            // record to the generic path.
+            let list = [&[0x08u8][..], &[i as u8]].concat(); // int64_list { value: i } unpacked
+            let feature = [&[0x1a, list.len() as u8][..], &list].concat();
+            let entry = [
+                &[0x0a, 5][..],
+                b"label",
+                &[0x0a, 5],
+                b"label",
+                &[0x12, feature.len() as u8],
+                &feature,
+            ]
+            .concat();
+            let features = [&[0x0a, entry.len() as u8][..], &entry].concat();
+            out.extend_from_slice(&[0x0a, features.len() as u8]);
+            out.extend_from_slice(&features);
+        }
+        out
+    }
+
+    /// Records the fast decoder hands to the generic path.
+    fn falls_back(i: usize) -> bool {
+        i % 7 == 6
+    }
+
+    fn file_bytes(n: usize, bad: Option<usize>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let len = if Some(i) == bad { IMG + 1 } else { IMG };
+            frame_into(&payload(i, len), &mut out);
+        }
+        out
+    }
+
+    /// The same bytes read from a mapped file and from memory, as chunks of
+    /// at most `per` records (and the first error, as text).
+    fn both(bytes: Vec<u8>, schema: &Schema, per: usize) -> [(Vec<Chunk>, Option<String>); 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mapped.tfrecord");
+        std::fs::write(&path, &bytes).unwrap();
+        let mapped = TfRecordReader::open(&path, &OpenOptions::default()).unwrap();
+        assert!(matches!(mapped.input, Input::Mapped(_)));
+        let copied = TfRecordReader::from_bytes(bytes, source_id(&path), &OpenOptions::default());
+        [mapped, copied].map(|mut r| {
+            let mut chunks = Vec::new();
+            loop {
+                let mut c = Chunk::with_budget(schema, per, usize::MAX);
+                match r.read_chunk(&mut c, per, usize::MAX) {
+                    Ok(0) => return (chunks, None),
+                    Ok(_) => chunks.push(c),
+                    Err(e) => {
+                        chunks.push(c);
+                        return (chunks, Some(e.to_string()));
+                    }
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn mapped_rows_read_collate_and_copy_like_owned_ones() {
+        for layout in [Ragged::Offsets, Ragged::Padded] {
+            let schema = schema(layout);
+            let [(mapped, e1), (copied, e2)] = both(file_bytes(23, None), &schema, 6);
+            assert_eq!((e1, e2), (None, None));
+            assert_eq!(mapped.len(), 4);
+            assert_eq!(mapped, copied);
+            for (m, c) in mapped.iter().zip(&copied) {
+                assert_eq!(m.payload_bytes(), c.payload_bytes());
+                assert!(m.columns()[0].is_mapped() && m.columns()[1].is_mapped());
+                assert!(!c.columns()[0].is_mapped() && !c.columns()[2].is_mapped());
+                for i in 0..m.len() {
+                    let record = m.origins()[i].record as usize;
+                    // Mapped: one large string; copied: the rest.
+                    let img = m.columns()[0].mapped_row(i);
+                    let one_string = record % 5 != 3 && !falls_back(record);
+                    assert_eq!(img.is_some(), one_string, "record {record}");
+                    if let Some(img) = img {
+                        assert_eq!(img, &bytes(record, IMG)[..]);
+                        assert!(m.columns()[0].owned_range(i).is_empty());
+                    }
+                    let blob = m.columns()[1].mapped_row(i);
+                    let one_string = record % 4 == 0 && !falls_back(record);
+                    assert_eq!(blob.is_some(), one_string, "record {record}");
+                    assert_eq!(m.row(i), c.row(i));
+                    let label = m.row(i).get("label").unwrap().clone();
+                    assert_eq!(label, Values::I64(vec![record as i64]));
+                }
+                assert_eq!(
+                    collate(&schema, (0..m.len()).map(|i| (m, i))).unwrap(),
+                    collate(&schema, (0..c.len()).map(|i| (c, i))).unwrap()
+                );
+            }
+            // Rows drawn across chunks, as a shuffle buffer hands them out.
+            let refs = |cs: &[Chunk]| -> Vec<RowRef> {
+                let cs: Vec<Arc<Chunk>> = cs.iter().cloned().map(Arc::new).collect();
+                (0..23)
+                    .map(|k| {
+                        let j = (k * 7) % 23;
+                        RowRef::new(cs[j / 6].clone(), j % 6)
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                collate_rows(&schema, &refs(&mapped)).unwrap(),
+                collate_rows(&schema, &refs(&copied)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn mapped_rows_move_between_chunks_and_mix_with_owned_rows() {
+        let schema = schema(Ragged::Offsets);
+        let [(mapped, _), (copied, _)] = both(file_bytes(12, None), &schema, 12);
+        let (m, c) = (&mapped[0], &copied[0]);
+        // Every other row into a new chunk: mapped rows stay mapped.
+        let mut picked = Chunk::new(&schema);
+        let mut owned = Chunk::new(&schema);
+        for i in (0..12).step_by(2) {
+            picked.extend_rows(m, i, i + 1);
+            owned.extend_rows(c, i, i + 1);
+        }
+        assert!(picked.columns()[0].is_mapped());
+        assert!(picked.columns()[0].mapped_row(0).is_some());
+        assert_eq!(picked, owned);
+        // Rows of mapped chunks appended to an owned one are copied.
+        let mut mixed = owned.clone();
+        mixed.extend_rows(m, 1, 3);
+        let mut expect = owned.clone();
+        expect.extend_rows(c, 1, 3);
+        assert_eq!(mixed, expect);
+        assert_eq!(mixed.payload_bytes(), expect.payload_bytes());
+        // Instances and whole rows written through values_mut go on a mapped chunk.
+        let inst = c.row(5);
+        picked.push_instance(&inst);
+        owned.push_instance(&inst);
+        for (i, v) in inst.values().iter().enumerate() {
+            picked.values_mut(i).extend_range(v, 0, v.len());
+            owned.values_mut(i).extend_range(v, 0, v.len());
+        }
+        picked.commit_rows(inst.origin().source, 99, 1).unwrap();
+        owned.commit_rows(inst.origin().source, 99, 1).unwrap();
+        assert_eq!(picked, owned);
+        assert_eq!(picked.row(7), owned.row(7));
+        assert!(picked.columns()[0].mapped_row(7).is_none());
+        assert_eq!(
+            collate_rows(
+                &schema,
+                &(0..8)
+                    .map(|i| RowRef::new(Arc::new(picked.clone()), i))
+                    .collect::<Vec<_>>()
+            )
+            .unwrap(),
+            collate_rows(
+                &schema,
+                &(0..8)
+                    .map(|i| RowRef::new(Arc::new(owned.clone()), i))
+                    .collect::<Vec<_>>()
+            )
+            .unwrap()
+        );
+        picked.clear();
+        assert!(picked.is_empty() && !picked.columns()[0].is_mapped());
+    }
+
+    #[test]
+    fn a_bad_mapped_row_is_the_same_error_and_leaves_the_chunk_as_the_copying_path() {
+        let schema = schema(Ragged::Offsets);
+        for bad in [0, 4, 7] {
+            let [(mapped, e1), (copied, e2)] = both(file_bytes(10, Some(bad)), &schema, 10);
+            let e1 = e1.expect("an error");
+            assert_eq!(Some(e1.clone()), e2);
+            assert!(
+                e1.contains(&format!("record {bad}")) && e1.contains("img"),
+                "{e1}"
+            );
+            assert_eq!(mapped, copied);
+            assert_eq!(mapped[0].len(), bad);
+        }
     }
 }
