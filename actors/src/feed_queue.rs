@@ -40,10 +40,35 @@ use crate::error::PipelineError;
 use crate::messages::{CloseQueue, Fail, Pop, Popped, QueueItem, Shutdown};
 use crate::stats::{ns, Stats};
 
-/// A consumer waiting for an item: who, since when, and actix's own reply
-/// sender — so a reply to a consumer that has gone (its request dropped, say
+/// A consumer waiting for an item: who, since when, and where the answer
+/// goes — so a reply to a consumer that has gone (its request dropped, say
 /// on a time-out) fails here, and its batch is put back instead of lost.
-type ParkedPop = (usize, Instant, OneshotSender<Result<Popped, PipelineError>>);
+type ParkedPop = (usize, Instant, ReplyTo);
+
+/// Where a parked pop's answer goes: actix's reply to a [`Pop`], or the
+/// channel of an actor that waits on the lanes itself (a trainer).
+enum ReplyTo {
+    Actix(OneshotSender<Result<Popped, PipelineError>>),
+    Plain(oneshot::Sender<Result<Popped, PipelineError>>),
+}
+
+impl ReplyTo {
+    fn send(self, r: Result<Popped, PipelineError>) -> Result<(), Result<Popped, PipelineError>> {
+        match self {
+            ReplyTo::Actix(tx) => tx.send(r),
+            ReplyTo::Plain(tx) => tx.send(r),
+        }
+    }
+}
+
+/// What an asynchronous pop got: an item now, or a channel the item comes on.
+pub(crate) enum PopNow {
+    /// Taken now.
+    Ready(Result<Popped, PipelineError>),
+    /// Parked: answered by the push that brings an item (cancelled if the
+    /// queue goes; dropping the receiver puts the item back).
+    Later(oneshot::Receiver<Result<Popped, PipelineError>>),
+}
 
 struct Lane {
     items: VecDeque<QueueItem>,
@@ -354,6 +379,23 @@ impl FeedLanes {
         }
     }
 
+    /// An actor's pop without a message: the item now if there is one,
+    /// else a channel it will come on.
+    pub(crate) fn pop_async(&self, consumer: usize) -> PopNow {
+        let mut st = self.state.lock();
+        let li = st.lane_of(consumer);
+        if let Some(r) = st.take(consumer) {
+            st.took(li, &r, &self.ready);
+            self.stats.sample_queue_depth(st.depth());
+            return PopNow::Ready(r);
+        }
+        let (tx, rx) = oneshot::channel();
+        st.lanes[li]
+            .pops
+            .push_back((consumer, Instant::now(), ReplyTo::Plain(tx)));
+        PopNow::Later(rx)
+    }
+
     /// An actix consumer's pop: answered now if there is something, else parked.
     fn pop_or_park(
         &self,
@@ -364,7 +406,9 @@ impl FeedLanes {
         let mut st = self.state.lock();
         st.asked(&self.stats, consumer, asked);
         let li = st.lane_of(consumer);
-        st.lanes[li].pops.push_back((consumer, asked, tx));
+        st.lanes[li]
+            .pops
+            .push_back((consumer, asked, ReplyTo::Actix(tx)));
         st.answer_parked(li, &self.stats, &self.ready);
         self.stats.sample_queue_depth(st.depth());
     }
@@ -641,5 +685,26 @@ mod tests {
             futures_timer::Delay::new(Duration::from_millis(20)).await;
             assert_eq!(seq(q.pop(0, now_plus(1000))), 7);
         });
+    }
+
+    #[test]
+    fn an_async_pop_is_answered_by_a_push_and_a_dropped_one_loses_nothing() {
+        let q = lanes(1, 2, false);
+        let PopNow::Later(rx) = q.pop_async(0) else {
+            panic!("the lane is empty");
+        };
+        drop(rx);
+        let mut out = VecDeque::from([(0, batch(0, 1))]);
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        let PopNow::Ready(r) = q.pop_async(0) else {
+            panic!("the batch was put back");
+        };
+        assert_eq!(seq(Some(r)), 1);
+        let PopNow::Later(mut rx) = q.pop_async(0) else {
+            panic!("the lane is empty again");
+        };
+        let mut out = VecDeque::from([(0, batch(0, 2))]);
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        assert_eq!(seq(rx.try_recv().expect("not cancelled")), 2);
     }
 }
