@@ -200,11 +200,13 @@ impl State {
         self.last_answer[c] = Some(now);
     }
 
-    /// An item left lane `li`: wake its waiting producers if it has room,
-    /// its other consumers if a marker left (they have one to take now).
+    /// An item left lane `li`: wake its waiting producers once it is half
+    /// empty (a producer then pushes several items per wake-up, and a slow
+    /// consumer still has half a lane in hand while it comes), its other
+    /// consumers if a marker left (they have one to take now).
     fn took(&mut self, li: usize, r: &Result<Popped, PipelineError>, ready: &[Condvar]) {
         let lane = &mut self.lanes[li];
-        if lane.items.len() < self.capacity {
+        if lane.items.len() <= self.capacity / 2 {
             for tx in lane.room.drain(..) {
                 let _ = tx.send(());
             }
@@ -572,6 +574,23 @@ mod tests {
         assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
         assert_eq!(seq(q.pop(0, None)), 1);
         assert_eq!(seq(q.pop(0, None)), 2);
+    }
+
+    #[test]
+    fn a_waiting_producer_is_woken_when_its_lane_is_half_empty() {
+        let q = lanes(1, 4, false);
+        let mut out: VecDeque<_> = (0..6).map(|i| (0, batch(0, i))).collect();
+        let Ok(Pushed::Full(mut room)) = q.push(&mut out) else {
+            panic!("capacity 4");
+        };
+        assert_eq!(seq(q.pop(0, None)), 0);
+        assert!(matches!(room.try_recv(), Ok(None)), "3 of 4 left: not yet");
+        assert_eq!(seq(q.pop(0, None)), 1);
+        assert!(matches!(room.try_recv(), Ok(Some(()))), "2 of 4 left");
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        for i in 2..6 {
+            assert_eq!(seq(q.pop(0, None)), i);
+        }
     }
 
     #[test]
