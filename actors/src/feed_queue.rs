@@ -122,8 +122,8 @@ pub(crate) struct FeedLanes {
 pub(crate) enum Pushed {
     /// Every item is in.
     All,
-    /// The lane of the first item left is full: resolves (or is cancelled,
-    /// when the queue fails) once it has room; push the rest again then.
+    /// Some lanes are full: resolves (or is cancelled, when the queue fails)
+    /// once the lane of the first item left has room; push the rest again then.
     Full(oneshot::Receiver<()>),
 }
 
@@ -234,10 +234,27 @@ impl State {
             };
             self.answered(stats, c, asked, records);
             self.took(li, &r, ready);
-            if let Err(Ok(Popped::Batch(b))) = tx.send(r) {
-                // The consumer went away: put the batch back so nothing is lost.
-                self.lanes[li].items.push_front(QueueItem::Batch(b));
+            match tx.send(r) {
+                // The consumer went away: put the batch back so nothing is
+                // lost; a marker stays due to it.
+                Err(Ok(Popped::Batch(b))) => self.lanes[li].items.push_front(QueueItem::Batch(b)),
+                Err(Ok(Popped::EndOfPass(_))) => self.seen_ends[c] -= 1,
+                _ => {}
             }
+        }
+    }
+
+    /// A consumer took end-of-pass marker `r` off lane `li` by itself: the
+    /// pops parked there have one to take now too.
+    fn after_marker(
+        &mut self,
+        li: usize,
+        r: &Result<Popped, PipelineError>,
+        stats: &Stats,
+        ready: &[Condvar],
+    ) {
+        if matches!(r, Ok(Popped::EndOfPass(_))) && !self.lanes[li].pops.is_empty() {
+            self.answer_parked(li, stats, ready);
         }
     }
 
@@ -282,8 +299,9 @@ impl FeedLanes {
         }
     }
 
-    /// Push the items of `out` from its front, in order, while their lanes
-    /// have room; what does not fit stays in `out`.
+    /// Push the items of `out`, each lane's in order, while their lanes have
+    /// room; the items of a full lane (and those after them for the same
+    /// lane) stay in `out`, the other lanes' go in.
     pub(crate) fn push(
         &self,
         out: &mut VecDeque<(usize, QueueItem)>,
@@ -293,32 +311,42 @@ impl FeedLanes {
             return Err(e.clone());
         }
         let n = st.lanes.len();
-        let mut touched = 0u64;
-        let mut result = Pushed::All;
-        while let Some(&(lane, _)) = out.front() {
-            let li = lane % n;
-            if st.lanes[li].items.len() >= st.capacity {
-                // Parked pops may take some first.
-                st.answer_parked(li, &self.stats, &self.ready);
-                if st.lanes[li].items.len() >= st.capacity {
-                    let (tx, rx) = oneshot::channel();
-                    st.lanes[li].room.push(tx);
-                    result = Pushed::Full(rx);
-                    break;
+        loop {
+            let mut touched = vec![false; n];
+            let mut blocked = vec![false; n];
+            let mut first_blocked = None;
+            let mut kept = VecDeque::new();
+            let mut depth = st.depth();
+            for (lane, item) in out.drain(..) {
+                let li = lane % n;
+                blocked[li] = blocked[li] || st.lanes[li].items.len() >= st.capacity;
+                if blocked[li] {
+                    first_blocked.get_or_insert(li);
+                    kept.push_back((lane, item));
+                    continue;
                 }
+                st.lanes[li].items.push_back(item);
+                touched[li] = true;
+                depth += 1;
+                self.stats.sample_queue_depth(depth);
             }
-            let (_, item) = out.pop_front().expect("front exists");
-            st.lanes[li].items.push_back(item);
-            touched |= 1 << (li % 64);
-        }
-        for li in 0..n {
-            if touched & (1 << (li % 64)) != 0 {
+            *out = kept;
+            for li in (0..n).filter(|&li| touched[li]) {
                 st.answer_parked(li, &self.stats, &self.ready);
                 st.wake_sleepers(li, &self.ready);
             }
+            let Some(li) = first_blocked else {
+                return Ok(Pushed::All);
+            };
+            // Parked pops may just have made room: then push on now, since
+            // nobody else will signal it.
+            if (0..n).any(|l| blocked[l] && st.lanes[l].items.len() < st.capacity) {
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            st.lanes[li].room.push(tx);
+            return Ok(Pushed::Full(rx));
         }
-        self.stats.sample_queue_depth(st.depth());
-        Ok(result)
     }
 
     /// No more items will be pushed: consumers get `EndOfData` once drained.
@@ -359,6 +387,7 @@ impl FeedLanes {
             // (Actix pops parked on this lane mean that it is empty.)
             if let Some(r) = st.take(consumer) {
                 st.took(li, &r, &self.ready);
+                st.after_marker(li, &r, &self.stats, &self.ready);
                 self.stats.sample_queue_depth(st.depth());
                 return Some(r);
             }
@@ -375,6 +404,7 @@ impl FeedLanes {
                 let r = st.take(consumer);
                 if let Some(r) = &r {
                     st.took(li, r, &self.ready);
+                    st.after_marker(li, r, &self.stats, &self.ready);
                 }
                 return r;
             }
@@ -388,6 +418,7 @@ impl FeedLanes {
         let li = st.lane_of(consumer);
         if let Some(r) = st.take(consumer) {
             st.took(li, &r, &self.ready);
+            st.after_marker(li, &r, &self.stats, &self.ready);
             self.stats.sample_queue_depth(st.depth());
             return PopNow::Ready(r);
         }
@@ -412,6 +443,7 @@ impl FeedLanes {
             .pops
             .push_back((consumer, asked, ReplyTo::Actix(tx)));
         st.answer_parked(li, &self.stats, &self.ready);
+        st.wake_sleepers(li, &self.ready);
         self.stats.sample_queue_depth(st.depth());
     }
 }
@@ -594,6 +626,27 @@ mod tests {
     }
 
     #[test]
+    fn room_that_parked_pops_make_during_a_push_is_filled_at_once() {
+        let q = lanes(2, 2, false);
+        let parked: Vec<_> = (0..2)
+            .map(|c| match q.pop_async(c) {
+                PopNow::Later(rx) => rx,
+                PopNow::Ready(_) => panic!("the lane is empty"),
+            })
+            .collect();
+        let mut out: VecDeque<_> = (0..5).map(|i| (0, batch(0, i))).collect();
+        let Ok(Pushed::Full(_)) = q.push(&mut out) else {
+            panic!("5 batches, 2 parked pops, capacity 2");
+        };
+        assert_eq!(out.len(), 1, "the parked pops' room was filled");
+        for (i, mut rx) in parked.into_iter().enumerate() {
+            assert_eq!(seq(rx.try_recv().expect("answered")), i as u64);
+        }
+        assert_eq!(seq(q.pop(0, now_plus(0))), 2);
+        assert_eq!(seq(q.pop(1, now_plus(0))), 3);
+    }
+
+    #[test]
     fn a_timed_out_pop_takes_nothing() {
         let q = lanes(1, 2, false);
         let t = Instant::now();
@@ -635,18 +688,41 @@ mod tests {
     }
 
     #[test]
-    fn round_robin_lanes_are_separate() {
+    fn round_robin_lanes_are_separate_and_a_full_one_holds_back_only_its_own() {
         let q = lanes(2, 1, true);
-        let mut out = VecDeque::from([(0, batch(0, 0)), (1, batch(0, 1)), (0, batch(0, 2))]);
+        let mut out = VecDeque::from([
+            (0, batch(0, 0)),
+            (1, batch(0, 1)),
+            (0, batch(0, 2)),
+            (1, batch(0, 3)),
+            (0, batch(0, 4)),
+        ]);
         let Ok(Pushed::Full(_)) = q.push(&mut out) else {
-            panic!("lane 0 holds one batch");
+            panic!("each lane holds one batch");
         };
-        assert_eq!(out.len(), 1);
+        let left: Vec<u64> = out
+            .iter()
+            .map(|(_, i)| match i {
+                QueueItem::Batch(d) => d.seq,
+                QueueItem::EndOfPass(_) => u64::MAX,
+            })
+            .collect();
+        assert_eq!(left, [2, 3, 4]);
         assert_eq!(seq(q.pop(1, None)), 1);
         assert!(q.pop(1, now_plus(10)).is_none());
+        // Lane 1 has room, lane 0 not: batch 3 goes in past 2.
+        let Ok(Pushed::Full(_)) = q.push(&mut out) else {
+            panic!("lane 0 is still full");
+        };
+        assert_eq!(out.len(), 2);
+        assert_eq!(seq(q.pop(1, None)), 3);
         assert_eq!(seq(q.pop(0, None)), 0);
-        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        let Ok(Pushed::Full(_)) = q.push(&mut out) else {
+            panic!("lane 0 takes one");
+        };
         assert_eq!(seq(q.pop(0, None)), 2);
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        assert_eq!(seq(q.pop(0, None)), 4);
     }
 
     #[test]
@@ -725,5 +801,117 @@ mod tests {
         let mut out = VecDeque::from([(0, batch(0, 2))]);
         assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
         assert_eq!(seq(rx.try_recv().expect("not cancelled")), 2);
+    }
+
+    /// Producer and consumers of every kind at random speeds, consumers
+    /// that give up (time-outs, dropped async pops): every batch of every
+    /// pass reaches exactly one consumer once, each consumer gets each
+    /// pass's marker once and in order, and nothing hangs.
+    #[test]
+    fn random_stress_exactly_once_and_no_hang() {
+        use rand::{Rng, SeedableRng};
+        const PASSES: u64 = 3;
+        const BATCHES: u64 = 60;
+        for seed in 0..24u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let consumers = rng.gen_range(1..=3usize);
+            let round_robin = rng.gen_bool(0.5);
+            let capacity = rng.gen_range(1..=5usize);
+            let flush = rng.gen_range(1..=6usize);
+            let q = lanes(consumers, capacity, round_robin);
+            let n_lanes = if round_robin { consumers } else { 1 };
+            let producer = {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    let mut out = VecDeque::new();
+                    let drain = |out: &mut VecDeque<(usize, QueueItem)>| {
+                        while !out.is_empty() {
+                            match q.push(out).expect("not failed") {
+                                Pushed::All => {}
+                                Pushed::Full(room) => {
+                                    let _ = futures::executor::block_on(room);
+                                }
+                            }
+                        }
+                    };
+                    for pass in 0..PASSES {
+                        for k in 0..BATCHES {
+                            out.push_back(((k as usize) % n_lanes, batch(pass, k)));
+                            if out.len() >= flush {
+                                drain(&mut out);
+                            }
+                        }
+                        for lane in 0..n_lanes {
+                            out.push_back((lane, QueueItem::EndOfPass(pass)));
+                        }
+                        drain(&mut out);
+                    }
+                    q.close();
+                })
+            };
+            let handles: Vec<_> = (0..consumers)
+                .map(|c| {
+                    let q = q.clone();
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed * 100 + c as u64);
+                    std::thread::spawn(move || {
+                        let mut got = Vec::new();
+                        let mut markers = Vec::new();
+                        loop {
+                            let r = match rng.gen_range(0..3) {
+                                0 => q.pop(c, None),
+                                1 => q.pop(c, now_plus(rng.gen_range(0..3))),
+                                _ => match q.pop_async(c) {
+                                    PopNow::Ready(r) => Some(r),
+                                    PopNow::Later(rx) if rng.gen_bool(0.3) => {
+                                        drop(rx);
+                                        None
+                                    }
+                                    PopNow::Later(rx) => futures::executor::block_on(rx).ok(),
+                                },
+                            };
+                            match r {
+                                None => {}
+                                Some(Ok(Popped::Batch(d))) => got.push((d.pass, d.seq)),
+                                Some(Ok(Popped::EndOfPass(p))) => markers.push(p),
+                                Some(Ok(Popped::EndOfData)) => return (got, markers),
+                                Some(Err(e)) => panic!("{e}"),
+                            }
+                            if rng.gen_bool(0.1) {
+                                std::thread::sleep(Duration::from_micros(200));
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !(producer.is_finished() && handles.iter().all(|h| h.is_finished())) {
+                assert!(
+                    Instant::now() < deadline,
+                    "seed {seed}: hung ({consumers} consumers, round robin {round_robin}, capacity {capacity}, flush {flush})"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            producer.join().expect("producer");
+            let mut all = Vec::new();
+            for (c, h) in handles.into_iter().enumerate() {
+                let (got, markers) = h.join().expect("consumer");
+                assert_eq!(
+                    markers,
+                    (0..PASSES).collect::<Vec<_>>(),
+                    "seed {seed} consumer {c}"
+                );
+                // A consumer's batches come pass by pass.
+                assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "seed {seed}");
+                if round_robin {
+                    assert!(got.iter().all(|&(_, k)| k as usize % consumers == c));
+                }
+                all.extend(got);
+            }
+            all.sort_unstable();
+            let want: Vec<_> = (0..PASSES)
+                .flat_map(|p| (0..BATCHES).map(move |k| (p, k)))
+                .collect();
+            assert_eq!(all, want, "seed {seed}: every batch exactly once");
+        }
     }
 }
