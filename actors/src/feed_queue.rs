@@ -1,20 +1,23 @@
 //! The feed queue: the bounded queue between the loader and the devices
 //! (Paddle's `PyArrayFeedQueue`), as shared lanes plus an actor.
 //!
-//! The lanes ([`FeedLanes`]) are one mutex-guarded state that the
-//! shuffle-batch stage pushes into and plain-thread consumers (the
-//! [`Loader`](crate::Loader)'s iterators) pop from directly: a batch moves
-//! from producer to consumer with one lock each and, only when the other
-//! side sleeps, one wake-up — no message, no reply, no actor thread in
-//! between. A push that finds its lane full leaves the batch with the
-//! producer and hands it a `room` signal to wait on (the shuffle stage
-//! waits with `ctx.wait`, holding its mailbox: that is the backpressure); a
-//! pop that finds its lane empty sleeps on the lane's condition variable.
+//! The lanes (`FeedLanes`) are one mutex-guarded state that the
+//! shuffle-batch stage pushes into and consumers take from directly — the
+//! [`Loader`](crate::Loader)'s iterators (plain threads) and the
+//! [`Trainer`](crate::Trainer) actors: a batch moves from producer to
+//! consumer with one lock each and, only when the other side sleeps, one
+//! wake-up — no message, no reply, no actor thread in between. A push that
+//! finds a lane full leaves those batches with the producer and hands it a
+//! `room` signal, given once that lane is half empty (the shuffle stage waits
+//! for it with `ctx.wait`, holding its mailbox: that is the backpressure). A
+//! plain-thread pop that finds its lane empty sleeps on the lane's condition
+//! variable; an actor's is parked in the lane and answered by the push that
+//! brings an item.
 //!
-//! The [`FeedQueue`] actor is the lanes' face for actix code: [`Pop`] is
-//! answered when there is something to give (a pop that finds nothing is
-//! parked in the lanes and answered by the push that brings an item), and it
-//! takes the control messages: [`CloseQueue`], [`Fail`], [`Shutdown`].
+//! The [`FeedQueue`] actor is the lanes' face for other actix code: [`Pop`]
+//! is answered when there is something to give (parked in the lanes
+//! meanwhile), and it takes the control messages: [`CloseQueue`], [`Fail`],
+//! [`Shutdown`]; when it stops, the lanes fail with `Stopped`.
 //!
 //! In shared mode there is one lane that every consumer takes from as it is
 //! ready; in round-robin mode lane `d` belongs to device `d`. A lane holds at
@@ -23,8 +26,8 @@
 //! `p` has left its lane, and before any batch of the next pass it takes.
 //! A batch is taken out of a lane only in the same critical section that
 //! hands it to its consumer (returned to a plain thread, or sent on a parked
-//! pop's reply, put back at the front if that consumer has gone), so none is
-//! lost or given twice whatever consumers do.
+//! pop's reply — put back at the front if that consumer has gone), so none
+//! is lost or given twice whatever consumers do.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,7 +75,8 @@ pub(crate) enum PopNow {
 
 struct Lane {
     items: VecDeque<QueueItem>,
-    /// Actix pops waiting for an item (only while `items` is empty).
+    /// Pops parked for an item (actix `Pop`s, actors' async pops); there
+    /// are some only while `items` is empty.
     pops: VecDeque<ParkedPop>,
     /// End-of-pass markers that left the head of this lane.
     ends: u64,
@@ -216,7 +220,7 @@ impl State {
         }
     }
 
-    /// Answer the actix pops parked on lane `li` that can have something
+    /// Answer the pops parked on lane `li` that can have something
     /// now, in the order they came (one that cannot means the lane is empty:
     /// those after it can only have a marker, or the end of data).
     fn answer_parked(&mut self, li: usize, stats: &Stats, ready: &[Condvar]) {

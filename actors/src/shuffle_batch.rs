@@ -206,11 +206,11 @@ impl ShuffleBatch {
     }
 
     /// Push every pending item into the feed queue's lanes (then have the
-    /// queue closed, if `close`). Items that find their lane full stay in `out`, and
-    /// the actor holds its mailbox (`ctx.wait`) until there is room — the
-    /// backpressure that keeps chunks waiting in the readers' windows — then
-    /// pushes the rest. One `ctx.wait` at a time: actix runs several
-    /// waiting futures last-in-first-out.
+    /// queue closed, if `close`). Items that find their lane full stay in
+    /// `out`, and the actor holds its mailbox (`ctx.wait`) until there is
+    /// room — the backpressure that keeps chunks waiting in the readers'
+    /// windows — then pushes the rest. One `ctx.wait` at a time: actix runs
+    /// several waiting futures last-in-first-out.
     fn flush_out(&mut self, ctx: &mut Context<Self>, close: bool) {
         self.idle_since = Instant::now();
         if self.out.is_empty() && !close {
