@@ -21,7 +21,7 @@
 //!
 //! In shared mode there is one lane that every consumer takes from as it is
 //! ready; in round-robin mode lane `d` belongs to device `d`. A lane holds at
-//! most `capacity` items. End-of-pass markers are per consumer: each
+//! most `capacity` items (and a batch a consumer hands back). End-of-pass markers are per consumer: each
 //! consumer gets `Popped::EndOfPass(p)` once, after the last batch of pass
 //! `p` has left its lane, and before any batch of the next pass it takes.
 //! A batch is taken out of a lane only in the same critical section that
@@ -69,7 +69,9 @@ pub(crate) enum PopNow {
     /// Taken now.
     Ready(Result<Popped, PipelineError>),
     /// Parked: answered by the push that brings an item (cancelled if the
-    /// queue goes; dropping the receiver puts the item back).
+    /// queue goes). A receiver dropped before the answer loses nothing (the
+    /// push puts the item back); to give up safely, close it and take what
+    /// was already sent (as `FeedLanes::cancel` does).
     Later(oneshot::Receiver<Result<Popped, PipelineError>>),
 }
 
@@ -433,6 +435,17 @@ impl FeedLanes {
         PopNow::Later(rx)
     }
 
+    /// Give up a parked pop: it is closed, so nothing more is sent on it; an
+    /// item already sent is returned — the caller has it now (putting it back
+    /// could bring a batch after an end-of-pass marker another consumer took).
+    #[cfg(test)]
+    fn cancel(
+        mut rx: oneshot::Receiver<Result<Popped, PipelineError>>,
+    ) -> Option<Result<Popped, PipelineError>> {
+        rx.close();
+        rx.try_recv().ok().flatten()
+    }
+
     /// An actix consumer's pop: answered now if there is something, else parked.
     fn pop_or_park(
         &self,
@@ -787,7 +800,7 @@ mod tests {
     }
 
     #[test]
-    fn an_async_pop_is_answered_by_a_push_and_a_dropped_one_loses_nothing() {
+    fn an_async_pop_is_answered_by_a_push_and_a_given_up_one_loses_nothing() {
         let q = lanes(1, 2, false);
         let PopNow::Later(rx) = q.pop_async(0) else {
             panic!("the lane is empty");
@@ -805,10 +818,25 @@ mod tests {
         let mut out = VecDeque::from([(0, batch(0, 2))]);
         assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
         assert_eq!(seq(rx.try_recv().expect("not cancelled")), 2);
+        // Given up after it was answered: the caller gets the batch.
+        let PopNow::Later(rx) = q.pop_async(0) else {
+            panic!("the lane is empty again");
+        };
+        let mut out = VecDeque::from([(0, batch(0, 3))]);
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        assert_eq!(seq(FeedLanes::cancel(rx)), 3);
+        // Given up before: nothing, and nothing is lost.
+        let PopNow::Later(rx) = q.pop_async(0) else {
+            panic!("the lane is empty again");
+        };
+        assert!(FeedLanes::cancel(rx).is_none());
+        let mut out = VecDeque::from([(0, batch(0, 4))]);
+        assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
+        assert_eq!(seq(q.pop(0, now_plus(0))), 4);
     }
 
     /// Producer and consumers of every kind at random speeds, consumers
-    /// that give up (time-outs, dropped async pops): every batch of every
+    /// that give up (time-outs, cancelled async pops): every batch of every
     /// pass reaches exactly one consumer once, each consumer gets each
     /// pass's marker once and in order, and nothing hangs.
     #[test]
@@ -867,8 +895,10 @@ mod tests {
                                 _ => match q.pop_async(c) {
                                     PopNow::Ready(r) => Some(r),
                                     PopNow::Later(rx) if rng.gen_bool(0.3) => {
-                                        drop(rx);
-                                        None
+                                        if rng.gen_bool(0.2) {
+                                            std::thread::yield_now();
+                                        }
+                                        FeedLanes::cancel(rx)
                                     }
                                     PopNow::Later(rx) => futures::executor::block_on(rx).ok(),
                                 },
