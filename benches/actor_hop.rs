@@ -9,6 +9,20 @@
 //! the figure per element is the hop's overhead per instance at that chunk
 //! size; the chunk is built once and shared, so only the hop is measured.
 //!
+//! A second group, `batch_handoff`, is the shuffle-batch → feed queue →
+//! consumer hand-off, modelled with `u64` items standing for batches: a
+//! producer actor on its own `Arbiter` emits them in flushes of
+//! `PER_FLUSH` (a chunk's batches) into a queue of `CAPACITY`, and a plain
+//! thread takes them one by one (the `Loader`'s iterator):
+//! - `queue_actor`: as the pipeline did before: one `Push` per item to a
+//!   queue actor (on a third arbiter), answered when the item is in, the
+//!   flush's replies awaited together; the consumer keeps two `PopTo`
+//!   requests (`do_send` + a oneshot reply) in flight;
+//! - `shared_lane`: as it does now: the producer pushes a flush into a
+//!   mutex-guarded lane in one critical section (waiting on a oneshot only
+//!   when it is full), the consumer pops under the same mutex and sleeps on
+//!   a condition variable only when the lane is empty.
+//!
 //! `CARGO_TARGET_DIR=… cargo bench -p feedline --bench actor_hop`
 
 use std::sync::Arc;
@@ -172,6 +186,346 @@ fn channel_hop(chunk: &Arc<Chunk>, chunks: u64) -> Duration {
     t0.elapsed()
 }
 
+/// Items per flush (the small preset: a 1,024-row chunk makes 4 batches of 256).
+const PER_FLUSH: usize = 4;
+/// Feed-queue capacity (the pipeline's default).
+const CAPACITY: usize = 4;
+
+mod queue_actor {
+    //! The hand-off through a queue actor with `Push`/`PopTo` messages.
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    pub struct Push(pub u64, pub oneshot::Sender<()>);
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    pub struct PopTo(pub oneshot::Sender<Option<u64>>);
+
+    /// Bounded queue: a push is answered when the item is in, a pop when
+    /// there is one (or `None` once closed and empty).
+    pub struct Queue {
+        items: VecDeque<u64>,
+        pushes: VecDeque<(u64, oneshot::Sender<()>)>,
+        pops: VecDeque<oneshot::Sender<Option<u64>>>,
+        left: u64,
+    }
+
+    impl Queue {
+        pub fn new(total: u64) -> Self {
+            Queue {
+                items: VecDeque::new(),
+                pushes: VecDeque::new(),
+                pops: VecDeque::new(),
+                left: total,
+            }
+        }
+
+        fn settle(&mut self) {
+            loop {
+                let mut progressed = false;
+                while self.items.len() < CAPACITY {
+                    let Some((x, tx)) = self.pushes.pop_front() else {
+                        break;
+                    };
+                    self.items.push_back(x);
+                    let _ = tx.send(());
+                    progressed = true;
+                }
+                while !self.pops.is_empty() {
+                    let item = match self.items.pop_front() {
+                        Some(x) => Some(x),
+                        None if self.left == 0 => None,
+                        None => break,
+                    };
+                    if item.is_some() {
+                        self.left -= 1;
+                    }
+                    let _ = self.pops.pop_front().expect("checked").send(item);
+                    progressed = true;
+                }
+                if !progressed {
+                    break;
+                }
+            }
+        }
+    }
+
+    impl Actor for Queue {
+        type Context = Context<Self>;
+        fn started(&mut self, ctx: &mut Context<Self>) {
+            ctx.set_mailbox_capacity(4096);
+        }
+    }
+
+    impl Handler<Push> for Queue {
+        type Result = ();
+        fn handle(&mut self, m: Push, _: &mut Context<Self>) {
+            self.pushes.push_back((m.0, m.1));
+            self.settle();
+        }
+    }
+
+    impl Handler<PopTo> for Queue {
+        type Result = ();
+        fn handle(&mut self, m: PopTo, _: &mut Context<Self>) {
+            self.pops.push_back(m.0);
+            self.settle();
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    pub struct Flush;
+
+    /// Emits `left` items, a flush at a time, awaiting each flush's replies.
+    pub struct Producer {
+        pub queue: Addr<Queue>,
+        pub next: u64,
+        pub total: u64,
+    }
+
+    impl Actor for Producer {
+        type Context = Context<Self>;
+        fn started(&mut self, ctx: &mut Context<Self>) {
+            ctx.notify(Flush);
+        }
+    }
+
+    impl Handler<Flush> for Producer {
+        type Result = ();
+        fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
+            let end = (self.next + PER_FLUSH as u64).min(self.total);
+            let replies: Vec<_> = (self.next..end)
+                .map(|x| {
+                    let (tx, rx) = oneshot::channel();
+                    self.queue.do_send(Push(x, tx));
+                    rx
+                })
+                .collect();
+            self.next = end;
+            ctx.wait(
+                futures::future::join_all(replies)
+                    .into_actor(self)
+                    .map(|_, act, ctx| {
+                        if act.next < act.total {
+                            ctx.notify(Flush);
+                        }
+                    }),
+            );
+        }
+    }
+}
+
+mod shared_lane {
+    //! The hand-off through a mutex-guarded lane shared by both sides.
+    use super::*;
+    use parking_lot::{Condvar, Mutex};
+    use std::collections::VecDeque;
+
+    #[derive(Default)]
+    struct State {
+        items: VecDeque<u64>,
+        sleeping: bool,
+        room: Option<oneshot::Sender<()>>,
+        closed: bool,
+    }
+
+    #[derive(Default)]
+    pub struct Lane {
+        state: Mutex<State>,
+        ready: Condvar,
+    }
+
+    impl Lane {
+        /// Push from the front of `out` while there is room; `Some` when full.
+        pub fn push(&self, out: &mut VecDeque<u64>) -> Option<oneshot::Receiver<()>> {
+            let mut st = self.state.lock();
+            while st.items.len() < CAPACITY {
+                let Some(x) = out.pop_front() else { break };
+                st.items.push_back(x);
+            }
+            if st.sleeping && !st.items.is_empty() {
+                self.ready.notify_one();
+            }
+            if out.is_empty() {
+                return None;
+            }
+            let (tx, rx) = oneshot::channel();
+            st.room = Some(tx);
+            Some(rx)
+        }
+
+        pub fn close(&self) {
+            self.state.lock().closed = true;
+            self.ready.notify_all();
+        }
+
+        pub fn pop(&self) -> Option<u64> {
+            let mut st = self.state.lock();
+            loop {
+                if let Some(x) = st.items.pop_front() {
+                    if st.items.len() <= CAPACITY / 2 {
+                        if let Some(tx) = st.room.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    return Some(x);
+                }
+                if st.closed {
+                    return None;
+                }
+                st.sleeping = true;
+                self.ready.wait(&mut st);
+                st.sleeping = false;
+            }
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    pub struct Flush;
+
+    /// Emits `total` items, a flush at a time, straight into the lane.
+    pub struct Producer {
+        pub lane: Arc<Lane>,
+        pub out: VecDeque<u64>,
+        pub next: u64,
+        pub total: u64,
+    }
+
+    impl Producer {
+        fn push(&mut self, ctx: &mut Context<Self>) {
+            match self.lane.push(&mut self.out) {
+                Some(room) => ctx.wait(room.into_actor(self).map(|_, act, ctx| act.push(ctx))),
+                None if self.next < self.total => ctx.notify(Flush),
+                None => self.lane.close(),
+            }
+        }
+    }
+
+    impl Actor for Producer {
+        type Context = Context<Self>;
+        fn started(&mut self, ctx: &mut Context<Self>) {
+            ctx.notify(Flush);
+        }
+    }
+
+    impl Handler<Flush> for Producer {
+        type Result = ();
+        fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
+            let end = (self.next + PER_FLUSH as u64).min(self.total);
+            self.out.extend(self.next..end);
+            self.next = end;
+            self.push(ctx);
+        }
+    }
+}
+
+/// `total` items through a queue actor (producer and queue on arbiters of
+/// their own, the consumer on a plain thread with two requests in flight).
+fn queue_actor_handoff(total: u64) -> Duration {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let system = std::thread::spawn(move || {
+        let sys = System::new();
+        sys.block_on(async move {
+            let queue_arbiter = Arbiter::new();
+            let producer_arbiter = Arbiter::new();
+            let queue = queue_actor::Queue::start_in_arbiter(&queue_arbiter.handle(), move |_| {
+                queue_actor::Queue::new(total)
+            });
+            let _ = tx.send((queue.clone(), System::current()));
+            let q = queue.clone();
+            let producer =
+                queue_actor::Producer::start_in_arbiter(&producer_arbiter.handle(), move |_| {
+                    queue_actor::Producer {
+                        queue: q,
+                        next: 0,
+                        total,
+                    }
+                });
+            (queue_arbiter, producer_arbiter, queue, producer)
+        });
+        sys.run().expect("system runs");
+    });
+    let (queue, sys) = rx.recv().expect("started");
+    let t0 = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    let mut sum = 0u64;
+    loop {
+        while pending.len() < 2 {
+            let (tx, rx) = oneshot::channel();
+            queue.do_send(queue_actor::PopTo(tx));
+            pending.push_back(rx);
+        }
+        let head = pending.pop_front().expect("a request");
+        match futures::executor::block_on(head).expect("answered") {
+            Some(x) => sum += x,
+            None => break,
+        }
+    }
+    let dt = t0.elapsed();
+    assert_eq!(sum, total * (total - 1) / 2);
+    drop(pending);
+    sys.stop();
+    system.join().expect("system thread");
+    dt
+}
+
+/// `total` items through a shared lane (producer on an arbiter, consumer on a
+/// plain thread).
+fn shared_lane_handoff(total: u64) -> Duration {
+    let lane = Arc::new(shared_lane::Lane::default());
+    let l = lane.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let system = std::thread::spawn(move || {
+        let sys = System::new();
+        sys.block_on(async move {
+            let arbiter = Arbiter::new();
+            let producer = shared_lane::Producer::start_in_arbiter(&arbiter.handle(), move |_| {
+                shared_lane::Producer {
+                    lane: l,
+                    out: Default::default(),
+                    next: 0,
+                    total,
+                }
+            });
+            let _ = tx.send(System::current());
+            (arbiter, producer)
+        });
+        sys.run().expect("system runs");
+    });
+    let sys = rx.recv().expect("started");
+    let t0 = Instant::now();
+    let mut sum = 0u64;
+    while let Some(x) = lane.pop() {
+        sum += x;
+    }
+    let dt = t0.elapsed();
+    assert_eq!(sum, total * (total - 1) / 2);
+    sys.stop();
+    system.join().expect("system thread");
+    dt
+}
+
+fn handoffs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch_handoff");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(3));
+    g.warm_up_time(Duration::from_millis(500));
+    const ITEMS: u64 = 20_000;
+    g.throughput(Throughput::Elements(ITEMS));
+    g.bench_function("queue_actor", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| queue_actor_handoff(ITEMS)).sum())
+    });
+    g.bench_function("shared_lane", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| shared_lane_handoff(ITEMS)).sum())
+    });
+    g.finish();
+}
+
 fn hops(c: &mut Criterion) {
     let mut g = c.benchmark_group("actor_hop");
     g.sample_size(10);
@@ -193,5 +547,5 @@ fn hops(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, hops);
+criterion_group!(benches, hops, handoffs);
 criterion_main!(benches);

@@ -3,7 +3,6 @@
 //! batches; dropping it (or breaking out of `for batch in loader`) stops and
 //! joins every thread.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -18,14 +17,13 @@ use feedline::Schema;
 
 use crate::config::{ErrorPolicy, FeedMode, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
-use crate::feed_queue::{FeedQueue, PopTo, ReturnBatch};
+use crate::feed_queue::{FeedLanes, FeedQueue};
 use crate::messages::{Delivered, Popped, Shutdown};
 use crate::pipeline::Pipeline;
 use crate::push::FeedHandle;
 use crate::stats::{ns, Stats, StatsSnapshot};
 use crate::supervisor::{Arbiters, Supervisor};
 use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
-use futures::channel::oneshot;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]
@@ -274,7 +272,10 @@ impl LoaderBuilder {
 /// }
 /// ```
 pub struct Loader {
-    feed: Addr<FeedQueue>,
+    /// Keeps the feed queue's actor alive (when it goes, its lanes fail).
+    _feed: Addr<FeedQueue>,
+    /// The feed queue's lanes, popped directly.
+    lanes: Arc<FeedLanes>,
     supervisor: Addr<Supervisor>,
     stats: Stats,
     schema: Schema,
@@ -337,10 +338,17 @@ impl Loader {
                 return Err(e);
             }
         };
+        let Some(lanes) = stats.feed_lanes() else {
+            system.stop();
+            let _ = thread.join();
+            arbiters.stop_and_join();
+            return Err(PipelineError::Stopped);
+        };
         let devices = config.devices;
         let loader = Loader {
-            merged: MergedState::new(&feed, devices, config.feed == FeedMode::RoundRobin),
-            feed,
+            merged: MergedState::new(&lanes, devices, config.feed == FeedMode::RoundRobin),
+            _feed: feed,
+            lanes,
             supervisor,
             stats,
             schema,
@@ -382,7 +390,7 @@ impl Loader {
     /// `k mod devices == device`; in shared mode whatever is next.
     pub fn device_iter(&self, device: usize) -> DeviceIter {
         DeviceIter {
-            popper: Popper::new(self.feed.clone(), device, 2),
+            popper: Popper::new(self.lanes.clone(), device),
             stats: self.stats.clone(),
             ended: false,
         }
@@ -399,6 +407,8 @@ impl Loader {
 
     /// Stop everything and wait for every thread. Also what `drop` does.
     pub fn shutdown(&mut self) {
+        // Iterators on other threads get `Stopped` now, whatever the actors do.
+        self.lanes.fail(PipelineError::Stopped);
         if let Some(system) = self.system.take() {
             self.supervisor.do_send(Shutdown);
             system.stop();
@@ -461,39 +471,40 @@ impl Loader {
     }
 }
 
-/// Pops for one consumer from a plain thread, keeping the next request
-/// already on its way while the caller works on the current item: replies
-/// come in request order, and a request dropped unanswered (on a time-out,
-/// or when the loader goes) either was never handled or has its batch put
-/// back by the feed queue — nothing is lost.
+/// Pops for one consumer from a plain thread, straight from the feed
+/// queue's lanes: the batch is taken in the same critical section that
+/// returns it, so a time-out or a dropped iterator loses nothing (there is
+/// no request in flight), and the queue itself is the prefetch buffer.
 struct Popper {
-    feed: Addr<FeedQueue>,
+    lanes: Arc<FeedLanes>,
     consumer: usize,
-    pending: VecDeque<oneshot::Receiver<Result<Popped, PipelineError>>>,
-    depth: usize,
     /// When the caller last got an item: the time until it asks again is work.
     last_return: Option<Instant>,
 }
 
 impl Popper {
-    fn new(feed: Addr<FeedQueue>, consumer: usize, depth: usize) -> Self {
+    fn new(lanes: Arc<FeedLanes>, consumer: usize) -> Self {
         Popper {
-            feed,
+            lanes,
             consumer,
-            pending: VecDeque::new(),
-            depth: depth.max(1),
             last_return: None,
         }
     }
 
-    /// The next item, waiting at most `timeout` (the request stays pending on a time-out).
+    /// The next item, waiting at most `timeout`.
     fn pop(&mut self, stats: &Stats, timeout: Option<Duration>) -> Result<Popped, PipelineError> {
         let asked = Instant::now();
         let counters = stats.device(self.consumer);
         if let (Some(t), Some(c)) = (self.last_return.take(), counters) {
             c.busy_ns.fetch_add(ns(asked - t), Relaxed);
         }
-        let popped = self.pop_inner(stats, timeout);
+        let popped = match self.lanes.pop(self.consumer, timeout.map(|t| asked + t)) {
+            Some(r) => r,
+            None => Err(PipelineError::Timeout {
+                waited: timeout.unwrap_or_default(),
+                why: stats.diagnose(),
+            }),
+        };
         let now = Instant::now();
         if let Some(c) = counters {
             // The wait before the first batch is start-up, not a stall.
@@ -507,57 +518,6 @@ impl Popper {
         }
         self.last_return = Some(now);
         popped
-    }
-
-    fn pop_inner(
-        &mut self,
-        stats: &Stats,
-        timeout: Option<Duration>,
-    ) -> Result<Popped, PipelineError> {
-        while self.pending.len() < self.depth {
-            let (reply, rx) = oneshot::channel();
-            self.feed.do_send(PopTo {
-                consumer: self.consumer,
-                reply,
-            });
-            self.pending.push_back(rx);
-        }
-        let head = self.pending.front_mut().expect("a pending request");
-        let result = match timeout {
-            None => futures::executor::block_on(head),
-            Some(t) => {
-                let delay = futures_timer::Delay::new(t);
-                match futures::executor::block_on(futures::future::select(head, delay)) {
-                    futures::future::Either::Left((r, _)) => r,
-                    futures::future::Either::Right(((), _)) => {
-                        return Err(PipelineError::Timeout {
-                            waited: t,
-                            why: stats.diagnose(),
-                        })
-                    }
-                }
-            }
-        };
-        self.pending.pop_front();
-        // A cancelled reply: the feed queue has stopped.
-        result.unwrap_or(Err(PipelineError::Stopped))
-    }
-}
-
-impl Drop for Popper {
-    /// Requests still pending are closed; a batch already sent to one goes
-    /// back to the feed queue (`close` then `try_recv`: no send can slip in
-    /// between), so another consumer gets it.
-    fn drop(&mut self) {
-        for mut rx in self.pending.drain(..) {
-            rx.close();
-            if let Ok(Some(Ok(Popped::Batch(batch)))) = rx.try_recv() {
-                self.feed.do_send(ReturnBatch {
-                    consumer: self.consumer,
-                    batch,
-                });
-            }
-        }
     }
 }
 
@@ -573,12 +533,10 @@ struct MergedState {
 }
 
 impl MergedState {
-    fn new(feed: &Addr<FeedQueue>, lanes: usize, round_robin: bool) -> Self {
+    fn new(feed: &Arc<FeedLanes>, lanes: usize, round_robin: bool) -> Self {
         let lanes = if round_robin { lanes.max(1) } else { 1 };
         MergedState {
-            poppers: (0..lanes)
-                .map(|c| Popper::new(feed.clone(), c, 2))
-                .collect(),
+            poppers: (0..lanes).map(|c| Popper::new(feed.clone(), c)).collect(),
             lanes,
             lane: 0,
             round_robin,

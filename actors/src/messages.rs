@@ -2,9 +2,9 @@
 //!
 //! Chunks flow reader → shuffle-batch with an acknowledgement (the reply)
 //! that the receiver may withhold: that is the pipeline's backpressure, since
-//! actix mailbox capacity is not. Batches flow shuffle-batch → feed queue
-//! with `Push`, answered when there is room; consumers take them with `Pop`,
-//! answered when there is something to give.
+//! actix mailbox capacity is not. Batches go shuffle-batch → feed queue
+//! straight into its shared lanes (no message: see `feed_queue`); actix
+//! consumers take them with `Pop`, answered when there is something to give.
 
 use std::sync::Arc;
 
@@ -139,14 +139,6 @@ pub(crate) struct SetDrained {
 pub(crate) enum QueueItem {
     Batch(Delivered),
     EndOfPass(u64),
-}
-
-/// Put an item into lane `lane` of the feed queue; answered when it is in.
-#[derive(Message)]
-#[rtype(result = "Result<(), PipelineError>")]
-pub(crate) struct Push {
-    pub lane: usize,
-    pub item: QueueItem,
 }
 
 /// Take the next item for consumer `consumer` (a device index); answered

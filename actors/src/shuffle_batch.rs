@@ -28,9 +28,9 @@ use feedline::{collate_rows, Chunk, RowRef, Schema};
 
 use crate::config::{FeedMode, PipelineConfig};
 use crate::error::PipelineError;
-use crate::feed_queue::FeedQueue;
+use crate::feed_queue::{FeedQueue, Pushed};
 use crate::messages::{
-    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, PassQuota, PassSets, Push,
+    ChunkAck, ChunkMsg, CloseQueue, Delivered, EndOfPass, PassFlushed, PassQuota, PassSets,
     QueueItem, SetDrained, Shutdown,
 };
 use crate::stats::{ns, Stats};
@@ -277,54 +277,47 @@ impl ShuffleBatch {
         }
     }
 
-    /// Push every pending item to the feed queue (then close it, if `close`),
-    /// holding the mailbox until done. One `ctx.wait` per handler: actix runs
+    /// Push every pending item into the feed queue's lanes (then have the
+    /// queue closed, if `close`). Items that find their lane full stay in
+    /// `out`, and the actor holds its mailbox (`ctx.wait`) until there is
+    /// room — the backpressure that keeps chunks waiting in the readers'
+    /// windows — then pushes the rest. One `ctx.wait` at a time: actix runs
     /// several waiting futures last-in-first-out.
     fn flush_out(&mut self, ctx: &mut Context<Self>, close: bool) {
         self.idle_since = Instant::now();
         if self.out.is_empty() && !close {
             return;
         }
-        let items: Vec<(usize, QueueItem)> = self.out.drain(..).collect();
-        let feed = self.feed.clone();
-        let t0 = Instant::now();
-        ctx.wait(
-            async move {
-                // All sends enqueue now, in order (the feed queue's mailbox is
-                // large enough never to hold one back); the replies are awaited
-                // together: one round trip per flush, not per batch.
-                let pushes: Vec<_> = items
-                    .into_iter()
-                    .map(|(lane, item)| feed.send(Push { lane, item }))
-                    .collect();
-                for r in futures::future::join_all(pushes).await {
-                    match r {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => return Err(e),
-                        Err(_) => return Err(PipelineError::Stopped),
-                    }
-                }
+        let pushed = match self.stats.feed_lanes() {
+            Some(lanes) => lanes.push(&mut self.out).map(|p| (p, lanes)),
+            None => Err(PipelineError::Stopped),
+        };
+        match pushed {
+            Ok((Pushed::All, _)) => {
                 if close {
-                    let _ = feed.send(CloseQueue).await;
+                    // Every item is in: the queue's actor closes the lanes.
+                    self.feed.do_send(CloseQueue);
                 }
-                Ok(())
             }
-            .into_actor(self)
-            .map(move |res, act, ctx| {
-                act.stats
-                    .inner
-                    .shuffle
-                    .blocked_ns
-                    .fetch_add(ns(t0.elapsed()), Relaxed);
-                // Waiting for the queue is not waiting for input.
-                act.idle_since = Instant::now();
-                if res.is_err() {
-                    // The queue failed or stopped: nothing more to do here.
-                    act.failed = true;
-                    ctx.stop();
-                }
-            }),
-        );
+            Ok((Pushed::Full(room), _)) => {
+                let t0 = Instant::now();
+                ctx.wait(room.into_actor(self).map(move |_, act, ctx| {
+                    act.stats
+                        .inner
+                        .shuffle
+                        .blocked_ns
+                        .fetch_add(ns(t0.elapsed()), Relaxed);
+                    // Waiting for the queue is not waiting for input; a
+                    // cancelled wait (the queue failed) shows in the next push.
+                    act.flush_out(ctx, close);
+                }));
+            }
+            Err(_) => {
+                // The queue failed or stopped: nothing more to do here.
+                self.failed = true;
+                ctx.stop();
+            }
+        }
     }
 
     /// Account the time since the stage last had work as idle.

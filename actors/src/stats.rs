@@ -3,8 +3,10 @@
 //! where time went — which stage limits the devices.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
+
+use crate::feed_queue::FeedLanes;
 
 use crate::messages::ReadTask;
 use feedline::Location;
@@ -107,6 +109,10 @@ pub(crate) struct StatsInner {
     pub last_chunk_ns: AtomicU64,
     pub skipped: Mutex<Vec<SkippedRecord>>,
     pub bad_records: AtomicU64,
+    /// The feed queue's lanes, published by the feed queue when it starts,
+    /// for the stages that push to and pop from them directly. Weak: the
+    /// lanes hold these statistics.
+    pub feed_lanes: OnceLock<Weak<FeedLanes>>,
 }
 
 /// Live statistics of a pipeline; cheap to clone (shared).
@@ -149,6 +155,7 @@ impl Stats {
                 last_chunk_ns: AtomicU64::new(0),
                 skipped: Mutex::new(Vec::new()),
                 bad_records: AtomicU64::new(0),
+                feed_lanes: OnceLock::new(),
             }),
         }
     }
@@ -156,6 +163,18 @@ impl Stats {
     /// Nanoseconds since the pipeline started.
     pub(crate) fn now_ns(&self) -> u64 {
         ns(self.inner.start.elapsed()).max(1)
+    }
+
+    /// Publish the feed queue's lanes (once per pipeline).
+    pub(crate) fn set_feed_lanes(&self, lanes: &Arc<FeedLanes>) {
+        if self.inner.feed_lanes.set(Arc::downgrade(lanes)).is_err() {
+            log::error!("a second feed queue for one pipeline's statistics");
+        }
+    }
+
+    /// The feed queue's lanes, while anything holds them.
+    pub(crate) fn feed_lanes(&self) -> Option<Arc<FeedLanes>> {
+        self.inner.feed_lanes.get().and_then(Weak::upgrade)
     }
 
     /// Register the watch of reader `id` (a new incarnation replaces the old).

@@ -1,18 +1,19 @@
 //! The `Trainer` actor: one per device. It pops batches from the feed
-//! queue, always keeping the next one requested while it runs a step on the
-//! current (the double buffer), and counts its busy and waiting time.
+//! queue's lanes, always asking for the next one before it runs a step on
+//! the current (the double buffer), and counts its busy and waiting time.
 //!
 //! The step is the user's [`TrainStep`]; [`SimulatedDevice`] sleeps for a
 //! step time, to see whether a loader keeps devices fed before renting them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
 use crate::error::PipelineError;
-use crate::feed_queue::FeedQueue;
+use crate::feed_queue::{FeedLanes, FeedQueue, PopNow};
 use crate::messages::{Delivered, Pop, Popped};
 use crate::stats::{ns, Stats};
 use crate::supervisor::{Supervisor, TrainerDone};
@@ -54,6 +55,8 @@ pub struct Trainer<S: TrainStep> {
     feed: Addr<FeedQueue>,
     supervisor: Addr<Supervisor>,
     stats: Stats,
+    /// The feed queue's lanes, popped directly.
+    lanes: Option<Arc<FeedLanes>>,
     waiting_since: Instant,
 }
 
@@ -70,12 +73,29 @@ impl<S: TrainStep> Trainer<S> {
             step,
             feed,
             supervisor,
+            lanes: stats.feed_lanes(),
             stats,
             waiting_since: Instant::now(),
         }
     }
 
+    /// Ask for the next item: straight from the feed queue's lanes when it
+    /// is there (delivered by a self-message, after the current step), else
+    /// parked in them and answered by the push that brings one — no message
+    /// to the queue's actor either way. Without the lanes (a queue not
+    /// started by this pipeline) it sends [`Pop`].
     fn request(&mut self, ctx: &mut Context<Self>) {
+        if let Some(lanes) = &self.lanes {
+            match lanes.pop_async(self.device) {
+                PopNow::Ready(r) => ctx.notify(Take(r)),
+                PopNow::Later(rx) => {
+                    ctx.spawn(rx.into_actor(self).map(|res, act, ctx| {
+                        act.on_popped(res.unwrap_or(Err(PipelineError::Stopped)), ctx);
+                    }));
+                }
+            }
+            return;
+        }
         let fut = self.feed.send(Pop {
             consumer: self.device,
         });
@@ -144,6 +164,20 @@ impl<S: TrainStep> Trainer<S> {
             }
             Err(e) => self.finish(ctx, Some(e)),
         }
+    }
+}
+
+/// An item the trainer took from the lanes itself, handled after the step
+/// that was running when it was taken.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Take(Result<Popped, PipelineError>);
+
+impl<S: TrainStep> Handler<Take> for Trainer<S> {
+    type Result = ();
+
+    fn handle(&mut self, msg: Take, ctx: &mut Context<Self>) {
+        self.on_popped(msg.0, ctx);
     }
 }
 
