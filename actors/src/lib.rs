@@ -20,10 +20,13 @@
 //! ## Backpressure
 //!
 //! actix mailbox capacity is not backpressure (`do_send` ignores it), so
-//! every hand-off here is a request whose reply the receiver withholds until
-//! it has room: readers have at most `chunks_in_flight` unacknowledged
-//! chunks, the shuffle stage stops taking messages while the feed queue is
-//! full, and the feed queue answers `Push` only when the batch is in.
+//! hand-offs wait for room explicitly: readers have at most
+//! `chunks_in_flight` chunks whose acknowledgement the shuffle stage has not
+//! sent (it withholds it while it has no room, or while the chunk's file set
+//! is ahead of its weight), and the shuffle stage pushes batches into the
+//! feed queue's bounded lanes directly, taking no further message while a
+//! lane is full. Consumers — the [`Loader`]'s iterators and the trainers —
+//! take batches from the lanes directly too; actors of your own send [`Pop`].
 
 #![warn(missing_docs)]
 
