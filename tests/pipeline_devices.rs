@@ -90,6 +90,59 @@ fn check_exactly_once(seen: &Seen, counts: &[u64], passes: u64) {
 }
 
 #[test]
+fn a_pass_held_whole_in_the_pool_drains_through_a_one_batch_queue_in_order() {
+    // The pool holds every record of a pass, so all its batches come from the
+    // end-of-pass drain, which is collated only as the queue (capacity 1 per
+    // lane) takes batches: every record once per pass, each device's batches
+    // in order and numbered k ≡ d (mod D) in round-robin mode.
+    let counts = [40, 0, 97, 13];
+    for (readers, devices, rr, seed) in [
+        (1, 1, false, 1),
+        (2, 3, true, 2),
+        (4, 2, false, 3),
+        (3, 4, true, 4),
+    ] {
+        let synth = SynthFormat::with_files(&counts).build();
+        let specs = synth.specs();
+        let loader = Loader::builder()
+            .registry(synth_registry(synth))
+            .files(specs)
+            .schema(SynthFormat::schema())
+            .readers(readers)
+            .devices(devices)
+            .passes(3)
+            .batch(4)
+            .shuffle(100_000)
+            .capacity(1)
+            .seed(seed)
+            .round_robin(rr)
+            .chunk_records(7)
+            .build()
+            .unwrap();
+        let seen = consume(loader, devices);
+        check_exactly_once(&seen, &counts, 3);
+        for d in 0..devices {
+            let mine: Vec<(u64, u64)> = seen
+                .iter()
+                .filter(|(dev, ..)| *dev == d)
+                .map(|(_, p, s, _)| (*p, *s))
+                .collect();
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "device {d}: {mine:?}");
+            if rr {
+                assert!(mine.iter().all(|(_, s)| *s as usize % devices == d));
+            }
+        }
+        let mut seqs: Vec<(u64, u64)> = seen.iter().map(|(_, p, s, _)| (*p, *s)).collect();
+        seqs.sort();
+        let per_pass = (150 + 3) / 4;
+        let want: Vec<(u64, u64)> = (0..3)
+            .flat_map(|p| (0..per_pass).map(move |s| (p, s)))
+            .collect();
+        assert_eq!(seqs, want);
+    }
+}
+
+#[test]
 fn every_record_reaches_exactly_one_device_once_per_pass() {
     let counts = [31, 0, 77, 5, 140];
     for readers in [1, 2, 4, 8] {
@@ -146,6 +199,40 @@ impl TrainStep for Recorder {
             .push((device, batch.pass, batch.batch.len()));
         Ok(())
     }
+
+    fn end_of_pass(&mut self, device: usize, pass: u64) {
+        self.log.lock().unwrap().push((device, pass, usize::MAX));
+    }
+}
+
+/// Recorded (device, pass, batch size or `usize::MAX` for an end-of-pass):
+/// each device hears the end of every pass once, after its batches of that
+/// pass and before any of the next.
+fn check_pass_markers(log: &[(usize, u64, usize)], devices: usize, passes: u64) {
+    for d in 0..devices {
+        let mine: Vec<(u64, usize)> = log
+            .iter()
+            .filter(|(dev, ..)| *dev == d)
+            .map(|(_, p, n)| (*p, *n))
+            .collect();
+        let ends: Vec<u64> = mine
+            .iter()
+            .filter(|(_, n)| *n == usize::MAX)
+            .map(|(p, _)| *p)
+            .collect();
+        assert_eq!(ends, (0..passes).collect::<Vec<_>>(), "device {d}");
+        let mut ended = None;
+        for (p, n) in &mine {
+            if *n == usize::MAX {
+                ended = Some(*p);
+            } else {
+                assert!(
+                    ended.is_none_or(|e| *p > e),
+                    "device {d}: a batch of pass {p} after pass {ended:?} ended"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -172,9 +259,12 @@ fn trainers_inside_an_actix_system_consume_everything() {
     let (result, stats) = r;
     result.unwrap();
     let log = log.lock().unwrap();
+    // The pool (10,000) holds whole passes: every batch comes from the
+    // end-of-pass drain, collated as the queue takes it.
+    check_pass_markers(&log, 4, 2);
     let per_pass: usize = log
         .iter()
-        .filter(|(_, p, _)| *p == 1)
+        .filter(|(_, p, n)| *p == 1 && *n != usize::MAX)
         .map(|(_, _, n)| n)
         .sum();
     assert_eq!(per_pass, total);

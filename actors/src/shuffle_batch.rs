@@ -104,6 +104,19 @@ impl Mix {
     }
 }
 
+/// An item of the end-of-pass drain, waiting for room in the feed queue.
+enum Deferred {
+    /// A batch's rows, its lane and number already given.
+    Rows {
+        lane: usize,
+        pass: u64,
+        seq: u64,
+        rows: Vec<RowRef>,
+    },
+    /// An end-of-pass marker.
+    Item(usize, QueueItem),
+}
+
 /// The shuffle-batch actor.
 pub struct ShuffleBatch {
     config: Arc<PipelineConfig>,
@@ -118,6 +131,12 @@ pub struct ShuffleBatch {
     seq: u64,
     pass_records: u64,
     out: VecDeque<(usize, QueueItem)>,
+    /// The end-of-pass drain, numbered but not yet collated: collated only as
+    /// the feed queue takes batches, so big batch buffers are recycled and
+    /// not all allocated at once. Pushed before anything else.
+    deferred: VecDeque<Deferred>,
+    /// Set while the end-of-pass drain is drawn.
+    deferring: bool,
     // Deterministic mode: per file set the next (file, chunk) to take, and
     // those held (by set, file, chunk).
     next: Vec<(usize, u64)>,
@@ -173,6 +192,8 @@ impl ShuffleBatch {
             seq: 0,
             pass_records: 0,
             out: VecDeque::new(),
+            deferred: VecDeque::new(),
+            deferring: false,
             next: vec![(0, 0); sets.max(1)],
             held: BTreeMap::new(),
             mix,
@@ -254,19 +275,32 @@ impl ShuffleBatch {
     }
 
     fn emit(&mut self, rows: Vec<RowRef>) {
-        match collate_rows(&self.schema, &rows) {
+        let (lane, pass, seq) = ((self.seq % self.lanes as u64) as usize, self.pass, self.seq);
+        self.seq += 1;
+        self.stats.note_batch();
+        if self.deferring {
+            self.deferred.push_back(Deferred::Rows {
+                lane,
+                pass,
+                seq,
+                rows,
+            });
+        } else {
+            self.collate_out(lane, pass, seq, &rows);
+        }
+    }
+
+    fn collate_out(&mut self, lane: usize, pass: u64, seq: u64, rows: &[RowRef]) {
+        match collate_rows(&self.schema, rows) {
             Ok(batch) => {
-                let lane = (self.seq % self.lanes as u64) as usize;
                 self.out.push_back((
                     lane,
                     QueueItem::Batch(Delivered {
-                        pass: self.pass,
-                        seq: self.seq,
+                        pass,
+                        seq,
                         batch: Arc::new(batch),
                     }),
                 ));
-                self.seq += 1;
-                self.stats.note_batch();
             }
             Err(e) => {
                 log::error!("collation failed: {e}");
@@ -285,38 +319,44 @@ impl ShuffleBatch {
     /// several waiting futures last-in-first-out.
     fn flush_out(&mut self, ctx: &mut Context<Self>, close: bool) {
         self.idle_since = Instant::now();
-        if self.out.is_empty() && !close {
+        if self.out.is_empty() && self.deferred.is_empty() && !close {
             return;
         }
-        let pushed = match self.stats.feed_lanes() {
-            Some(lanes) => lanes.push(&mut self.out).map(|p| (p, lanes)),
-            None => Err(PipelineError::Stopped),
-        };
-        match pushed {
-            Ok((Pushed::All, _)) => {
-                if close {
-                    // Every item is in: the queue's actor closes the lanes.
-                    self.feed.do_send(CloseQueue);
+        loop {
+            self.undefer();
+            let pushed = match self.stats.feed_lanes() {
+                Some(lanes) => lanes.push(&mut self.out),
+                None => Err(PipelineError::Stopped),
+            };
+            match pushed {
+                // Room for all: collate the next part of the drain.
+                Ok(Pushed::All) if !self.deferred.is_empty() && !self.failed => continue,
+                Ok(Pushed::All) => {
+                    if close {
+                        // Every item is in: the queue's actor closes the lanes.
+                        self.feed.do_send(CloseQueue);
+                    }
+                }
+                Ok(Pushed::Full(room)) => {
+                    let t0 = Instant::now();
+                    ctx.wait(room.into_actor(self).map(move |_, act, ctx| {
+                        act.stats
+                            .inner
+                            .shuffle
+                            .blocked_ns
+                            .fetch_add(ns(t0.elapsed()), Relaxed);
+                        // Waiting for the queue is not waiting for input; a
+                        // cancelled wait (the queue failed) shows in the next push.
+                        act.flush_out(ctx, close);
+                    }));
+                }
+                Err(_) => {
+                    // The queue failed or stopped: nothing more to do here.
+                    self.failed = true;
+                    ctx.stop();
                 }
             }
-            Ok((Pushed::Full(room), _)) => {
-                let t0 = Instant::now();
-                ctx.wait(room.into_actor(self).map(move |_, act, ctx| {
-                    act.stats
-                        .inner
-                        .shuffle
-                        .blocked_ns
-                        .fetch_add(ns(t0.elapsed()), Relaxed);
-                    // Waiting for the queue is not waiting for input; a
-                    // cancelled wait (the queue failed) shows in the next push.
-                    act.flush_out(ctx, close);
-                }));
-            }
-            Err(_) => {
-                // The queue failed or stopped: nothing more to do here.
-                self.failed = true;
-                ctx.stop();
-            }
+            return;
         }
     }
 
@@ -339,6 +379,32 @@ impl ShuffleBatch {
             .shuffle
             .busy_ns
             .fetch_add(ns(t0.elapsed()), Relaxed);
+    }
+
+    /// Collate the deferred drain's next batches, as many as the feed queue
+    /// could take now (a capacity per lane), with the markers between them.
+    fn undefer(&mut self) {
+        let room = self.lanes * self.config.capacity.max(1);
+        while self.out.len() < room && !self.failed {
+            match self.deferred.pop_front() {
+                Some(Deferred::Rows {
+                    lane,
+                    pass,
+                    seq,
+                    rows,
+                }) => {
+                    let t0 = Instant::now();
+                    self.collate_out(lane, pass, seq, &rows);
+                    self.stats
+                        .inner
+                        .shuffle
+                        .busy_ns
+                        .fetch_add(ns(t0.elapsed()), Relaxed);
+                }
+                Some(Deferred::Item(lane, item)) => self.out.push_back((lane, item)),
+                None => break,
+            }
+        }
     }
 
     /// Deterministic mode: the set whose next chunk comes next — the least
@@ -444,6 +510,8 @@ impl ShuffleBatch {
             log::info!("pass {pass}: file sets gave {}", m.summary());
             m.start_pass();
         }
+        // The drain is collated as the feed queue takes it (`undefer`).
+        self.deferring = true;
         self.buffer.set_draining(true);
         self.draw();
         self.buffer.set_draining(false);
@@ -452,8 +520,14 @@ impl ShuffleBatch {
         if let Some(rows) = self.batcher.flush() {
             self.emit(rows);
         }
+        self.deferring = false;
         for lane in 0..self.lanes {
-            self.out.push_back((lane, QueueItem::EndOfPass(pass)));
+            let marker = QueueItem::EndOfPass(pass);
+            if self.deferred.is_empty() {
+                self.out.push_back((lane, marker));
+            } else {
+                self.deferred.push_back(Deferred::Item(lane, marker));
+            }
         }
         self.supervisor.do_send(PassFlushed {
             pass,
