@@ -134,7 +134,7 @@ fn a_pass_held_whole_in_the_pool_drains_through_a_one_batch_queue_in_order() {
         }
         let mut seqs: Vec<(u64, u64)> = seen.iter().map(|(_, p, s, _)| (*p, *s)).collect();
         seqs.sort();
-        let per_pass = (150 + 3) / 4;
+        let per_pass = 150u64.div_ceil(4);
         let want: Vec<(u64, u64)> = (0..3)
             .flat_map(|p| (0..per_pass).map(move |s| (p, s)))
             .collect();
