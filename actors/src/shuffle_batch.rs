@@ -392,15 +392,7 @@ impl ShuffleBatch {
                     pass,
                     seq,
                     rows,
-                }) => {
-                    let t0 = Instant::now();
-                    self.collate_out(lane, pass, seq, &rows);
-                    self.stats
-                        .inner
-                        .shuffle
-                        .busy_ns
-                        .fetch_add(ns(t0.elapsed()), Relaxed);
-                }
+                }) => self.timed(|me| me.collate_out(lane, pass, seq, &rows)),
                 Some(Deferred::Item(lane, item)) => self.out.push_back((lane, item)),
                 None => break,
             }
