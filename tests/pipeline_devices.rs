@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{synth_registry, SynthFormat};
-use feedline_actors::{Delivered, Loader, Pipeline, PipelineConfig, TrainStep};
+use feedline_actors::{Delivered, Loader, LoaderBuilder, Pipeline, PipelineConfig, TrainStep};
 
 fn loader(
     counts: &[u64],
@@ -20,6 +20,24 @@ fn loader(
     rr: bool,
     det: bool,
 ) -> Loader {
+    builder(counts, readers, devices, passes, seed, rr)
+        .batch(9)
+        .shuffle(30)
+        .deterministic(det)
+        .chunk_records(5)
+        .build()
+        .unwrap()
+}
+
+/// Synthetic files of `counts` records, read by `readers`, fed to `devices`.
+fn builder(
+    counts: &[u64],
+    readers: usize,
+    devices: usize,
+    passes: u64,
+    seed: u64,
+    rr: bool,
+) -> LoaderBuilder {
     let synth = SynthFormat::with_files(counts).build();
     let specs = synth.specs();
     Loader::builder()
@@ -29,14 +47,8 @@ fn loader(
         .readers(readers)
         .devices(devices)
         .passes(passes)
-        .batch(9)
-        .shuffle(30)
         .seed(seed)
         .round_robin(rr)
-        .deterministic(det)
-        .chunk_records(5)
-        .build()
-        .unwrap()
 }
 
 type Seen = Vec<(usize, u64, u64, Vec<i64>)>; // device, pass, seq, ids
@@ -102,20 +114,10 @@ fn a_pass_held_whole_in_the_pool_drains_through_a_one_batch_queue_in_order() {
         (4, 2, false, 3),
         (3, 4, true, 4),
     ] {
-        let synth = SynthFormat::with_files(&counts).build();
-        let specs = synth.specs();
-        let loader = Loader::builder()
-            .registry(synth_registry(synth))
-            .files(specs)
-            .schema(SynthFormat::schema())
-            .readers(readers)
-            .devices(devices)
-            .passes(3)
+        let loader = builder(&counts, readers, devices, 3, seed, rr)
             .batch(4)
             .shuffle(100_000)
             .capacity(1)
-            .seed(seed)
-            .round_robin(rr)
             .chunk_records(7)
             .build()
             .unwrap();
