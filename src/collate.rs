@@ -1,6 +1,12 @@
 //! Collation: instances (rows of [`Chunk`]s) into one [`Batch`], with one
 //! copy per field per instance. Large batches are copied on rayon's pool.
 //!
+//! A row left in a memory-mapped file may carry its record's CRC, left to be
+//! checked here (see [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)):
+//! it is computed on the row's copy in the batch right after the copy, while
+//! those bytes are in cache, and a mismatch fails the batch with the error
+//! reading would have given.
+//!
 //! Fixed-shape fields become `[batch, dims…]`; ragged fields become values
 //! plus offsets (Paddle's LoD) or `[batch, max_len, dims…]` padded with zeros
 //! plus lengths, as the schema's [`Ragged`] says.
@@ -12,7 +18,7 @@ use rayon::prelude::*;
 
 use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Column, Origin, RowRef, Values};
+use crate::instance::{BytesList, Chunk, Column, MappedRow, Origin, RowRef, Values};
 use crate::schema::{DType, Field, Ragged, Schema};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
@@ -40,7 +46,7 @@ pub fn collate<'a>(
         .iter()
         .enumerate()
         .map(|(fi, f)| collate_field(f, fi, &rows))
-        .collect();
+        .collect::<Result<_>>()?;
     let origins: Vec<Origin> = rows.iter().map(|(c, i)| c.origins()[*i]).collect();
     Ok(Batch {
         schema: schema.clone(),
@@ -106,7 +112,7 @@ elem!(
 );
 elem!(bool, Bool);
 
-fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<BatchField> {
     match f.dtype {
         DType::F32 => numeric::<f32>(f, fi, rows),
         DType::F64 => numeric::<f64>(f, fi, rows),
@@ -119,39 +125,72 @@ fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
 }
 
 /// Row `i`'s elements of field `fi`: in the column, or in the mapped input
-/// it refers to.
+/// it refers to (its due CRC checked first).
 #[inline(always)]
-fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> &[T] {
+fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> Result<&[T]> {
     let col = &c.columns()[fi];
     if col.is_mapped() {
         return mapped_row_slice(col, i);
     }
-    &T::slice(&col.values)[col.range(i)]
+    Ok(&T::slice(&col.values)[col.range(i)])
 }
 
 #[cold]
-fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> &[T] {
-    match col.mapped_row(i) {
+fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> Result<&[T]> {
+    Ok(match col.mapped_row(i)? {
         Some(b) => T::mapped(b),
         None => &T::slice(&col.values)[col.owned_range(i)],
-    }
+    })
 }
 
-fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
+/// Copy row `i` of field `fi` into `out` (exactly its length), then check
+/// any CRC due on it against the copy.
+#[inline(always)]
+fn copy_row<T: Elem>(c: &Chunk, fi: usize, i: usize, out: &mut [MaybeUninit<T>]) -> Result<()> {
+    let col = &c.columns()[fi];
+    let mapped = if col.is_mapped() {
+        col.mapped_row_unchecked(i)
+    } else {
+        None
+    };
+    let src = match &mapped {
+        Some(r) => T::mapped(r.bytes),
+        None => &T::slice(&col.values)[col.owned_range(i)],
+    };
+    assert_eq!(
+        src.len(),
+        out.len(),
+        "a row of the wrong length in a checked chunk"
+    );
+    for (o, s) in out.iter_mut().zip(src) {
+        o.write(*s);
+    }
+    if let Some(r) = mapped {
+        // SAFETY: all `out.len()` slots were written just above; a mapped
+        // row is a `u8` row, so `T` is `u8` here.
+        let copy = unsafe {
+            std::slice::from_raw_parts(out.as_ptr().cast::<u8>(), std::mem::size_of_val(out))
+        };
+        r.verify_copy(copy)?;
+    }
+    Ok(())
+}
+
+fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<BatchField> {
     let n = rows.len();
     let unit = f.unit_elements();
     let dims = f.fixed_dims();
     if !f.is_ragged() {
         let mut shape = vec![n];
         shape.extend(&dims);
-        let data = gather::<T>(rows, fi, unit, n * unit);
-        return BatchField {
+        let data = gather::<T>(rows, fi, unit, n * unit)?;
+        return Ok(BatchField {
             data: T::wrap(
                 ArrayD::from_shape_vec(IxDyn(&shape), data).expect("collate: shape matches length"),
             ),
             offsets: None,
             lengths: None,
-        };
+        });
     }
     let lens: Vec<usize> = rows
         .iter()
@@ -168,118 +207,136 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchFiel
             }
             let mut data = Vec::with_capacity(total * unit);
             for (c, i) in rows {
-                data.extend_from_slice(row_slice::<T>(c, fi, *i));
+                data.extend_from_slice(row_slice::<T>(c, fi, *i)?);
             }
             let mut shape = vec![total];
             shape.extend(&dims);
-            BatchField {
+            Ok(BatchField {
                 data: T::wrap(
                     ArrayD::from_shape_vec(IxDyn(&shape), data)
                         .expect("collate: shape matches length"),
                 ),
                 offsets: Some(offsets),
                 lengths: None,
-            }
+            })
         }
         Ragged::Padded => {
             let max = lens.iter().copied().max().unwrap_or(0);
             let stride = max * unit;
             let mut data = vec![T::default(); n * stride];
             for ((c, i), out) in rows.iter().zip(data.chunks_mut(stride.max(1))) {
-                let s = row_slice::<T>(c, fi, *i);
+                let s = row_slice::<T>(c, fi, *i)?;
                 out[..s.len()].copy_from_slice(s);
             }
             let mut shape = vec![n, max];
             shape.extend(&dims);
-            BatchField {
+            Ok(BatchField {
                 data: T::wrap(
                     ArrayD::from_shape_vec(IxDyn(&shape), data)
                         .expect("collate: shape matches length"),
                 ),
                 offsets: None,
                 lengths: Some(lens),
-            }
+            })
         }
     }
 }
 
 /// Concatenate fixed-size rows of `unit` elements (one copy each, no
-/// zero-filling first); in parallel when large.
-fn gather<T: Elem>(rows: &[(&Chunk, usize)], fi: usize, unit: usize, total: usize) -> Vec<T> {
+/// zero-filling first, any due CRC checked on the copy); in parallel when
+/// large.
+fn gather<T: Elem>(
+    rows: &[(&Chunk, usize)],
+    fi: usize,
+    unit: usize,
+    total: usize,
+) -> Result<Vec<T>> {
     let mut data: Vec<T> = recycle::take(total);
-    if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 && unit > 0 {
-        data.spare_capacity_mut()[..total]
-            .par_chunks_mut(unit)
-            .zip(rows.par_iter())
-            .for_each(|(out, (c, i))| {
-                let src = row_slice::<T>(c, fi, *i);
-                assert_eq!(
-                    src.len(),
-                    out.len(),
-                    "a row of the wrong length in a checked chunk"
-                );
-                for (o, s) in out.iter_mut().zip(src) {
-                    o.write(*s);
-                }
-            });
-        // SAFETY: the `total / unit` chunks of `unit` slots above cover all
-        // `total` slots (rows.len() * unit == total), and each was written
-        // from a source slice of exactly its length (asserted).
-        unsafe { data.set_len(total) };
-    } else {
-        for (c, i) in rows {
-            data.extend_from_slice(row_slice::<T>(c, fi, *i));
+    if unit > 0 {
+        if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 {
+            data.spare_capacity_mut()[..total]
+                .par_chunks_mut(unit)
+                .zip(rows.par_iter())
+                .try_for_each(|(out, (c, i))| copy_row(c, fi, *i, out))?;
+        } else {
+            let slots = data.spare_capacity_mut()[..total].chunks_mut(unit);
+            for (out, (c, i)) in slots.zip(rows) {
+                copy_row(c, fi, *i, out)?;
+            }
         }
     }
-    data
+    // SAFETY: the `total / unit` chunks of `unit` slots above cover all
+    // `total` slots (rows.len() * unit == total; none when unit is 0), and
+    // each was written by `copy_row` from a source of exactly its length
+    // (asserted) — or an error returned above.
+    unsafe { data.set_len(total) };
+    Ok(data)
+}
+
+/// A run of bytes to copy into the batch, and the CRC check due on it once
+/// copied (a mapped row's).
+struct Block<'a> {
+    bytes: &'a [u8],
+    row: Option<MappedRow<'a>>,
 }
 
 /// Copy `blocks` one after another into one vector of `total` bytes: one
-/// copy each, in parallel when large, no zero-filling first.
-fn copy_blocks(blocks: &[&[u8]], total: usize) -> Vec<u8> {
+/// copy each, in parallel when large, no zero-filling first; a block's due
+/// CRC is checked on its copy right after it is made (still in cache).
+fn copy_blocks(blocks: &[Block<'_>], total: usize) -> Result<Vec<u8>> {
     let mut data: Vec<u8> = recycle::take(total);
     let parallel = total >= PARALLEL_BYTES && blocks.len() > 1;
-    let mut jobs: Vec<(&mut [MaybeUninit<u8>], &[u8])> = Vec::with_capacity(blocks.len());
+    let mut jobs: Vec<(&mut [MaybeUninit<u8>], &Block<'_>)> = Vec::with_capacity(blocks.len());
     let mut rest = &mut data.spare_capacity_mut()[..total];
     for b in blocks {
-        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(b.len());
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(b.bytes.len());
         jobs.push((dst, b));
         rest = tail;
     }
     assert!(rest.is_empty(), "blocks add up to the total");
-    let copy = |(dst, src): (&mut [MaybeUninit<u8>], &[u8])| {
+    let copy = |(dst, src): (&mut [MaybeUninit<u8>], &Block<'_>)| -> Result<()> {
+        let len = src.bytes.len();
         // SAFETY: `dst` and `src` have the same length (split above), `dst`
         // is spare capacity of `data`, which no slice of `src` (rows of
-        // chunks or mapped inputs) can overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len())
+        // chunks or mapped inputs) can overlap; after the copy all of `dst`
+        // is written, so it may be read as bytes.
+        let copy = unsafe {
+            std::ptr::copy_nonoverlapping(src.bytes.as_ptr(), dst.as_mut_ptr().cast::<u8>(), len);
+            std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), len)
+        };
+        match &src.row {
+            Some(r) => r.verify_copy(copy),
+            None => Ok(()),
         }
     };
     if parallel {
-        jobs.into_par_iter().for_each(copy);
+        jobs.into_par_iter().try_for_each(copy)?;
     } else {
-        jobs.into_iter().for_each(copy);
+        jobs.into_iter().try_for_each(copy)?;
     }
     // SAFETY: the blocks cover the first `total` bytes exactly (asserted),
-    // and each was written above.
+    // and each was written above (or an error returned).
     unsafe { data.set_len(total) };
-    data
+    Ok(data)
 }
 
 /// The byte strings of field `fi` of `rows`, concatenated (sized first, each
 /// row copied once), and how many strings each row has.
-fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> (BytesList, Vec<usize>) {
-    let mut blocks: Vec<&[u8]> = Vec::with_capacity(rows.len());
+fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> Result<(BytesList, Vec<usize>)> {
+    let mut blocks: Vec<Block<'_>> = Vec::with_capacity(rows.len());
     let mut ends = Vec::with_capacity(rows.len());
     let mut counts = Vec::with_capacity(rows.len());
     let mut total = 0usize;
     for (c, i) in rows {
         let col = &c.columns()[fi];
-        if let Some(b) = col.mapped_row(*i) {
-            total += b.len();
+        if let Some(r) = col.mapped_row_unchecked(*i) {
+            total += r.bytes.len();
             ends.push(total);
             counts.push(1);
-            blocks.push(b);
+            blocks.push(Block {
+                bytes: r.bytes,
+                row: Some(r),
+            });
             continue;
         }
         let r = col.owned_range(*i);
@@ -293,15 +350,18 @@ fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> (BytesList, Vec<usize>) 
             };
             ends.extend(list.ends()[r].iter().map(|&e| e - b0 + total));
             total += block.len();
-            blocks.push(block);
+            blocks.push(Block {
+                bytes: block,
+                row: None,
+            });
         }
     }
-    let data = copy_blocks(&blocks, total);
-    (BytesList::from_parts(data, ends), counts)
+    let data = copy_blocks(&blocks, total)?;
+    Ok((BytesList::from_parts(data, ends), counts))
 }
 
-fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
-    let (out, lens) = gather_bytes(fi, rows);
+fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<BatchField> {
+    let (out, lens) = gather_bytes(fi, rows)?;
     let mut offsets = Vec::with_capacity(lens.len() + 1);
     offsets.push(0);
     let mut n = 0;
@@ -310,13 +370,13 @@ fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
         offsets.push(n);
     }
     if !f.is_ragged() {
-        return BatchField {
+        return Ok(BatchField {
             data: Array::Bytes(out),
             offsets: None,
             lengths: None,
-        };
+        });
     }
-    match f.ragged {
+    Ok(match f.ragged {
         Ragged::Offsets => BatchField {
             data: Array::Bytes(out),
             offsets: Some(offsets),
@@ -336,5 +396,5 @@ fn bytes(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> BatchField {
                 lengths: Some(lens),
             }
         }
-    }
+    })
 }

@@ -7,7 +7,12 @@
 //! write straight into it and collation copies each instance's values once.
 //! Large `u8` / `bytes` rows read from a memory-mapped file are not even
 //! copied into the chunk: they refer to the map ([`Column::mapped_row`]),
-//! and cost (in [`Chunk::payload_bytes`]) what a copy would.
+//! and cost (in [`Chunk::payload_bytes`]) what a copy would. Such a row may
+//! carry its record's payload CRC, checked when its bytes are copied out
+//! rather than when the record was read (see
+//! [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)):
+//! every way out of the chunk ([`Column::mapped_row`], [`Chunk::row`],
+//! [`Chunk::extend_rows`], collation) checks it first.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -755,6 +760,72 @@ pub(crate) const MAPPED_MIN_BYTES: usize = 4096;
 /// Span offset of a row whose elements are held in the column's `values`.
 const OWNED: usize = usize::MAX;
 
+/// A record's payload CRC-32C, checked when its one mapped span is copied
+/// out instead of when the record was read, so that its bytes are read from
+/// memory once (copy, then CRC of the copy while it is in cache). The
+/// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix is
+/// kept, the suffix is in the backing.
+#[derive(Clone, Debug)]
+pub(crate) struct DeferredCrc {
+    /// CRC-32C state after the payload bytes before the span.
+    prefix: u32,
+    /// Where the payload bytes after the span are in the backing: (offset, len).
+    suffix: (usize, usize),
+    /// The masked CRC stored in the frame.
+    stored: u32,
+    /// The record, for the error.
+    location: Location,
+}
+
+impl DeferredCrc {
+    /// A check of a payload whose bytes before the span have CRC-32C
+    /// (running state) `prefix`, whose bytes after it are `suffix` (offset,
+    /// len) in the backing, and whose frame stores the masked CRC `stored`.
+    pub(crate) fn new(
+        prefix: u32,
+        suffix: (usize, usize),
+        stored: u32,
+        location: Location,
+    ) -> Self {
+        DeferredCrc {
+            prefix,
+            suffix,
+            stored,
+            location,
+        }
+    }
+
+    /// Check the payload, given the span's bytes (in the map or a copy of
+    /// them) and the backing's bytes (for the suffix): the error is word for
+    /// word the one reading would have given.
+    pub(crate) fn verify(&self, backing: &[u8], span: &[u8]) -> Result<()> {
+        let (off, len) = self.suffix;
+        let crc = crc32c::crc32c_append(self.prefix, span);
+        let crc = crc32c::crc32c_append(crc, &backing[off..off + len]);
+        crate::format::tfrecord::check_payload_crc(&self.location, self.stored, crc)
+    }
+}
+
+/// A row that refers to a backing, as collation copies it: its bytes and
+/// the CRC check still due on them (if any).
+pub(crate) struct MappedRow<'a> {
+    /// The row's bytes in the backing.
+    pub(crate) bytes: &'a [u8],
+    check: Option<(&'a DeferredCrc, &'a [u8])>,
+}
+
+impl MappedRow<'_> {
+    /// Check the record's CRC on `copy`, a copy of [`bytes`](Self::bytes)
+    /// (read while it is still in cache); `Ok` if no check is due.
+    #[inline]
+    pub(crate) fn verify_copy(&self, copy: &[u8]) -> Result<()> {
+        match self.check {
+            None => Ok(()),
+            Some((c, backing)) => c.verify(backing, copy),
+        }
+    }
+}
+
 /// The rows of a `u8` or `bytes` column that refer to a [`Backing`] instead
 /// of holding their bytes. Each row is either mapped — one span of the
 /// backing: a `u8` row's elements, or a `bytes` row's one byte string — or
@@ -767,6 +838,8 @@ struct MappedRows {
     spans: Vec<(usize, usize)>,
     /// Per committed row: where its owned elements end in `values`.
     owned_ends: Vec<usize>,
+    /// Per committed row: the CRC check due when its span is copied out.
+    checks: Vec<Option<DeferredCrc>>,
     /// Bytes of the committed mapped rows.
     mapped_bytes: usize,
     /// The span of the backing the mapped rows cover (lowest start, highest end).
@@ -774,6 +847,8 @@ struct MappedRows {
     hi: usize,
     /// The uncommitted row's span: (offset, len).
     pending: Option<(usize, usize)>,
+    /// The uncommitted row's due check (set just before it is committed).
+    pending_check: Option<DeferredCrc>,
 }
 
 impl MappedRows {
@@ -783,15 +858,29 @@ impl MappedRows {
             backing,
             spans: vec![(OWNED, 0); ends.len()],
             owned_ends: ends.to_vec(),
+            checks: vec![None; ends.len()],
             mapped_bytes: 0,
             lo: usize::MAX,
             hi: 0,
             pending: None,
+            pending_check: None,
         }
     }
 
     fn bytes(&self, off: usize, len: usize) -> &[u8] {
         &self.backing.bytes()[off..off + len]
+    }
+
+    /// Committed row `i` if it is mapped, with its due check.
+    #[inline]
+    fn row(&self, i: usize) -> Option<MappedRow<'_>> {
+        match self.spans[i] {
+            (OWNED, _) => None,
+            (off, len) => Some(MappedRow {
+                bytes: self.bytes(off, len),
+                check: self.checks[i].as_ref().map(|c| (c, self.backing.bytes())),
+            }),
+        }
     }
 }
 
@@ -810,6 +899,7 @@ impl fmt::Debug for MappedRows {
         f.debug_struct("MappedRows")
             .field("spans", &self.spans)
             .field("owned_ends", &self.owned_ends)
+            .field("checks", &self.checks)
             .field("mapped_bytes", &self.mapped_bytes)
             .field("pending", &self.pending)
             .finish()
@@ -845,7 +935,8 @@ impl PartialEq for Column {
         }
         self.ends == other.ends
             && self.values.dtype() == other.values.dtype()
-            && (0..self.ends.len()).all(|i| self.row_values(i) == other.row_values(i))
+            && (0..self.ends.len())
+                .all(|i| self.row_values(i, false).ok() == other.row_values(i, false).ok())
     }
 }
 
@@ -876,14 +967,29 @@ impl Column {
 
     /// The bytes of instance `i` if it refers to a memory-mapped input —
     /// the elements of a `u8` row, the one byte string of a `bytes` row
-    /// (`None`: its elements are `values[owned_range(i)]`).
+    /// (`Ok(None)`: its elements are `values[owned_range(i)]`).
+    ///
+    /// # Errors
+    ///
+    /// The record's payload CRC, if it was left to be checked here (see
+    /// [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)),
+    /// does not match: [`Error::Corrupt`] naming the file, record and offset.
     #[inline]
-    pub fn mapped_row(&self, i: usize) -> Option<&[u8]> {
-        let m = self.mapped.as_deref()?;
-        match m.spans[i] {
-            (OWNED, _) => None,
-            (off, len) => Some(m.bytes(off, len)),
+    pub fn mapped_row(&self, i: usize) -> Result<Option<&[u8]>> {
+        match self.mapped_row_unchecked(i) {
+            None => Ok(None),
+            Some(r) => {
+                r.verify_copy(r.bytes)?;
+                Ok(Some(r.bytes))
+            }
         }
+    }
+
+    /// Instance `i`'s mapped bytes and the CRC check still due on them,
+    /// for a caller that copies them and checks the copy.
+    #[inline]
+    pub(crate) fn mapped_row_unchecked(&self, i: usize) -> Option<MappedRow<'_>> {
+        self.mapped.as_deref()?.row(i)
     }
 
     /// Elements a mapped span of `len` bytes stands for.
@@ -912,18 +1018,40 @@ impl Column {
         }
     }
 
-    /// Instance `i`'s elements as owned values.
-    fn row_values(&self, i: usize) -> Values {
-        if let Some(b) = self.mapped_row(i) {
-            return match self.values {
+    /// Instance `i`'s elements as owned values (a due CRC checked first if
+    /// `check`).
+    fn row_values(&self, i: usize, check: bool) -> Result<Values> {
+        if let Some(r) = self.mapped_row_unchecked(i) {
+            if check {
+                r.verify_copy(r.bytes)?;
+            }
+            let b = r.bytes;
+            return Ok(match self.values {
                 Values::Bytes(_) => Values::Bytes(BytesList::from_iter([b])),
                 _ => Values::U8(b.to_vec()),
-            };
+            });
         }
         let r = self.owned_range(i);
         let mut v = Values::with_capacity(self.values.dtype(), r.len());
         v.extend_range(&self.values, r.start, r.end);
-        v
+        Ok(v)
+    }
+
+    /// Check now every CRC due on rows `start..end`.
+    fn verify_rows(&self, start: usize, end: usize) -> Result<()> {
+        for i in start..end {
+            self.mapped_row(i)?;
+        }
+        Ok(())
+    }
+
+    /// True if rows of `other` (mapped) would stay mapped when appended here.
+    fn keeps_spans_of(&self, other: &Column) -> bool {
+        match (self.mapped.as_deref(), other.mapped.as_deref()) {
+            (_, None) => true,
+            (Some(m), Some(o)) => Arc::ptr_eq(&m.backing, &o.backing),
+            (None, Some(_)) => matches!(self.values.dtype(), DType::U8 | DType::Bytes),
+        }
     }
 
     /// Elements of the committed rows in `values`.
@@ -962,17 +1090,28 @@ impl Column {
     }
 
     fn commit_mapped(&mut self) {
+        self.commit_mapped_with(None);
+    }
+
+    /// Commit the row; `check` goes with its mapped span (dropped if the
+    /// row is not mapped — the caller makes sure it is).
+    fn commit_mapped_with(&mut self, check: Option<DeferredCrc>) {
         let end = self.ends.last().copied().unwrap_or(0) + self.pending();
         self.ends.push(end);
         if let Some(m) = self.mapped.as_deref_mut() {
+            let check = check.or_else(|| m.pending_check.take());
             match m.pending.take() {
                 Some((off, len)) => {
                     m.spans.push((off, len));
+                    m.checks.push(check);
                     m.mapped_bytes += len;
                     m.lo = m.lo.min(off);
                     m.hi = m.hi.max(off + len);
                 }
-                None => m.spans.push((OWNED, 0)),
+                None => {
+                    m.spans.push((OWNED, 0));
+                    m.checks.push(None);
+                }
             }
             m.owned_ends.push(self.values.len());
         }
@@ -987,6 +1126,7 @@ impl Column {
         }
         if let Some(m) = self.mapped.as_deref_mut() {
             m.pending = None;
+            m.pending_check = None;
         }
     }
 
@@ -995,6 +1135,10 @@ impl Column {
     fn materialize_pending(&mut self) {
         let Column { values, mapped, .. } = self;
         if let Some(m) = mapped.as_deref_mut() {
+            debug_assert!(
+                m.pending_check.is_none(),
+                "a due CRC is set just before the row is committed"
+            );
             if let Some((off, len)) = m.pending.take() {
                 match values {
                     Values::U8(v) => v.extend_from_slice(m.bytes(off, len)),
@@ -1028,18 +1172,20 @@ impl Column {
     }
 
     /// Append row `i` of `other` (same dtype) as a committed row: a mapped
-    /// row stays mapped when both refer to the same backing.
+    /// row stays mapped (with its due check) when both refer to the same
+    /// backing; otherwise it is copied, unchecked — the caller has checked
+    /// it ([`verify_rows`](Self::verify_rows)).
     fn push_row_of(&mut self, other: &Column, i: usize) {
         self.rollback();
         if let Some(om) = other.mapped.as_deref() {
             let (off, len) = om.spans[i];
             if off != OWNED && self.set_pending_mapped(&om.backing, off, len) {
-                self.commit();
+                self.commit_mapped_with(om.checks[i].clone());
                 return;
             }
         }
         let v = self.owned_mut();
-        match other.mapped_row(i) {
+        match other.mapped_row_unchecked(i).map(|r| r.bytes) {
             Some(b) => match v {
                 Values::U8(v) => v.extend_from_slice(b),
                 Values::Bytes(v) => v.push(b),
@@ -1196,7 +1342,12 @@ impl Chunk {
             + self
                 .columns
                 .iter()
-                .map(|c| c.ends.len() * 8 + c.mapped.as_deref().map_or(0, |m| m.spans.len() * 24))
+                .map(|c| {
+                    c.ends.len() * 8
+                        + c.mapped.as_deref().map_or(0, |m| {
+                            m.spans.len() * (24 + std::mem::size_of::<Option<DeferredCrc>>())
+                        })
+                })
                 .sum::<usize>()
             + self.origins.len() * std::mem::size_of::<Origin>()
     }
@@ -1273,6 +1424,34 @@ impl Chunk {
         }
     }
 
+    /// The uncommitted row's one mapped span, as `(field, offset, len)` in
+    /// its backing — `None` if no field or more than one field of the row is
+    /// mapped.
+    pub(crate) fn pending_mapped_span(&self) -> Option<(usize, usize, usize)> {
+        let mut found = None;
+        for (i, c) in self.columns.iter().enumerate() {
+            if let Some((off, len)) = c.mapped.as_deref().and_then(|m| m.pending) {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some((i, off, len));
+            }
+        }
+        found
+    }
+
+    /// Leave the uncommitted row's payload CRC to be checked when field
+    /// `i`'s mapped span (see [`pending_mapped_span`](Self::pending_mapped_span))
+    /// is copied out. Call right before [`commit_row`](Self::commit_row).
+    pub(crate) fn defer_crc(&mut self, i: usize, check: DeferredCrc) {
+        let m = self.columns[i]
+            .mapped
+            .as_deref_mut()
+            .filter(|m| m.pending.is_some())
+            .expect("defer_crc on a field whose row is mapped");
+        m.pending_check = Some(check);
+    }
+
     /// Close the row written through [`values_mut`](Self::values_mut): check
     /// each field's element count against the schema. On a mismatch the row
     /// is rolled back and `(field index, description)` returned.
@@ -1345,6 +1524,7 @@ impl Chunk {
             c.ends.extend((1..=n).map(|j| logical + j * per));
             if let Some(m) = c.mapped.as_deref_mut() {
                 m.spans.extend(std::iter::repeat_n((OWNED, 0), n));
+                m.checks.extend(std::iter::repeat_n(None, n));
                 m.owned_ends.extend((1..=n).map(|j| start + j * per));
             }
         }
@@ -1361,23 +1541,58 @@ impl Chunk {
     }
 
     /// Instance `i` as an owned [`Instance`].
-    pub fn row(&self, i: usize) -> Instance {
-        let values = self.columns.iter().map(|c| c.row_values(i)).collect();
-        Instance {
+    ///
+    /// # Errors
+    ///
+    /// A payload CRC left to be checked when the row is copied out (see
+    /// [`Column::mapped_row`]) does not match.
+    pub fn row(&self, i: usize) -> Result<Instance> {
+        let values = self
+            .columns
+            .iter()
+            .map(|c| c.row_values(i, true))
+            .collect::<Result<_>>()?;
+        Ok(Instance {
             schema: self.schema.clone(),
             values,
             origin: self.origins[i],
-        }
+        })
     }
 
-    /// All instances as owned [`Instance`]s.
-    pub fn rows(&self) -> impl ExactSizeIterator<Item = Instance> + '_ {
+    /// All instances as owned [`Instance`]s (each as [`row`](Self::row) gives it).
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = Result<Instance>> + '_ {
         (0..self.len()).map(move |i| self.row(i))
     }
 
+    /// A new chunk of rows `keep` of this one (in that order). Mapped rows
+    /// stay mapped, with their due checks: a new column takes the one
+    /// backing of each of this chunk's columns, so nothing is copied
+    /// unchecked and nothing can fail.
+    pub(crate) fn select_rows(&self, keep: &[usize]) -> Chunk {
+        let mut out = Chunk::with_capacity(&self.schema, keep.len());
+        for (c, o) in out.columns.iter_mut().zip(&self.columns) {
+            for &i in keep {
+                c.push_row_of(o, i);
+            }
+        }
+        out.origins.extend(keep.iter().map(|&i| self.origins[i]));
+        out
+    }
+
     /// Append rows `start..end` of `other` (same schema). Rows of `other`
-    /// that refer to a memory-mapped input keep referring to it.
-    pub fn extend_rows(&mut self, other: &Chunk, start: usize, end: usize) {
+    /// that refer to a memory-mapped input keep referring to it (and keep
+    /// any CRC check due on them).
+    ///
+    /// # Errors
+    ///
+    /// A row that has to be copied here has a due payload CRC that does not
+    /// match (see [`Column::mapped_row`]); nothing is appended then.
+    pub fn extend_rows(&mut self, other: &Chunk, start: usize, end: usize) -> Result<()> {
+        for (c, o) in self.columns.iter().zip(&other.columns) {
+            if !c.keeps_spans_of(o) {
+                o.verify_rows(start, end)?;
+            }
+        }
         for (c, o) in self.columns.iter_mut().zip(&other.columns) {
             if c.mapped.is_none() && o.mapped.is_none() {
                 c.rollback();
@@ -1393,5 +1608,6 @@ impl Chunk {
             }
         }
         self.origins.extend_from_slice(&other.origins[start..end]);
+        Ok(())
     }
 }

@@ -356,11 +356,7 @@ impl RecordStride {
         if keep.len() == chunk.len() {
             return chunk;
         }
-        let mut out = Chunk::with_capacity(chunk.schema(), keep.len());
-        for i in keep {
-            out.extend_rows(&chunk, i, i + 1);
-        }
-        out
+        chunk.select_rows(&keep)
     }
 
     /// True if record `record_index` is kept.

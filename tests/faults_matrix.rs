@@ -1,6 +1,8 @@
 //! Fault matrix on real TFRecord files: a bad payload CRC, a bad length CRC,
 //! a truncated file, an undecodable payload and a missing file, each under
-//! the fail and the skip policy. With fail, the consumer gets an error naming
+//! the fail and the skip policy; and a bad byte in a large image that stays
+//! in the mapped file (its CRC is checked as collation copies it under the
+//! fail policy, as it is read under skip) for a `u8` and a `bytes` schema. With fail, the consumer gets an error naming
 //! file, record and offset, and every pipeline thread ends; with skip, every
 //! good record arrives exactly once and the stats list every skipped place.
 
@@ -19,6 +21,31 @@ enum Fault {
     Truncated,
     Undecodable,
     Missing,
+    /// A bad byte inside record 17's image, large-preset files.
+    MappedImageCrc {
+        bytes: bool,
+    },
+}
+
+impl Fault {
+    fn preset(self) -> Preset {
+        match self {
+            Fault::MappedImageCrc { .. } => Preset::Large,
+            _ => Preset::Small,
+        }
+    }
+
+    /// The schema to read the files with.
+    fn schema(self) -> feedline::Schema {
+        match self {
+            Fault::MappedImageCrc { bytes: true } => feedline::Schema::builder()
+                .field("image", feedline::DType::Bytes, [1])
+                .field("label", feedline::DType::I64, [1])
+                .build()
+                .unwrap(),
+            _ => feedline::gen::preset_schema(self.preset()),
+        }
+    }
 }
 
 struct Case {
@@ -41,9 +68,13 @@ fn frame_offsets(path: &Path) -> Vec<u64> {
 }
 
 fn setup(dir: &Path, fault: Fault) -> Case {
-    let mut opts = GenOptions::new(Preset::Small, dir);
+    let records = match fault.preset() {
+        Preset::Small => 50,
+        Preset::Large => 24,
+    };
+    let mut opts = GenOptions::new(fault.preset(), dir);
     opts.files = Some(3);
-    opts.records = Some(50);
+    opts.records = Some(records);
     let paths: Vec<PathBuf> = generate(&opts).unwrap();
     let victim = paths[1].clone();
     let v = victim.to_string_lossy().into_owned();
@@ -53,15 +84,19 @@ fn setup(dir: &Path, fault: Fault) -> Case {
     let mut bytes = std::fs::read(&victim).unwrap();
     let mut good: Vec<(String, u64)> = paths
         .iter()
-        .flat_map(|p| (0..50).map(move |i| (p.to_string_lossy().into_owned(), i)))
+        .flat_map(|p| (0..records as u64).map(move |i| (p.to_string_lossy().into_owned(), i)))
         .collect();
     let mut files: Vec<String> = paths
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
     let (needle, skipped) = match fault {
-        Fault::PayloadCrc => {
-            bytes[off as usize + 12 + 5] ^= 0x40;
+        Fault::PayloadCrc | Fault::MappedImageCrc { .. } => {
+            let at = match fault {
+                Fault::PayloadCrc => 5,
+                _ => 75_000,
+            };
+            bytes[off as usize + 12 + at] ^= 0x40;
             good.retain(|(f, i)| !(f == &v && *i == k));
             (
                 format!("{v}: record {k}, offset {off}: bad payload CRC"),
@@ -138,13 +173,15 @@ fn every_fault_under_both_policies() {
         Fault::Truncated,
         Fault::Undecodable,
         Fault::Missing,
+        Fault::MappedImageCrc { bytes: false },
+        Fault::MappedImageCrc { bytes: true },
     ] {
         for skip in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let case = setup(dir.path(), fault);
             let loader = Loader::builder()
                 .files(case.files.clone())
-                .schema(feedline::gen::preset_schema(Preset::Small))
+                .schema(fault.schema())
                 .readers(2)
                 .batch(16)
                 .shuffle(64)
@@ -199,10 +236,15 @@ fn every_fault_under_both_policies() {
                     errors[0],
                     case.needle
                 );
-                // Nothing was delivered twice before the failure.
+                // Nothing was delivered twice before the failure, and not
+                // the bad record.
                 let n = got.len();
                 got.dedup();
                 assert_eq!(got.len(), n, "{fault:?}: duplicates");
+                assert!(
+                    got.iter().all(|r| case.good.binary_search(r).is_ok()),
+                    "{fault:?}: a bad record was delivered"
+                );
             }
         }
     }

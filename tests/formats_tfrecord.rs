@@ -899,7 +899,7 @@ fn encode_instance_maps_dtypes() {
     let mut chunk = Chunk::new(&schema);
     dec.decode_into(&payload, &mut chunk, &Location::new(src("mem"), 0, None))
         .unwrap();
-    assert_eq!(chunk.row(0).values(), inst.values());
+    assert_eq!(chunk.row(0).unwrap().values(), inst.values());
     assert_eq!(dec.fallbacks(), 0);
 }
 

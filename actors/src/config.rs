@@ -120,7 +120,12 @@ pub struct PipelineConfig {
     pub sets: Vec<FileSet>,
     /// A format for every file (default: by prefix or extension).
     pub format: Option<String>,
-    /// How files are opened.
+    /// How files are opened. The default checks a TFRecord record's CRC
+    /// when its large mapped bytes are copied into a batch rather than when
+    /// it is read ([`OpenOptions::defer_checksums`]: those bytes are read
+    /// from memory once, not twice); the readers check as they read
+    /// whenever [`error_policy`](Self::error_policy) skips bad records, so
+    /// that they can skip them.
     pub open: OpenOptions,
     /// The formats known.
     pub registry: Registry,
@@ -188,7 +193,10 @@ impl Default for PipelineConfig {
             files: Vec::new(),
             sets: Vec::new(),
             format: None,
-            open: OpenOptions::default(),
+            open: OpenOptions {
+                defer_checksums: true,
+                ..OpenOptions::default()
+            },
             registry: Registry::with_builtin(),
             schema: None,
             readers: 2,

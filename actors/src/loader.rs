@@ -103,7 +103,7 @@ impl LoaderBuilder {
     setter! {
         /// A format for every file.
         format: Option<String> => format;
-        /// How files are opened (compression, checksums, record size cap).
+        /// How files are opened (compression, checksums, record size cap; the default: `PipelineConfig::open`).
         open_options: OpenOptions => open;
         /// The formats known (add your own).
         registry: Registry => registry;

@@ -121,6 +121,8 @@ impl PrefetchReader {
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
         let mut opts = self.config.open.clone();
         opts.start_record = task.start_record;
+        // A record skipped as bad must be found bad here, not in collation.
+        opts.defer_checksums &= matches!(self.config.error_policy, ErrorPolicy::Fail);
         self.config
             .registry
             .open(&task.task.file, self.config.format.as_deref(), &opts)

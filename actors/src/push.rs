@@ -309,7 +309,8 @@ impl Shared {
         let chunk = match st.pending.take() {
             None => row,
             Some(mut p) => {
-                p.extend_rows(&row, 0, row.len());
+                p.extend_rows(&row, 0, row.len())
+                    .expect("a pushed row is held in memory, with no CRC left to check");
                 p
             }
         };

@@ -468,10 +468,35 @@ impl ExampleDecoder {
             "ExampleDecoder used with a chunk of another schema"
         );
         let origin = Origin::new(location.source, location.record);
-        if self.fast(payload, chunk, backing).is_ok() && chunk.commit_row(origin).is_ok() {
+        if self.write_row(payload, chunk, backing) && chunk.commit_row(origin).is_ok() {
             return Ok(());
         }
         chunk.rollback_row();
+        self.fallback(payload, chunk, location)
+    }
+
+    /// The fast walk alone: true if it wrote the whole row (left
+    /// uncommitted, for [`Chunk::commit_row`]); false leaves a partial row
+    /// to roll back and decode with [`fallback`](Self::fallback).
+    #[inline]
+    pub(crate) fn write_row(
+        &mut self,
+        payload: &[u8],
+        chunk: &mut Chunk,
+        backing: Option<&Backing>,
+    ) -> bool {
+        self.fast(payload, chunk, backing).is_ok()
+    }
+
+    /// The generic decode, for a payload the fast walk gave up on (the row
+    /// rolled back): the row, or the error that names what is wrong.
+    #[cold]
+    pub(crate) fn fallback(
+        &mut self,
+        payload: &[u8],
+        chunk: &mut Chunk,
+        location: &Location,
+    ) -> Result<()> {
         self.fallbacks += 1;
         let record = decode_record(payload, location.clone())?;
         chunk.push_record(&record)

@@ -41,7 +41,7 @@
 //! assert_eq!(reader.read_chunk(&mut chunk, 100, 1 << 20).unwrap(), 3);
 //! assert_eq!(chunk.origins()[0].source.name().as_ref(), "gen:squares");
 //! assert_eq!(chunk.origins()[0].record, 2);
-//! assert_eq!(chunk.row(0).get("x").unwrap().as_f32().unwrap(), &[2.0, 4.0]);
+//! assert_eq!(chunk.row(0).unwrap().get("x").unwrap().as_f32().unwrap(), &[2.0, 4.0]);
 //! ```
 
 use std::collections::BTreeMap;

@@ -86,6 +86,19 @@ pub struct OpenOptions {
     /// Largest record accepted: a length field is never trusted beyond it
     /// (nor beyond the bytes left in an uncompressed file).
     pub max_record_bytes: u64,
+    /// Check the CRC of a record whose large byte string is left in the
+    /// memory-mapped file ([`Column::mapped_row`](crate::Column::mapped_row))
+    /// when those bytes are copied out — fused with the copy, so they are
+    /// read from memory once — instead of when the record is read
+    /// ([`RecordReader::read_chunk`] of an uncompressed TFRecord file;
+    /// everything else is checked as it is read). The error is the same,
+    /// but it comes from collation ([`crate::collate`]) or whatever takes
+    /// the row out, not from the reader, and the other rows of that batch
+    /// are not delivered: use it where a bad record ends the pass (the
+    /// actor pipeline turns it on unless it skips bad records). Until then
+    /// the record's other fields, in the chunk's [`Column::values`](crate::Column::values),
+    /// are unchecked too. Default: false.
+    pub defer_checksums: bool,
 }
 
 impl Default for OpenOptions {
@@ -95,6 +108,7 @@ impl Default for OpenOptions {
             compression: None,
             verify_checksums: true,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            defer_checksums: false,
         }
     }
 }

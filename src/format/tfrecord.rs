@@ -44,7 +44,9 @@ use flate2::write::{GzEncoder, ZlibEncoder};
 use super::example::{self, ExampleDecoder};
 use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
 use crate::error::{Error, Location, Result};
-use crate::instance::{Backing, BackingBytes, Chunk, Instance, Record, SourceId};
+use crate::instance::{
+    Backing, BackingBytes, Chunk, DeferredCrc, Instance, Origin, Record, SourceId,
+};
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
@@ -201,6 +203,9 @@ struct Cursor {
     /// Frames still to skip (start_record).
     skip_to: u64,
     verify: bool,
+    /// Leave the payload CRC of a record with one mapped span to be checked
+    /// when the span is copied out (`OpenOptions::defer_checksums`).
+    defer: bool,
     max_record_bytes: u64,
     can_continue: bool,
     failed: Option<Failure>,
@@ -275,17 +280,27 @@ impl Cursor {
         self.index += 1;
         if check && self.verify {
             let stored = u32::from_le_bytes(footer);
-            let computed = masked_crc32c(payload);
-            if stored != computed {
+            if let Err(e) = check_payload_crc(&loc, stored, crc32c::crc32c(payload)) {
                 self.can_continue = true;
-                return Err(Error::corrupt(
-                    loc,
-                    format!("bad payload CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"),
-                ));
+                return Err(e);
             }
         }
         Ok(loc)
     }
+}
+
+/// `Ok` if a payload whose CRC-32C is `crc` matches the masked CRC `stored`
+/// in its frame; else the error for the record at `loc`.
+#[inline]
+pub(crate) fn check_payload_crc(loc: &Location, stored: u32, crc: u32) -> Result<()> {
+    let computed = mask_crc(crc);
+    if stored == computed {
+        return Ok(());
+    }
+    Err(Error::corrupt(
+        loc.clone(),
+        format!("bad payload CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"),
+    ))
 }
 
 /// The next frame of an in-memory stream, in place.
@@ -523,6 +538,7 @@ impl TfRecordReader {
                 index: 0,
                 skip_to: opts.start_record,
                 verify: opts.verify_checksums,
+                defer: opts.verify_checksums && opts.defer_checksums,
                 max_record_bytes: opts.max_record_bytes,
                 can_continue: false,
                 failed: None,
@@ -625,6 +641,18 @@ impl RecordReader for TfRecordReader {
         let mut n = 0;
         while n < max_records && chunk.payload_bytes() < max_bytes {
             let (frame, backing) = match input {
+                Input::Mapped(map) if cur.defer => {
+                    let data = map.bytes();
+                    let Some((payload, loc)) = memory_frame(data, cur, false)? else {
+                        break;
+                    };
+                    if let Err(e) = decode_deferred(decoder, data, payload, chunk, &loc, map) {
+                        cur.can_continue = true;
+                        return Err(e);
+                    }
+                    n += 1;
+                    continue;
+                }
                 Input::Memory(data) => (memory_frame((**data).as_ref(), cur, true)?, None),
                 Input::Mapped(map) => (memory_frame(map.bytes(), cur, true)?, Some(&*map)),
                 Input::Stream { reader, buf } => {
@@ -648,6 +676,50 @@ impl RecordReader for TfRecordReader {
     fn can_continue(&self) -> bool {
         self.cur.can_continue
     }
+}
+
+/// Decode a payload of the mapped file `data` (its CRC not checked yet) into
+/// `chunk`. A row with exactly one mapped span takes its CRC check along
+/// (done when the span is copied out: the big bytes are read once); any
+/// other row is checked here, before it is committed; a payload the fast
+/// walk gives up on is checked before the generic decode names what is
+/// wrong — so every error is the one checking first would give.
+fn decode_deferred(
+    decoder: &mut ExampleDecoder,
+    data: &[u8],
+    payload: &[u8],
+    chunk: &mut Chunk,
+    loc: &Location,
+    map: &Backing,
+) -> Result<()> {
+    let start = payload.as_ptr() as usize - data.as_ptr() as usize;
+    let end = start + payload.len();
+    let footer = data[end..end + FOOTER_BYTES]
+        .try_into()
+        .expect("memory_frame checked the footer is there");
+    let stored = u32::from_le_bytes(footer);
+    let origin = Origin::new(loc.source, loc.record);
+    if decoder.write_row(payload, chunk, Some(map)) {
+        match chunk.pending_mapped_span() {
+            Some((field, off, len)) if off >= start && off + len <= end => {
+                let prefix = crc32c::crc32c(&data[start..off]);
+                let suffix = (off + len, end - (off + len));
+                chunk.defer_crc(field, DeferredCrc::new(prefix, suffix, stored, loc.clone()));
+            }
+            _ => {
+                if let Err(e) = check_payload_crc(loc, stored, crc32c::crc32c(payload)) {
+                    chunk.rollback_row();
+                    return Err(e);
+                }
+            }
+        }
+        if chunk.commit_row(origin).is_ok() {
+            return Ok(());
+        }
+    }
+    chunk.rollback_row();
+    check_payload_crc(loc, stored, crc32c::crc32c(payload))?;
+    decoder.fallback(payload, chunk, loc)
 }
 
 enum Sink<W: Write> {
@@ -905,18 +977,18 @@ mod tests {
                 for i in 0..m.len() {
                     let record = m.origins()[i].record as usize;
                     // Mapped: one large string; copied: the rest.
-                    let img = m.columns()[0].mapped_row(i);
+                    let img = m.columns()[0].mapped_row(i).unwrap();
                     let one_string = record % 5 != 3 && !falls_back(record);
                     assert_eq!(img.is_some(), one_string, "record {record}");
                     if let Some(img) = img {
                         assert_eq!(img, &bytes(record, IMG)[..]);
                         assert!(m.columns()[0].owned_range(i).is_empty());
                     }
-                    let blob = m.columns()[1].mapped_row(i);
+                    let blob = m.columns()[1].mapped_row(i).unwrap();
                     let one_string = record % 4 == 0 && !falls_back(record);
                     assert_eq!(blob.is_some(), one_string, "record {record}");
-                    assert_eq!(m.row(i), c.row(i));
-                    let label = m.row(i).get("label").unwrap().clone();
+                    assert_eq!(m.row(i).unwrap(), c.row(i).unwrap());
+                    let label = m.row(i).unwrap().get("label").unwrap().clone();
                     assert_eq!(label, Values::I64(vec![record as i64]));
                 }
                 assert_eq!(
@@ -950,21 +1022,21 @@ mod tests {
         let mut picked = Chunk::new(&schema);
         let mut owned = Chunk::new(&schema);
         for i in (0..12).step_by(2) {
-            picked.extend_rows(m, i, i + 1);
-            owned.extend_rows(c, i, i + 1);
+            picked.extend_rows(m, i, i + 1).unwrap();
+            owned.extend_rows(c, i, i + 1).unwrap();
         }
         assert!(picked.columns()[0].is_mapped());
-        assert!(picked.columns()[0].mapped_row(0).is_some());
+        assert!(picked.columns()[0].mapped_row(0).unwrap().is_some());
         assert_eq!(picked, owned);
         // Rows of mapped chunks appended to an owned one are copied.
         let mut mixed = owned.clone();
-        mixed.extend_rows(m, 1, 3);
+        mixed.extend_rows(m, 1, 3).unwrap();
         let mut expect = owned.clone();
-        expect.extend_rows(c, 1, 3);
+        expect.extend_rows(c, 1, 3).unwrap();
         assert_eq!(mixed, expect);
         assert_eq!(mixed.payload_bytes(), expect.payload_bytes());
         // Instances and whole rows written through values_mut go on a mapped chunk.
-        let inst = c.row(5);
+        let inst = c.row(5).unwrap();
         picked.push_instance(&inst);
         owned.push_instance(&inst);
         for (i, v) in inst.values().iter().enumerate() {
@@ -974,8 +1046,8 @@ mod tests {
         picked.commit_rows(inst.origin().source, 99, 1).unwrap();
         owned.commit_rows(inst.origin().source, 99, 1).unwrap();
         assert_eq!(picked, owned);
-        assert_eq!(picked.row(7), owned.row(7));
-        assert!(picked.columns()[0].mapped_row(7).is_none());
+        assert_eq!(picked.row(7).unwrap(), owned.row(7).unwrap());
+        assert!(picked.columns()[0].mapped_row(7).unwrap().is_none());
         assert_eq!(
             collate_rows(
                 &schema,
@@ -1010,5 +1082,150 @@ mod tests {
             assert_eq!(mapped, copied);
             assert_eq!(mapped[0].len(), bad);
         }
+    }
+
+    /// Every chunk of the file at `path` (and the first error, as text).
+    fn read_all(path: &Path, opts: &OpenOptions, schema: &Schema) -> (Vec<Chunk>, Option<String>) {
+        let r = TfRecordReader::open(path, opts).unwrap();
+        assert!(matches!(r.input, Input::Mapped(_)));
+        read_chunks(r, schema)
+    }
+
+    fn read_chunks(mut r: TfRecordReader, schema: &Schema) -> (Vec<Chunk>, Option<String>) {
+        let mut chunks = Vec::new();
+        loop {
+            let mut c = Chunk::with_budget(schema, 100, usize::MAX);
+            match r.read_chunk(&mut c, 100, usize::MAX) {
+                Ok(0) => return (chunks, None),
+                Ok(_) => chunks.push(c),
+                Err(e) => {
+                    chunks.push(c);
+                    return (chunks, Some(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Where each record's payload is in the file.
+    fn payload_spans(file: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < file.len() {
+            let len = u64::from_le_bytes(file[pos..pos + 8].try_into().unwrap()) as usize;
+            out.push((pos + HEADER_BYTES, pos + HEADER_BYTES + len));
+            pos += HEADER_BYTES + len + FOOTER_BYTES;
+        }
+        out
+    }
+
+    #[test]
+    fn a_deferred_crc_is_checked_on_the_copy_and_gives_the_error_reading_would() {
+        let schema = schema(Ragged::Offsets);
+        let n = 12;
+        let clean = file_bytes(n, None);
+        let spans = payload_spans(&clean);
+        assert_eq!(spans.len(), n);
+        let dir = tempfile::tempdir().unwrap();
+        let clean_path = dir.path().join("clean.tfrecord");
+        std::fs::write(&clean_path, &clean).unwrap();
+        let copying = TfRecordReader::from_bytes(
+            clean.clone(),
+            source_id(&clean_path),
+            &OpenOptions::default(),
+        );
+        let owned = read_chunks(copying, &schema).0;
+        let owned = &owned[0];
+        // Rows mapped from another file: appending to them copies.
+        let other = read_all(&clean_path, &OpenOptions::default(), &schema).0;
+        let other = &other[0];
+        assert!(other.columns()[0].is_mapped() && other.columns()[1].is_mapped());
+        let defer = OpenOptions {
+            defer_checksums: true,
+            ..OpenOptions::default()
+        };
+        // A clean file reads the same either way.
+        assert!(read_all(&clean_path, &defer, &schema).0[0] == *owned);
+        let mut deferred = Vec::new();
+        // Records 1 and 2 map only the image, 8 only the blob; 0 and 4 map
+        // both, 3 neither; 6 goes to the generic decoder.
+        for bad in [0, 1, 2, 3, 4, 6, 8] {
+            let (start, end) = spans[bad];
+            let img = bytes(bad, IMG);
+            let img_at = clean[start..end]
+                .windows(100)
+                .position(|w| w == &img[..100])
+                .expect("the image's first bytes are in the payload");
+            for at in [start + 1, start + img_at + 50, end - 1] {
+                let mut file = clean.clone();
+                file[at] ^= 0x40;
+                let path = dir.path().join(format!("bad-{bad}-{at}.tfrecord"));
+                std::fs::write(&path, &file).unwrap();
+                let (eager, e) = read_all(&path, &OpenOptions::default(), &schema);
+                let e = e.expect("reading checks every CRC");
+                assert!(
+                    e.contains(&format!("record {bad}, offset {}", start - HEADER_BYTES))
+                        && e.contains("bad payload CRC"),
+                    "{e}"
+                );
+                let (late, late_e) = read_all(&path, &defer, &schema);
+                if let Some(late_e) = late_e {
+                    // Checked as it was read: the same error, the same rows.
+                    assert_eq!(late_e, e);
+                    assert!(late == eager);
+                    continue;
+                }
+                deferred.push((bad, at - start));
+                let c = &late[0];
+                assert_eq!(c.len(), n);
+                // Every way out of the chunk checks the row first.
+                let all = collate(&schema, (0..n).map(|i| (c, i)));
+                assert_eq!(all.unwrap_err().to_string(), e);
+                assert_eq!(c.row(bad).unwrap_err().to_string(), e);
+                let field = (0..2)
+                    .find(|&f| c.columns()[f].mapped_row(bad).is_err())
+                    .expect("the row's mapped field fails its check");
+                assert_eq!(
+                    c.columns()[field].mapped_row(bad).unwrap_err().to_string(),
+                    e
+                );
+                let mut into = other.clone();
+                assert_eq!(
+                    into.extend_rows(c, bad - 1, bad + 1)
+                        .unwrap_err()
+                        .to_string(),
+                    e
+                );
+                assert!(into == *other, "nothing appended");
+                // Kept by a stride, the row keeps its check.
+                let stride = crate::plan::RecordStride {
+                    offset: bad as u64 % 3,
+                    step: 3,
+                };
+                let kept = stride.filter(c.clone());
+                let err = collate(&schema, (0..kept.len()).map(|i| (&kept, i))).unwrap_err();
+                assert_eq!(err.to_string(), e);
+                // The other rows are the clean file's, checked and collated.
+                let good: Vec<usize> = (0..n).filter(|&i| i != bad).collect();
+                let good_rows = collate(&schema, good.iter().map(|&i| (c, i))).unwrap();
+                let clean_rows = collate(&schema, good.iter().map(|&i| (owned, i))).unwrap();
+                assert!(good_rows.fields == clean_rows.fields);
+                let mut moved = Chunk::new(&schema);
+                moved.extend_rows(c, 0, bad).unwrap();
+                assert_eq!(moved.rows().count(), bad);
+                assert!(moved.rows().all(|r| r.is_ok()));
+            }
+        }
+        // The image in records 1 and 2 and anything in record 8 is checked
+        // late (the rest as it is read).
+        for bad in [1, 2, 8] {
+            assert!(
+                deferred.iter().any(|&(b, _)| b == bad),
+                "record {bad} was checked as it was read: {deferred:?}"
+            );
+        }
+        assert!(
+            deferred.iter().all(|&(b, _)| [1, 2, 8].contains(&b)),
+            "{deferred:?}"
+        );
     }
 }

@@ -111,7 +111,7 @@ impl FilesReader {
             if let Some((c, i)) = current.as_mut() {
                 if *i < c.len() {
                     *i += 1;
-                    return Some(Ok(c.row(*i - 1)));
+                    return Some(c.row(*i - 1));
                 }
                 current = None;
             }

@@ -469,7 +469,7 @@ fn drain_chunks(
         let before = r.next_index();
         let res = r.read_chunk(&mut part, max_records, max_bytes);
         assert!(part.len() <= max_records, "read_chunk took too many rows");
-        all.extend_rows(&part, 0, part.len());
+        all.extend_rows(&part, 0, part.len()).unwrap();
         match res {
             Ok(0) => {
                 assert!(part.is_empty(), "read_chunk returned 0 but appended rows");
@@ -968,9 +968,9 @@ pub fn example(data: &[u8]) {
         match (&res, &want_msg) {
             (Ok(()), None) => {
                 let mut twice = Chunk::new(schema);
-                twice.extend_rows(&want, 0, want.len());
+                twice.extend_rows(&want, 0, want.len()).unwrap();
                 if round == 1 {
-                    twice.extend_rows(&want, 0, want.len());
+                    twice.extend_rows(&want, 0, want.len()).unwrap();
                 }
                 assert!(
                     chunks_eq(&got, &twice),
@@ -1063,7 +1063,7 @@ fn check_chunks_subset(
             "read_chunk lacks record {} that next_record gives (schema {schema})",
             o.record
         );
-        let (a, b) = (want.row(i), got.row(j));
+        let (a, b) = (want.row(i).unwrap(), got.row(j).unwrap());
         assert!(
             a.values()
                 .iter()

@@ -620,6 +620,8 @@ fn resolve(args: &BenchArgs) -> AnyResult<Plan> {
         }
         if !config.open.verify_checksums {
             v.push_str("_nocrc");
+        } else if !config.open.defer_checksums {
+            v.push_str("_crc_on_read");
         }
         if args.consumer_sleep_ms > 0.0 {
             v.push_str(&format!("_sleep{}ms", args.consumer_sleep_ms));
@@ -874,6 +876,7 @@ fn report(args: &BenchArgs, plan: &Plan, i: usize, r: &PassResult) -> AnyResult<
     put("capacity", json!(plan.config.capacity));
     put("deterministic", json!(plan.config.deterministic));
     put("verify_checksums", json!(plan.config.open.verify_checksums));
+    put("defer_checksums", json!(plan.config.open.defer_checksums));
     put("consumer_sleep_ms", json!(args.consumer_sleep_ms));
     put("rss_before_mb", json!(r.rss_before.map(to_mib)));
     put("peak_rss_mb", json!(r.peak_rss.map(to_mib)));

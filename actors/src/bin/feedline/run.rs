@@ -88,6 +88,12 @@ pub struct PipelineArgs {
     /// Skip CRC checks (says so in the output).
     #[arg(long)]
     pub no_checksums: bool,
+    /// Check each TFRecord CRC as the record is read (default: a record whose
+    /// large bytes stay in the mapped file is checked as those bytes are
+    /// copied into its batch, so they are read from memory once; with
+    /// `--on-error skip` the readers always check as they read).
+    #[arg(long)]
+    pub crc_on_read: bool,
 }
 
 impl PipelineArgs {
@@ -122,6 +128,7 @@ impl PipelineArgs {
         };
         let mut open = self.format.open_options()?;
         open.verify_checksums = !self.no_checksums;
+        open.defer_checksums = !self.crc_on_read;
         let sets = self
             .sets
             .iter()
