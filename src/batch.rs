@@ -67,13 +67,15 @@ pub(crate) mod recycle {
     }
 
     /// An empty vector with room for `n` elements: a recycled one if one
-    /// fits (at most twice as large), else a new one.
+    /// fits (at most twice as large; the smallest, and of those the last
+    /// given back, whose memory is likeliest still in cache), else a new one.
     pub fn take<T: Recycled>(n: usize) -> Vec<T> {
         if n * std::mem::size_of::<T>() >= MIN_BYTES {
             let mut shelf = T::shelf().lock();
             let best = shelf
                 .iter()
                 .enumerate()
+                .rev()
                 .filter(|(_, v)| v.capacity() >= n && v.capacity() <= 2 * n)
                 .min_by_key(|(_, v)| v.capacity())
                 .map(|(i, _)| i);

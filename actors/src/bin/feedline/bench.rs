@@ -594,6 +594,17 @@ fn resolve(args: &BenchArgs) -> AnyResult<Plan> {
                 .infer_schema(&config.files[0], config.format.as_deref(), 64)?,
         })
     } else {
+        if config.schema.is_none() && config.sets.is_empty() {
+            // Once, before the timed passes, as for the single-thread path:
+            // a fresh pipeline per pass would otherwise infer it every pass.
+            let files = expand_inputs(&config.files)?;
+            let first = files.first().ok_or("no input files")?;
+            let schema = config
+                .registry
+                .infer_schema(first, config.format.as_deref(), 64)?;
+            eprintln!("[feedline] schema inferred from {first} (before timing): {schema}");
+            config.schema = Some(schema);
+        }
         None
     };
     let variant = args.variant.clone().unwrap_or_else(|| {

@@ -70,6 +70,9 @@ pub struct PipelineArgs {
     /// Instances per chunk.
     #[arg(long, default_value_t = 1024)]
     pub chunk_records: usize,
+    /// Byte bound of a chunk, MiB (a chunk ends at whichever bound it reaches first)
+    #[arg(long, default_value_t = 1)]
+    pub chunk_mib: usize,
     /// Data-parallel rank (default: $RANK or 0).
     #[arg(long)]
     pub rank: Option<usize>,
@@ -126,6 +129,9 @@ impl PipelineArgs {
             "pad" => feedline::plan::Equalize::Pad,
             other => return Err(format!("--equalize {other}: expected off, drop or pad").into()),
         };
+        if self.chunk_mib == 0 {
+            return Err("--chunk-mib must be at least 1".into());
+        }
         let mut open = self.format.open_options()?;
         open.verify_checksums = !self.no_checksums;
         open.defer_checksums = !self.crc_on_read;
@@ -142,6 +148,7 @@ impl PipelineArgs {
             schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
             readers: self.readers,
             chunk_records: self.chunk_records,
+            chunk_bytes: self.chunk_mib << 20,
             shuffle: self.shuffle,
             min_pool: self.min_pool,
             shuffle_bytes: self.shuffle_mib << 20,
