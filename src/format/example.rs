@@ -595,49 +595,12 @@ impl ExampleDecoder {
         let start = self.row_start[i];
         let values = chunk.values_mut(i);
         values.truncate(start);
-        let mut current: Option<Kind> = None;
-        // The current kind cannot fill the field (not convertible, or a
-        // value out of range): fine only if a later list of another kind
-        // replaces it.
-        let mut poisoned = false;
-        let mut w = Wire::new(buf);
-        while w.more() {
-            let (tag, wt) = w.key()?;
-            let Some(kind) = Kind::from_tag(tag) else {
-                w.skip(wt)?;
-                continue;
-            };
-            if wt != WT_LEN {
-                return Err(Bail);
+        self.state[i] = walk_feature(buf, &self.accepts[i], |kind, list, replace| {
+            if replace {
+                values.truncate(start);
             }
-            let list = w.bytes()?;
-            if current != Some(kind) {
-                if current.is_some() {
-                    values.truncate(start);
-                }
-                current = Some(kind);
-                poisoned = !self.accepts[i][kind as usize];
-            }
-            if poisoned {
-                validate_list(kind, list)?;
-                continue;
-            }
-            match kind {
-                Kind::Bytes => append_bytes(list, values)?,
-                Kind::Float => append_floats(list, values)?,
-                Kind::Int64 => {
-                    if !append_ints(list, values)? {
-                        validate_list(kind, list)?;
-                        poisoned = true;
-                    }
-                }
-            }
-        }
-        self.state[i] = match current {
-            None => ABSENT,
-            Some(_) if poisoned => UNUSABLE,
-            Some(_) => PRESENT,
-        };
+            append_list(kind, list, values)
+        })?;
         Ok(())
     }
 
@@ -652,80 +615,97 @@ impl ExampleDecoder {
         backing: &Backing,
     ) -> Fast<()> {
         chunk.rollback_field(i);
-        let backing = Some(backing);
         // The row's bytes as a span (offset, len) of the backing, while the
         // field is one large byte string there.
         let mut span: Option<(usize, usize)> = None;
-        let mut current: Option<Kind> = None;
-        // The current kind cannot fill the field (not convertible, or a
-        // value out of range): fine only if a later list of another kind
-        // replaces it.
-        let mut poisoned = false;
-        let mut w = Wire::new(buf);
-        while w.more() {
-            let (tag, wt) = w.key()?;
-            let Some(kind) = Kind::from_tag(tag) else {
-                w.skip(wt)?;
-                continue;
-            };
-            if wt != WT_LEN {
-                return Err(Bail);
+        let state = walk_feature(buf, &self.accepts[i], |kind, list, replace| {
+            if replace {
+                chunk.rollback_field(i);
+                span = None;
             }
-            let list = w.bytes()?;
-            if current != Some(kind) {
-                if current.is_some() {
-                    chunk.rollback_field(i);
-                    span = None;
-                }
-                current = Some(kind);
-                poisoned = !self.accepts[i][kind as usize];
-            }
-            if poisoned {
-                validate_list(kind, list)?;
-                continue;
-            }
-            match kind {
-                Kind::Bytes => {
-                    if let Some(b) = backing {
-                        if span.is_none()
-                            && chunk.committed_len(i) == chunk.columns()[i].values.len()
-                        {
-                            if let Some(s) = single_value_span(list, b) {
-                                span = Some(s);
-                                continue;
-                            }
-                        }
+            if kind == Kind::Bytes {
+                if span.is_none() && chunk.committed_len(i) == chunk.columns()[i].values.len() {
+                    if let Some(s) = single_value_span(list, backing) {
+                        span = Some(s);
+                        return Ok(true);
                     }
-                    let values = chunk.values_mut(i);
-                    if let (Some((off, len)), Some(b)) = (span.take(), backing) {
-                        // A second list appends to the first: copy both.
-                        let first = &b.bytes()[off..off + len];
-                        match values {
-                            Values::U8(v) => v.extend_from_slice(first),
-                            Values::Bytes(v) => v.push(first),
-                            _ => return Err(Bail),
-                        }
-                    }
-                    append_bytes(list, values)?
                 }
-                Kind::Float => append_floats(list, chunk.values_mut(i))?,
-                Kind::Int64 => {
-                    if !append_ints(list, chunk.values_mut(i))? {
-                        validate_list(kind, list)?;
-                        poisoned = true;
+                if let Some((off, len)) = span.take() {
+                    // A second list appends to the first: copy both.
+                    let first = &backing.bytes()[off..off + len];
+                    match chunk.values_mut(i) {
+                        Values::U8(v) => v.extend_from_slice(first),
+                        Values::Bytes(v) => v.push(first),
+                        _ => return Err(Bail),
                     }
                 }
             }
+            append_list(kind, list, chunk.values_mut(i))
+        })?;
+        if let (Some((off, len)), PRESENT) = (span, state) {
+            chunk.set_mapped(i, backing, off, len);
         }
-        if let (Some((off, len)), Some(b), false) = (span, backing, poisoned) {
-            chunk.set_mapped(i, b, off, len);
-        }
-        self.state[i] = match current {
-            None => ABSENT,
-            Some(_) if poisoned => UNUSABLE,
-            Some(_) => PRESENT,
-        };
+        self.state[i] = state;
         Ok(())
+    }
+}
+
+/// Walk one `Feature` message's typed lists in order — what the owned and
+/// the backed decoding of a field share. A list of another kind than the
+/// one before replaces it: `append` is told so (`replace`) with that kind's
+/// first accepted list. A kind the field cannot take, or an `Int64` list
+/// out of range (`append` gives `Ok(false)`), makes the field unusable
+/// unless a later kind replaces it; its lists are only validated. Returns
+/// the field's state: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`].
+#[inline(always)]
+fn walk_feature(
+    buf: &[u8],
+    accepts: &[bool; 3],
+    mut append: impl FnMut(Kind, &[u8], bool) -> Fast<bool>,
+) -> Fast<u8> {
+    let mut current: Option<Kind> = None;
+    let mut poisoned = false;
+    let mut replace = false;
+    let mut w = Wire::new(buf);
+    while w.more() {
+        let (tag, wt) = w.key()?;
+        let Some(kind) = Kind::from_tag(tag) else {
+            w.skip(wt)?;
+            continue;
+        };
+        if wt != WT_LEN {
+            return Err(Bail);
+        }
+        let list = w.bytes()?;
+        if current != Some(kind) {
+            replace = current.is_some();
+            current = Some(kind);
+            poisoned = !accepts[kind as usize];
+        }
+        if poisoned {
+            validate_list(kind, list)?;
+            continue;
+        }
+        if !append(kind, list, std::mem::take(&mut replace))? {
+            validate_list(kind, list)?;
+            poisoned = true;
+        }
+    }
+    Ok(match current {
+        None => ABSENT,
+        Some(_) if poisoned => UNUSABLE,
+        Some(_) => PRESENT,
+    })
+}
+
+/// Append one typed list's values; `Ok(false)` if an `Int64` value is out
+/// of the field's range.
+#[inline(always)]
+fn append_list(kind: Kind, list: &[u8], values: &mut Values) -> Fast<bool> {
+    match kind {
+        Kind::Bytes => append_bytes(list, values).map(|()| true),
+        Kind::Float => append_floats(list, values).map(|()| true),
+        Kind::Int64 => append_ints(list, values),
     }
 }
 
