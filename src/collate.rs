@@ -148,33 +148,28 @@ fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> Result<&[T]> {
 #[inline(always)]
 fn copy_row<T: Elem>(c: &Chunk, fi: usize, i: usize, out: &mut [MaybeUninit<T>]) -> Result<()> {
     let col = &c.columns()[fi];
-    let mapped = if col.is_mapped() {
-        col.mapped_row_unchecked(i)
-    } else {
-        None
-    };
-    let src = match &mapped {
-        Some(r) => T::mapped(r.bytes),
-        None => &T::slice(&col.values)[col.owned_range(i)],
-    };
+    if let Some(r) = col.mapped_row_unchecked(i) {
+        // SAFETY: a mapped row is a `u8` row, so `T` is `u8` here: the same
+        // memory, as bytes.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<MaybeUninit<u8>>(),
+                std::mem::size_of_val(out),
+            )
+        };
+        return r.copy_to(out);
+    }
+    let src = &T::slice(&col.values)[col.owned_range(i)];
     assert_eq!(
         src.len(),
         out.len(),
         "a row of the wrong length in a checked chunk"
     );
     // SAFETY: `src` and `out` have the same length (asserted); `out` is
-    // spare capacity of the batch's vector, which no row of a chunk or
-    // mapped input can overlap; `T: Copy`, so a bitwise copy is a copy.
+    // spare capacity of the batch's vector, which no row of a chunk can
+    // overlap; `T: Copy`, so a bitwise copy is a copy.
     unsafe {
         std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr().cast::<T>(), src.len());
-    }
-    if let Some(r) = mapped {
-        // SAFETY: all `out.len()` slots were written just above; a mapped
-        // row is a `u8` row, so `T` is `u8` here.
-        let copy = unsafe {
-            std::slice::from_raw_parts(out.as_ptr().cast::<u8>(), std::mem::size_of_val(out))
-        };
-        r.verify_copy(copy)?;
     }
     Ok(())
 }
@@ -298,19 +293,19 @@ fn copy_blocks(blocks: &[Block<'_>], total: usize) -> Result<Vec<u8>> {
     }
     assert!(rest.is_empty(), "blocks add up to the total");
     let copy = |(dst, src): (&mut [MaybeUninit<u8>], &Block<'_>)| -> Result<()> {
-        let len = src.bytes.len();
-        // SAFETY: `dst` and `src` have the same length (split above), `dst`
-        // is spare capacity of `data`, which no slice of `src` (rows of
-        // chunks or mapped inputs) can overlap; after the copy all of `dst`
-        // is written, so it may be read as bytes.
-        let copy = unsafe {
-            std::ptr::copy_nonoverlapping(src.bytes.as_ptr(), dst.as_mut_ptr().cast::<u8>(), len);
-            std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), len)
-        };
-        match &src.row {
-            Some(r) => r.verify_copy(copy),
-            None => Ok(()),
+        if let Some(r) = &src.row {
+            return r.copy_to(dst);
         }
+        // SAFETY: `dst` and `src` have the same length (split above), `dst`
+        // is spare capacity of `data`, which no row of a chunk can overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.bytes.as_ptr(),
+                dst.as_mut_ptr().cast::<u8>(),
+                src.bytes.len(),
+            );
+        }
+        Ok(())
     };
     if parallel {
         jobs.into_par_iter().try_for_each(copy)?;

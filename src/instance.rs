@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Error, Location, Result};
@@ -747,15 +748,61 @@ pub(crate) trait BackingBytes: Send + Sync {
     fn release(&self, range: std::ops::Range<usize>) {
         let _ = range;
     }
+    /// Copy the bytes at `off` into all of `dst` without touching them in
+    /// [`bytes`](Self::bytes) — for a mapped file, by reading the file, so
+    /// that its pages are never mapped into the process — or `None` if this
+    /// backing cannot (the caller copies from `bytes`).
+    fn read_into(&self, off: usize, dst: &mut [MaybeUninit<u8>]) -> Option<Result<()>> {
+        let _ = (off, dst);
+        None
+    }
 }
 
 /// A shared [`BackingBytes`].
 pub(crate) type Backing = Arc<dyn BackingBytes>;
 
+/// A payload being decoded and where it lies in a [`Backing`]: either the
+/// backing's own bytes or a copy of some of them (read from its file), so
+/// that rows can refer to the backing by offset either way.
+#[derive(Clone, Copy)]
+pub(crate) struct Backed<'a> {
+    pub(crate) backing: &'a Backing,
+    /// Offset in the backing minus address in the payload (wrapping).
+    delta: usize,
+}
+
+impl<'a> Backed<'a> {
+    /// `payload` holds the backing's bytes from offset `off` on.
+    pub(crate) fn new(backing: &'a Backing, payload: &[u8], off: usize) -> Self {
+        Backed {
+            backing,
+            delta: off.wrapping_sub(payload.as_ptr() as usize),
+        }
+    }
+
+    /// `payload` is a slice of the backing's own bytes.
+    pub(crate) fn in_place(backing: &'a Backing, payload: &[u8]) -> Self {
+        let off = payload.as_ptr() as usize - backing.bytes().as_ptr() as usize;
+        Self::new(backing, payload, off)
+    }
+
+    /// Where `s`, a slice of the payload, is in the backing: (offset, len).
+    pub(crate) fn span_of(&self, s: &[u8]) -> Option<(usize, usize)> {
+        let off = (s.as_ptr() as usize).wrapping_add(self.delta);
+        (off.checked_add(s.len())? <= self.backing.bytes().len()).then_some((off, s.len()))
+    }
+}
+
 /// Rows of a `u8` column (or byte strings of a `bytes` column) that are at
 /// least this long are referred to in a memory-mapped input (one copy, map →
 /// batch, instead of two); shorter ones are copied into the column.
 pub(crate) const MAPPED_MIN_BYTES: usize = 4096;
+
+/// Mapped rows at least this long are copied out with
+/// [`BackingBytes::read_into`] (one copy by the kernel, page cache → batch,
+/// with no page of the file mapped, faulted in or released) instead of from
+/// the map.
+pub(crate) const READ_MIN_BYTES: usize = 32 << 10;
 
 /// Span offset of a row whose elements are held in the column's `values`.
 const OWNED: usize = usize::MAX;
@@ -763,14 +810,15 @@ const OWNED: usize = usize::MAX;
 /// A record's payload CRC-32C, checked when its one mapped span is copied
 /// out instead of when the record was read, so that its bytes are read from
 /// memory once (copy, then CRC of the copy while it is in cache). The
-/// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix is
-/// kept, the suffix is in the backing.
+/// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix and
+/// the CRC and length of the suffix are kept (nothing in the backing is read
+/// again but the span).
 #[derive(Clone, Debug)]
 pub(crate) struct DeferredCrc {
     /// CRC-32C state after the payload bytes before the span.
     prefix: u32,
-    /// Where the payload bytes after the span are in the backing: (offset, len).
-    suffix: (usize, usize),
+    /// CRC-32C and length of the payload bytes after the span.
+    suffix: (u32, usize),
     /// The masked CRC stored in the frame.
     stored: u32,
     /// The record, for the error.
@@ -779,29 +827,22 @@ pub(crate) struct DeferredCrc {
 
 impl DeferredCrc {
     /// A check of a payload whose bytes before the span have CRC-32C
-    /// (running state) `prefix`, whose bytes after it are `suffix` (offset,
-    /// len) in the backing, and whose frame stores the masked CRC `stored`.
-    pub(crate) fn new(
-        prefix: u32,
-        suffix: (usize, usize),
-        stored: u32,
-        location: Location,
-    ) -> Self {
+    /// (running state) `prefix`, whose bytes after it are `suffix`, and
+    /// whose frame stores the masked CRC `stored`.
+    pub(crate) fn new(prefix: u32, suffix: &[u8], stored: u32, location: Location) -> Self {
         DeferredCrc {
             prefix,
-            suffix,
+            suffix: (crc32c::crc32c(suffix), suffix.len()),
             stored,
             location,
         }
     }
 
     /// Check the payload, given the span's bytes (in the map or a copy of
-    /// them) and the backing's bytes (for the suffix): the error is word for
-    /// word the one reading would have given.
-    pub(crate) fn verify(&self, backing: &[u8], span: &[u8]) -> Result<()> {
-        let (off, len) = self.suffix;
-        let crc = crc32c::crc32c_append(self.prefix, span);
-        let crc = crc32c::crc32c_append(crc, &backing[off..off + len]);
+    /// them): the error is word for word the one reading would have given.
+    pub(crate) fn verify(&self, span: &[u8]) -> Result<()> {
+        let (suffix, len) = self.suffix;
+        let crc = crc32c::crc32c_combine(crc32c::crc32c_append(self.prefix, span), suffix, len);
         crate::format::tfrecord::check_payload_crc(&self.location, self.stored, crc)
     }
 }
@@ -811,7 +852,10 @@ impl DeferredCrc {
 pub(crate) struct MappedRow<'a> {
     /// The row's bytes in the backing.
     pub(crate) bytes: &'a [u8],
-    check: Option<(&'a DeferredCrc, &'a [u8])>,
+    backing: &'a Backing,
+    /// Where `bytes` start in the backing.
+    off: usize,
+    check: Option<&'a DeferredCrc>,
 }
 
 impl MappedRow<'_> {
@@ -821,8 +865,38 @@ impl MappedRow<'_> {
     pub(crate) fn verify_copy(&self, copy: &[u8]) -> Result<()> {
         match self.check {
             None => Ok(()),
-            Some((c, backing)) => c.verify(backing, copy),
+            Some(c) => c.verify(copy),
         }
+    }
+
+    /// Copy the row into all of `dst` (its exact length), then check any
+    /// CRC due on the copy. A row of at least [`READ_MIN_BYTES`] is read
+    /// from the file where the backing can ([`BackingBytes::read_into`]),
+    /// else copied from the map.
+    ///
+    /// # Panics
+    ///
+    /// If `dst` is not as long as the row.
+    #[inline]
+    pub(crate) fn copy_to(&self, dst: &mut [MaybeUninit<u8>]) -> Result<()> {
+        let len = self.bytes.len();
+        assert_eq!(dst.len(), len, "a row of the wrong length in a checked chunk");
+        let read = if len >= READ_MIN_BYTES {
+            self.backing.read_into(self.off, dst)
+        } else {
+            None
+        };
+        match read {
+            Some(r) => r?,
+            // SAFETY: same lengths (asserted); `dst` is spare capacity of a
+            // batch's vector, which no backing's bytes can overlap.
+            None => unsafe {
+                std::ptr::copy_nonoverlapping(self.bytes.as_ptr(), dst.as_mut_ptr().cast(), len)
+            },
+        }
+        // SAFETY: all of `dst` was written just above (or an error returned).
+        let copy = unsafe { std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), len) };
+        self.verify_copy(copy)
     }
 }
 
@@ -878,7 +952,9 @@ impl MappedRows {
             (OWNED, _) => None,
             (off, len) => Some(MappedRow {
                 bytes: self.bytes(off, len),
-                check: self.checks[i].as_ref().map(|c| (c, self.backing.bytes())),
+                backing: &self.backing,
+                off,
+                check: self.checks[i].as_ref(),
             }),
         }
     }

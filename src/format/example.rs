@@ -34,7 +34,7 @@ use prost::Message;
 
 use crate::error::{Error, Location, Result};
 use crate::instance::{
-    Backing, BytesList, Chunk, Instance, Origin, Record, Tensor, Values, MAPPED_MIN_BYTES,
+    Backed, BytesList, Chunk, Instance, Origin, Record, Tensor, Values, MAPPED_MIN_BYTES,
 };
 use crate::schema::{DType, Schema};
 
@@ -448,11 +448,12 @@ impl ExampleDecoder {
         self.decode_into_backed(payload, chunk, location, None)
     }
 
-    /// [`decode_into`](Self::decode_into) of a payload that lies in
-    /// `backing` (a memory-mapped file): a `u8` or `bytes` field filled by
-    /// one byte string of at least [`MAPPED_MIN_BYTES`] refers to those bytes
-    /// of the backing instead of copying them (the chunk keeps the backing
-    /// alive).
+    /// [`decode_into`](Self::decode_into) of a payload that lies in a
+    /// backing (a memory-mapped file; the payload may be a copy of those
+    /// bytes, [`Backed`] says where they are): a `u8` or `bytes` field
+    /// filled by one byte string of at least [`MAPPED_MIN_BYTES`] refers to
+    /// those bytes of the backing instead of copying them (the chunk keeps
+    /// the backing alive).
     /// Results and errors are the same.
     #[inline]
     pub(crate) fn decode_into_backed(
@@ -460,7 +461,7 @@ impl ExampleDecoder {
         payload: &[u8],
         chunk: &mut Chunk,
         location: &Location,
-        backing: Option<&Backing>,
+        backing: Option<Backed<'_>>,
     ) -> Result<()> {
         assert_eq!(
             chunk.schema().len(),
@@ -483,7 +484,7 @@ impl ExampleDecoder {
         &mut self,
         payload: &[u8],
         chunk: &mut Chunk,
-        backing: Option<&Backing>,
+        backing: Option<Backed<'_>>,
     ) -> bool {
         self.fast(payload, chunk, backing).is_ok()
     }
@@ -505,7 +506,7 @@ impl ExampleDecoder {
     /// The fast walk: writes the row's values; `Err(Bail)` leaves a partial
     /// row for the caller to roll back.
     #[inline]
-    fn fast(&mut self, payload: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
+    fn fast(&mut self, payload: &[u8], chunk: &mut Chunk, backing: Option<Backed<'_>>) -> Fast<()> {
         for i in 0..self.dtypes.len() {
             chunk.rollback_field(i);
             self.row_start[i] = chunk.committed_len(i);
@@ -530,7 +531,7 @@ impl ExampleDecoder {
     }
 
     #[inline]
-    fn features(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
+    fn features(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<Backed<'_>>) -> Fast<()> {
         let mut w = Wire::new(buf);
         while w.more() {
             match w.key()? {
@@ -544,7 +545,7 @@ impl ExampleDecoder {
 
     /// One map entry `{key = 1: string, value = 2: Feature}`.
     #[inline]
-    fn entry(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<&Backing>) -> Fast<()> {
+    fn entry(&mut self, buf: &[u8], chunk: &mut Chunk, backing: Option<Backed<'_>>) -> Fast<()> {
         let mut w = Wire::new(buf);
         let mut key: Option<&[u8]> = None;
         let mut value: Option<&[u8]> = None;
@@ -581,7 +582,7 @@ impl ExampleDecoder {
         i: usize,
         buf: &[u8],
         chunk: &mut Chunk,
-        backing: Option<&Backing>,
+        backing: Option<Backed<'_>>,
     ) -> Fast<()> {
         match backing {
             Some(b) if self.mappable[i] => self.feature_backed(i, buf, chunk, b),
@@ -612,7 +613,7 @@ impl ExampleDecoder {
         i: usize,
         buf: &[u8],
         chunk: &mut Chunk,
-        backing: &Backing,
+        backed: Backed<'_>,
     ) -> Fast<()> {
         chunk.rollback_field(i);
         // The row's bytes as a span (offset, len) of the backing, while the
@@ -625,14 +626,14 @@ impl ExampleDecoder {
             }
             if kind == Kind::Bytes {
                 if span.is_none() && chunk.committed_len(i) == chunk.columns()[i].values.len() {
-                    if let Some(s) = single_value_span(list, backing) {
+                    if let Some(s) = single_value_span(list, backed) {
                         span = Some(s);
                         return Ok(true);
                     }
                 }
                 if let Some((off, len)) = span.take() {
                     // A second list appends to the first: copy both.
-                    let first = &backing.bytes()[off..off + len];
+                    let first = &backed.backing.bytes()[off..off + len];
                     match chunk.values_mut(i) {
                         Values::U8(v) => v.extend_from_slice(first),
                         Values::Bytes(v) => v.push(first),
@@ -643,7 +644,7 @@ impl ExampleDecoder {
             append_list(kind, list, chunk.values_mut(i))
         })?;
         if let (Some((off, len)), PRESENT) = (span, state) {
-            chunk.set_mapped(i, backing, off, len);
+            chunk.set_mapped(i, backed.backing, off, len);
         }
         self.state[i] = state;
         Ok(())
@@ -710,11 +711,11 @@ fn append_list(kind: Kind, list: &[u8], values: &mut Values) -> Fast<bool> {
 }
 
 /// If a `BytesList` body is exactly one value of at least
-/// [`MAPPED_MIN_BYTES`] lying in `backing`: its (offset, len) there.
+/// [`MAPPED_MIN_BYTES`]: its (offset, len) in the backing.
 /// Anything else (several values, other fields, malformed) is `None`, for
 /// [`append_bytes`] to handle as usual.
 #[inline]
-fn single_value_span(list: &[u8], backing: &Backing) -> Option<(usize, usize)> {
+fn single_value_span(list: &[u8], backed: Backed<'_>) -> Option<(usize, usize)> {
     let mut w = Wire::new(list);
     let Ok((1, WT_LEN)) = w.key() else {
         return None;
@@ -723,9 +724,7 @@ fn single_value_span(list: &[u8], backing: &Backing) -> Option<(usize, usize)> {
     if w.more() || value.len() < MAPPED_MIN_BYTES {
         return None;
     }
-    let base = backing.bytes();
-    let off = (value.as_ptr() as usize).checked_sub(base.as_ptr() as usize)?;
-    (off.checked_add(value.len())? <= base.len()).then_some((off, value.len()))
+    backed.span_of(value)
 }
 
 /// Check that an (unused) `Feature` message decodes.

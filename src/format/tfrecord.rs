@@ -45,13 +45,25 @@ use super::example::{self, ExampleDecoder};
 use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
 use crate::error::{Error, Location, Result};
 use crate::instance::{
-    Backing, BackingBytes, Chunk, DeferredCrc, Instance, Origin, Record, SourceId,
+    Backed, Backing, BackingBytes, Chunk, DeferredCrc, Instance, Origin, Record, SourceId,
 };
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
 /// Bytes after the payload: its CRC.
 pub const FOOTER_BYTES: usize = 4;
+
+/// A mapped file's records whose payload is at least this long (once one
+/// such record has been seen) are framed by reading only their first
+/// [`SPARSE_HEAD`] and last [`SPARSE_TAIL`] bytes from the file, when the
+/// decoded row's one mapped span covers everything in between: that span is
+/// then read straight into the batch (see `READ_MIN_BYTES` in
+/// `instance.rs`), and no page of it is ever mapped.
+const SPARSE_MIN_BYTES: usize = 64 << 10;
+/// Payload bytes read at the start of a large record.
+const SPARSE_HEAD: usize = 4096;
+/// Payload bytes read at the end of a large record (then its footer).
+const SPARSE_TAIL: usize = 4096;
 
 /// The TFRecord CRC mask: `((c >> 15) | (c << 17)) + 0xa282ead8`.
 #[inline]
@@ -145,12 +157,34 @@ impl<R: io::BufRead + Send + 'static> Read for Decompress<R> {
     }
 }
 
-/// A memory-mapped file, shared by the reader and the chunks that refer to it.
-struct Mapped(memmap2::Mmap);
+/// A memory-mapped file, shared by the reader and the chunks that refer to
+/// it; its large rows are copied out by reading the file.
+struct Mapped {
+    map: memmap2::Mmap,
+    file: File,
+    path: PathBuf,
+}
 
 impl BackingBytes for Mapped {
     fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.map
+    }
+
+    /// `pread` into `dst`: the kernel copies from the page cache and no
+    /// page of the map is touched. A file that shrank since it was mapped
+    /// is an I/O error naming it (where the map would fault).
+    fn read_into(
+        &self,
+        off: usize,
+        dst: &mut [std::mem::MaybeUninit<u8>],
+    ) -> Option<Result<()>> {
+        #[cfg(unix)]
+        return Some(pread_exact(&self.file, off as u64, dst).map_err(|e| Error::io(&self.path, e)));
+        #[cfg(not(unix))]
+        {
+            let _ = (off, dst, &self.file, &self.path);
+            None
+        }
     }
 
     /// Drop the pages wholly inside `range` from this process's page tables
@@ -162,7 +196,7 @@ impl BackingBytes for Mapped {
         {
             const PAGE: usize = 4096;
             let start = range.start.next_multiple_of(PAGE);
-            let end = range.end.min(self.0.len()) / PAGE * PAGE;
+            let end = range.end.min(self.map.len()) / PAGE * PAGE;
             if start < end {
                 // SAFETY: the map is a read-only shared mapping of a file:
                 // after MADV_DONTNEED a later access reads the same file
@@ -171,7 +205,7 @@ impl BackingBytes for Mapped {
                 // assumption as the map itself: the file is not changed
                 // while it is read).
                 let _ = unsafe {
-                    self.0.unchecked_advise_range(
+                    self.map.unchecked_advise_range(
                         memmap2::UncheckedAdvice::DontNeed,
                         start,
                         end - start,
@@ -182,6 +216,53 @@ impl BackingBytes for Mapped {
         #[cfg(not(unix))]
         let _ = range;
     }
+}
+
+/// Read `dst.len()` bytes of `file` at `off` into `dst`.
+#[cfg(unix)]
+fn pread_exact(file: &File, off: u64, dst: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let mut done = 0;
+    while done < dst.len() {
+        let at = off + done as u64;
+        let Ok(at_signed) = libc::off_t::try_from(at) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("offset {at} is too large"),
+            ));
+        };
+        let rest = &mut dst[done..];
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes; `pread`
+        // writes at most that many (initialized) bytes there.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                rest.as_mut_ptr().cast(),
+                rest.len(),
+                at_signed,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "reading {} bytes at offset {off}: the file ends at byte {at} \
+                         (it was shortened while being read)",
+                        dst.len()
+                    ),
+                ))
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A fatal error, kept to be repeated by later calls.
@@ -206,6 +287,9 @@ struct Cursor {
     /// Leave the payload CRC of a record with one mapped span to be checked
     /// when the span is copied out (`OpenOptions::defer_checksums`).
     defer: bool,
+    /// The last record framed was large: try framing the next one sparsely
+    /// (see [`SPARSE_MIN_BYTES`]).
+    sparse: bool,
     max_record_bytes: u64,
     can_continue: bool,
     failed: Option<Failure>,
@@ -253,31 +337,23 @@ impl Cursor {
     /// Check a frame header; returns the payload length.
     #[inline(always)]
     fn header(&mut self, h: &[u8; HEADER_BYTES]) -> Result<u64> {
-        let len_bytes: [u8; 8] = h[..8].try_into().expect("8 bytes");
-        let stored = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        let computed = masked_crc32c(&len_bytes);
-        if stored != computed {
-            return Err(self.fatal(format!(
-                "bad length CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"
-            )));
-        }
-        let len = u64::from_le_bytes(len_bytes);
-        if len > self.max_record_bytes {
-            return Err(self.fatal(format!(
-                "record length {len} exceeds max_record_bytes {}",
-                self.max_record_bytes
-            )));
-        }
-        Ok(len)
+        parse_header(h, self.max_record_bytes).map_err(|what| self.fatal(what))
+    }
+
+    /// Move past a frame whose payload has `len` bytes; returns its location.
+    #[inline(always)]
+    fn advance(&mut self, len: usize) -> Location {
+        let loc = self.location();
+        self.pos += (HEADER_BYTES + len + FOOTER_BYTES) as u64;
+        self.index += 1;
+        loc
     }
 
     /// Check the payload CRC (if asked) and move past the frame. A bad CRC
     /// skips the record: the next call reads the next one.
     #[inline(always)]
     fn finish(&mut self, payload: &[u8], footer: [u8; 4], check: bool) -> Result<Location> {
-        let loc = self.location();
-        self.pos += (HEADER_BYTES + payload.len() + FOOTER_BYTES) as u64;
-        self.index += 1;
+        let loc = self.advance(payload.len());
         if check && self.verify {
             let stored = u32::from_le_bytes(footer);
             if let Err(e) = check_payload_crc(&loc, stored, crc32c::crc32c(payload)) {
@@ -287,6 +363,26 @@ impl Cursor {
         }
         Ok(loc)
     }
+}
+
+/// A frame header's payload length, or what is wrong with it.
+#[inline(always)]
+fn parse_header(h: &[u8; HEADER_BYTES], max_record_bytes: u64) -> std::result::Result<u64, String> {
+    let len_bytes: [u8; 8] = h[..8].try_into().expect("8 bytes");
+    let stored = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    let computed = masked_crc32c(&len_bytes);
+    if stored != computed {
+        return Err(format!(
+            "bad length CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"
+        ));
+    }
+    let len = u64::from_le_bytes(len_bytes);
+    if len > max_record_bytes {
+        return Err(format!(
+            "record length {len} exceeds max_record_bytes {max_record_bytes}"
+        ));
+    }
+    Ok(len)
 }
 
 /// `Ok` if a payload whose CRC-32C is `crc` matches the masked CRC `stored`
@@ -415,6 +511,8 @@ pub struct TfRecordReader {
     input: Input,
     cur: Cursor,
     decoder: Option<ExampleDecoder>,
+    /// A large record's first and last bytes, read sparsely.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for TfRecordReader {
@@ -450,7 +548,11 @@ impl TfRecordReader {
                         Ok(map) => {
                             #[cfg(unix)]
                             let _ = map.advise(memmap2::Advice::Sequential);
-                            Input::Mapped(std::sync::Arc::new(Mapped(map)))
+                            Input::Mapped(std::sync::Arc::new(Mapped {
+                                map,
+                                file,
+                                path: path.to_path_buf(),
+                            }))
                         }
                         Err(e) => {
                             log::debug!("{}: cannot map ({e}), streaming it", path.display());
@@ -539,11 +641,13 @@ impl TfRecordReader {
                 skip_to: opts.start_record,
                 verify: opts.verify_checksums,
                 defer: opts.verify_checksums && opts.defer_checksums,
+                sparse: false,
                 max_record_bytes: opts.max_record_bytes,
                 can_continue: false,
                 failed: None,
             },
             decoder: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -630,6 +734,7 @@ impl RecordReader for TfRecordReader {
             input,
             cur,
             decoder,
+            scratch,
         } = self;
         if !decoder
             .as_ref()
@@ -643,8 +748,23 @@ impl RecordReader for TfRecordReader {
             let (frame, backing) = match input {
                 Input::Mapped(map) if cur.defer => {
                     let data = map.bytes();
-                    let Some((payload, loc)) = memory_frame(data, cur, false)? else {
-                        break;
+                    let framed = match cur.sparse {
+                        true => sparse_record(decoder, map, cur, chunk, scratch),
+                        false => Sparse::NotLarge,
+                    };
+                    let (payload, loc) = match framed {
+                        Sparse::Decoded => {
+                            n += 1;
+                            continue;
+                        }
+                        Sparse::Framed { at, len, loc } => (&data[at..at + len], loc),
+                        Sparse::NotLarge => {
+                            let Some((payload, loc)) = memory_frame(data, cur, false)? else {
+                                break;
+                            };
+                            cur.sparse = payload.len() >= SPARSE_MIN_BYTES;
+                            (payload, loc)
+                        }
                     };
                     if let Err(e) = decode_deferred(decoder, data, payload, chunk, &loc, map) {
                         cur.can_continue = true;
@@ -660,7 +780,8 @@ impl RecordReader for TfRecordReader {
                 }
             };
             let Some((payload, loc)) = frame else { break };
-            if let Err(e) = decoder.decode_into_backed(payload, chunk, &loc, backing) {
+            let backed = backing.map(|b| Backed::in_place(b, payload));
+            if let Err(e) = decoder.decode_into_backed(payload, chunk, &loc, backed) {
                 cur.can_continue = true;
                 return Err(e);
             }
@@ -699,11 +820,11 @@ fn decode_deferred(
         .expect("memory_frame checked the footer is there");
     let stored = u32::from_le_bytes(footer);
     let origin = Origin::new(loc.source, loc.record);
-    if decoder.write_row(payload, chunk, Some(map)) {
+    if decoder.write_row(payload, chunk, Some(Backed::in_place(map, payload))) {
         match chunk.pending_mapped_span() {
             Some((field, off, len)) if off >= start && off + len <= end => {
                 let prefix = crc32c::crc32c(&data[start..off]);
-                let suffix = (off + len, end - (off + len));
+                let suffix = &data[off + len..end];
                 chunk.defer_crc(field, DeferredCrc::new(prefix, suffix, stored, loc.clone()));
             }
             _ => {
@@ -720,6 +841,100 @@ fn decode_deferred(
     chunk.rollback_row();
     check_payload_crc(loc, stored, crc32c::crc32c(payload))?;
     decoder.fallback(payload, chunk, loc)
+}
+
+/// What [`sparse_record`] did with the record at the cursor.
+enum Sparse {
+    /// Not a whole large frame (or it cannot be read): frame it in the map
+    /// (which also names anything wrong with it).
+    NotLarge,
+    /// Framed (the cursor is past it) but not decodable from its first and
+    /// last bytes alone: decode its payload, `len` bytes at `at`, in the map.
+    Framed {
+        at: usize,
+        len: usize,
+        loc: Location,
+    },
+    /// Decoded into `chunk` (the row committed), its CRC due on the copy.
+    Decoded,
+}
+
+/// Frame and decode the large record at the cursor from its first and last
+/// bytes, read from the file (see [`SPARSE_MIN_BYTES`]): when the row's one
+/// mapped span covers all the bytes between (which the decode therefore
+/// never looked at), the row refers to it and carries the payload's CRC, to
+/// be checked on the copy; the rest of the payload was read here. Anything
+/// else goes through the map, with the same rows and errors.
+fn sparse_record(
+    decoder: &mut ExampleDecoder,
+    map: &Backing,
+    cur: &mut Cursor,
+    chunk: &mut Chunk,
+    scratch: &mut Vec<u8>,
+) -> Sparse {
+    let pos = cur.pos as usize;
+    let left = map.bytes().len().saturating_sub(pos);
+    if left < HEADER_BYTES + SPARSE_MIN_BYTES + FOOTER_BYTES {
+        return Sparse::NotLarge;
+    }
+    let head = HEADER_BYTES + SPARSE_HEAD;
+    if scratch.len() < head {
+        scratch.resize(head, 0);
+    }
+    if !read_exact(map, pos, &mut scratch[..head]) {
+        return Sparse::NotLarge;
+    }
+    let h = scratch.first_chunk::<HEADER_BYTES>().expect("read above");
+    let len = match parse_header(h, cur.max_record_bytes) {
+        Ok(len) if len <= (left - HEADER_BYTES - FOOTER_BYTES) as u64 => len as usize,
+        _ => return Sparse::NotLarge,
+    };
+    if len < SPARSE_MIN_BYTES {
+        return Sparse::NotLarge;
+    }
+    let total = HEADER_BYTES + len + FOOTER_BYTES;
+    if scratch.len() < total {
+        scratch.resize(total, 0);
+    }
+    let tail = HEADER_BYTES + len - SPARSE_TAIL;
+    if !read_exact(map, pos + tail, &mut scratch[tail..total]) {
+        return Sparse::NotLarge;
+    }
+    let loc = cur.advance(len);
+    let at = pos + HEADER_BYTES;
+    let payload = &scratch[HEADER_BYTES..HEADER_BYTES + len];
+    let footer = scratch[HEADER_BYTES + len..total]
+        .try_into()
+        .expect("4 bytes");
+    if decoder.write_row(payload, chunk, Some(Backed::new(map, payload, at))) {
+        // The decode read nothing of the hole [SPARSE_HEAD, len - SPARSE_TAIL)
+        // (stale bytes) if the one mapped span covers it: nothing inside a
+        // byte string is read, and nothing else overlaps it.
+        if let Some((field, off, span)) = chunk.pending_mapped_span() {
+            let (a, b) = (off.wrapping_sub(at), off.wrapping_sub(at).wrapping_add(span));
+            if off >= at && a <= SPARSE_HEAD && b >= len - SPARSE_TAIL && b <= len {
+                let prefix = crc32c::crc32c(&payload[..a]);
+                let stored = u32::from_le_bytes(footer);
+                let check = DeferredCrc::new(prefix, &payload[b..], stored, loc.clone());
+                chunk.defer_crc(field, check);
+                if chunk.commit_row(Origin::new(loc.source, loc.record)).is_ok() {
+                    return Sparse::Decoded;
+                }
+            }
+        }
+    }
+    chunk.rollback_row();
+    Sparse::Framed { at, len, loc }
+}
+
+/// Read `dst.len()` bytes of `map`'s file at `off` (false: it cannot).
+fn read_exact(map: &Backing, off: usize, dst: &mut [u8]) -> bool {
+    // SAFETY: the same memory as bytes that may be uninitialized: `read_into`
+    // only writes (initialized) bytes into it.
+    let dst = unsafe {
+        std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), dst.len())
+    };
+    matches!(map.read_into(off, dst), Some(Ok(())))
 }
 
 enum Sink<W: Write> {
