@@ -880,7 +880,11 @@ impl MappedRow<'_> {
     #[inline]
     pub(crate) fn copy_to(&self, dst: &mut [MaybeUninit<u8>]) -> Result<()> {
         let len = self.bytes.len();
-        assert_eq!(dst.len(), len, "a row of the wrong length in a checked chunk");
+        assert_eq!(
+            dst.len(),
+            len,
+            "a row of the wrong length in a checked chunk"
+        );
         let read = if len >= READ_MIN_BYTES {
             self.backing.read_into(self.off, dst)
         } else {

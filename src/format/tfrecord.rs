@@ -173,13 +173,11 @@ impl BackingBytes for Mapped {
     /// `pread` into `dst`: the kernel copies from the page cache and no
     /// page of the map is touched. A file that shrank since it was mapped
     /// is an I/O error naming it (where the map would fault).
-    fn read_into(
-        &self,
-        off: usize,
-        dst: &mut [std::mem::MaybeUninit<u8>],
-    ) -> Option<Result<()>> {
+    fn read_into(&self, off: usize, dst: &mut [std::mem::MaybeUninit<u8>]) -> Option<Result<()>> {
         #[cfg(unix)]
-        return Some(pread_exact(&self.file, off as u64, dst).map_err(|e| Error::io(&self.path, e)));
+        return Some(
+            pread_exact(&self.file, off as u64, dst).map_err(|e| Error::io(&self.path, e)),
+        );
         #[cfg(not(unix))]
         {
             let _ = (off, dst, &self.file, &self.path);
@@ -290,6 +288,8 @@ struct Cursor {
     /// The last record framed was large: try framing the next one sparsely
     /// (see [`SPARSE_MIN_BYTES`]).
     sparse: bool,
+    /// Records decoded from their first and last bytes (for tests and logs).
+    sparse_records: u64,
     max_record_bytes: u64,
     can_continue: bool,
     failed: Option<Failure>,
@@ -642,6 +642,7 @@ impl TfRecordReader {
                 verify: opts.verify_checksums,
                 defer: opts.verify_checksums && opts.defer_checksums,
                 sparse: false,
+                sparse_records: 0,
                 max_record_bytes: opts.max_record_bytes,
                 can_continue: false,
                 failed: None,
@@ -900,6 +901,11 @@ fn sparse_record(
     if !read_exact(map, pos + tail, &mut scratch[tail..total]) {
         return Sparse::NotLarge;
     }
+    // In tests the hole holds its real bytes, so that a decode reading them
+    // would succeed: the count of sparse records then shows exactly which
+    // rows the checks below let through (outside tests it holds stale bytes).
+    #[cfg(test)]
+    scratch[head..tail].copy_from_slice(&map.bytes()[pos + head..pos + tail]);
     let loc = cur.advance(len);
     let at = pos + HEADER_BYTES;
     let payload = &scratch[HEADER_BYTES..HEADER_BYTES + len];
@@ -911,13 +917,20 @@ fn sparse_record(
         // (stale bytes) if the one mapped span covers it: nothing inside a
         // byte string is read, and nothing else overlaps it.
         if let Some((field, off, span)) = chunk.pending_mapped_span() {
-            let (a, b) = (off.wrapping_sub(at), off.wrapping_sub(at).wrapping_add(span));
+            let (a, b) = (
+                off.wrapping_sub(at),
+                off.wrapping_sub(at).wrapping_add(span),
+            );
             if off >= at && a <= SPARSE_HEAD && b >= len - SPARSE_TAIL && b <= len {
                 let prefix = crc32c::crc32c(&payload[..a]);
                 let stored = u32::from_le_bytes(footer);
                 let check = DeferredCrc::new(prefix, &payload[b..], stored, loc.clone());
                 chunk.defer_crc(field, check);
-                if chunk.commit_row(Origin::new(loc.source, loc.record)).is_ok() {
+                if chunk
+                    .commit_row(Origin::new(loc.source, loc.record))
+                    .is_ok()
+                {
+                    cur.sparse_records += 1;
                     return Sparse::Decoded;
                 }
             }
@@ -932,7 +945,10 @@ fn read_exact(map: &Backing, off: usize, dst: &mut [u8]) -> bool {
     // SAFETY: the same memory as bytes that may be uninitialized: `read_into`
     // only writes (initialized) bytes into it.
     let dst = unsafe {
-        std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), dst.len())
+        std::slice::from_raw_parts_mut(
+            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+            dst.len(),
+        )
     };
     matches!(map.read_into(off, dst), Some(Ok(())))
 }
@@ -1071,8 +1087,12 @@ mod tests {
     const IMG: usize = 5000;
 
     fn schema(layout: Ragged) -> Schema {
+        schema_with(IMG, layout)
+    }
+
+    fn schema_with(img: usize, layout: Ragged) -> Schema {
         Schema::builder()
-            .field("img", DType::U8, [IMG])
+            .field("img", DType::U8, [img])
             .ragged("blob", DType::Bytes, layout)
             .field("label", DType::I64, [1])
             .build()
@@ -1333,13 +1353,24 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_deferred_crc_is_checked_on_the_copy_and_gives_the_error_reading_would() {
-        let schema = schema(Ragged::Offsets);
-        let n = 12;
-        let clean = file_bytes(n, None);
+    /// Corrupt one byte at a time — near the start of record `bad`'s
+    /// payload, early in its `marker` (a byte string it holds), in the middle
+    /// of it, at the payload's end — for each of `cases`, and check that
+    /// reading with the CRC deferred gives the error reading with the check
+    /// gives, either as it reads or from every way out of the chunk, with
+    /// the other rows the clean file's. Returns the (record, offset in its
+    /// payload) whose check was deferred, and how many records the clean
+    /// file read sparsely.
+    fn deferred_errors_match_eager(
+        schema: &Schema,
+        clean: &[u8],
+        cases: &[usize],
+        marker: impl Fn(usize) -> Vec<u8>,
+    ) -> (Vec<(usize, usize)>, u64) {
+        let schema = schema.clone();
+        let clean = clean.to_vec();
         let spans = payload_spans(&clean);
-        assert_eq!(spans.len(), n);
+        let n = spans.len();
         let dir = tempfile::tempdir().unwrap();
         let clean_path = dir.path().join("clean.tfrecord");
         std::fs::write(&clean_path, &clean).unwrap();
@@ -1353,24 +1384,34 @@ mod tests {
         // Rows mapped from another file: appending to them copies.
         let other = read_all(&clean_path, &OpenOptions::default(), &schema).0;
         let other = &other[0];
-        assert!(other.columns()[0].is_mapped() && other.columns()[1].is_mapped());
+        assert!(other.columns().iter().any(|c| c.is_mapped()));
         let defer = OpenOptions {
             defer_checksums: true,
             ..OpenOptions::default()
         };
         // A clean file reads the same either way.
-        assert!(read_all(&clean_path, &defer, &schema).0[0] == *owned);
+        let mut r = TfRecordReader::open(&clean_path, &defer).unwrap();
+        let mut all = Chunk::new(&schema);
+        while r.read_chunk(&mut all, n, usize::MAX).unwrap() > 0 {}
+        assert!(all == *owned);
+        let sparse = r.cur.sparse_records;
+        let rows = collate(&schema, (0..n).map(|i| (&all, i))).unwrap();
+        let owned_rows = collate(&schema, (0..n).map(|i| (owned, i))).unwrap();
+        assert!(rows.fields == owned_rows.fields);
         let mut deferred = Vec::new();
-        // Records 1 and 2 map only the image, 8 only the blob; 0 and 4 map
-        // both, 3 neither; 6 goes to the generic decoder.
-        for bad in [0, 1, 2, 3, 4, 6, 8] {
+        for &bad in cases {
             let (start, end) = spans[bad];
-            let img = bytes(bad, IMG);
+            let img = marker(bad);
             let img_at = clean[start..end]
                 .windows(100)
                 .position(|w| w == &img[..100])
-                .expect("the image's first bytes are in the payload");
-            for at in [start + 1, start + img_at + 50, end - 1] {
+                .expect("the marker's first bytes are in the payload");
+            for at in [
+                start + 1,
+                start + img_at + 50,
+                start + img_at + img.len() / 2,
+                end - 1,
+            ] {
                 let mut file = clean.clone();
                 file[at] ^= 0x40;
                 let path = dir.path().join(format!("bad-{bad}-{at}.tfrecord"));
@@ -1396,7 +1437,7 @@ mod tests {
                 let all = collate(&schema, (0..n).map(|i| (c, i)));
                 assert_eq!(all.unwrap_err().to_string(), e);
                 assert_eq!(c.row(bad).unwrap_err().to_string(), e);
-                let field = (0..2)
+                let field = (0..schema.len())
                     .find(|&f| c.columns()[f].mapped_row(bad).is_err())
                     .expect("the row's mapped field fails its check");
                 assert_eq!(
@@ -1405,7 +1446,7 @@ mod tests {
                 );
                 let mut into = other.clone();
                 assert_eq!(
-                    into.extend_rows(c, bad - 1, bad + 1)
+                    into.extend_rows(c, bad.saturating_sub(1), bad + 1)
                         .unwrap_err()
                         .to_string(),
                     e
@@ -1430,6 +1471,19 @@ mod tests {
                 assert!(moved.rows().all(|r| r.is_ok()));
             }
         }
+        (deferred, sparse)
+    }
+
+    #[test]
+    fn a_deferred_crc_is_checked_on_the_copy_and_gives_the_error_reading_would() {
+        let schema = schema(Ragged::Offsets);
+        let n = 12;
+        let clean = file_bytes(n, None);
+        // Records 1 and 2 map only the image, 8 only the blob; 0 and 4 map
+        // both, 3 neither; 6 goes to the generic decoder.
+        let (deferred, sparse) =
+            deferred_errors_match_eager(&schema, &clean, &[0, 1, 2, 3, 4, 6, 8], |i| bytes(i, IMG));
+        assert_eq!(sparse, 0, "no record is large enough to be read sparsely");
         // The image in records 1 and 2 and anything in record 8 is checked
         // late (the rest as it is read).
         for bad in [1, 2, 8] {
@@ -1441,6 +1495,124 @@ mod tests {
         assert!(
             deferred.iter().all(|&(b, _)| [1, 2, 8].contains(&b)),
             "{deferred:?}"
+        );
+    }
+
+    /// An image large enough for its record to be read sparsely.
+    const LARGE: usize = 70_000;
+
+    /// Large record `i`, by `i % 6` (features are written sorted by name:
+    /// blob, img, label): the image and label; a small unused feature
+    /// before them; an unused 6,000-byte feature before them (the image
+    /// starts past the first 4 KiB); a second large mapped field (the blob);
+    /// a small blob; an unused 5,000-byte feature after them (the image ends
+    /// before the last 4 KiB).
+    fn large_payload(i: usize) -> Vec<u8> {
+        let img = bytes(i, LARGE);
+        let label = [i as i64];
+        let pad = bytes(i + 500, [0, 100, 6000, 0, 0, 5000][i % 6]);
+        let blob = bytes(i + 100, if i % 6 == 3 { LARGE } else { 10 });
+        let mut f: Vec<(&str, FeatureRef<'_>)> = vec![
+            ("img", FeatureRef::OneBytes(&img)),
+            ("label", FeatureRef::I64(&label)),
+        ];
+        match i % 6 {
+            1 | 2 => f.push(("a_pad", FeatureRef::OneBytes(&pad))),
+            3 | 4 => f.push(("blob", FeatureRef::OneBytes(&blob))),
+            5 => f.push(("z_pad", FeatureRef::OneBytes(&pad))),
+            _ => {}
+        }
+        let mut out = Vec::new();
+        encode_features_into(&mut f, &mut out);
+        out
+    }
+
+    #[test]
+    fn large_records_read_from_their_ends_give_the_same_rows_and_errors() {
+        let schema = schema_with(LARGE, Ragged::Offsets);
+        let n = 12;
+        let mut clean = Vec::new();
+        for i in 0..n {
+            frame_into(&large_payload(i), &mut clean);
+        }
+        let (deferred, sparse) =
+            deferred_errors_match_eager(&schema, &clean, &(0..6).collect::<Vec<_>>(), |i| {
+                bytes(i, LARGE)
+            });
+        // Record 0 is framed in the map (no large record seen yet); after
+        // it, those whose image covers all but the first and last 4 KiB.
+        assert_eq!(sparse, 5, "records 1, 4, 6, 7 and 10");
+        // A bad byte in the middle of any image with one mapped span is
+        // found on the copy; with two (record 3), as it is read.
+        for bad in [0, 1, 2, 4, 5] {
+            assert!(
+                deferred.iter().any(|&(b, _)| b == bad),
+                "record {bad} was checked as it was read: {deferred:?}"
+            );
+        }
+        assert!(deferred.iter().all(|&(b, _)| b != 3), "{deferred:?}");
+    }
+
+    #[test]
+    fn large_and_small_records_mixed_read_the_same_sparsely() {
+        let schema = Schema::builder()
+            .ragged("blob", DType::Bytes, Ragged::Offsets)
+            .field("label", DType::I64, [1])
+            .build()
+            .unwrap();
+        let sizes = [10, 70_000, 200_000, 100, 66_000, 5000, 131_072];
+        let blob = |i: usize| bytes(i, sizes[i % sizes.len()]);
+        let mut clean = Vec::new();
+        for i in 0..2 * sizes.len() {
+            let (b, label) = (blob(i), [i as i64]);
+            let mut f = vec![
+                ("blob", FeatureRef::OneBytes(&b)),
+                ("label", FeatureRef::I64(&label)),
+            ];
+            let mut out = Vec::new();
+            encode_features_into(&mut f, &mut out);
+            frame_into(&out, &mut clean);
+        }
+        let (deferred, sparse) =
+            deferred_errors_match_eager(&schema, &clean, &[1, 2, 3, 8, 9, 12], blob);
+        // A large record right after another large one is read sparsely.
+        assert_eq!(sparse, 2, "records 2 and 9");
+        assert!(deferred.iter().any(|&(b, _)| b == 9), "{deferred:?}");
+    }
+
+    #[test]
+    fn a_file_shortened_under_mapped_rows_is_an_error_naming_it_not_a_fault() {
+        let schema = schema_with(LARGE, Ragged::Offsets);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shrinks.tfrecord");
+        let mut bytes = Vec::new();
+        for i in 0..6 {
+            frame_into(&large_payload(i * 6), &mut bytes);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let defer = OpenOptions {
+            defer_checksums: true,
+            ..OpenOptions::default()
+        };
+        let mut r = TfRecordReader::open(&path, &defer).unwrap();
+        let mut c = Chunk::new(&schema);
+        while r.read_chunk(&mut c, 100, usize::MAX).unwrap() > 0 {}
+        assert_eq!((c.len(), r.cur.sparse_records), (6, 5));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(bytes.len() as u64 / 2)
+            .unwrap();
+        // The rows before the cut still collate; the first after it fails.
+        let cut = bytes.len() / 2 / (bytes.len() / 6);
+        assert!(collate(&schema, (0..cut).map(|i| (&c, i))).is_ok());
+        let e = collate(&schema, (0..6).map(|i| (&c, i))).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains("shrinks.tfrecord") && e.contains("shortened"),
+            "{e}"
         );
     }
 }
