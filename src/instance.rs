@@ -811,18 +811,29 @@ const OWNED: usize = usize::MAX;
 /// out instead of when the record was read, so that its bytes are read from
 /// memory once (copy, then CRC of the copy while it is in cache). The
 /// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix and
-/// the CRC and length of the suffix are kept (nothing in the backing is read
-/// again but the span).
+/// the suffix (its bytes when short, else its CRC and length) are kept, so
+/// nothing in the backing is read again but the span.
 #[derive(Clone, Debug)]
 pub(crate) struct DeferredCrc {
     /// CRC-32C state after the payload bytes before the span.
     prefix: u32,
-    /// CRC-32C and length of the payload bytes after the span.
-    suffix: (u32, usize),
+    /// The payload bytes after the span.
+    suffix: Suffix,
     /// The masked CRC stored in the frame.
     stored: u32,
     /// The record, for the error.
     location: Location,
+}
+
+/// Suffixes up to this long are kept as bytes (appended to the CRC, which
+/// is cheap); longer ones as a CRC to combine (`crc32c_combine` costs
+/// microseconds).
+const INLINE_SUFFIX: usize = 40;
+
+#[derive(Clone, Debug)]
+enum Suffix {
+    Bytes { bytes: [u8; INLINE_SUFFIX], len: u8 },
+    Crc { crc: u32, len: usize },
 }
 
 impl DeferredCrc {
@@ -830,9 +841,20 @@ impl DeferredCrc {
     /// (running state) `prefix`, whose bytes after it are `suffix`, and
     /// whose frame stores the masked CRC `stored`.
     pub(crate) fn new(prefix: u32, suffix: &[u8], stored: u32, location: Location) -> Self {
+        let suffix = match <u8>::try_from(suffix.len()) {
+            Ok(len) if suffix.len() <= INLINE_SUFFIX => {
+                let mut bytes = [0; INLINE_SUFFIX];
+                bytes[..suffix.len()].copy_from_slice(suffix);
+                Suffix::Bytes { bytes, len }
+            }
+            _ => Suffix::Crc {
+                crc: crc32c::crc32c(suffix),
+                len: suffix.len(),
+            },
+        };
         DeferredCrc {
             prefix,
-            suffix: (crc32c::crc32c(suffix), suffix.len()),
+            suffix,
             stored,
             location,
         }
@@ -841,8 +863,11 @@ impl DeferredCrc {
     /// Check the payload, given the span's bytes (in the map or a copy of
     /// them): the error is word for word the one reading would have given.
     pub(crate) fn verify(&self, span: &[u8]) -> Result<()> {
-        let (suffix, len) = self.suffix;
-        let crc = crc32c::crc32c_combine(crc32c::crc32c_append(self.prefix, span), suffix, len);
+        let crc = crc32c::crc32c_append(self.prefix, span);
+        let crc = match &self.suffix {
+            Suffix::Bytes { bytes, len } => crc32c::crc32c_append(crc, &bytes[..*len as usize]),
+            Suffix::Crc { crc: suffix, len } => crc32c::crc32c_combine(crc, *suffix, *len),
+        };
         crate::format::tfrecord::check_payload_crc(&self.location, self.stored, crc)
     }
 }
