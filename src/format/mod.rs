@@ -97,7 +97,11 @@ pub struct OpenOptions {
     /// are not delivered: use it where a bad record ends the pass (the
     /// actor pipeline turns it on unless it skips bad records). Until then
     /// the record's other fields, in the chunk's [`Column::values`](crate::Column::values),
-    /// are unchecked too. Default: false.
+    /// are unchecked too. It also lets records of 64 KiB or more be read
+    /// from their first and last bytes, their large byte string left to be
+    /// read straight into the batch (see
+    /// [`tfrecord`'s large records](crate::format::tfrecord#large-records)).
+    /// Default: false.
     pub defer_checksums: bool,
 }
 

@@ -21,10 +21,26 @@
 //! [`RecordReader::read_chunk`]. From a mapped file, a `u8` or `bytes` field
 //! filled by one large byte string (an image, say) is not copied into the
 //! chunk: the row refers to the mapped bytes ([`crate::Column::mapped_row`]),
-//! and collation copies them once, straight into the batch. The chunk keeps
-//! the map alive and counts those bytes as its own (they are resident while
-//! it lives); when it is dropped, their pages leave the resident set
-//! (`MADV_DONTNEED`; the page cache keeps them).
+//! and collation copies them once, straight into the batch — a row of 32 KiB
+//! or more with `pread` (the kernel copies from the page cache; no page is
+//! mapped, faulted in or released), a shorter one from the map. The chunk
+//! keeps the map alive and counts those bytes as its own; when it is
+//! dropped, the pages the map did fault in leave the resident set
+//! (`MADV_DONTNEED`; the page cache keeps them). A file shortened while
+//! such rows live is an [`Error::Io`] naming it, not a fault.
+//!
+//! # Large records
+//!
+//! With the payload CRC deferred ([`OpenOptions::defer_checksums`]), once a
+//! record of 64 KiB or more has been read, the next ones are framed from
+//! their first and last 4 KiB alone, read with `pread`: when the decoded
+//! row's one mapped span covers every byte in between (an image, say), the
+//! decoder never needed those bytes, the row refers to them, and its CRC is
+//! checked on the batch's copy. Any other record (a smaller one, a large
+//! byte string that starts or ends elsewhere, two of them, anything the fast
+//! decoder gives up on, any framing error) is read in the map as before,
+//! with the same rows and errors. So the big bytes are read from memory
+//! once, by the kernel's copy into the batch.
 //!
 //! Errors are [`Error::Corrupt`] with the record index and the byte offset of
 //! the frame in the decompressed stream. After a bad payload CRC or an
