@@ -830,6 +830,7 @@ pub(crate) struct DeferredCrc {
 /// microseconds).
 const INLINE_SUFFIX: usize = 40;
 
+/// The payload bytes after a deferred span.
 #[derive(Clone, Debug)]
 enum Suffix {
     Bytes { bytes: [u8; INLINE_SUFFIX], len: u8 },

@@ -304,7 +304,7 @@ struct Cursor {
     /// The last record framed was large: try framing the next one sparsely
     /// (see [`SPARSE_MIN_BYTES`]).
     sparse: bool,
-    /// Records decoded from their first and last bytes (for tests and logs).
+    /// Records decoded from their first and last bytes (tests read it).
     sparse_records: u64,
     max_record_bytes: u64,
     can_continue: bool,
