@@ -2,7 +2,8 @@
 //! a truncated file, an undecodable payload and a missing file, each under
 //! the fail and the skip policy; and a bad byte in a large image that stays
 //! in the mapped file (its CRC is checked as collation copies it under the
-//! fail policy, as it is read under skip) for a `u8` and a `bytes` schema. With fail, the consumer gets an error naming
+//! fail policy, as it is read under skip) for a `u8` and a `bytes` schema,
+//! also when it is collated in the end-of-pass drain. With fail, the consumer gets an error naming
 //! file, record and offset, and every pipeline thread ends; with skip, every
 //! good record arrives exactly once and the stats list every skipped place.
 
@@ -156,6 +157,10 @@ fn setup(dir: &Path, fault: Fault) -> Case {
     }
 }
 
+/// The tests of this file run one at a time: each counts the process's
+/// pipeline threads after its loaders are dropped.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn pipeline_threads() -> usize {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return 0;
@@ -167,6 +172,7 @@ fn pipeline_threads() -> usize {
 
 #[test]
 fn every_fault_under_both_policies() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for fault in [
         Fault::PayloadCrc,
         Fault::LengthCrc,
@@ -246,6 +252,46 @@ fn every_fault_under_both_policies() {
                     "{fault:?}: a bad record was delivered"
                 );
             }
+        }
+    }
+}
+
+/// A bad image collated in the end-of-pass drain (a shuffle pool larger
+/// than the data: every batch comes from the drain) fails the pass with its
+/// error: the queue must not be closed as if the pass had ended.
+#[test]
+fn a_bad_image_in_the_end_of_pass_drain_fails_the_pass() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for bytes in [false, true] {
+        let fault = Fault::MappedImageCrc { bytes };
+        for seed in 0..8 {
+            let dir = tempfile::tempdir().unwrap();
+            let case = setup(dir.path(), fault);
+            let loader = Loader::builder()
+                .files(case.files.clone())
+                .schema(fault.schema())
+                .readers(2)
+                .batch(16)
+                .shuffle(10_000)
+                .seed(seed)
+                .chunk_records(10)
+                .build()
+                .unwrap();
+            let mut got = 0;
+            let mut errors = Vec::new();
+            for d in loader {
+                match d {
+                    Ok(d) => got += d.batch.len(),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            assert_eq!(
+                errors.len(),
+                1,
+                "{fault:?} seed {seed}: {got} records, {errors:?}"
+            );
+            assert!(errors[0].contains(&case.needle), "{}", errors[0]);
+            assert!(got < case.good.len() + 1, "{got}");
         }
     }
 }

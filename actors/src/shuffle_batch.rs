@@ -332,8 +332,11 @@ impl ShuffleBatch {
                 // Room for all: collate the next part of the drain.
                 Ok(Pushed::All) if !self.deferred.is_empty() && !self.failed => continue,
                 Ok(Pushed::All) => {
-                    if close {
-                        // Every item is in: the queue's actor closes the lanes.
+                    // Every item is in: the queue's actor closes the lanes —
+                    // unless a batch of the drain failed to collate: then the
+                    // supervisor fails them (closing first would end the pass
+                    // cleanly, and the error would never reach a consumer).
+                    if close && !self.failed {
                         self.feed.do_send(CloseQueue);
                     }
                 }
