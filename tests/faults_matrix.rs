@@ -157,6 +157,21 @@ fn setup(dir: &Path, fault: Fault) -> Case {
     }
 }
 
+/// A loader of `case`'s files: 2 readers, batches of 16, chunks of 10.
+fn loader(case: &Case, fault: Fault, shuffle: usize, seed: u64, policy: ErrorPolicy) -> Loader {
+    Loader::builder()
+        .files(case.files.clone())
+        .schema(fault.schema())
+        .readers(2)
+        .batch(16)
+        .shuffle(shuffle)
+        .seed(seed)
+        .chunk_records(10)
+        .error_policy(policy)
+        .build()
+        .unwrap()
+}
+
 /// The tests of this file run one at a time: each counts the process's
 /// pipeline threads after its loaders are dropped.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -185,20 +200,12 @@ fn every_fault_under_both_policies() {
         for skip in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let case = setup(dir.path(), fault);
-            let loader = Loader::builder()
-                .files(case.files.clone())
-                .schema(fault.schema())
-                .readers(2)
-                .batch(16)
-                .shuffle(64)
-                .chunk_records(10)
-                .error_policy(if skip {
-                    ErrorPolicy::skip()
-                } else {
-                    ErrorPolicy::Fail
-                })
-                .build()
-                .unwrap();
+            let policy = if skip {
+                ErrorPolicy::skip()
+            } else {
+                ErrorPolicy::Fail
+            };
+            let loader = loader(&case, fault, 64, 0, policy);
             let stats = loader.stats_handle();
             let mut got: Vec<(String, u64)> = Vec::new();
             let mut errors = Vec::new();
@@ -267,16 +274,7 @@ fn a_bad_image_in_the_end_of_pass_drain_fails_the_pass() {
         for seed in 0..8 {
             let dir = tempfile::tempdir().unwrap();
             let case = setup(dir.path(), fault);
-            let loader = Loader::builder()
-                .files(case.files.clone())
-                .schema(fault.schema())
-                .readers(2)
-                .batch(16)
-                .shuffle(10_000)
-                .seed(seed)
-                .chunk_records(10)
-                .build()
-                .unwrap();
+            let loader = loader(&case, fault, 10_000, seed, ErrorPolicy::Fail);
             let mut got = 0;
             let mut errors = Vec::new();
             for d in loader {
