@@ -1,0 +1,342 @@
+//! Antialiased bilinear resampling, PIL's algorithm (`Resample.c`, which
+//! torchvision's `antialias=True` reproduces): a triangle filter whose
+//! support grows with the downscale factor, weights normalised per output
+//! pixel and rounded to 22-bit fixed point, a horizontal pass to `u8` then a
+//! vertical pass to `u8`, both rounded. A source box with fractional edges
+//! is supported (PIL's `resize(size, box=...)`). The vertical pass hands
+//! each finished output row to a sink, so the fused kernel can convert,
+//! flip and lay it out without another pass over an intermediate image.
+
+use crate::error::{Result, VisionError};
+use crate::image::{RgbImage, RgbView};
+
+/// PIL's `PRECISION_BITS` for 8-bit images.
+const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// The fixed-point weights of one resampling direction: output pixel `i`
+/// reads `lens[i]` input pixels from `starts[i]` with the weights
+/// `weights[i * taps ..][.. lens[i]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Coefficients {
+    pub(crate) starts: Vec<usize>,
+    pub(crate) lens: Vec<usize>,
+    pub(crate) taps: usize,
+    pub(crate) weights: Vec<i32>,
+}
+
+fn triangle(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
+impl Coefficients {
+    /// PIL's `precompute_coeffs` + `normalize_coeffs_8bpc` for `out_size`
+    /// pixels from the input interval `[in0, in1)` of an input `in_size`
+    /// pixels long.
+    pub(crate) fn new(in_size: usize, in0: f64, in1: f64, out_size: usize) -> Result<Self> {
+        if out_size == 0 || !(in1 > in0) || in0 < 0.0 || in1 > in_size as f64 {
+            return Err(VisionError::invalid(
+                "resize",
+                format!(
+                    "cannot resample [{in0}, {in1}) of {in_size} input pixels to {out_size} pixels"
+                ),
+            ));
+        }
+        let scale = (in1 - in0) / out_size as f64;
+        let filterscale = scale.max(1.0);
+        let support = filterscale; // the triangle's support is 1
+        let taps = support.ceil() as usize * 2 + 1;
+        let mut starts = Vec::with_capacity(out_size);
+        let mut lens = Vec::with_capacity(out_size);
+        let mut weights = vec![0i32; out_size * taps];
+        let mut k = vec![0f64; taps];
+        for xx in 0..out_size {
+            let center = in0 + (xx as f64 + 0.5) * scale;
+            let ss = 1.0 / filterscale;
+            // C's (int) truncation, then clamping, as PIL.
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
+            let len = xmax.saturating_sub(xmin);
+            let mut ww = 0.0;
+            for (x, kx) in k.iter_mut().enumerate().take(len) {
+                let w = triangle((x as f64 + xmin as f64 - center + 0.5) * ss);
+                *kx = w;
+                ww += w;
+            }
+            let row = &mut weights[xx * taps..(xx + 1) * taps];
+            for (x, wx) in row.iter_mut().enumerate().take(len) {
+                let w = if ww != 0.0 { k[x] / ww } else { k[x] };
+                *wx = if w < 0.0 {
+                    (-0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                } else {
+                    (0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                };
+            }
+            starts.push(xmin);
+            lens.push(len);
+        }
+        Ok(Coefficients {
+            starts,
+            lens,
+            taps,
+            weights,
+        })
+    }
+
+    pub(crate) fn out_size(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The input pixels any output pixel reads: `[first, end)`.
+    pub(crate) fn input_span(&self) -> (usize, usize) {
+        let first = self.starts.iter().copied().min().unwrap_or(0);
+        let end = self
+            .starts
+            .iter()
+            .zip(&self.lens)
+            .map(|(s, l)| s + l)
+            .max()
+            .unwrap_or(0);
+        (first, end)
+    }
+
+    /// The same weights with every start moved `offset` pixels down.
+    pub(crate) fn shifted(mut self, offset: usize) -> Self {
+        for s in &mut self.starts {
+            *s -= offset;
+        }
+        self
+    }
+
+    fn weights_of(&self, i: usize) -> &[i32] {
+        &self.weights[i * self.taps..i * self.taps + self.lens[i]]
+    }
+}
+
+#[inline]
+fn clip8(acc: i32) -> u8 {
+    let v = acc >> PRECISION_BITS;
+    v.clamp(0, 255) as u8
+}
+
+/// The horizontal pass over rows `rows` of `src`: each output row has
+/// `coeffs.out_size()` RGB pixels, written to `dst` one after another.
+pub(crate) fn horizontal_pass(
+    src: &RgbView<'_>,
+    rows: std::ops::Range<usize>,
+    coeffs: &Coefficients,
+    dst: &mut [u8],
+) {
+    let out_row = coeffs.out_size() * 3;
+    for (y, out) in rows.zip(dst.chunks_exact_mut(out_row)) {
+        let row = src.row(y);
+        for (i, px) in out.chunks_exact_mut(3).enumerate() {
+            let start = coeffs.starts[i] * 3;
+            let weights = coeffs.weights_of(i);
+            let input = &row[start..start + weights.len() * 3];
+            let half = 1i32 << (PRECISION_BITS - 1);
+            let (mut r, mut g, mut b) = (half, half, half);
+            for (w, p) in weights.iter().zip(input.chunks_exact(3)) {
+                r += i32::from(p[0]) * w;
+                g += i32::from(p[1]) * w;
+                b += i32::from(p[2]) * w;
+            }
+            px[0] = clip8(r);
+            px[1] = clip8(g);
+            px[2] = clip8(b);
+        }
+    }
+}
+
+/// The vertical pass over `src` (rows of `row_len` bytes): output row `y`
+/// is handed to `sink(y, row)`.
+pub(crate) fn vertical_pass(
+    src: &[u8],
+    row_len: usize,
+    coeffs: &Coefficients,
+    mut sink: impl FnMut(usize, &[u8]),
+) {
+    let half = 1i32 << (PRECISION_BITS - 1);
+    let mut acc = vec![0i32; row_len];
+    let mut out = vec![0u8; row_len];
+    for y in 0..coeffs.out_size() {
+        acc.fill(half);
+        let start = coeffs.starts[y];
+        for (k, &w) in coeffs.weights_of(y).iter().enumerate() {
+            let row = &src[(start + k) * row_len..(start + k + 1) * row_len];
+            for (a, &p) in acc.iter_mut().zip(row) {
+                *a += i32::from(p) * w;
+            }
+        }
+        for (o, &a) in out.iter_mut().zip(&acc) {
+            *o = clip8(a);
+        }
+        sink(y, &out);
+    }
+}
+
+/// Where the pixels of a resize come from: the `box` `[x0, y0, x1, y1)` (in
+/// pixels, fractional allowed) of a source of `width` x `height` pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SourceBox {
+    /// Left edge.
+    pub x0: f64,
+    /// Top edge.
+    pub y0: f64,
+    /// Right edge (exclusive).
+    pub x1: f64,
+    /// Bottom edge (exclusive).
+    pub y1: f64,
+}
+
+impl SourceBox {
+    /// The whole of a `width` x `height` source.
+    pub fn whole(width: usize, height: usize) -> Self {
+        SourceBox {
+            x0: 0.0,
+            y0: 0.0,
+            x1: width as f64,
+            y1: height as f64,
+        }
+    }
+
+    /// Is it exactly the whole of a `width` x `height` source?
+    pub(crate) fn is_whole(&self, width: usize, height: usize) -> bool {
+        *self == SourceBox::whole(width, height)
+    }
+
+    /// Width of the box.
+    pub fn width(&self) -> f64 {
+        self.x1 - self.x0
+    }
+
+    /// Height of the box.
+    pub fn height(&self) -> f64 {
+        self.y1 - self.y0
+    }
+}
+
+/// A resize prepared for one source size: the weights of both directions
+/// and the source rows and columns they read.
+pub(crate) struct ResizePlan {
+    pub(crate) horizontal: Option<Coefficients>,
+    pub(crate) vertical: Option<Coefficients>,
+    /// Source columns read: `[first, end)`.
+    pub(crate) cols: (usize, usize),
+    /// Source rows read: `[first, end)`.
+    pub(crate) rows: (usize, usize),
+    pub(crate) out_width: usize,
+    pub(crate) out_height: usize,
+}
+
+impl ResizePlan {
+    /// PIL's `ImagingResampleInner`: a direction whose size and box are the
+    /// source's is not resampled (a copy).
+    pub(crate) fn new(
+        src_width: usize,
+        src_height: usize,
+        source: SourceBox,
+        out_width: usize,
+        out_height: usize,
+    ) -> Result<Self> {
+        let need_horizontal = out_width != src_width || source.x0 != 0.0 || source.x1 != out_width as f64;
+        let need_vertical = out_height != src_height || source.y0 != 0.0 || source.y1 != out_height as f64;
+        let horizontal = if need_horizontal {
+            Some(Coefficients::new(src_width, source.x0, source.x1, out_width)?)
+        } else {
+            None
+        };
+        let vertical = if need_vertical {
+            Some(Coefficients::new(src_height, source.y0, source.y1, out_height)?)
+        } else {
+            None
+        };
+        let cols = horizontal.as_ref().map_or((0, src_width), Coefficients::input_span);
+        let rows = vertical.as_ref().map_or((0, src_height), Coefficients::input_span);
+        Ok(ResizePlan {
+            horizontal,
+            vertical,
+            cols,
+            rows,
+            out_width,
+            out_height,
+        })
+    }
+
+    /// Runs the resize on `src`, whose first column and row are source
+    /// column `cols.0` and row `rows.0` (the rest of the source need not be
+    /// there); `rows_buf` is scratch for the horizontal pass. Each output
+    /// row goes to `sink(y, row)`.
+    pub(crate) fn run(
+        &self,
+        src: &RgbView<'_>,
+        rows_buf: &mut Vec<u8>,
+        mut sink: impl FnMut(usize, &[u8]),
+    ) {
+        let (row0, row1) = self.rows;
+        let n_rows = row1 - row0;
+        let vertical = self.vertical.as_ref().map(|v| v.clone().shifted(row0));
+        let row_len = self.out_width * 3;
+        // Horizontal pass (or a copy of the needed rows) into rows_buf.
+        let intermediate: &[u8] = match &self.horizontal {
+            Some(h) => {
+                let h = h.clone().shifted(self.cols.0);
+                rows_buf.clear();
+                rows_buf.resize(n_rows * row_len, 0);
+                horizontal_pass(src, 0..n_rows, &h, rows_buf);
+                rows_buf
+            }
+            None => {
+                if vertical.is_none() {
+                    for y in 0..n_rows {
+                        sink(y, src.row(y));
+                    }
+                    return;
+                }
+                rows_buf.clear();
+                for y in 0..n_rows {
+                    rows_buf.extend_from_slice(src.row(y));
+                }
+                rows_buf
+            }
+        };
+        match &vertical {
+            Some(v) => vertical_pass(intermediate, row_len, v, sink),
+            None => {
+                for (y, row) in intermediate.chunks_exact(row_len).enumerate() {
+                    sink(y, row);
+                }
+            }
+        }
+    }
+}
+
+/// Resizes the `source` box of `src` to `out_width` x `out_height` (PIL's
+/// `Image.resize((w, h), Image.BILINEAR, box=...)`; torchvision's
+/// `resize(..., antialias=True)` on a PIL image).
+pub fn resize_box(
+    src: &RgbView<'_>,
+    source: SourceBox,
+    out_width: usize,
+    out_height: usize,
+) -> Result<RgbImage> {
+    let plan = ResizePlan::new(src.width(), src.height(), source, out_width, out_height)?;
+    let needed = src.sub(
+        plan.cols.0,
+        plan.rows.0,
+        plan.cols.1 - plan.cols.0,
+        plan.rows.1 - plan.rows.0,
+    )?;
+    let mut out = RgbImage::zeroed(out_width, out_height)?;
+    let mut rows = Vec::new();
+    let row_len = out_width * 3;
+    let pixels = out.pixels_mut();
+    plan.run(&needed, &mut rows, |y, row| {
+        pixels[y * row_len..(y + 1) * row_len].copy_from_slice(row)
+    });
+    Ok(out)
+}
