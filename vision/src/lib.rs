@@ -14,6 +14,7 @@
 //! | [`png`] | PNG to RGB |
 //! | [`image`] | [`RgbImage`], [`RgbView`] |
 //! | [`resize`] | PIL's antialiased bilinear resampling |
+//! | `kernels` | the resampling's inner loops: AVX2 (detected at run time) and scalar |
 //! | [`ops`] | the unfused operations (crop, centre crop, resize, flip) |
 //! | [`rrc`] | `RandomResizedCrop` box sampling |
 //! | [`output`] | dtype, normalisation and layout of outputs |
@@ -29,6 +30,7 @@ pub mod error;
 pub mod fused;
 pub mod image;
 pub mod jpeg;
+mod kernels;
 pub mod ops;
 pub mod output;
 pub mod plan;

@@ -9,9 +9,10 @@
 
 use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
+use crate::kernels::{horizontal_row, vertical_row, HorizontalTaps};
 
 /// PIL's `PRECISION_BITS` for 8-bit images.
-const PRECISION_BITS: u32 = 32 - 8 - 2;
+pub(crate) const PRECISION_BITS: u32 = 32 - 8 - 2;
 
 /// The fixed-point weights of one resampling direction: output pixel `i`
 /// reads `lens[i]` input pixels from `starts[i]` with the weights
@@ -112,70 +113,8 @@ impl Coefficients {
         self
     }
 
-    fn weights_of(&self, i: usize) -> &[i32] {
+    pub(crate) fn weights_of(&self, i: usize) -> &[i32] {
         &self.weights[i * self.taps..i * self.taps + self.lens[i]]
-    }
-}
-
-#[inline]
-fn clip8(acc: i32) -> u8 {
-    let v = acc >> PRECISION_BITS;
-    v.clamp(0, 255) as u8
-}
-
-/// The horizontal pass over rows `rows` of `src`: each output row has
-/// `coeffs.out_size()` RGB pixels, written to `dst` one after another.
-pub(crate) fn horizontal_pass(
-    src: &RgbView<'_>,
-    rows: std::ops::Range<usize>,
-    coeffs: &Coefficients,
-    dst: &mut [u8],
-) {
-    let out_row = coeffs.out_size() * 3;
-    for (y, out) in rows.zip(dst.chunks_exact_mut(out_row)) {
-        let row = src.row(y);
-        for (i, px) in out.chunks_exact_mut(3).enumerate() {
-            let start = coeffs.starts[i] * 3;
-            let weights = coeffs.weights_of(i);
-            let input = &row[start..start + weights.len() * 3];
-            let half = 1i32 << (PRECISION_BITS - 1);
-            let (mut r, mut g, mut b) = (half, half, half);
-            for (w, p) in weights.iter().zip(input.chunks_exact(3)) {
-                r += i32::from(p[0]) * w;
-                g += i32::from(p[1]) * w;
-                b += i32::from(p[2]) * w;
-            }
-            px[0] = clip8(r);
-            px[1] = clip8(g);
-            px[2] = clip8(b);
-        }
-    }
-}
-
-/// The vertical pass over `src` (rows of `row_len` bytes): output row `y`
-/// is handed to `sink(y, row)`.
-pub(crate) fn vertical_pass(
-    src: &[u8],
-    row_len: usize,
-    coeffs: &Coefficients,
-    mut sink: impl FnMut(usize, &[u8]),
-) {
-    let half = 1i32 << (PRECISION_BITS - 1);
-    let mut acc = vec![0i32; row_len];
-    let mut out = vec![0u8; row_len];
-    for y in 0..coeffs.out_size() {
-        acc.fill(half);
-        let start = coeffs.starts[y];
-        for (k, &w) in coeffs.weights_of(y).iter().enumerate() {
-            let row = &src[(start + k) * row_len..(start + k + 1) * row_len];
-            for (a, &p) in acc.iter_mut().zip(row) {
-                *a += i32::from(p) * w;
-            }
-        }
-        for (o, &a) in out.iter_mut().zip(&acc) {
-            *o = clip8(a);
-        }
-        sink(y, &out);
     }
 }
 
@@ -204,11 +143,6 @@ impl SourceBox {
         }
     }
 
-    /// Is it exactly the whole of a `width` x `height` source?
-    pub(crate) fn is_whole(&self, width: usize, height: usize) -> bool {
-        *self == SourceBox::whole(width, height)
-    }
-
     /// Width of the box.
     pub fn width(&self) -> f64 {
         self.x1 - self.x0
@@ -220,17 +154,16 @@ impl SourceBox {
     }
 }
 
-/// A resize prepared for one source size: the weights of both directions
-/// and the source rows and columns they read.
+/// A resize prepared for one source size: the weights of both directions,
+/// relative to the first source column and row they read.
 pub(crate) struct ResizePlan {
-    pub(crate) horizontal: Option<Coefficients>,
-    pub(crate) vertical: Option<Coefficients>,
+    horizontal: Option<HorizontalTaps>,
+    vertical: Option<Coefficients>,
     /// Source columns read: `[first, end)`.
     pub(crate) cols: (usize, usize),
     /// Source rows read: `[first, end)`.
     pub(crate) rows: (usize, usize),
-    pub(crate) out_width: usize,
-    pub(crate) out_height: usize,
+    out_width: usize,
 }
 
 impl ResizePlan {
@@ -243,27 +176,31 @@ impl ResizePlan {
         out_width: usize,
         out_height: usize,
     ) -> Result<Self> {
-        let need_horizontal = out_width != src_width || source.x0 != 0.0 || source.x1 != out_width as f64;
-        let need_vertical = out_height != src_height || source.y0 != 0.0 || source.y1 != out_height as f64;
-        let horizontal = if need_horizontal {
-            Some(Coefficients::new(src_width, source.x0, source.x1, out_width)?)
+        let need_horizontal =
+            out_width != src_width || source.x0 != 0.0 || source.x1 != out_width as f64;
+        let need_vertical =
+            out_height != src_height || source.y0 != 0.0 || source.y1 != out_height as f64;
+        let (horizontal, cols) = if need_horizontal {
+            let c = Coefficients::new(src_width, source.x0, source.x1, out_width)?;
+            let cols = c.input_span();
+            let taps = HorizontalTaps::new(&c.shifted(cols.0), cols.1 - cols.0);
+            (Some(taps), cols)
         } else {
-            None
+            (None, (0, src_width))
         };
-        let vertical = if need_vertical {
-            Some(Coefficients::new(src_height, source.y0, source.y1, out_height)?)
+        let (vertical, rows) = if need_vertical {
+            let c = Coefficients::new(src_height, source.y0, source.y1, out_height)?;
+            let rows = c.input_span();
+            (Some(c.shifted(rows.0)), rows)
         } else {
-            None
+            (None, (0, src_height))
         };
-        let cols = horizontal.as_ref().map_or((0, src_width), Coefficients::input_span);
-        let rows = vertical.as_ref().map_or((0, src_height), Coefficients::input_span);
         Ok(ResizePlan {
             horizontal,
             vertical,
             cols,
             rows,
             out_width,
-            out_height,
         })
     }
 
@@ -277,40 +214,39 @@ impl ResizePlan {
         rows_buf: &mut Vec<u8>,
         mut sink: impl FnMut(usize, &[u8]),
     ) {
-        let (row0, row1) = self.rows;
-        let n_rows = row1 - row0;
-        let vertical = self.vertical.as_ref().map(|v| v.clone().shifted(row0));
+        let n_rows = self.rows.1 - self.rows.0;
         let row_len = self.out_width * 3;
-        // Horizontal pass (or a copy of the needed rows) into rows_buf.
-        let intermediate: &[u8] = match &self.horizontal {
-            Some(h) => {
-                let h = h.clone().shifted(self.cols.0);
-                rows_buf.clear();
-                rows_buf.resize(n_rows * row_len, 0);
-                horizontal_pass(src, 0..n_rows, &h, rows_buf);
-                rows_buf
-            }
-            None => {
-                if vertical.is_none() {
+        let Some(vertical) = &self.vertical else {
+            // Rows map one to one: resample each (or copy it) straight to the sink.
+            match &self.horizontal {
+                Some(h) => {
+                    rows_buf.resize(row_len, 0);
+                    for y in 0..n_rows {
+                        horizontal_row(src.row(y), h, rows_buf);
+                        sink(y, rows_buf);
+                    }
+                }
+                None => {
                     for y in 0..n_rows {
                         sink(y, src.row(y));
                     }
-                    return;
                 }
-                rows_buf.clear();
-                for y in 0..n_rows {
-                    rows_buf.extend_from_slice(src.row(y));
-                }
-                rows_buf
             }
+            return;
         };
-        match &vertical {
-            Some(v) => vertical_pass(intermediate, row_len, v, sink),
-            None => {
-                for (y, row) in intermediate.chunks_exact(row_len).enumerate() {
-                    sink(y, row);
-                }
+        // The horizontal pass (or a copy of the rows read) into rows_buf,
+        // then the vertical pass one output row at a time.
+        rows_buf.resize(n_rows * row_len + row_len, 0);
+        let (intermediate, out) = rows_buf.split_at_mut(n_rows * row_len);
+        for (y, dst) in intermediate.chunks_exact_mut(row_len).enumerate() {
+            match &self.horizontal {
+                Some(h) => horizontal_row(src.row(y), h, dst),
+                None => dst.copy_from_slice(src.row(y)),
             }
+        }
+        for y in 0..vertical.out_size() {
+            vertical_row(intermediate, vertical.starts[y], vertical.weights_of(y), out);
+            sink(y, out);
         }
     }
 }

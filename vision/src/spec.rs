@@ -225,15 +225,6 @@ impl<'a> Lexer<'a> {
         ))
     }
 
-    fn expect_punct(&mut self, want: char, context: &str) -> Result<(), SpecError> {
-        let (token, column) = self.next_token()?;
-        if token == Token::Punct(want) {
-            Ok(())
-        } else {
-            Err(self.error(column, format!("expected '{want}' {context}, found {token}")))
-        }
-    }
-
     fn number(&mut self, context: &str) -> Result<f64, SpecError> {
         let (token, column) = self.next_token()?;
         match token {
