@@ -8,7 +8,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=JPEG_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=JPEG_LIB_DIR");
     let mut build = cc::Build::new();
-    build.file("csrc/jpeg_shim.c").warnings(true).extra_warnings(true).opt_level(2);
+    build
+        .file("csrc/jpeg_shim.c")
+        .warnings(true)
+        .extra_warnings(true)
+        .opt_level(2);
     if let Ok(dir) = std::env::var("JPEG_INCLUDE_DIR") {
         build.include(dir);
     }

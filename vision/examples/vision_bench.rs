@@ -49,7 +49,9 @@ fn parse_args() -> Args {
             "--limit" => args.limit = value().parse().expect("--limit N"),
             "--repeats" => args.repeats = value().parse().expect("--repeats N"),
             "--only" => args.only = Some(value()),
-            other => panic!("unknown flag {other} (--data DIR, --limit N, --repeats N, --only WORD)"),
+            other => {
+                panic!("unknown flag {other} (--data DIR, --limit N, --repeats N, --only WORD)")
+            }
         }
     }
     args
@@ -78,8 +80,9 @@ fn read_jpegs(dir: &Path, limit: usize) -> Vec<Vec<u8>> {
             let name_end = header[..100].iter().position(|&b| b == 0).unwrap_or(100);
             let name = std::str::from_utf8(&header[..name_end]).expect("tar name");
             let size_field = std::str::from_utf8(&header[124..136]).expect("tar size");
-            let size = usize::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8)
-                .expect("octal size");
+            let size =
+                usize::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8)
+                    .expect("octal size");
             let data = &bytes[at + 512..at + 512 + size];
             if name.ends_with(".jpg") {
                 images.push(data.to_vec());
@@ -174,21 +177,28 @@ fn main() {
     });
 
     // Decode + RRC 224 + flip + normalise, unfused: every step its own image.
-    measure("train unfused (decode, crop, resize, flip, norm)", &args, n, || {
-        let mut sum = 0u64;
-        for (i, b) in images.iter().enumerate() {
-            let mut rng = rng_for(i);
-            let image = decoder.decode(b).expect("decode");
-            let crop = rrc.sample(&mut rng, image.width(), image.height()).expect("rrc");
-            let mut resized = resized_crop(&image, crop, 224, 224).expect("resize");
-            if rng.gen::<f64>() < 0.5 {
-                resized = flip_horizontal(&resized);
+    measure(
+        "train unfused (decode, crop, resize, flip, norm)",
+        &args,
+        n,
+        || {
+            let mut sum = 0u64;
+            for (i, b) in images.iter().enumerate() {
+                let mut rng = rng_for(i);
+                let image = decoder.decode(b).expect("decode");
+                let crop = rrc
+                    .sample(&mut rng, image.width(), image.height())
+                    .expect("rrc");
+                let mut resized = resized_crop(&image, crop, 224, 224).expect("resize");
+                if rng.gen::<f64>() < 0.5 {
+                    resized = flip_horizontal(&resized);
+                }
+                let out = to_array::<f32>(&resized, &format).expect("normalise");
+                sum += out[[0, 0, 0]].to_bits() as u64;
             }
-            let out = to_array::<f32>(&resized, &format).expect("normalise");
-            sum += out[[0, 0, 0]].to_bits() as u64;
-        }
-        sum
-    });
+            sum
+        },
+    );
 
     let mut out = vec![0f32; 3 * 224 * 224];
     let variants: [(&str, ReducedWork); 5] = [
@@ -215,7 +225,10 @@ fn main() {
                 ..ReducedWork::ALL
             },
         ),
-        ("train fused + skip + stop + cols + DCT scale", ReducedWork::ALL),
+        (
+            "train fused + skip + stop + cols + DCT scale",
+            ReducedWork::ALL,
+        ),
     ];
     for (name, work) in variants {
         let mut scaled = 0usize;
@@ -252,7 +265,8 @@ fn main() {
         let mut sum = 0u64;
         for (i, b) in images.iter().enumerate() {
             let mut rng = rng_for(i);
-            plan.run_into(&mut decoder, b, &mut rng, &mut out).expect("plan");
+            plan.run_into(&mut decoder, b, &mut rng, &mut out)
+                .expect("plan");
             sum += out[0].to_bits() as u64;
         }
         sum

@@ -72,7 +72,10 @@ impl CropResize {
         if self.out_width == 0 || self.out_height == 0 {
             return Err(VisionError::invalid(
                 "resize",
-                format!("output size {}x{} is empty", self.out_height, self.out_width),
+                format!(
+                    "output size {}x{} is empty",
+                    self.out_height, self.out_width
+                ),
             ));
         }
         Ok(())
@@ -115,8 +118,12 @@ fn scaled_crop(g: &CropResize, width: u32, height: u32, denom: u32) -> (CropBox,
     // The crop's own edges bound the filter, as at full scale.
     let x0 = g.crop.left / denom as usize;
     let y0 = g.crop.top / denom as usize;
-    let x1 = ((g.crop.left + g.crop.width) as f64 / d).ceil().min(f64::from(sw)) as usize;
-    let y1 = ((g.crop.top + g.crop.height) as f64 / d).ceil().min(f64::from(sh)) as usize;
+    let x1 = ((g.crop.left + g.crop.width) as f64 / d)
+        .ceil()
+        .min(f64::from(sw)) as usize;
+    let y1 = ((g.crop.top + g.crop.height) as f64 / d)
+        .ceil()
+        .min(f64::from(sh)) as usize;
     let crop = CropBox {
         top: y0,
         left: x0,
@@ -179,7 +186,15 @@ pub fn crop_resize_into<T: Element>(
             g.check(width, height)?;
             let view = image.view();
             let decoded = g.crop;
-            run_resize(&view, &g, g.crop, g.source, &mut decoder.scratch, format, out)?;
+            run_resize(
+                &view,
+                &g,
+                g.crop,
+                g.source,
+                &mut decoder.scratch,
+                format,
+                out,
+            )?;
             Ok(KernelReport {
                 geometry: g,
                 image_size: (width, height),
@@ -210,9 +225,19 @@ pub fn crop_resize_into<T: Element>(
                     })
                 }
                 OpenImage::Jpeg(open) => {
-                    let denom = if work.dct_scaling { g.dct_scale_denom() } else { 1 };
+                    let denom = if work.dct_scaling {
+                        g.dct_scale_denom()
+                    } else {
+                        1
+                    };
                     let (crop, source_box) = scaled_crop(&g, width as u32, height as u32, denom);
-                    let plan = ResizePlan::new(crop.width, crop.height, source_box, g.out_width, g.out_height)?;
+                    let plan = ResizePlan::new(
+                        crop.width,
+                        crop.height,
+                        source_box,
+                        g.out_width,
+                        g.out_height,
+                    )?;
                     let region = JpegRegion {
                         scale_denom: denom,
                         x: (crop.left + plan.cols.0) as u32,
@@ -231,7 +256,12 @@ pub fn crop_resize_into<T: Element>(
                         })?;
                     scratch.region.resize(len, 0);
                     open.decode_region(region, work, &mut scratch.region, stride)?;
-                    let view = RgbView::new(&scratch.region, region.width as usize, region.height as usize, stride)?;
+                    let view = RgbView::new(
+                        &scratch.region,
+                        region.width as usize,
+                        region.height as usize,
+                        stride,
+                    )?;
                     write_resized(&view, &plan, &g, &mut scratch.rows, format, out)?;
                     Ok(KernelReport {
                         geometry: g,
@@ -260,7 +290,13 @@ fn run_resize<T: Element>(
     format: &OutputFormat,
     out: &mut [T],
 ) -> Result<()> {
-    let plan = ResizePlan::new(crop.width, crop.height, source_box, g.out_width, g.out_height)?;
+    let plan = ResizePlan::new(
+        crop.width,
+        crop.height,
+        source_box,
+        g.out_width,
+        g.out_height,
+    )?;
     let view = image.sub(
         crop.left + plan.cols.0,
         crop.top + plan.rows.0,

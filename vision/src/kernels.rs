@@ -30,7 +30,13 @@ pub(crate) struct HorizontalTaps {
 impl HorizontalTaps {
     /// From PIL's coefficients over an input row of `in_size` pixels.
     pub(crate) fn new(c: &Coefficients, in_size: usize) -> Self {
-        let taps = c.lens.iter().copied().max().unwrap_or(1).clamp(1, in_size.max(1));
+        let taps = c
+            .lens
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .clamp(1, in_size.max(1));
         let out = c.starts.len();
         let mut starts = Vec::with_capacity(out);
         let mut weights = vec![0i32; out * taps];
@@ -130,7 +136,10 @@ unsafe fn horizontal_row_avx2(row: &[u8], taps: &HorizontalTaps, out: &mut [u8])
             let w = _mm256_loadu_si256(weights.as_ptr().add(k * 8) as *const __m256i);
             acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, w));
         }
-        let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(acc, PRECISION_BITS as i32), zero), max);
+        let v = _mm256_min_epi32(
+            _mm256_max_epi32(_mm256_srai_epi32(acc, PRECISION_BITS as i32), zero),
+            max,
+        );
         // SAFETY: lanes holds 8 i32.
         _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, v);
         let o = &mut out[p * 6..p * 6 + 6];
@@ -176,7 +185,10 @@ fn vertical_bytes(src: &[u8], first_row: usize, weights: &[i32], out: &mut [u8],
 unsafe fn vertical_row_avx2(src: &[u8], first_row: usize, weights: &[i32], out: &mut [u8]) {
     use std::arch::x86_64::*;
     let row_len = out.len();
-    assert!(src.len() >= (first_row + weights.len()) * row_len, "vertical pass reads past its input");
+    assert!(
+        src.len() >= (first_row + weights.len()) * row_len,
+        "vertical pass reads past its input"
+    );
     let half = _mm256_set1_epi32(HALF);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let mut x = 0;
@@ -184,14 +196,22 @@ unsafe fn vertical_row_avx2(src: &[u8], first_row: usize, weights: &[i32], out: 
         let (mut a0, mut a1, mut a2, mut a3) = (half, half, half, half);
         for (k, &w) in weights.iter().enumerate() {
             // SAFETY: the assert above keeps rows first_row..first_row+len inside src.
-            let v = _mm256_loadu_si256(src.as_ptr().add((first_row + k) * row_len + x) as *const __m256i);
+            let v = _mm256_loadu_si256(
+                src.as_ptr().add((first_row + k) * row_len + x) as *const __m256i
+            );
             let wv = _mm256_set1_epi32(w);
             let lo = _mm256_castsi256_si128(v);
             let hi = _mm256_extracti128_si256(v, 1);
             a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), wv));
-            a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), wv));
+            a1 = _mm256_add_epi32(
+                a1,
+                _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), wv),
+            );
             a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), wv));
-            a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), wv));
+            a3 = _mm256_add_epi32(
+                a3,
+                _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), wv),
+            );
         }
         const S: i32 = PRECISION_BITS as i32;
         let p01 = _mm256_packs_epi32(_mm256_srai_epi32(a0, S), _mm256_srai_epi32(a1, S));
@@ -238,7 +258,10 @@ mod tests {
             let taps = HorizontalTaps::new(&c, in_size);
             let mut scalar = vec![0u8; out_size * 3];
             horizontal_pixels(&row, &taps, &mut scalar, 0);
-            assert_eq!(scalar, expected, "scalar, {in_size} -> {out_size} over [{x0}, {x1})");
+            assert_eq!(
+                scalar, expected,
+                "scalar, {in_size} -> {out_size} over [{x0}, {x1})"
+            );
             let mut dispatched = vec![0u8; out_size * 3];
             horizontal_row(&row, &taps, &mut dispatched);
             assert_eq!(dispatched, expected, "dispatched, {in_size} -> {out_size}");
@@ -246,7 +269,9 @@ mod tests {
             let row_len = rng.gen_range(1..200);
             let rows = rng.gen_range(1..6);
             let src: Vec<u8> = (0..row_len * (rows + 2)).map(|_| rng.gen()).collect();
-            let weights: Vec<i32> = (0..rows).map(|_| rng.gen_range(-(1 << 20)..(1 << 20))).collect();
+            let weights: Vec<i32> = (0..rows)
+                .map(|_| rng.gen_range(-(1 << 20)..(1 << 20)))
+                .collect();
             let mut a = vec![0u8; row_len];
             let mut b = vec![0u8; row_len];
             vertical_bytes(&src, 1, &weights, &mut a, 0);

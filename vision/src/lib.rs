@@ -9,11 +9,11 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`decode`] | format sniffing, [`Decoder`], what each file kind becomes |
+//! | [`decode`](mod@decode) | format sniffing, [`Decoder`], what each file kind becomes |
 //! | [`jpeg`] | libjpeg-turbo through the C shim: header, region decode, [`ReducedWork`], CMYK |
 //! | [`png`] | PNG to RGB |
 //! | [`image`] | [`RgbImage`], [`RgbView`] |
-//! | [`resize`] | PIL's antialiased bilinear resampling |
+//! | [`resize`](mod@resize) | PIL's antialiased bilinear resampling |
 //! | `kernels` | the resampling's inner loops: AVX2 (detected at run time) and scalar |
 //! | [`ops`] | the unfused operations (crop, centre crop, resize, flip) |
 //! | [`rrc`] | `RandomResizedCrop` box sampling |

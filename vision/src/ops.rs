@@ -28,8 +28,14 @@ impl CropBox {
     pub fn fits(&self, width: usize, height: usize) -> bool {
         self.width > 0
             && self.height > 0
-            && self.left.checked_add(self.width).is_some_and(|r| r <= width)
-            && self.top.checked_add(self.height).is_some_and(|b| b <= height)
+            && self
+                .left
+                .checked_add(self.width)
+                .is_some_and(|r| r <= width)
+            && self
+                .top
+                .checked_add(self.height)
+                .is_some_and(|b| b <= height)
     }
 
     pub(crate) fn check_inside(&self, width: usize, height: usize) -> Result<()> {
@@ -65,7 +71,10 @@ impl ResizeTo {
     /// The `(width, height)` of a `width` x `height` image resized so.
     pub fn output_size(self, width: usize, height: usize) -> Result<(usize, usize)> {
         let size = match self {
-            ResizeTo::Exact { height: h, width: w } => (w, h),
+            ResizeTo::Exact {
+                height: h,
+                width: w,
+            } => (w, h),
             ResizeTo::Shorter(n) => {
                 if width == 0 || height == 0 {
                     (0, 0)
@@ -148,7 +157,12 @@ pub fn resize(image: &RgbImage, to: ResizeTo) -> Result<RgbImage> {
 }
 
 /// torchvision's `resized_crop`: crop, then resize to `height` x `width`.
-pub fn resized_crop(image: &RgbImage, crop_box: CropBox, height: usize, width: usize) -> Result<RgbImage> {
+pub fn resized_crop(
+    image: &RgbImage,
+    crop_box: CropBox,
+    height: usize,
+    width: usize,
+) -> Result<RgbImage> {
     let cropped = crop(image, crop_box)?;
     resize(&cropped, ResizeTo::Exact { height, width })
 }
@@ -165,7 +179,10 @@ pub fn flip_horizontal(image: &RgbImage) -> RgbImage {
         .chunks_exact_mut(row_len)
         .zip(image.pixels().chunks_exact(row_len))
     {
-        for (o, p) in out_row.chunks_exact_mut(3).zip(in_row.chunks_exact(3).rev()) {
+        for (o, p) in out_row
+            .chunks_exact_mut(3)
+            .zip(in_row.chunks_exact(3).rev())
+        {
             o.copy_from_slice(p);
         }
     }

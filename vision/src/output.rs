@@ -2,7 +2,7 @@
 //! element type (`u8`, or `f32` scaled to [0, 1] and optionally normalised
 //! with a per-channel mean and std, through a 256-entry table per channel),
 //! mirrored when flipped, and laid out HWC or CHW. The fused kernel and the
-//! unfused [`to_array`] both write through [`RowWriter`], so they agree to
+//! unfused [`to_array`] both write through `RowWriter`, so they agree to
 //! the bit.
 
 use ndarray::Array3;
@@ -218,7 +218,11 @@ impl<'a, T: Element> RowWriter<'a, T> {
 
 /// An image converted to `T` with `format` (torchvision's `ToDtype(float32,
 /// scale=True)` then `Normalize(mean, std)`, and the layout), into `out`.
-pub fn write_image<T: Element>(image: &RgbImage, format: &OutputFormat, out: &mut [T]) -> Result<()> {
+pub fn write_image<T: Element>(
+    image: &RgbImage,
+    format: &OutputFormat,
+    out: &mut [T],
+) -> Result<()> {
     let mut writer = RowWriter::new(out, image.width(), image.height(), format, false)?;
     for y in 0..image.height() {
         writer.write_row(y, image.row(y));

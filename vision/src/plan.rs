@@ -194,7 +194,12 @@ enum Step {
 }
 
 impl Plan {
-    pub(crate) fn new(geometry: Vec<GeomOp>, float: bool, normalize: Option<Normalize>, layout: Layout) -> Plan {
+    pub(crate) fn new(
+        geometry: Vec<GeomOp>,
+        float: bool,
+        normalize: Option<Normalize>,
+        layout: Layout,
+    ) -> Plan {
         Plan {
             geometry,
             dtype: if float { Dtype::F32 } else { Dtype::U8 },
@@ -249,7 +254,12 @@ impl Plan {
 
     /// Composes one step into `pending` (drawing from `rng` as torchvision
     /// would), or says what must happen first.
-    fn compose<R: Rng + ?Sized>(op: &GeomOp, pending: &mut Pending, base: Option<&RgbImage>, rng: &mut R) -> Result<Step> {
+    fn compose<R: Rng + ?Sized>(
+        op: &GeomOp,
+        pending: &mut Pending,
+        base: Option<&RgbImage>,
+        rng: &mut R,
+    ) -> Result<Step> {
         match *op {
             GeomOp::Flip { p } => {
                 if rng.gen::<f64>() < p {
@@ -273,7 +283,11 @@ impl Plan {
                     width,
                 });
             }
-            GeomOp::RandomResizedCrop { height, width, params } => {
+            GeomOp::RandomResizedCrop {
+                height,
+                width,
+                params,
+            } => {
                 if pending.resized {
                     return Ok(Step::Materialize);
                 }
@@ -298,7 +312,13 @@ impl Plan {
 
     /// Runs the plan on encoded bytes into `out` (its length must be the
     /// output's element count); returns the output's shape.
-    pub fn run_into<T: Element, R: Rng + ?Sized>(&self, decoder: &mut Decoder, bytes: &[u8], rng: &mut R, out: &mut [T]) -> Result<[usize; 3]> {
+    pub fn run_into<T: Element, R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        bytes: &[u8],
+        rng: &mut R,
+        out: &mut [T],
+    ) -> Result<[usize; 3]> {
         self.check_dtype::<T>()?;
         self.execute(decoder, KernelSource::Bytes(bytes), rng, |shape| {
             let needed = shape.iter().product::<usize>();
@@ -314,7 +334,13 @@ impl Plan {
     }
 
     /// [`Plan::run_into`] on pixels already decoded.
-    pub fn run_image_into<T: Element, R: Rng + ?Sized>(&self, decoder: &mut Decoder, image: &RgbImage, rng: &mut R, out: &mut [T]) -> Result<[usize; 3]> {
+    pub fn run_image_into<T: Element, R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        image: &RgbImage,
+        rng: &mut R,
+        out: &mut [T],
+    ) -> Result<[usize; 3]> {
         self.check_dtype::<T>()?;
         self.execute(decoder, KernelSource::Image(image), rng, |shape| {
             let needed = shape.iter().product::<usize>();
@@ -330,14 +356,28 @@ impl Plan {
     }
 
     /// Runs the plan on encoded bytes into a new array.
-    pub fn run<R: Rng + ?Sized>(&self, decoder: &mut Decoder, bytes: &[u8], rng: &mut R) -> Result<ImageArray> {
+    pub fn run<R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        bytes: &[u8],
+        rng: &mut R,
+    ) -> Result<ImageArray> {
         match self.dtype {
-            Dtype::U8 => self.run_owned::<u8, R>(decoder, bytes, rng).map(ImageArray::U8),
-            Dtype::F32 => self.run_owned::<f32, R>(decoder, bytes, rng).map(ImageArray::F32),
+            Dtype::U8 => self
+                .run_owned::<u8, R>(decoder, bytes, rng)
+                .map(ImageArray::U8),
+            Dtype::F32 => self
+                .run_owned::<f32, R>(decoder, bytes, rng)
+                .map(ImageArray::F32),
         }
     }
 
-    fn run_owned<T: Element, R: Rng + ?Sized>(&self, decoder: &mut Decoder, bytes: &[u8], rng: &mut R) -> Result<Array3<T>> {
+    fn run_owned<T: Element, R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        bytes: &[u8],
+        rng: &mut R,
+    ) -> Result<Array3<T>> {
         let mut buffer: Vec<T> = Vec::new();
         let mut shape = [0; 3];
         self.execute(decoder, KernelSource::Bytes(bytes), rng, |s| {
@@ -345,7 +385,10 @@ impl Plan {
             buffer = vec![T::default(); s.iter().product()];
             Ok(&mut buffer[..])
         })?;
-        Ok(Array3::from_shape_vec((shape[0], shape[1], shape[2]), buffer).expect("the buffer was sized for the shape"))
+        Ok(
+            Array3::from_shape_vec((shape[0], shape[1], shape[2]), buffer)
+                .expect("the buffer was sized for the shape"),
+        )
     }
 
     fn check_dtype<T: Element>(&self) -> Result<()> {
@@ -401,7 +444,10 @@ impl Plan {
                 }
             }
         }
-        let shape = self.format.layout.shape(pending.out_height, pending.out_width);
+        let shape = self
+            .format
+            .layout
+            .shape(pending.out_height, pending.out_width);
         let out = output(shape)?;
         let base = match &materialized {
             Some(image) => KernelSource::Image(image),
@@ -414,7 +460,10 @@ impl Plan {
             base,
             &mut |w, h| {
                 if (w, h) != (w0, h0) {
-                    return Err(VisionError::invalid("plan", format!("the image is {w}x{h} but its header said {w0}x{h0}")));
+                    return Err(VisionError::invalid(
+                        "plan",
+                        format!("the image is {w}x{h} but its header said {w0}x{h0}"),
+                    ));
                 }
                 Ok(geometry)
             },
@@ -425,10 +474,22 @@ impl Plan {
         Ok(shape)
     }
 
-    fn materialize(&self, decoder: &mut Decoder, base: KernelSource<'_>, pending: &Pending) -> Result<RgbImage> {
+    fn materialize(
+        &self,
+        decoder: &mut Decoder,
+        base: KernelSource<'_>,
+        pending: &Pending,
+    ) -> Result<RgbImage> {
         let mut image = RgbImage::zeroed(pending.out_width, pending.out_height)?;
         let geometry = pending.geometry();
-        crop_resize_into(decoder, base, &mut |_, _| Ok(geometry), &OutputFormat::default(), self.work, image.pixels_mut())?;
+        crop_resize_into(
+            decoder,
+            base,
+            &mut |_, _| Ok(geometry),
+            &OutputFormat::default(),
+            self.work,
+            image.pixels_mut(),
+        )?;
         Ok(image)
     }
 }
@@ -439,14 +500,22 @@ impl std::fmt::Display for Plan {
         write!(f, "decode")?;
         for op in &self.geometry {
             match op {
-                GeomOp::RandomResizedCrop { height, width, params } => write!(
+                GeomOp::RandomResizedCrop {
+                    height,
+                    width,
+                    params,
+                } => write!(
                     f,
                     ",random-resized-crop({height}x{width},scale={}:{},ratio={}:{})",
                     params.scale.0, params.scale.1, params.ratio.0, params.ratio.1
                 )?,
                 GeomOp::Resize(ResizeTo::Shorter(n)) => write!(f, ",resize({n})")?,
-                GeomOp::Resize(ResizeTo::Exact { height, width }) => write!(f, ",resize({height}x{width})")?,
-                GeomOp::CenterCrop { height, width } => write!(f, ",center-crop({height}x{width})")?,
+                GeomOp::Resize(ResizeTo::Exact { height, width }) => {
+                    write!(f, ",resize({height}x{width})")?
+                }
+                GeomOp::CenterCrop { height, width } => {
+                    write!(f, ",center-crop({height}x{width})")?
+                }
                 GeomOp::Flip { p } => write!(f, ",flip({p})")?,
             }
         }

@@ -87,7 +87,7 @@ pub(crate) fn decode_png(bytes: &[u8], max_pixels: u64) -> Result<RgbImage> {
             limit: max_pixels,
         });
     }
-    let raw_len = reader.output_buffer_size().ok_or_else(|| VisionError::TooLarge {
+    let raw_len = reader.output_buffer_size().ok_or(VisionError::TooLarge {
         width: width as u64,
         height: height as u64,
         limit: max_pixels,

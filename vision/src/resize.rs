@@ -39,7 +39,8 @@ impl Coefficients {
     /// pixels from the input interval `[in0, in1)` of an input `in_size`
     /// pixels long.
     pub(crate) fn new(in_size: usize, in0: f64, in1: f64, out_size: usize) -> Result<Self> {
-        if out_size == 0 || !(in1 > in0) || in0 < 0.0 || in1 > in_size as f64 {
+        let valid = in1 > in0 && in0 >= 0.0 && in1 <= in_size as f64;
+        if out_size == 0 || !valid {
             return Err(VisionError::invalid(
                 "resize",
                 format!(
@@ -245,7 +246,12 @@ impl ResizePlan {
             }
         }
         for y in 0..vertical.out_size() {
-            vertical_row(intermediate, vertical.starts[y], vertical.weights_of(y), out);
+            vertical_row(
+                intermediate,
+                vertical.starts[y],
+                vertical.weights_of(y),
+                out,
+            );
             sink(y, out);
         }
     }

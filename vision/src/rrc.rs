@@ -43,13 +43,19 @@ impl RandomResizedCrop {
         if !ok(scale) {
             return Err(VisionError::invalid(
                 "random-resized-crop",
-                format!("scale {}:{} must be finite with 0 < min <= max", scale.0, scale.1),
+                format!(
+                    "scale {}:{} must be finite with 0 < min <= max",
+                    scale.0, scale.1
+                ),
             ));
         }
         if !ok(ratio) {
             return Err(VisionError::invalid(
                 "random-resized-crop",
-                format!("ratio {}:{} must be finite with 0 < min <= max", ratio.0, ratio.1),
+                format!(
+                    "ratio {}:{} must be finite with 0 < min <= max",
+                    ratio.0, ratio.1
+                ),
             ));
         }
         Ok(RandomResizedCrop { scale, ratio })
@@ -58,7 +64,12 @@ impl RandomResizedCrop {
     /// Draws a box for a `width` x `height` image (torchvision's
     /// `RandomResizedCrop.get_params`). The RNG is used the same number of
     /// times for the same draws, so a seeded RNG gives the same box.
-    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R, width: usize, height: usize) -> Result<CropBox> {
+    pub fn sample<R: Rng + ?Sized>(
+        &self,
+        rng: &mut R,
+        width: usize,
+        height: usize,
+    ) -> Result<CropBox> {
         if width == 0 || height == 0 {
             return Err(VisionError::invalid(
                 "random-resized-crop",

@@ -1,5 +1,5 @@
 //! The `--transform SPEC` language: a preset name or a comma-separated
-//! chain of steps, parsed into a [`Plan`](crate::Plan). Every error says
+//! chain of steps, parsed into a [`Plan`]. Every error says
 //! where (column) and what was expected.
 //!
 //! # Grammar
@@ -221,7 +221,9 @@ impl<'a> Lexer<'a> {
         }
         Err(self.error(
             column,
-            format!("unexpected character '{c}' (expected a step name, a number, or one of ( ) , = :)"),
+            format!(
+                "unexpected character '{c}' (expected a step name, a number, or one of ( ) , = :)"
+            ),
         ))
     }
 
@@ -229,7 +231,10 @@ impl<'a> Lexer<'a> {
         let (token, column) = self.next_token()?;
         match token {
             Token::Number(v, _) => Ok(v),
-            other => Err(self.error(column, format!("expected a number {context}, found {other}"))),
+            other => Err(self.error(
+                column,
+                format!("expected a number {context}, found {other}"),
+            )),
         }
     }
 
@@ -247,13 +252,17 @@ impl<'a> Lexer<'a> {
                         let second: f64 = rest.parse().map_err(|_| {
                             self.error(
                                 word_column + 1,
-                                format!("expected the width after 'x' in a HxW size, found '{rest}'"),
+                                format!(
+                                    "expected the width after 'x' in a HxW size, found '{rest}'"
+                                ),
                             )
                         })?;
                         return Ok(Value::Size(first, second));
                     }
                     let column = self.column();
-                    return Err(self.error(column, format!("unexpected '{w}' after a number {context}")));
+                    return Err(
+                        self.error(column, format!("unexpected '{w}' after a number {context}"))
+                    );
                 }
                 let mut list = vec![first];
                 while self.peek() == Token::Punct(':') {
@@ -375,56 +384,99 @@ impl Compiler<'_> {
 
     fn size(&self, arg: &Arg, what: &str) -> Result<(usize, usize), SpecError> {
         let side = |v: f64| -> Result<usize, SpecError> {
-            if v.fract() == 0.0 && v >= 1.0 && v <= 65_535.0 {
+            if v.fract() == 0.0 && (1.0..=65_535.0).contains(&v) {
                 Ok(v as usize)
             } else {
-                Err(self.error(arg.column, format!("{what}: a side must be a whole number in 1..=65535, got {v}")))
+                Err(self.error(
+                    arg.column,
+                    format!("{what}: a side must be a whole number in 1..=65535, got {v}"),
+                ))
             }
         };
         match &arg.value {
             Value::Number(n) => Ok((side(*n)?, side(*n)?)),
             Value::Size(h, w) => Ok((side(*h)?, side(*w)?)),
-            other => Err(self.error(arg.column, format!("{what}: expected N or HxW, found {}", describe(other)))),
+            other => Err(self.error(
+                arg.column,
+                format!("{what}: expected N or HxW, found {}", describe(other)),
+            )),
         }
     }
 
     fn range(&self, arg: &Arg, what: &str) -> Result<(f64, f64), SpecError> {
         match &arg.value {
             Value::List(list) if list.len() == 2 => Ok((list[0], list[1])),
-            other => Err(self.error(arg.column, format!("{what}: expected LO:HI, found {}", describe(other)))),
+            other => Err(self.error(
+                arg.column,
+                format!("{what}: expected LO:HI, found {}", describe(other)),
+            )),
         }
     }
 
     fn triple(&self, arg: &Arg, what: &str) -> Result<[f32; 3], SpecError> {
         match &arg.value {
-            Value::List(list) if list.len() == 3 => Ok([list[0] as f32, list[1] as f32, list[2] as f32]),
+            Value::List(list) if list.len() == 3 => {
+                Ok([list[0] as f32, list[1] as f32, list[2] as f32])
+            }
             Value::Number(v) => Ok([*v as f32; 3]),
-            other => Err(self.error(arg.column, format!("{what}: expected R:G:B or one number, found {}", describe(other)))),
+            other => Err(self.error(
+                arg.column,
+                format!(
+                    "{what}: expected R:G:B or one number, found {}",
+                    describe(other)
+                ),
+            )),
         }
     }
 
     /// The positional argument and the keyword ones, each checked against `keys`.
-    fn split_args<'s>(&self, step: &'s Step, keys: &[&str], max_positional: usize) -> Result<(Vec<&'s Arg>, Vec<&'s Arg>), SpecError> {
+    fn split_args<'s>(
+        &self,
+        step: &'s Step,
+        keys: &[&str],
+        max_positional: usize,
+    ) -> Result<(Vec<&'s Arg>, Vec<&'s Arg>), SpecError> {
         let mut positional = Vec::new();
         let mut keyword: Vec<&Arg> = Vec::new();
         for arg in &step.args {
             match &arg.key {
                 None => {
                     if !keyword.is_empty() {
-                        return Err(self.error(arg.column, format!("'{}': a positional argument after a keyword one", step.name)));
+                        return Err(self.error(
+                            arg.column,
+                            format!("'{}': a positional argument after a keyword one", step.name),
+                        ));
                     }
                     if positional.len() == max_positional {
-                        return Err(self.error(arg.column, format!("'{}' takes at most {max_positional} positional argument(s)", step.name)));
+                        return Err(self.error(
+                            arg.column,
+                            format!(
+                                "'{}' takes at most {max_positional} positional argument(s)",
+                                step.name
+                            ),
+                        ));
                     }
                     positional.push(arg);
                 }
                 Some(k) => {
                     if !keys.contains(&k.as_str()) {
-                        let allowed = if keys.is_empty() { "none".to_string() } else { keys.join(", ") };
-                        return Err(self.error(arg.column, format!("'{}' has no argument '{k}' (its keyword arguments: {allowed})", step.name)));
+                        let allowed = if keys.is_empty() {
+                            "none".to_string()
+                        } else {
+                            keys.join(", ")
+                        };
+                        return Err(self.error(
+                            arg.column,
+                            format!(
+                                "'{}' has no argument '{k}' (its keyword arguments: {allowed})",
+                                step.name
+                            ),
+                        ));
                     }
                     if keyword.iter().any(|a| a.key == arg.key) {
-                        return Err(self.error(arg.column, format!("'{}': '{k}' given twice", step.name)));
+                        return Err(
+                            self.error(arg.column, format!("'{}': '{k}' given twice", step.name))
+                        );
                     }
                     keyword.push(arg);
                 }
@@ -436,7 +488,10 @@ impl Compiler<'_> {
     fn compile(&self, steps: &[Step]) -> Result<Plan, SpecError> {
         let first = &steps[0];
         if first.name != "decode" {
-            return Err(self.error(first.column, format!("a chain starts with 'decode', found '{}'", first.name)));
+            return Err(self.error(
+                first.column,
+                format!("a chain starts with 'decode', found '{}'", first.name),
+            ));
         }
         self.no_args(first)?;
         let mut geometry = Vec::new();
@@ -445,10 +500,19 @@ impl Compiler<'_> {
         let mut layout = None;
         let mut output_step_seen: Option<&Step> = None;
         for step in &steps[1..] {
-            let geometric = matches!(step.name.as_str(), "random-resized-crop" | "rrc" | "resize" | "center-crop" | "flip");
+            let geometric = matches!(
+                step.name.as_str(),
+                "random-resized-crop" | "rrc" | "resize" | "center-crop" | "flip"
+            );
             if geometric {
                 if let Some(out) = output_step_seen {
-                    return Err(self.error(step.column, format!("'{}' comes after the output step '{}': geometric steps come first", step.name, out.name)));
+                    return Err(self.error(
+                        step.column,
+                        format!(
+                            "'{}' comes after the output step '{}': geometric steps come first",
+                            step.name, out.name
+                        ),
+                    ));
                 }
             }
             match step.name.as_str() {
@@ -456,7 +520,13 @@ impl Compiler<'_> {
                 "random-resized-crop" | "rrc" => {
                     let (pos, kw) = self.split_args(step, &["scale", "ratio"], 1)?;
                     let Some(size_arg) = pos.first() else {
-                        return Err(self.error(step.end_column, format!("'{}' needs its output size, e.g. {}(224)", step.name, step.name)));
+                        return Err(self.error(
+                            step.end_column,
+                            format!(
+                                "'{}' needs its output size, e.g. {}(224)",
+                                step.name, step.name
+                            ),
+                        ));
                     };
                     let (height, width) = self.size(size_arg, "random-resized-crop size")?;
                     let mut params = RandomResizedCrop::default();
@@ -469,7 +539,11 @@ impl Compiler<'_> {
                     }
                     let params = RandomResizedCrop::new(params.scale, params.ratio)
                         .map_err(|e| self.error(step.column, e.to_string()))?;
-                    geometry.push(GeomOp::RandomResizedCrop { height, width, params });
+                    geometry.push(GeomOp::RandomResizedCrop {
+                        height,
+                        width,
+                        params,
+                    });
                 }
                 "resize" => {
                     let (pos, _) = self.split_args(step, &[], 1)?;
@@ -488,7 +562,10 @@ impl Compiler<'_> {
                 "center-crop" => {
                     let (pos, _) = self.split_args(step, &[], 1)?;
                     let Some(arg) = pos.first() else {
-                        return Err(self.error(step.end_column, "'center-crop' needs a size: center-crop(N) or center-crop(HxW)"));
+                        return Err(self.error(
+                            step.end_column,
+                            "'center-crop' needs a size: center-crop(N) or center-crop(HxW)",
+                        ));
                     };
                     let (height, width) = self.size(arg, "center-crop")?;
                     geometry.push(GeomOp::CenterCrop { height, width });
@@ -500,7 +577,13 @@ impl Compiler<'_> {
                         Some(arg) => match arg.value {
                             Value::Number(p) if (0.0..=1.0).contains(&p) => p,
                             ref other => {
-                                return Err(self.error(arg.column, format!("flip: expected a probability in [0, 1], found {}", describe(other))))
+                                return Err(self.error(
+                                    arg.column,
+                                    format!(
+                                        "flip: expected a probability in [0, 1], found {}",
+                                        describe(other)
+                                    ),
+                                ))
                             }
                         },
                     };
@@ -540,9 +623,15 @@ impl Compiler<'_> {
                 "hwc" | "chw" => {
                     self.no_args(step)?;
                     if layout.is_some() {
-                        return Err(self.error(step.column, "the layout (hwc or chw) is given twice"));
+                        return Err(
+                            self.error(step.column, "the layout (hwc or chw) is given twice")
+                        );
                     }
-                    layout = Some(if step.name == "chw" { Layout::Chw } else { Layout::Hwc });
+                    layout = Some(if step.name == "chw" {
+                        Layout::Chw
+                    } else {
+                        Layout::Hwc
+                    });
                     output_step_seen = Some(step);
                 }
                 other => {
@@ -551,18 +640,32 @@ impl Compiler<'_> {
                         .find(|(name, _)| *name == other)
                         .map(|(name, _)| format!(" ('{name}' is a preset: use it alone)"))
                         .unwrap_or_default();
-                    return Err(self.error(step.column, format!("unknown step '{other}'{hint}; expected one of: {STEP_NAMES}")));
+                    return Err(self.error(
+                        step.column,
+                        format!("unknown step '{other}'{hint}; expected one of: {STEP_NAMES}"),
+                    ));
                 }
             }
         }
-        Ok(Plan::new(geometry, to_f32.is_some() || normalize.is_some(), normalize, layout.unwrap_or_default()))
+        Ok(Plan::new(
+            geometry,
+            to_f32.is_some() || normalize.is_some(),
+            normalize,
+            layout.unwrap_or_default(),
+        ))
     }
 }
 
 fn describe(value: &Value) -> String {
     match value {
         Value::Number(n) => format!("the number {n}"),
-        Value::List(list) => format!("the list {}", list.iter().map(f64::to_string).collect::<Vec<_>>().join(":")),
+        Value::List(list) => format!(
+            "the list {}",
+            list.iter()
+                .map(f64::to_string)
+                .collect::<Vec<_>>()
+                .join(":")
+        ),
         Value::Size(h, w) => format!("the size {h}x{w}"),
         Value::Word(w) => format!("the word '{w}'"),
     }

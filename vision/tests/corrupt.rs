@@ -19,7 +19,12 @@ fn positions(len: usize, count: usize) -> Vec<usize> {
     out
 }
 
-fn plan_output(plan: &Plan, decoder: &mut Decoder, bytes: &[u8], seed: u64) -> Result<Vec<f32>, VisionError> {
+fn plan_output(
+    plan: &Plan,
+    decoder: &mut Decoder,
+    bytes: &[u8],
+    seed: u64,
+) -> Result<Vec<f32>, VisionError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     plan.run(decoder, bytes, &mut rng).map(|a| match a {
         feedline_vision::ImageArray::F32(a) => a.into_raw_vec_and_offset().0,
@@ -40,7 +45,9 @@ fn truncated_files_are_errors_or_the_same_pixels() {
     for name in image_names() {
         let bytes = fixture(&name);
         let intact = decoder.decode(&bytes).unwrap();
-        let intact_plan: Vec<Vec<f32>> = (0..3).map(|s| plan_output(&plan, &mut decoder, &bytes, s).unwrap()).collect();
+        let intact_plan: Vec<Vec<f32>> = (0..3)
+            .map(|s| plan_output(&plan, &mut decoder, &bytes, s).unwrap())
+            .collect();
         for cut in positions(bytes.len(), 150) {
             let short = &bytes[..cut];
             match decoder.decode(short) {
@@ -48,7 +55,11 @@ fn truncated_files_are_errors_or_the_same_pixels() {
                     name.ends_with(".png") && image == intact,
                     "{name} cut at {cut} of {}: decoded without an error{}",
                     bytes.len(),
-                    if image == intact { "" } else { " and with other pixels" }
+                    if image == intact {
+                        ""
+                    } else {
+                        " and with other pixels"
+                    }
                 ),
                 Err(err) => {
                     assert_explains(&err, &name, "truncated");
@@ -59,7 +70,10 @@ fn truncated_files_are_errors_or_the_same_pixels() {
             // it may go unseen, but the pixels it returns are the intact ones.
             for (seed, expected) in intact_plan.iter().enumerate() {
                 match plan_output(&plan, &mut decoder, short, seed as u64) {
-                    Ok(out) => assert!(&out == expected, "{name} cut at {cut}: the plan's pixels differ from the intact file's"),
+                    Ok(out) => assert!(
+                        &out == expected,
+                        "{name} cut at {cut}: the plan's pixels differ from the intact file's"
+                    ),
                     Err(err) => assert_explains(&err, &name, "truncated plan"),
                 }
             }
@@ -75,7 +89,9 @@ fn every_jpeg_truncation_is_an_error_for_the_whole_decode() {
     for name in image_names().into_iter().filter(|n| n.ends_with(".jpg")) {
         let bytes = fixture(&name);
         for cut in positions(bytes.len(), 400) {
-            let err = decoder.decode(&bytes[..cut]).expect_err(&format!("{name} cut at {cut}"));
+            let err = decoder
+                .decode(&bytes[..cut])
+                .expect_err(&format!("{name} cut at {cut}"));
             match &err {
                 VisionError::Jpeg { offset, len, .. } => {
                     assert_eq!(*len, cut);
@@ -107,7 +123,10 @@ fn flipped_bytes_never_panic_and_png_damage_is_caught() {
                 // the header is an error; past the last IDAT it does not
                 // change the pixels.
                 match &whole {
-                    Ok(image) => assert!(image == &intact, "{name}: byte {at} flipped gave other pixels without an error"),
+                    Ok(image) => assert!(
+                        image == &intact,
+                        "{name}: byte {at} flipped gave other pixels without an error"
+                    ),
                     Err(err) => {
                         assert_explains(err, &name, "flipped");
                         png_errors += 1;
@@ -120,10 +139,23 @@ fn flipped_bytes_never_panic_and_png_damage_is_caught() {
             let _ = decoder.info(&bad);
             let _ = plan_output(&plan, &mut decoder, &bad, at as u64);
             let _ = region_plan.run(&mut decoder, &bad, &mut rng);
-            let _ = decoder.decode_jpeg_region(&bad, JpegRegion { scale_denom: 2, x: 3, y: 5, width: 20, height: 9 }, ReducedWork::ALL);
+            let _ = decoder.decode_jpeg_region(
+                &bad,
+                JpegRegion {
+                    scale_denom: 2,
+                    x: 3,
+                    y: 5,
+                    width: 20,
+                    height: 9,
+                },
+                ReducedWork::ALL,
+            );
         }
     }
-    assert!(jpeg_errors > 100 && png_errors > 500, "jpeg {jpeg_errors}, png {png_errors}");
+    assert!(
+        jpeg_errors > 100 && png_errors > 500,
+        "jpeg {jpeg_errors}, png {png_errors}"
+    );
 }
 
 #[test]
@@ -135,22 +167,40 @@ fn hostile_headers_are_clear_errors() {
     assert!(err.to_string().contains("47 49 46 38 39 61"), "{err}");
     let err = decoder.decode(&[0xff, 0xd8, 0xff]).unwrap_err();
     assert!(matches!(err, VisionError::Jpeg { .. }), "{err}");
-    let err = decoder.decode(&[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a]).unwrap_err();
+    let err = decoder
+        .decode(&[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a])
+        .unwrap_err();
     assert!(matches!(err, VisionError::Png { .. }), "{err}");
 
     // A JPEG whose SOF0 claims 65500 x 65500 pixels.
     let mut jpeg = fixture("pil_420.jpg");
-    let sof = jpeg.windows(2).position(|w| w == [0xff, 0xc0]).expect("SOF0");
+    let sof = jpeg
+        .windows(2)
+        .position(|w| w == [0xff, 0xc0])
+        .expect("SOF0");
     jpeg[sof + 5..sof + 9].copy_from_slice(&[0xff, 0xdc, 0xff, 0xdc]);
     let err = decoder.decode(&jpeg).unwrap_err();
-    assert!(matches!(err, VisionError::TooLarge { width: 65500, height: 65500, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            VisionError::TooLarge {
+                width: 65500,
+                height: 65500,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("65500x65500"), "{err}");
 
     // The limit is the decoder's: a small one refuses a small image.
     let mut small = Decoder::with_max_pixels(100);
     for name in ["pil_420.jpg", "pil_rgb.png"] {
         let err = small.decode(&fixture(name)).unwrap_err();
-        assert!(matches!(err, VisionError::TooLarge { limit: 100, .. }), "{name}: {err}");
+        assert!(
+            matches!(err, VisionError::TooLarge { limit: 100, .. }),
+            "{name}: {err}"
+        );
     }
 }
 
@@ -160,7 +210,11 @@ fn the_error_names_the_damage() {
     let bytes = fixture("pil_420.jpg");
     let err = decoder.decode(&bytes[..bytes.len() / 2]).unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("Premature end of JPEG file") && text.contains(&format!("of {}", bytes.len() / 2)), "{text}");
+    assert!(
+        text.contains("Premature end of JPEG file")
+            && text.contains(&format!("of {}", bytes.len() / 2)),
+        "{text}"
+    );
     let png = fixture("pil_rgb.png");
     let mut bad = png.clone();
     bad[png.len() / 2] ^= 0x55;

@@ -7,15 +7,18 @@ mod common;
 
 use common::{fixture, image_names};
 use feedline_vision::{
-    crop_resize_into, decode, flip_horizontal, resize_box, resized_crop, to_array, CropBox, CropResize,
-    Decoder, KernelSource, Layout, Normalize, OutputFormat, RandomResizedCrop, ReducedWork, RgbImage,
-    SourceBox, VisionError,
+    crop_resize_into, decode, flip_horizontal, resize_box, resized_crop, to_array, CropBox,
+    CropResize, Decoder, KernelSource, Layout, Normalize, OutputFormat, RandomResizedCrop,
+    ReducedWork, RgbImage, SourceBox, VisionError,
 };
 use ndarray::Array3;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const NO_SCALING: ReducedWork = ReducedWork { dct_scaling: false, ..ReducedWork::ALL };
+const NO_SCALING: ReducedWork = ReducedWork {
+    dct_scaling: false,
+    ..ReducedWork::ALL
+};
 
 fn unfused(image: &RgbImage, g: &CropResize, format: &OutputFormat) -> Array3<f32> {
     let cropped = feedline_vision::crop(image, g.crop).unwrap();
@@ -28,16 +31,32 @@ fn unfused(image: &RgbImage, g: &CropResize, format: &OutputFormat) -> Array3<f3
 
 fn fused(bytes: &[u8], g: CropResize, format: &OutputFormat, work: ReducedWork) -> (Vec<f32>, u32) {
     let mut out = vec![0f32; g.out_width * g.out_height * 3];
-    let report = crop_resize_into(&mut Decoder::new(), KernelSource::Bytes(bytes), &mut |_, _| Ok(g), format, work, &mut out)
-        .unwrap_or_else(|e| panic!("{g:?}: {e}"));
+    let report = crop_resize_into(
+        &mut Decoder::new(),
+        KernelSource::Bytes(bytes),
+        &mut |_, _| Ok(g),
+        format,
+        work,
+        &mut out,
+    )
+    .unwrap_or_else(|e| panic!("{g:?}: {e}"));
     (out, report.scale_denom)
 }
 
 fn formats() -> [OutputFormat; 3] {
     [
-        OutputFormat { normalize: Some(Normalize::IMAGENET), layout: Layout::Chw },
-        OutputFormat { normalize: None, layout: Layout::Hwc },
-        OutputFormat { normalize: Some(Normalize::new([0.5, 0.25, 0.0], [0.5, 2.0, 1.0]).unwrap()), layout: Layout::Hwc },
+        OutputFormat {
+            normalize: Some(Normalize::IMAGENET),
+            layout: Layout::Chw,
+        },
+        OutputFormat {
+            normalize: None,
+            layout: Layout::Hwc,
+        },
+        OutputFormat {
+            normalize: Some(Normalize::new([0.5, 0.25, 0.0], [0.5, 2.0, 1.0]).unwrap()),
+            layout: Layout::Hwc,
+        },
     ]
 }
 
@@ -49,12 +68,27 @@ fn geometries(rng: &mut ChaCha8Rng, width: usize, height: usize) -> Vec<CropResi
     for i in 0..12 {
         let crop = rrc.sample(rng, width, height).unwrap();
         let side = [224, 64, 17, 300][i % 4];
-        out.push(CropResize::resized_crop(crop, side, side + i, rng.gen::<f64>() < 0.5));
+        out.push(CropResize::resized_crop(
+            crop,
+            side,
+            side + i,
+            rng.gen::<f64>() < 0.5,
+        ));
     }
-    let whole = CropBox { top: 0, left: 0, height, width };
+    let whole = CropBox {
+        top: 0,
+        left: 0,
+        height,
+        width,
+    };
     out.push(CropResize {
         crop: whole,
-        source: SourceBox { x0: 3.25, y0: 1.5, x1: width as f64 - 2.75, y1: height as f64 - 0.5 },
+        source: SourceBox {
+            x0: 3.25,
+            y0: 1.5,
+            x1: width as f64 - 2.75,
+            y1: height as f64 - 0.5,
+        },
         out_width: 40,
         out_height: 30,
         flip: true,
@@ -76,8 +110,14 @@ fn fused_equals_unfused_exactly_without_dct_scaling() {
                 for work in [NO_SCALING, ReducedWork::NONE] {
                     let (out, denom) = fused(&bytes, g, &format, work);
                     assert_eq!(denom, 1);
-                    let equal = out.iter().zip(expected.iter()).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(equal, "{name}: {g:?} {format:?} {work:?}: fused differs from unfused");
+                    let equal = out
+                        .iter()
+                        .zip(expected.iter())
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        equal,
+                        "{name}: {g:?} {format:?} {work:?}: fused differs from unfused"
+                    );
                     checked += 1;
                 }
             }
@@ -95,14 +135,20 @@ fn fused_equals_unfused_exactly_without_dct_scaling() {
 #[test]
 fn fused_with_dct_scaling_is_close_to_unfused() {
     let mut rng = ChaCha8Rng::seed_from_u64(8);
-    let format = OutputFormat { normalize: None, layout: Layout::Hwc };
+    let format = OutputFormat {
+        normalize: None,
+        layout: Layout::Hwc,
+    };
     let mut by_scale = [0usize; 9];
     for name in ["big_420.jpg", "big_progressive.jpg"] {
         let bytes = fixture(name);
         let image = decode(&bytes).unwrap();
         for _ in 0..40 {
             let side = [24, 48, 96, 160][rng.gen_range(0..4)];
-            let crop = RandomResizedCrop::new((0.25, 1.0), (0.75, 4.0 / 3.0)).unwrap().sample(&mut rng, 640, 480).unwrap();
+            let crop = RandomResizedCrop::new((0.25, 1.0), (0.75, 4.0 / 3.0))
+                .unwrap()
+                .sample(&mut rng, 640, 480)
+                .unwrap();
             let g = CropResize::resized_crop(crop, side, side, rng.gen());
             let expected = unfused(&image, &g, &format);
             let (out, denom) = fused(&bytes, g, &format, ReducedWork::ALL);
@@ -117,51 +163,123 @@ fn fused_with_dct_scaling_is_close_to_unfused() {
                 }
             }
             let mean = sum / out.len() as f64;
-            assert!(mean <= 3.0, "{name} {g:?} at 1/{denom}: mean |diff| {mean:.2}");
-            assert!(far * 100 <= out.len(), "{name} {g:?} at 1/{denom}: {far} of {} values off by > 12", out.len());
+            assert!(
+                mean <= 3.0,
+                "{name} {g:?} at 1/{denom}: mean |diff| {mean:.2}"
+            );
+            assert!(
+                far * 100 <= out.len(),
+                "{name} {g:?} at 1/{denom}: {far} of {} values off by > 12",
+                out.len()
+            );
         }
     }
-    assert!(by_scale[2] > 0 && by_scale[4] > 0 && by_scale[8] > 0, "scales used: {by_scale:?}");
+    assert!(
+        by_scale[2] > 0 && by_scale[4] > 0 && by_scale[8] > 0,
+        "scales used: {by_scale:?}"
+    );
 }
 
 #[test]
 fn dct_scale_is_the_coarsest_that_keeps_the_output_size() {
-    let crop = CropBox { top: 0, left: 0, height: 480, width: 640 };
-    let cases = [((224, 224), 2), ((240, 320), 2), ((241, 320), 1), ((120, 160), 4), ((60, 80), 8), ((10, 10), 8), ((480, 640), 1)];
+    let crop = CropBox {
+        top: 0,
+        left: 0,
+        height: 480,
+        width: 640,
+    };
+    let cases = [
+        ((224, 224), 2),
+        ((240, 320), 2),
+        ((241, 320), 1),
+        ((120, 160), 4),
+        ((60, 80), 8),
+        ((10, 10), 8),
+        ((480, 640), 1),
+    ];
     for ((h, w), denom) in cases {
-        assert_eq!(CropResize::resized_crop(crop, h, w, false).dct_scale_denom(), denom, "{h}x{w}");
+        assert_eq!(
+            CropResize::resized_crop(crop, h, w, false).dct_scale_denom(),
+            denom,
+            "{h}x{w}"
+        );
     }
 }
 
 #[test]
 fn flip_normalise_and_layouts_by_hand() {
     // 2 x 3 image, distinct values: pixel (y, x) = [10y + x, 100 + 10y + x, 200 + x].
-    let pixels: Vec<u8> = (0..2).flat_map(|y| (0..3).flat_map(move |x| [10 * y + x, 100 + 10 * y + x, 200 + x])).collect();
+    let pixels: Vec<u8> = (0..2)
+        .flat_map(|y| (0..3).flat_map(move |x| [10 * y + x, 100 + 10 * y + x, 200 + x]))
+        .collect();
     let image = RgbImage::from_pixels(3, 2, pixels).unwrap();
-    let whole = CropBox { top: 0, left: 0, height: 2, width: 3 };
+    let whole = CropBox {
+        top: 0,
+        left: 0,
+        height: 2,
+        width: 3,
+    };
     let n = Normalize::new([0.5, 0.5, 0.5], [0.25, 0.5, 1.0]).unwrap();
     for flip in [false, true] {
         for layout in [Layout::Hwc, Layout::Chw] {
-            let format = OutputFormat { normalize: Some(n), layout };
+            let format = OutputFormat {
+                normalize: Some(n),
+                layout,
+            };
             let mut out = vec![0f32; 18];
-            crop_resize_into(&mut Decoder::new(), KernelSource::Image(&image), &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)), &format, ReducedWork::ALL, &mut out).unwrap();
+            crop_resize_into(
+                &mut Decoder::new(),
+                KernelSource::Image(&image),
+                &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)),
+                &format,
+                ReducedWork::ALL,
+                &mut out,
+            )
+            .unwrap();
             for y in 0..2usize {
                 for x in 0..3usize {
                     let sx = if flip { 2 - x } else { x };
                     for c in 0..3usize {
                         let v = image.pixels()[(y * 3 + sx) * 3 + c] as f32;
                         let expected = (v / 255.0 - n.mean[c]) / n.std[c];
-                        let at = match layout { Layout::Hwc => (y * 3 + x) * 3 + c, Layout::Chw => c * 6 + y * 3 + x };
-                        assert_eq!(out[at], expected, "flip {flip} {layout:?} y {y} x {x} c {c}");
+                        let at = match layout {
+                            Layout::Hwc => (y * 3 + x) * 3 + c,
+                            Layout::Chw => c * 6 + y * 3 + x,
+                        };
+                        assert_eq!(
+                            out[at], expected,
+                            "flip {flip} {layout:?} y {y} x {x} c {c}"
+                        );
                     }
                 }
             }
             // u8 output: the pixels themselves, flipped and laid out.
             let mut bytes = vec![0u8; 18];
-            let format = OutputFormat { normalize: None, layout };
-            crop_resize_into(&mut Decoder::new(), KernelSource::Image(&image), &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)), &format, ReducedWork::ALL, &mut bytes).unwrap();
-            let reference = if flip { flip_horizontal(&image) } else { image.clone() };
-            assert_eq!(to_array::<u8>(&reference, &format).unwrap().as_slice().unwrap(), &bytes[..]);
+            let format = OutputFormat {
+                normalize: None,
+                layout,
+            };
+            crop_resize_into(
+                &mut Decoder::new(),
+                KernelSource::Image(&image),
+                &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)),
+                &format,
+                ReducedWork::ALL,
+                &mut bytes,
+            )
+            .unwrap();
+            let reference = if flip {
+                flip_horizontal(&image)
+            } else {
+                image.clone()
+            };
+            assert_eq!(
+                to_array::<u8>(&reference, &format)
+                    .unwrap()
+                    .as_slice()
+                    .unwrap(),
+                &bytes[..]
+            );
         }
     }
 }
@@ -173,14 +291,44 @@ fn kernel_refuses_bad_geometry_and_buffers() {
     let mut decoder = Decoder::new();
     let mut run = |g: CropResize, len: usize| {
         let mut out = vec![0u8; len];
-        crop_resize_into(&mut decoder, KernelSource::Bytes(&bytes), &mut |_, _| Ok(g), &format, ReducedWork::ALL, &mut out)
+        crop_resize_into(
+            &mut decoder,
+            KernelSource::Bytes(&bytes),
+            &mut |_, _| Ok(g),
+            &format,
+            ReducedWork::ALL,
+            &mut out,
+        )
     };
-    let inside = CropBox { top: 0, left: 0, height: 10, width: 10 };
-    let outside = CropBox { top: 115, left: 0, height: 10, width: 10 };
+    let inside = CropBox {
+        top: 0,
+        left: 0,
+        height: 10,
+        width: 10,
+    };
+    let outside = CropBox {
+        top: 115,
+        left: 0,
+        height: 10,
+        width: 10,
+    };
     let err = run(CropResize::resized_crop(outside, 4, 4, false), 48).unwrap_err();
-    assert!(err.to_string().contains("not inside the 163x121 image"), "{err}");
+    assert!(
+        err.to_string().contains("not inside the 163x121 image"),
+        "{err}"
+    );
     let err = run(CropResize::resized_crop(inside, 4, 4, false), 47).unwrap_err();
-    assert!(matches!(err, VisionError::OutputLength { expected: 48, actual: 47, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            VisionError::OutputLength {
+                expected: 48,
+                actual: 47,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = run(CropResize::resized_crop(inside, 0, 4, false), 0).unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
     let mut g = CropResize::resized_crop(inside, 4, 4, false);
@@ -189,9 +337,22 @@ fn kernel_refuses_bad_geometry_and_buffers() {
     assert!(err.to_string().contains("source box"), "{err}");
     // normalised u8 is refused
     let mut out = vec![0u8; 48];
-    let err = crop_resize_into(&mut decoder, KernelSource::Bytes(&bytes), &mut |_, _| Ok(CropResize::resized_crop(inside, 4, 4, false)),
-        &OutputFormat { normalize: Some(Normalize::IMAGENET), layout: Layout::Hwc }, ReducedWork::ALL, &mut out).unwrap_err();
-    assert!(err.to_string().contains("u8 output cannot be normalised"), "{err}");
+    let err = crop_resize_into(
+        &mut decoder,
+        KernelSource::Bytes(&bytes),
+        &mut |_, _| Ok(CropResize::resized_crop(inside, 4, 4, false)),
+        &OutputFormat {
+            normalize: Some(Normalize::IMAGENET),
+            layout: Layout::Hwc,
+        },
+        ReducedWork::ALL,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("u8 output cannot be normalised"),
+        "{err}"
+    );
     // and the decoder still decodes
     assert_eq!(decoder.decode(&bytes).unwrap().height(), 121);
 }
@@ -199,8 +360,19 @@ fn kernel_refuses_bad_geometry_and_buffers() {
 #[test]
 fn resized_crop_is_crop_then_resize() {
     let image = decode(&fixture("pil_444.jpg")).unwrap();
-    let crop = CropBox { top: 7, left: 11, height: 50, width: 70 };
+    let crop = CropBox {
+        top: 7,
+        left: 11,
+        height: 50,
+        width: 70,
+    };
     let a = resized_crop(&image, crop, 20, 30).unwrap();
-    let b = resize_box(&image.view().sub(11, 7, 70, 50).unwrap(), SourceBox::whole(70, 50), 30, 20).unwrap();
+    let b = resize_box(
+        &image.view().sub(11, 7, 70, 50).unwrap(),
+        SourceBox::whole(70, 50),
+        30,
+        20,
+    )
+    .unwrap();
     assert_eq!(a, b);
 }

@@ -37,9 +37,21 @@ fn region_decode_equals_the_rectangle_of_the_whole_decode() {
                 (info.width(), info.height())
             };
             let (sw, sh) = (w0.div_ceil(denom), h0.div_ceil(denom));
-            let whole = JpegRegion { scale_denom: denom, x: 0, y: 0, width: sw, height: sh };
-            let full = decoder.decode_jpeg_region(&bytes, whole, ReducedWork::NONE).unwrap();
-            assert_eq!((full.width(), full.height()), (sw as usize, sh as usize), "{name} 1/{denom}");
+            let whole = JpegRegion {
+                scale_denom: denom,
+                x: 0,
+                y: 0,
+                width: sw,
+                height: sh,
+            };
+            let full = decoder
+                .decode_jpeg_region(&bytes, whole, ReducedWork::NONE)
+                .unwrap();
+            assert_eq!(
+                (full.width(), full.height()),
+                (sw as usize, sh as usize),
+                "{name} 1/{denom}"
+            );
             // Edges, corners, single rows and columns, then random rectangles.
             let mut regions = vec![
                 (0, 0, sw, sh),
@@ -57,15 +69,29 @@ fn region_decode_equals_the_rectangle_of_the_whole_decode() {
                 regions.push((x, y, width, height));
             }
             for (i, &(x, y, width, height)) in regions.iter().enumerate() {
-                let region = JpegRegion { scale_denom: denom, x, y, width, height };
+                let region = JpegRegion {
+                    scale_denom: denom,
+                    x,
+                    y,
+                    width,
+                    height,
+                };
                 let variants = all_work_variants();
                 // Every variant on the fixed regions, one per random region.
-                let chosen: Vec<ReducedWork> = if i < 6 { variants } else { vec![variants[i % 8], ReducedWork::ALL] };
+                let chosen: Vec<ReducedWork> = if i < 6 {
+                    variants
+                } else {
+                    vec![variants[i % 8], ReducedWork::ALL]
+                };
                 for work in chosen {
                     let part = decoder
                         .decode_jpeg_region(&bytes, region, work)
                         .unwrap_or_else(|e| panic!("{name} {region:?} {work:?}: {e}"));
-                    let expected = full.view().sub(x as usize, y as usize, width as usize, height as usize).unwrap().to_image();
+                    let expected = full
+                        .view()
+                        .sub(x as usize, y as usize, width as usize, height as usize)
+                        .unwrap()
+                        .to_image();
                     assert!(part == expected, "{name}: {region:?} with {work:?} differs from the whole decode's rectangle");
                     checked += 1;
                 }
@@ -80,20 +106,62 @@ fn regions_outside_the_image_are_errors() {
     let bytes = fixture("pil_420.jpg"); // 163 x 121
     let mut decoder = Decoder::new();
     for region in [
-        JpegRegion { scale_denom: 1, x: 160, y: 0, width: 4, height: 1 },
-        JpegRegion { scale_denom: 1, x: 0, y: 121, width: 1, height: 1 },
-        JpegRegion { scale_denom: 2, x: 0, y: 0, width: 83, height: 1 },
-        JpegRegion { scale_denom: 3, x: 0, y: 0, width: 1, height: 1 },
+        JpegRegion {
+            scale_denom: 1,
+            x: 160,
+            y: 0,
+            width: 4,
+            height: 1,
+        },
+        JpegRegion {
+            scale_denom: 1,
+            x: 0,
+            y: 121,
+            width: 1,
+            height: 1,
+        },
+        JpegRegion {
+            scale_denom: 2,
+            x: 0,
+            y: 0,
+            width: 83,
+            height: 1,
+        },
+        JpegRegion {
+            scale_denom: 3,
+            x: 0,
+            y: 0,
+            width: 1,
+            height: 1,
+        },
     ] {
-        let err = decoder.decode_jpeg_region(&bytes, region, ReducedWork::ALL).unwrap_err();
-        assert!(matches!(err, VisionError::InvalidParameter { .. } | VisionError::Jpeg { .. }), "{region:?}: {err:?}");
+        let err = decoder
+            .decode_jpeg_region(&bytes, region, ReducedWork::ALL)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VisionError::InvalidParameter { .. } | VisionError::Jpeg { .. }
+            ),
+            "{region:?}: {err:?}"
+        );
         assert!(!err.to_string().is_empty());
     }
     // The decoder is still usable after each refusal.
     assert_eq!(decoder.decode(&bytes).unwrap().width(), 163);
     // A PNG is not a JPEG region source.
     let err = decoder
-        .decode_jpeg_region(&fixture("pil_rgb.png"), JpegRegion { scale_denom: 1, x: 0, y: 0, width: 1, height: 1 }, ReducedWork::ALL)
+        .decode_jpeg_region(
+            &fixture("pil_rgb.png"),
+            JpegRegion {
+                scale_denom: 1,
+                x: 0,
+                y: 0,
+                width: 1,
+                height: 1,
+            },
+            ReducedWork::ALL,
+        )
         .unwrap_err();
     assert!(err.to_string().contains("PNG"), "{err}");
 }

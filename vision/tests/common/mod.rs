@@ -37,7 +37,10 @@ pub fn image_names() -> Vec<String> {
 
 /// The names of the JPEG fixtures.
 pub fn jpeg_names() -> Vec<String> {
-    image_names().into_iter().filter(|n| n.ends_with(".jpg")).collect()
+    image_names()
+        .into_iter()
+        .filter(|n| n.ends_with(".jpg"))
+        .collect()
 }
 
 /// A `.npy` array of u8 `[H, W, 3]` (PIL's pixels) as an image.
@@ -46,7 +49,8 @@ pub fn npy_image(name: &str) -> RgbImage {
     let array = Array3::<u8>::read_npy(&bytes[..]).unwrap_or_else(|e| panic!("{name}: {e}"));
     let (h, w, c) = array.dim();
     assert_eq!(c, 3, "{name}: {c} channels");
-    RgbImage::from_pixels(w, h, array.as_standard_layout().iter().copied().collect()).expect("npy image")
+    RgbImage::from_pixels(w, h, array.as_standard_layout().iter().copied().collect())
+        .expect("npy image")
 }
 
 /// How two u8 images differ: (values differing by more than `tolerance`,
