@@ -101,6 +101,19 @@ pub(crate) struct Scratch {
     pub(crate) rows: Vec<u8>,
 }
 
+/// The first `len` bytes of `buf`, grown (never shrunk, never cleared: the
+/// caller overwrites them) to at least `len`.
+pub(crate) fn grown(
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> std::result::Result<&mut [u8], std::collections::TryReserveError> {
+    if buf.len() < len {
+        buf.try_reserve(len - buf.len())?;
+        buf.resize(len, 0);
+    }
+    Ok(&mut buf[..len])
+}
+
 impl Default for Decoder {
     fn default() -> Self {
         Decoder::new()

@@ -12,7 +12,7 @@
 //! the reduced scale (a box-filtered image, as PIL's `draft`), within the
 //! tolerance `tests/fused.rs` states.
 
-use crate::decode::{Decoder, OpenImage, Scratch};
+use crate::decode::{grown, Decoder, OpenImage, Scratch};
 use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
 use crate::jpeg::{scaled_size, JpegRegion, ReducedWork};
@@ -247,17 +247,13 @@ pub fn crop_resize_into<T: Element>(
                     };
                     let stride = region.width as usize * 3;
                     let len = stride * region.height as usize;
-                    scratch.region.clear();
-                    scratch
-                        .region
-                        .try_reserve(len)
-                        .map_err(|_| VisionError::OutOfMemory {
+                    let pixels =
+                        grown(&mut scratch.region, len).map_err(|_| VisionError::OutOfMemory {
                             what: format!("a {}x{} decoded region", region.width, region.height),
                         })?;
-                    scratch.region.resize(len, 0);
-                    open.decode_region(region, work, &mut scratch.region, stride)?;
+                    open.decode_region(region, work, pixels, stride)?;
                     let view = RgbView::new(
-                        &scratch.region,
+                        pixels,
                         region.width as usize,
                         region.height as usize,
                         stride,
@@ -315,6 +311,5 @@ fn write_resized<T: Element>(
     out: &mut [T],
 ) -> Result<()> {
     let mut writer = RowWriter::new(out, g.out_width, g.out_height, format, g.flip)?;
-    plan.run(view, rows, |y, row| writer.write_row(y, row));
-    Ok(())
+    plan.run(view, rows, |y, row| writer.write_row(y, row))
 }

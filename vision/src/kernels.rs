@@ -22,9 +22,12 @@ pub(crate) struct HorizontalTaps {
     taps: usize,
     starts: Vec<usize>,
     weights: Vec<i32>,
-    /// Weights of output pixels 2p and 2p+1 for tap k, each repeated over
-    /// the 4 lanes of a pixel: `[w0; 4] ++ [w1; 4]` at `(p * taps + k) * 8`.
-    pair_weights: Vec<i32>,
+    /// Groups of 4 taps per output pixel (`ceil(taps / 4)`).
+    groups: usize,
+    /// Per output pixel and group of 4 taps, each weight over the lanes
+    /// R, G, B of its tap and 0 over the fourth: `[w0, w0, w0, 0, w1, ...]`,
+    /// 16 values per group, zero past `taps`.
+    lane_weights: Vec<i32>,
 }
 
 impl HorizontalTaps {
@@ -48,20 +51,20 @@ impl HorizontalTaps {
                 .copy_from_slice(&c.weights[i * c.taps..i * c.taps + len]);
             starts.push(fixed);
         }
-        let pairs = out / 2;
-        let mut pair_weights = vec![0i32; pairs * taps * 8];
-        for p in 0..pairs {
+        let groups = taps.div_ceil(4);
+        let mut lane_weights = vec![0i32; out * groups * 16];
+        for i in 0..out {
             for k in 0..taps {
-                let at = (p * taps + k) * 8;
-                pair_weights[at..at + 4].fill(weights[2 * p * taps + k]);
-                pair_weights[at + 4..at + 8].fill(weights[(2 * p + 1) * taps + k]);
+                let at = i * groups * 16 + k * 4;
+                lane_weights[at..at + 3].fill(weights[i * taps + k]);
             }
         }
         HorizontalTaps {
             taps,
             starts,
             weights,
-            pair_weights,
+            groups,
+            lane_weights,
         }
     }
 
@@ -107,49 +110,68 @@ fn horizontal_pixels(row: &[u8], taps: &HorizontalTaps, out: &mut [u8], first: u
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn horizontal_row_avx2(row: &[u8], taps: &HorizontalTaps, out: &mut [u8]) {
+    match taps.groups {
+        1 => horizontal_groups_avx2::<1>(row, taps, out),
+        2 => horizontal_groups_avx2::<2>(row, taps, out),
+        3 => horizontal_groups_avx2::<3>(row, taps, out),
+        _ => horizontal_pixels(row, taps, out, 0),
+    }
+}
+
+/// `G` groups of 4 taps per output pixel: each group is one 16-byte load
+/// (pixels `4g .. 4g + 4` of the window and a byte or four past them, whose
+/// weights are zero), spread to R, G, B, 0 lanes, multiplied by the lane
+/// weights and summed. A pixel whose loads would pass the row's end, and
+/// the pixels after it, are left to the scalar loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn horizontal_groups_avx2<const G: usize>(
+    row: &[u8],
+    taps: &HorizontalTaps,
+    out: &mut [u8],
+) {
     use std::arch::x86_64::*;
-    let t = taps.taps;
-    let pairs = taps.out_size() / 2;
-    let half = _mm256_set1_epi32(HALF);
-    let zero = _mm256_setzero_si256();
-    let max = _mm256_set1_epi32(255);
-    let mut lanes = [0i32; 8];
-    // Each tap reads 4 bytes: the pixel and the next byte, which goes into
-    // a lane that is thrown away. A pair whose last read would pass the
-    // row's end is left to the scalar loop.
-    let mut done = 0;
-    for p in 0..pairs {
-        let s0 = taps.starts[2 * p] * 3;
-        let s1 = taps.starts[2 * p + 1] * 3;
-        if s0.max(s1) + 3 * t + 1 > row.len() {
+    debug_assert_eq!(taps.groups, G);
+    let n = taps.out_size();
+    let spread = _mm_setr_epi8(0, 1, 2, -128, 3, 4, 5, -128, 6, 7, 8, -128, 9, 10, 11, -128);
+    let half = _mm_set1_epi32(HALF);
+    let base = row.as_ptr();
+    let weights = taps.lane_weights.as_ptr();
+    let mut done = n;
+    for i in 0..n {
+        let s = taps.starts[i] * 3;
+        if s + 12 * (G - 1) + 16 > row.len() {
+            done = i;
             break;
         }
-        let weights = &taps.pair_weights[p * t * 8..(p + 1) * t * 8];
-        let base = row.as_ptr();
-        let mut acc = half;
-        for k in 0..t {
-            // SAFETY: s + 3k + 4 <= s + 3t + 1 <= row.len(), checked above.
-            let a = (base.add(s0 + 3 * k) as *const i32).read_unaligned();
-            let b = (base.add(s1 + 3 * k) as *const i32).read_unaligned();
-            let px = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, b, a));
-            // SAFETY: weights holds t * 8 i32.
-            let w = _mm256_loadu_si256(weights.as_ptr().add(k * 8) as *const __m256i);
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, w));
+        let mut acc = _mm256_setzero_si256();
+        for g in 0..G {
+            // SAFETY: s + 12g + 16 <= row.len() (checked above); lane_weights
+            // holds n * G * 16 values.
+            let px = _mm_shuffle_epi8(
+                _mm_loadu_si128(base.add(s + 12 * g) as *const __m128i),
+                spread,
+            );
+            let w = weights.add((i * G + g) * 16);
+            let w01 = _mm256_loadu_si256(w as *const __m256i);
+            let w23 = _mm256_loadu_si256(w.add(8) as *const __m256i);
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), w01));
+            acc = _mm256_add_epi32(
+                acc,
+                _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(px, 8)), w23),
+            );
         }
-        let v = _mm256_min_epi32(
-            _mm256_max_epi32(_mm256_srai_epi32(acc, PRECISION_BITS as i32), zero),
-            max,
+        let sum = _mm_add_epi32(
+            _mm_add_epi32(
+                _mm256_castsi256_si128(acc),
+                _mm256_extracti128_si256(acc, 1),
+            ),
+            half,
         );
-        // SAFETY: lanes holds 8 i32.
-        _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, v);
-        let o = &mut out[p * 6..p * 6 + 6];
-        o[0] = lanes[0] as u8;
-        o[1] = lanes[1] as u8;
-        o[2] = lanes[2] as u8;
-        o[3] = lanes[4] as u8;
-        o[4] = lanes[5] as u8;
-        o[5] = lanes[6] as u8;
-        done = 2 * (p + 1);
+        let v = _mm_srai_epi32(sum, PRECISION_BITS as i32);
+        let bytes = _mm_packus_epi16(_mm_packs_epi32(v, v), _mm_setzero_si128());
+        let rgbx = (_mm_cvtsi128_si32(bytes) as u32).to_le_bytes();
+        out[i * 3..i * 3 + 3].copy_from_slice(&rgbx[..3]);
     }
     horizontal_pixels(row, taps, out, done);
 }
@@ -247,15 +269,26 @@ mod tests {
     #[test]
     fn every_path_gives_pils_sums() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        for _ in 0..300 {
-            let in_size = rng.gen_range(1..400);
-            let out_size = rng.gen_range(1..300);
+        let mut groups_seen = [0usize; 8];
+        for case in 0..400 {
+            // Every downscale factor from 1 to 7 (1 to 4 groups of 4 taps),
+            // then random sizes and boxes.
+            let (in_size, out_size) = if case < 100 {
+                let out = rng.gen_range(1..120);
+                (
+                    ((out as f64) * (1.0 + case as f64 * 0.06)) as usize + 1,
+                    out,
+                )
+            } else {
+                (rng.gen_range(1..400), rng.gen_range(1..300))
+            };
             let x0 = rng.gen_range(0.0..in_size as f64 * 0.5);
             let x1 = rng.gen_range(x0 + 0.01..=in_size as f64);
             let c = Coefficients::new(in_size, x0, x1, out_size).unwrap();
             let row: Vec<u8> = (0..in_size * 3).map(|_| rng.gen()).collect();
             let expected = reference_horizontal(&row, &c);
             let taps = HorizontalTaps::new(&c, in_size);
+            groups_seen[taps.groups.min(7)] += 1;
             let mut scalar = vec![0u8; out_size * 3];
             horizontal_pixels(&row, &taps, &mut scalar, 0);
             assert_eq!(
@@ -278,5 +311,6 @@ mod tests {
             vertical_row(&src, 1, &weights, &mut b);
             assert_eq!(a, b, "vertical, {row_len} bytes, {rows} taps");
         }
+        assert!(groups_seen[1..=4].iter().all(|&n| n > 0), "{groups_seen:?}");
     }
 }

@@ -195,20 +195,21 @@ impl<'a, T: Element> RowWriter<'a, T> {
                 let plane = width * self.height;
                 let (r_plane, rest) = self.out.split_at_mut(plane);
                 let (g_plane, b_plane) = rest.split_at_mut(plane);
-                let r = &mut r_plane[y * width..(y + 1) * width];
-                let g = &mut g_plane[y * width..(y + 1) * width];
-                let b = &mut b_plane[y * width..(y + 1) * width];
+                let planes = r_plane[y * width..(y + 1) * width]
+                    .iter_mut()
+                    .zip(&mut g_plane[y * width..(y + 1) * width])
+                    .zip(&mut b_plane[y * width..(y + 1) * width]);
                 if self.flip {
-                    for (x, p) in row.chunks_exact(3).rev().enumerate() {
-                        r[x] = t0[p[0] as usize];
-                        g[x] = t1[p[1] as usize];
-                        b[x] = t2[p[2] as usize];
+                    for (((r, g), b), p) in planes.zip(row.chunks_exact(3).rev()) {
+                        *r = t0[p[0] as usize];
+                        *g = t1[p[1] as usize];
+                        *b = t2[p[2] as usize];
                     }
                 } else {
-                    for (x, p) in row.chunks_exact(3).enumerate() {
-                        r[x] = t0[p[0] as usize];
-                        g[x] = t1[p[1] as usize];
-                        b[x] = t2[p[2] as usize];
+                    for (((r, g), b), p) in planes.zip(row.chunks_exact(3)) {
+                        *r = t0[p[0] as usize];
+                        *g = t1[p[1] as usize];
+                        *b = t2[p[2] as usize];
                     }
                 }
             }

@@ -7,6 +7,7 @@
 //! each finished output row to a sink, so the fused kernel can convert,
 //! flip and lay it out without another pass over an intermediate image.
 
+use crate::decode::grown;
 use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
 use crate::kernels::{horizontal_row, vertical_row, HorizontalTaps};
@@ -214,17 +215,20 @@ impl ResizePlan {
         src: &RgbView<'_>,
         rows_buf: &mut Vec<u8>,
         mut sink: impl FnMut(usize, &[u8]),
-    ) {
+    ) -> Result<()> {
+        let out_of_memory = |_| VisionError::OutOfMemory {
+            what: format!("the rows of a resize to width {}", self.out_width),
+        };
         let n_rows = self.rows.1 - self.rows.0;
         let row_len = self.out_width * 3;
         let Some(vertical) = &self.vertical else {
             // Rows map one to one: resample each (or copy it) straight to the sink.
             match &self.horizontal {
                 Some(h) => {
-                    rows_buf.resize(row_len, 0);
+                    let row = grown(rows_buf, row_len).map_err(out_of_memory)?;
                     for y in 0..n_rows {
-                        horizontal_row(src.row(y), h, rows_buf);
-                        sink(y, rows_buf);
+                        horizontal_row(src.row(y), h, row);
+                        sink(y, row);
                     }
                 }
                 None => {
@@ -233,12 +237,12 @@ impl ResizePlan {
                     }
                 }
             }
-            return;
+            return Ok(());
         };
         // The horizontal pass (or a copy of the rows read) into rows_buf,
         // then the vertical pass one output row at a time.
-        rows_buf.resize(n_rows * row_len + row_len, 0);
-        let (intermediate, out) = rows_buf.split_at_mut(n_rows * row_len);
+        let buf = grown(rows_buf, n_rows * row_len + row_len).map_err(out_of_memory)?;
+        let (intermediate, out) = buf.split_at_mut(n_rows * row_len);
         for (y, dst) in intermediate.chunks_exact_mut(row_len).enumerate() {
             match &self.horizontal {
                 Some(h) => horizontal_row(src.row(y), h, dst),
@@ -254,6 +258,7 @@ impl ResizePlan {
             );
             sink(y, out);
         }
+        Ok(())
     }
 }
 
@@ -279,6 +284,6 @@ pub fn resize_box(
     let pixels = out.pixels_mut();
     plan.run(&needed, &mut rows, |y, row| {
         pixels[y * row_len..(y + 1) * row_len].copy_from_slice(row)
-    });
+    })?;
     Ok(out)
 }
