@@ -222,3 +222,71 @@ fn the_error_names_the_damage() {
     let text = err.to_string().to_lowercase();
     assert!(text.contains("crc") || text.contains("checksum"), "{err}");
 }
+
+/// The offset of each marker segment (`ff xx` + length) of a JPEG's header,
+/// up to and including the first SOS.
+fn segments(jpeg: &[u8]) -> Vec<(u8, usize)> {
+    let mut out = Vec::new();
+    let mut at = 2;
+    while at + 4 <= jpeg.len() && jpeg[at] == 0xff {
+        let marker = jpeg[at + 1];
+        out.push((marker, at));
+        if marker == 0xda {
+            break;
+        }
+        at += 2 + usize::from(u16::from_be_bytes([jpeg[at + 2], jpeg[at + 3]]));
+    }
+    out
+}
+
+fn segment(jpeg: &[u8], marker: u8) -> usize {
+    segments(jpeg)
+        .into_iter()
+        .find(|(m, _)| *m == marker)
+        .unwrap_or_else(|| panic!("no marker {marker:x}"))
+        .1
+}
+
+#[test]
+fn unsupported_kinds_are_named() {
+    let mut decoder = Decoder::new();
+    let base = fixture("pil_444.jpg");
+    let sof = segment(&base, 0xc0);
+
+    // 12-bit samples (libjpeg-turbo 2 decodes 8-bit only).
+    let mut twelve = base.clone();
+    twelve[sof + 4] = 12;
+    let err = decoder.decode(&twelve).unwrap_err();
+    assert!(err.to_string().contains("precision 12"), "{err}");
+
+    // Lossless (SOF3) and hierarchical (SOF5) processes.
+    for (marker, what) in [(0xc3u8, "SOF type 0xc3"), (0xc5, "SOF type 0xc5")] {
+        let mut other = base.clone();
+        other[sof + 1] = marker;
+        let err = decoder.decode(&other).unwrap_err();
+        assert!(err.to_string().contains(what), "{marker:x}: {err}");
+    }
+
+    // Two components (no colour model PIL or this crate converts): SOF0
+    // and SOS rewritten to list the first two components only.
+    let sos = segment(&base, 0xda);
+    let mut two = base[..sof].to_vec();
+    two.extend_from_slice(&[0xff, 0xc0, 0, 14]);
+    two.extend_from_slice(&base[sof + 4..sof + 10]); // precision, height, width
+    two[sof + 9] = 2;
+    two.extend_from_slice(&base[sof + 10..sof + 16]); // components 1 and 2
+    two.extend_from_slice(&base[sof + 19..sos]);
+    two.extend_from_slice(&[0xff, 0xda, 0, 10, 2]);
+    two.extend_from_slice(&base[sos + 5..sos + 9]); // components 1 and 2 of the scan
+    two.extend_from_slice(&base[sos + 11..]);
+    let err = decoder.decode(&two).unwrap_err();
+    assert!(
+        matches!(err, VisionError::UnsupportedJpeg { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("2 components"), "{err}");
+    // The header alone reads.
+    assert!(
+        matches!(decoder.info(&two).unwrap(), feedline_vision::ImageInfo::Jpeg(i) if i.color == feedline_vision::JpegColor::Other(2, 0))
+    );
+}

@@ -43,6 +43,7 @@ fn decode_matches_pil_on_every_fixture() {
         "pil_progressive.jpg",
         "pil_grey.jpg",
         "pil_cmyk.jpg",
+        "ycck.jpg",
         "pil_rgb.png",
         "pil_rgba.png",
         "pil_grey.png",
@@ -75,6 +76,7 @@ fn jpeg_headers_name_their_colour_model() {
         ("pil_progressive.jpg", JpegColor::YCbCr, true, (2, 2)),
         ("pil_grey.jpg", JpegColor::Grayscale, false, (1, 1)),
         ("pil_cmyk.jpg", JpegColor::Cmyk, false, (1, 1)),
+        ("ycck.jpg", JpegColor::Ycck, false, (2, 2)),
         ("tf_progressive.jpg", JpegColor::YCbCr, true, (2, 2)),
         ("tf_grey.jpg", JpegColor::Grayscale, false, (1, 1)),
     ];
