@@ -17,7 +17,7 @@ use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
 use crate::jpeg::{scaled_size, JpegRegion, ReducedWork};
 use crate::ops::CropBox;
-use crate::output::{Element, OutputFormat, RowWriter};
+use crate::output::{check_output_len, Element, OutputFormat, RowWriter};
 use crate::png::decode_png;
 use crate::resize::{ResizePlan, SourceBox};
 
@@ -184,6 +184,7 @@ pub fn crop_resize_into<T: Element>(
             let (width, height) = (image.width(), image.height());
             let g = geometry(width, height)?;
             g.check(width, height)?;
+            check_output_len(out.len(), format.layout.shape(g.out_height, g.out_width))?;
             let view = image.view();
             let decoded = g.crop;
             run_resize(
@@ -208,6 +209,7 @@ pub fn crop_resize_into<T: Element>(
             let (width, height) = (open.width() as usize, open.height() as usize);
             let g = geometry(width, height)?;
             g.check(width, height)?;
+            check_output_len(out.len(), format.layout.shape(g.out_height, g.out_width))?;
             match open {
                 OpenImage::Png(bytes, _) => {
                     let image = decode_png(bytes, max_pixels)?;
@@ -231,13 +233,7 @@ pub fn crop_resize_into<T: Element>(
                         1
                     };
                     let (crop, source_box) = scaled_crop(&g, width as u32, height as u32, denom);
-                    let plan = ResizePlan::new(
-                        crop.width,
-                        crop.height,
-                        source_box,
-                        g.out_width,
-                        g.out_height,
-                    )?;
+                    let plan = resize_plan(crop, source_box, &g)?;
                     let region = JpegRegion {
                         scale_denom: denom,
                         x: (crop.left + plan.cols.0) as u32,
@@ -276,6 +272,17 @@ pub fn crop_resize_into<T: Element>(
     }
 }
 
+/// The resize of `source_box` inside `crop` to `g`'s output size.
+fn resize_plan(crop: CropBox, source_box: SourceBox, g: &CropResize) -> Result<ResizePlan> {
+    ResizePlan::new(
+        crop.width,
+        crop.height,
+        source_box,
+        g.out_width,
+        g.out_height,
+    )
+}
+
 /// Resizes `source_box` of the `crop` of a fully decoded `image` into `out`.
 fn run_resize<T: Element>(
     image: &RgbView<'_>,
@@ -286,13 +293,7 @@ fn run_resize<T: Element>(
     format: &OutputFormat,
     out: &mut [T],
 ) -> Result<()> {
-    let plan = ResizePlan::new(
-        crop.width,
-        crop.height,
-        source_box,
-        g.out_width,
-        g.out_height,
-    )?;
+    let plan = resize_plan(crop, source_box, g)?;
     let view = image.sub(
         crop.left + plan.cols.0,
         crop.top + plan.rows.0,

@@ -132,6 +132,19 @@ pub struct OutputFormat {
     pub layout: Layout,
 }
 
+/// Checks that a buffer of `len` elements holds an output of `shape`.
+pub(crate) fn check_output_len(len: usize, shape: [usize; 3]) -> Result<()> {
+    let expected = shape.iter().product::<usize>();
+    if len != expected {
+        return Err(VisionError::OutputLength {
+            expected,
+            actual: len,
+            shape,
+        });
+    }
+    Ok(())
+}
+
 /// Writes RGB `u8` rows into an output image of `height` x `width`.
 pub(crate) struct RowWriter<'a, T: Element> {
     out: &'a mut [T],
@@ -150,14 +163,7 @@ impl<'a, T: Element> RowWriter<'a, T> {
         format: &OutputFormat,
         flip: bool,
     ) -> Result<Self> {
-        let expected = width * height * 3;
-        if out.len() != expected {
-            return Err(VisionError::OutputLength {
-                expected,
-                actual: out.len(),
-                shape: format.layout.shape(height, width),
-            });
-        }
+        check_output_len(out.len(), format.layout.shape(height, width))?;
         Ok(RowWriter {
             out,
             width,

@@ -24,7 +24,7 @@ use crate::fused::{crop_resize_into, CropResize, KernelSource};
 use crate::image::RgbImage;
 use crate::jpeg::ReducedWork;
 use crate::ops::{center_crop, center_offset, CropBox, ResizeTo};
-use crate::output::{Dtype, Element, Layout, Normalize, OutputFormat};
+use crate::output::{check_output_len, Dtype, Element, Layout, Normalize, OutputFormat};
 use crate::resize::SourceBox;
 use crate::rrc::RandomResizedCrop;
 use crate::spec::{self, SpecError};
@@ -319,18 +319,7 @@ impl Plan {
         rng: &mut R,
         out: &mut [T],
     ) -> Result<[usize; 3]> {
-        self.check_dtype::<T>()?;
-        self.execute(decoder, KernelSource::Bytes(bytes), rng, |shape| {
-            let needed = shape.iter().product::<usize>();
-            if out.len() != needed {
-                return Err(VisionError::OutputLength {
-                    expected: needed,
-                    actual: out.len(),
-                    shape,
-                });
-            }
-            Ok(&mut *out)
-        })
+        self.run_source_into(decoder, KernelSource::Bytes(bytes), rng, out)
     }
 
     /// [`Plan::run_into`] on pixels already decoded.
@@ -341,16 +330,19 @@ impl Plan {
         rng: &mut R,
         out: &mut [T],
     ) -> Result<[usize; 3]> {
+        self.run_source_into(decoder, KernelSource::Image(image), rng, out)
+    }
+
+    fn run_source_into<T: Element, R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        source: KernelSource<'_>,
+        rng: &mut R,
+        out: &mut [T],
+    ) -> Result<[usize; 3]> {
         self.check_dtype::<T>()?;
-        self.execute(decoder, KernelSource::Image(image), rng, |shape| {
-            let needed = shape.iter().product::<usize>();
-            if out.len() != needed {
-                return Err(VisionError::OutputLength {
-                    expected: needed,
-                    actual: out.len(),
-                    shape,
-                });
-            }
+        self.execute(decoder, source, rng, |shape| {
+            check_output_len(out.len(), shape)?;
             Ok(&mut *out)
         })
     }

@@ -93,6 +93,15 @@ fn jpeg_headers_name_their_colour_model() {
     }
 }
 
+/// A JSON array of whole numbers.
+fn numbers(value: &serde_json::Value) -> Vec<usize> {
+    let array = value.as_array().expect("an array");
+    array
+        .iter()
+        .map(|v| v.as_u64().expect("a whole number") as usize)
+        .collect()
+}
+
 /// PIL's resampling of PIL's decoded pixels, against ours on the same
 /// pixels: exact (the same fixed-point arithmetic).
 #[test]
@@ -109,12 +118,7 @@ fn resampling_equals_pil() {
             let expected = npy_image(file);
             let ours = if let Some(crop) = case["crop"].as_array() {
                 let c: Vec<usize> = crop.iter().map(|v| v.as_u64().unwrap() as usize).collect();
-                let out: Vec<usize> = case["out"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as usize)
-                    .collect();
+                let out = numbers(&case["out"]);
                 let crop = CropBox {
                     top: c[0],
                     left: c[1],
@@ -123,12 +127,7 @@ fn resampling_equals_pil() {
                 };
                 resized_crop(&image, crop, out[0], out[1]).unwrap()
             } else if let Some(short) = case["shorter"].as_u64() {
-                let cc: Vec<usize> = case["center_crop"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as usize)
-                    .collect();
+                let cc = numbers(&case["center_crop"]);
                 let resized = resize(&image, ResizeTo::Shorter(short as usize)).unwrap();
                 center_crop(&resized, cc[0], cc[1]).unwrap()
             } else {
@@ -138,12 +137,7 @@ fn resampling_equals_pil() {
                     .iter()
                     .map(|v| v.as_f64().unwrap())
                     .collect();
-                let out: Vec<usize> = case["out"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as usize)
-                    .collect();
+                let out = numbers(&case["out"]);
                 let source = SourceBox {
                     x0: b[0],
                     y0: b[1],

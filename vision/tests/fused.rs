@@ -8,7 +8,7 @@ mod common;
 use common::{fixture, image_names};
 use feedline_vision::{
     crop_resize_into, decode, flip_horizontal, resize_box, resized_crop, to_array, CropBox,
-    CropResize, Decoder, KernelSource, Layout, Normalize, OutputFormat, RandomResizedCrop,
+    CropResize, Decoder, Element, KernelSource, Layout, Normalize, OutputFormat, RandomResizedCrop,
     ReducedWork, RgbImage, SourceBox, VisionError,
 };
 use ndarray::Array3;
@@ -206,6 +206,26 @@ fn dct_scale_is_the_coarsest_that_keeps_the_output_size() {
     }
 }
 
+/// The kernel on the whole of an image, at its own size.
+fn whole_image<T: Element>(image: &RgbImage, flip: bool, format: &OutputFormat, out: &mut [T]) {
+    let whole = CropBox {
+        top: 0,
+        left: 0,
+        height: image.height(),
+        width: image.width(),
+    };
+    let g = CropResize::resized_crop(whole, image.height(), image.width(), flip);
+    crop_resize_into(
+        &mut Decoder::new(),
+        KernelSource::Image(image),
+        &mut |_, _| Ok(g),
+        format,
+        ReducedWork::ALL,
+        out,
+    )
+    .unwrap();
+}
+
 #[test]
 fn flip_normalise_and_layouts_by_hand() {
     // 2 x 3 image, distinct values: pixel (y, x) = [10y + x, 100 + 10y + x, 200 + x].
@@ -213,12 +233,6 @@ fn flip_normalise_and_layouts_by_hand() {
         .flat_map(|y| (0..3).flat_map(move |x| [10 * y + x, 100 + 10 * y + x, 200 + x]))
         .collect();
     let image = RgbImage::from_pixels(3, 2, pixels).unwrap();
-    let whole = CropBox {
-        top: 0,
-        left: 0,
-        height: 2,
-        width: 3,
-    };
     let n = Normalize::new([0.5, 0.5, 0.5], [0.25, 0.5, 1.0]).unwrap();
     for flip in [false, true] {
         for layout in [Layout::Hwc, Layout::Chw] {
@@ -227,15 +241,7 @@ fn flip_normalise_and_layouts_by_hand() {
                 layout,
             };
             let mut out = vec![0f32; 18];
-            crop_resize_into(
-                &mut Decoder::new(),
-                KernelSource::Image(&image),
-                &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)),
-                &format,
-                ReducedWork::ALL,
-                &mut out,
-            )
-            .unwrap();
+            whole_image(&image, flip, &format, &mut out);
             for y in 0..2usize {
                 for x in 0..3usize {
                     let sx = if flip { 2 - x } else { x };
@@ -259,15 +265,7 @@ fn flip_normalise_and_layouts_by_hand() {
                 normalize: None,
                 layout,
             };
-            crop_resize_into(
-                &mut Decoder::new(),
-                KernelSource::Image(&image),
-                &mut |_, _| Ok(CropResize::resized_crop(whole, 2, 3, flip)),
-                &format,
-                ReducedWork::ALL,
-                &mut bytes,
-            )
-            .unwrap();
+            whole_image(&image, flip, &format, &mut bytes);
             let reference = if flip {
                 flip_horizontal(&image)
             } else {

@@ -23,32 +23,23 @@ fn exact(spec: &str) -> Plan {
     })
 }
 
+fn run(plan: &Plan, bytes: &[u8], seed: u64) -> ImageArray {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    plan.run(&mut Decoder::new(), bytes, &mut rng).unwrap()
+}
+
 fn run_u8(plan: &Plan, bytes: &[u8], seed: u64) -> Vec<u8> {
-    match plan
-        .run(
-            &mut Decoder::new(),
-            bytes,
-            &mut ChaCha8Rng::seed_from_u64(seed),
-        )
-        .unwrap()
-    {
-        ImageArray::U8(a) => a.into_raw_vec_and_offset().0,
-        other => panic!("{other:?}"),
-    }
+    let ImageArray::U8(a) = run(plan, bytes, seed) else {
+        panic!("not u8")
+    };
+    a.into_raw_vec_and_offset().0
 }
 
 fn run_f32(plan: &Plan, bytes: &[u8], seed: u64) -> Vec<f32> {
-    match plan
-        .run(
-            &mut Decoder::new(),
-            bytes,
-            &mut ChaCha8Rng::seed_from_u64(seed),
-        )
-        .unwrap()
-    {
-        ImageArray::F32(a) => a.into_raw_vec_and_offset().0,
-        other => panic!("{other:?}"),
-    }
+    let ImageArray::F32(a) = run(plan, bytes, seed) else {
+        panic!("not f32")
+    };
+    a.into_raw_vec_and_offset().0
 }
 
 fn imagenet_chw() -> OutputFormat {
