@@ -374,7 +374,13 @@ impl Plan {
         let mut shape = [0; 3];
         self.execute(decoder, KernelSource::Bytes(bytes), rng, |s| {
             shape = s;
-            buffer = vec![T::default(); s.iter().product()];
+            let len = s.iter().product();
+            buffer
+                .try_reserve_exact(len)
+                .map_err(|_| VisionError::OutOfMemory {
+                    what: format!("an output array of shape {s:?}"),
+                })?;
+            buffer.resize(len, T::default());
             Ok(&mut buffer[..])
         })?;
         Ok(

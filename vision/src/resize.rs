@@ -63,7 +63,7 @@ impl Coefficients {
             // C's (int) truncation, then clamping, as PIL.
             let xmin = ((center - support + 0.5) as i64).max(0) as usize;
             let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
-            let len = xmax.saturating_sub(xmin);
+            let len = xmax.saturating_sub(xmin).min(taps);
             let mut ww = 0.0;
             for (x, kx) in k.iter_mut().enumerate().take(len) {
                 let w = triangle((x as f64 + xmin as f64 - center + 0.5) * ss);
