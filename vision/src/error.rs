@@ -1,0 +1,94 @@
+//! The crate's error type: every way decoding, an operation, a plan or a
+//! transform spec can fail, each saying what is wrong and where.
+
+use thiserror::Error;
+
+/// Everything that can go wrong in `feedline-vision`.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum VisionError {
+    /// The bytes start with neither the JPEG nor the PNG signature.
+    #[error("not a JPEG or PNG image: the bytes start with {prefix} (JPEG starts ff d8 ff, PNG 89 50 4e 47 0d 0a 1a 0a)")]
+    UnknownFormat {
+        /// The first bytes, in hex.
+        prefix: String,
+    },
+    /// libjpeg-turbo refused the data: corrupt, truncated or a kind it cannot decode.
+    #[error("JPEG decoding failed at about byte {offset} of {len}: {message}")]
+    Jpeg {
+        /// libjpeg-turbo's message.
+        message: String,
+        /// How far into the bytes the decoder had read when it failed.
+        offset: usize,
+        /// The length of the bytes.
+        len: usize,
+    },
+    /// A valid JPEG of a kind this crate does not convert to RGB.
+    #[error("unsupported JPEG: {what}")]
+    UnsupportedJpeg {
+        /// What the file is and why it cannot be converted.
+        what: String,
+    },
+    /// The PNG decoder refused the data: corrupt, truncated or unsupported.
+    #[error("PNG decoding failed: {message}")]
+    Png {
+        /// The `png` crate's message.
+        message: String,
+    },
+    /// The image is larger than the decoder's pixel limit.
+    #[error("image of {width}x{height} pixels is over the limit of {limit} pixels (Decoder::with_max_pixels)")]
+    TooLarge {
+        /// Width in the file's header.
+        width: u64,
+        /// Height in the file's header.
+        height: u64,
+        /// The decoder's limit, in pixels.
+        limit: u64,
+    },
+    /// A parameter of an operation is out of its domain.
+    #[error("invalid {operation} parameter: {message}")]
+    InvalidParameter {
+        /// The operation, as the spec names it (`resize`, `center-crop`, ...).
+        operation: &'static str,
+        /// What is wrong, with the value.
+        message: String,
+    },
+    /// The caller's output buffer does not have the length the result needs.
+    #[error("output buffer holds {actual} elements, the result {shape:?} needs {expected}")]
+    OutputLength {
+        /// Elements the result needs.
+        expected: usize,
+        /// Elements in the buffer.
+        actual: usize,
+        /// The result's shape.
+        shape: [usize; 3],
+    },
+    /// The output element type of a call does not match the plan's dtype.
+    #[error("the plan writes {plan} values, the output buffer holds {buffer}")]
+    OutputDtype {
+        /// The plan's dtype.
+        plan: &'static str,
+        /// The buffer's element type.
+        buffer: &'static str,
+    },
+    /// A memory allocation failed.
+    #[error("out of memory: {what}")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: String,
+    },
+    /// A `--transform` spec that does not parse or does not make sense.
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+}
+
+/// The crate's result type.
+pub type Result<T, E = VisionError> = std::result::Result<T, E>;
+
+impl VisionError {
+    pub(crate) fn invalid(operation: &'static str, message: impl Into<String>) -> Self {
+        VisionError::InvalidParameter {
+            operation,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Antialiased bilinear resampling, PIL's algorithm (`Resample.c`, which
+//! torchvision's `antialias=True` reproduces): a triangle filter whose
+//! support grows with the downscale factor, weights normalised per output
+//! pixel and rounded to 22-bit fixed point, a horizontal pass to `u8` then a
+//! vertical pass to `u8`, both rounded. A source box with fractional edges
+//! is supported (PIL's `resize(size, box=...)`). The vertical pass hands
+//! each finished output row to a sink, so the fused kernel can convert,
+//! flip and lay it out without another pass over an intermediate image.
+
+use crate::decode::grown;
+use crate::error::{Result, VisionError};
+use crate::image::{RgbImage, RgbView};
+use crate::kernels::{horizontal_row, vertical_row, HorizontalTaps};
+
+/// PIL's `PRECISION_BITS` for 8-bit images.
+pub(crate) const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// The fixed-point weights of one resampling direction: output pixel `i`
+/// reads `lens[i]` input pixels from `starts[i]` with the weights
+/// `weights[i * taps ..][.. lens[i]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Coefficients {
+    pub(crate) starts: Vec<usize>,
+    pub(crate) lens: Vec<usize>,
+    pub(crate) taps: usize,
+    pub(crate) weights: Vec<i32>,
+}
+
+fn triangle(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
+impl Coefficients {
+    /// PIL's `precompute_coeffs` + `normalize_coeffs_8bpc` for `out_size`
+    /// pixels from the input interval `[in0, in1)` of an input `in_size`
+    /// pixels long.
+    pub(crate) fn new(in_size: usize, in0: f64, in1: f64, out_size: usize) -> Result<Self> {
+        let valid = in1 > in0 && in0 >= 0.0 && in1 <= in_size as f64;
+        if out_size == 0 || !valid {
+            return Err(VisionError::invalid(
+                "resize",
+                format!(
+                    "cannot resample [{in0}, {in1}) of {in_size} input pixels to {out_size} pixels"
+                ),
+            ));
+        }
+        let scale = (in1 - in0) / out_size as f64;
+        let filterscale = scale.max(1.0);
+        let support = filterscale; // the triangle's support is 1
+        let taps = support.ceil() as usize * 2 + 1;
+        let mut starts = Vec::with_capacity(out_size);
+        let mut lens = Vec::with_capacity(out_size);
+        let mut weights = vec![0i32; out_size * taps];
+        let mut k = vec![0f64; taps];
+        for xx in 0..out_size {
+            let center = in0 + (xx as f64 + 0.5) * scale;
+            let ss = 1.0 / filterscale;
+            // C's (int) truncation, then clamping, as PIL.
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
+            let len = xmax.saturating_sub(xmin).min(taps);
+            let mut ww = 0.0;
+            for (x, kx) in k.iter_mut().enumerate().take(len) {
+                let w = triangle((x as f64 + xmin as f64 - center + 0.5) * ss);
+                *kx = w;
+                ww += w;
+            }
+            let row = &mut weights[xx * taps..(xx + 1) * taps];
+            for (x, wx) in row.iter_mut().enumerate().take(len) {
+                let w = if ww != 0.0 { k[x] / ww } else { k[x] };
+                *wx = if w < 0.0 {
+                    (-0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                } else {
+                    (0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                };
+            }
+            starts.push(xmin);
+            lens.push(len);
+        }
+        Ok(Coefficients {
+            starts,
+            lens,
+            taps,
+            weights,
+        })
+    }
+
+    pub(crate) fn out_size(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The input pixels any output pixel reads: `[first, end)`.
+    pub(crate) fn input_span(&self) -> (usize, usize) {
+        let first = self.starts.iter().copied().min().unwrap_or(0);
+        let end = self
+            .starts
+            .iter()
+            .zip(&self.lens)
+            .map(|(s, l)| s + l)
+            .max()
+            .unwrap_or(0);
+        (first, end)
+    }
+
+    /// The same weights with every start moved `offset` pixels down.
+    pub(crate) fn shifted(mut self, offset: usize) -> Self {
+        for s in &mut self.starts {
+            *s -= offset;
+        }
+        self
+    }
+
+    pub(crate) fn weights_of(&self, i: usize) -> &[i32] {
+        &self.weights[i * self.taps..i * self.taps + self.lens[i]]
+    }
+}
+
+/// Where the pixels of a resize come from: the `box` `[x0, y0, x1, y1)` (in
+/// pixels, fractional allowed) of a source of `width` x `height` pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SourceBox {
+    /// Left edge.
+    pub x0: f64,
+    /// Top edge.
+    pub y0: f64,
+    /// Right edge (exclusive).
+    pub x1: f64,
+    /// Bottom edge (exclusive).
+    pub y1: f64,
+}
+
+impl SourceBox {
+    /// The whole of a `width` x `height` source.
+    pub fn whole(width: usize, height: usize) -> Self {
+        SourceBox {
+            x0: 0.0,
+            y0: 0.0,
+            x1: width as f64,
+            y1: height as f64,
+        }
+    }
+
+    /// Width of the box.
+    pub fn width(&self) -> f64 {
+        self.x1 - self.x0
+    }
+
+    /// Height of the box.
+    pub fn height(&self) -> f64 {
+        self.y1 - self.y0
+    }
+}
+
+/// A resize prepared for one source size: the weights of both directions,
+/// relative to the first source column and row they read.
+pub(crate) struct ResizePlan {
+    horizontal: Option<HorizontalTaps>,
+    vertical: Option<Coefficients>,
+    /// Source columns read: `[first, end)`.
+    pub(crate) cols: (usize, usize),
+    /// Source rows read: `[first, end)`.
+    pub(crate) rows: (usize, usize),
+    out_width: usize,
+}
+
+impl ResizePlan {
+    /// PIL's `ImagingResampleInner`: a direction whose size and box are the
+    /// source's is not resampled (a copy).
+    pub(crate) fn new(
+        src_width: usize,
+        src_height: usize,
+        source: SourceBox,
+        out_width: usize,
+        out_height: usize,
+    ) -> Result<Self> {
+        let need_horizontal =
+            out_width != src_width || source.x0 != 0.0 || source.x1 != out_width as f64;
+        let need_vertical =
+            out_height != src_height || source.y0 != 0.0 || source.y1 != out_height as f64;
+        let (horizontal, cols) = if need_horizontal {
+            let c = Coefficients::new(src_width, source.x0, source.x1, out_width)?;
+            let cols = c.input_span();
+            let taps = HorizontalTaps::new(&c.shifted(cols.0), cols.1 - cols.0);
+            (Some(taps), cols)
+        } else {
+            (None, (0, src_width))
+        };
+        let (vertical, rows) = if need_vertical {
+            let c = Coefficients::new(src_height, source.y0, source.y1, out_height)?;
+            let rows = c.input_span();
+            (Some(c.shifted(rows.0)), rows)
+        } else {
+            (None, (0, src_height))
+        };
+        Ok(ResizePlan {
+            horizontal,
+            vertical,
+            cols,
+            rows,
+            out_width,
+        })
+    }
+
+    /// Runs the resize on `src`, whose first column and row are source
+    /// column `cols.0` and row `rows.0` (the rest of the source need not be
+    /// there); `rows_buf` is scratch for the horizontal pass. Each output
+    /// row goes to `sink(y, row)`.
+    pub(crate) fn run(
+        &self,
+        src: &RgbView<'_>,
+        rows_buf: &mut Vec<u8>,
+        mut sink: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let out_of_memory = |_| VisionError::OutOfMemory {
+            what: format!("the rows of a resize to width {}", self.out_width),
+        };
+        let n_rows = self.rows.1 - self.rows.0;
+        let row_len = self.out_width * 3;
+        let Some(vertical) = &self.vertical else {
+            // Rows map one to one: resample each (or copy it) straight to the sink.
+            match &self.horizontal {
+                Some(h) => {
+                    let row = grown(rows_buf, row_len).map_err(out_of_memory)?;
+                    for y in 0..n_rows {
+                        horizontal_row(src.row(y), h, row);
+                        sink(y, row);
+                    }
+                }
+                None => {
+                    for y in 0..n_rows {
+                        sink(y, src.row(y));
+                    }
+                }
+            }
+            return Ok(());
+        };
+        // The horizontal pass (or a copy of the rows read) into rows_buf,
+        // then the vertical pass one output row at a time.
+        let buf = grown(rows_buf, n_rows * row_len + row_len).map_err(out_of_memory)?;
+        let (intermediate, out) = buf.split_at_mut(n_rows * row_len);
+        for (y, dst) in intermediate.chunks_exact_mut(row_len).enumerate() {
+            match &self.horizontal {
+                Some(h) => horizontal_row(src.row(y), h, dst),
+                None => dst.copy_from_slice(src.row(y)),
+            }
+        }
+        for y in 0..vertical.out_size() {
+            vertical_row(
+                intermediate,
+                vertical.starts[y],
+                vertical.weights_of(y),
+                out,
+            );
+            sink(y, out);
+        }
+        Ok(())
+    }
+}
+
+/// Resizes the `source` box of `src` to `out_width` x `out_height` (PIL's
+/// `Image.resize((w, h), Image.BILINEAR, box=...)`; torchvision's
+/// `resize(..., antialias=True)` on a PIL image).
+pub fn resize_box(
+    src: &RgbView<'_>,
+    source: SourceBox,
+    out_width: usize,
+    out_height: usize,
+) -> Result<RgbImage> {
+    let plan = ResizePlan::new(src.width(), src.height(), source, out_width, out_height)?;
+    let needed = src.sub(
+        plan.cols.0,
+        plan.rows.0,
+        plan.cols.1 - plan.cols.0,
+        plan.rows.1 - plan.rows.0,
+    )?;
+    let mut out = RgbImage::zeroed(out_width, out_height)?;
+    let mut rows = Vec::new();
+    let row_len = out_width * 3;
+    let pixels = out.pixels_mut();
+    plan.run(&needed, &mut rows, |y, row| {
+        pixels[y * row_len..(y + 1) * row_len].copy_from_slice(row)
+    })?;
+    Ok(out)
+}
