@@ -44,9 +44,9 @@
 //! use std::collections::VecDeque;
 //! use feedline::feed_queue::{FeedMode, FeedQueue, Item, Popped, Pushed};
 //!
-//! // Two devices fed round-robin, two batches per lane.
+//! // Two devices fed round-robin, three items per lane.
 //! let lanes = FeedMode::RoundRobin.lanes(2);
-//! let q: FeedQueue<&str, String> = FeedQueue::new(lanes, 2).unwrap();
+//! let q: FeedQueue<&str, String> = FeedQueue::new(lanes, 3).unwrap();
 //! let mut out: VecDeque<_> = ["b0", "b1", "b2"]
 //!     .into_iter()
 //!     .enumerate()
