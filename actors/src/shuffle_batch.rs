@@ -390,7 +390,9 @@ impl ShuffleBatch {
     /// is among the least served.
     fn take_mixed(&mut self) {
         while let Some((_, chunk, ack)) = self.mix.as_mut().and_then(|m| m.take_ready()) {
-            ack.do_send(ChunkAck);
+            if let Some(ack) = ack {
+                ack.do_send(ChunkAck);
+            }
             self.accept(chunk);
         }
     }
@@ -430,7 +432,9 @@ impl ShuffleBatch {
                 );
             }
             for (_, chunk, ack) in left {
-                ack.do_send(ChunkAck);
+                if let Some(ack) = ack {
+                    ack.do_send(ChunkAck);
+                }
                 self.accept(chunk);
             }
         }
@@ -503,7 +507,9 @@ impl Handler<ChunkMsg> for ShuffleBatch {
             match &mut self.mix {
                 Some(m) if msg.set < m.sets() => {
                     let records = msg.chunk.len() as u64;
-                    m.offer(msg.set, msg.chunk, records, msg.ack);
+                    if let Some(ack) = m.offer(msg.set, msg.chunk, records, msg.ack) {
+                        ack.do_send(ChunkAck);
+                    }
                     self.take_mixed();
                 }
                 _ => {

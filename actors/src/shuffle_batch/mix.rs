@@ -28,9 +28,9 @@ pub(crate) struct FileSetMix<T, A> {
     drained: Vec<bool>,
     /// Files per set this pass (deterministic mode).
     files: Vec<usize>,
-    /// Per set: chunks ahead of their share, with their records and withheld
-    /// acknowledgements (not deterministic mode).
-    waiting: Vec<VecDeque<(T, u64, A)>>,
+    /// Per set: chunks waiting for their set's turn, with their records and
+    /// acknowledgements, withheld while the set is ahead (not deterministic mode).
+    waiting: Vec<VecDeque<(T, u64, Option<A>)>>,
 }
 
 /// The mix's state as a plain value.
@@ -46,9 +46,9 @@ pub(crate) struct MixState<P> {
     pub drained: Vec<bool>,
     /// Per set: its files this pass (deterministic mode).
     pub files: Vec<usize>,
-    /// Per set: the chunks waiting, acknowledgements withheld, as the
-    /// caller describes them.
-    pub waiting: Vec<Vec<P>>,
+    /// Per set: the chunks waiting, as the caller describes them, and
+    /// whether each one's acknowledgement is withheld.
+    pub waiting: Vec<Vec<(P, bool)>>,
 }
 
 impl<T, A> FileSetMix<T, A> {
@@ -117,29 +117,41 @@ impl<T, A> FileSetMix<T, A> {
         self.least_served(|s| files_begun(s) < self.files[s])
     }
 
-    /// Not deterministic: a chunk of `set` with `records` instances comes;
-    /// it waits, its acknowledgement withheld, until its set's turn
-    /// ([`take_ready`](Self::take_ready)).
-    pub fn offer(&mut self, set: usize, item: T, records: u64, ack: A) {
-        self.waiting[set].push_back((item, records, ack));
+    /// True when a chunk of `set` may be taken now: no set still being read
+    /// is less served.
+    fn turn_of(&self, set: usize) -> bool {
+        self.least_served(|s| !self.drained[s])
+            .is_some_and(|least| self.served(set) <= self.served(least))
+    }
+
+    /// Not deterministic: a chunk of `set` with `records` instances comes
+    /// and waits to be taken ([`take_ready`](Self::take_ready)). Its
+    /// acknowledgement is returned, to send now, when it is its set's turn;
+    /// while the set is ahead of its share it is withheld (so the set's
+    /// readers pause) and comes back with the chunk.
+    pub fn offer(&mut self, set: usize, item: T, records: u64, ack: A) -> Option<A> {
+        let (withheld, now) = if self.turn_of(set) {
+            (None, Some(ack))
+        } else {
+            (Some(ack), None)
+        };
+        self.waiting[set].push_back((item, records, withheld));
+        now
     }
 
     /// Not deterministic: a waiting chunk that may be taken now — its set
     /// has one, and no set still being read is less served — counted as
-    /// taken, with its acknowledgement (send it).
-    pub fn take_ready(&mut self) -> Option<(usize, T, A)> {
-        let least = self.least_served(|s| !self.drained[s])?;
-        let floor = self.served(least);
-        let set =
-            (0..self.sets()).find(|&s| !self.waiting[s].is_empty() && self.served(s) <= floor)?;
+    /// taken, with its acknowledgement if that was withheld (send it).
+    pub fn take_ready(&mut self) -> Option<(usize, T, Option<A>)> {
+        let set = (0..self.sets()).find(|&s| !self.waiting[s].is_empty() && self.turn_of(s))?;
         let (item, records, ack) = self.waiting[set].pop_front().expect("found one");
         self.taken[set] += records;
         Some((set, item, ack))
     }
 
     /// The end of a pass: every chunk still waiting (counted as taken), with
-    /// its acknowledgement.
-    pub fn end_pass(&mut self) -> Vec<(usize, T, A)> {
+    /// its withheld acknowledgement.
+    pub fn end_pass(&mut self) -> Vec<(usize, T, Option<A>)> {
         let mut left = Vec::new();
         for set in 0..self.sets() {
             while let Some((item, records, ack)) = self.waiting[set].pop_front() {
@@ -179,7 +191,7 @@ impl<T, A> FileSetMix<T, A> {
             drained: self.drained.clone(),
             files: self.files.clone(),
             waiting: (self.waiting.iter())
-                .map(|w| w.iter().map(|(t, _, _)| describe(t)).collect())
+                .map(|w| w.iter().map(|(t, _, a)| (describe(t), a.is_some())).collect())
                 .collect(),
         }
     }
@@ -198,33 +210,32 @@ mod tests {
     fn a_set_ahead_of_its_weight_waits_with_its_acknowledgement_withheld() {
         // Weights 3 : 1, chunks of 10 instances.
         let mut m = mix(&[3.0, 1.0]);
-        m.offer(1, 100, 10, 1000);
-        assert_eq!(
-            m.take_ready(),
-            Some((1, 100, 1000)),
-            "both at 0: set 1 may go"
-        );
-        // Set 1 is served 10, set 0 is served 0: set 1's next chunk waits.
-        m.offer(1, 101, 10, 1001);
-        assert_eq!(m.take_ready(), None, "its acknowledgement is withheld");
+        assert_eq!(m.offer(1, 100, 10, 1000), Some(1000), "both at 0: its turn");
+        assert_eq!(m.take_ready(), Some((1, 100, None)));
+        // Set 1 is served 10, set 0 is served 0: set 1's next chunk waits,
+        // and so does its acknowledgement — its readers pause.
+        assert_eq!(m.offer(1, 101, 10, 1001), None, "withheld");
+        assert_eq!(m.take_ready(), None);
+        assert_eq!(m.state(|t| *t).waiting[1], [(101, true)]);
         for k in 0..3 {
-            m.offer(0, k, 10, k);
-            assert_eq!(m.take_ready(), Some((0, k, k)));
+            assert_eq!(m.offer(0, k, 10, k), Some(k));
+            assert_eq!(m.take_ready(), Some((0, k, None)));
         }
-        // Set 0 served 30 / 3 = 10 = set 1's 10: the waiting chunk goes now.
-        assert_eq!(m.take_ready(), Some((1, 101, 1001)));
+        // Set 0 served 30 / 3 = 10 = set 1's 10: the waiting chunk goes now,
+        // its acknowledgement with it.
+        assert_eq!(m.take_ready(), Some((1, 101, Some(1001))));
         assert_eq!(m.state(|t| *t).taken, [30, 20]);
     }
 
     #[test]
     fn a_drained_set_no_longer_holds_the_others_back() {
         let mut m = mix(&[1.0, 1.0]);
-        m.offer(0, 1, 10, 1);
+        assert!(m.offer(0, 1, 10, 1).is_some());
         assert!(m.take_ready().is_some());
-        m.offer(0, 2, 10, 2);
-        assert_eq!(m.take_ready(), None, "set 1 is behind and still read");
+        assert_eq!(m.offer(0, 2, 10, 2), None, "set 1 is behind and still read");
+        assert_eq!(m.take_ready(), None);
         assert!(m.set_drained(1));
-        assert_eq!(m.take_ready(), Some((0, 2, 2)));
+        assert_eq!(m.take_ready(), Some((0, 2, Some(2))));
         assert!(!m.set_drained(9));
     }
 
@@ -252,16 +263,13 @@ mod tests {
         m.take_ready();
         m.offer(0, 2, 5, 2);
         m.offer(0, 3, 5, 3);
-        assert_eq!(m.state(|t| *t).waiting, [vec![2, 3], vec![]]);
-        assert_eq!(m.end_pass(), [(0, 2, 2), (0, 3, 3)]);
+        assert_eq!(m.state(|t| *t).waiting, [vec![(2, true), (3, true)], vec![]]);
+        assert_eq!(m.end_pass(), [(0, 2, Some(2)), (0, 3, Some(3))]);
         assert_eq!(m.summary(), "s0 20 (100.0%), s1 0 (0.0%)");
         m.set_drained(1);
         m.start_pass();
         let s = m.state(|t| *t);
-        assert_eq!(
-            (&s.taken[..], &s.drained[..]),
-            (&[0, 0][..], &[false, false][..])
-        );
+        assert_eq!((&s.taken[..], &s.drained[..]), (&[0, 0][..], &[false, false][..]));
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<MixState<u32>>(&json).unwrap(), s);
     }
