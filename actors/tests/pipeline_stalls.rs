@@ -122,3 +122,44 @@ fn a_pop_timeout_says_which_stage_is_stuck() {
     }
     assert_eq!(n, 40);
 }
+
+#[test]
+fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
+    // Chunks of 8: records 0..16 arrive, then the reader hangs at record 20
+    // and the pool (30) has not started drawing.
+    let synth = SynthFormat::with_files(&[40])
+        .fault(
+            "f0",
+            20,
+            Fault::Hang {
+                time: Duration::from_millis(700),
+                times: 1,
+            },
+        )
+        .build();
+    let mut loader = builder(synth)
+        .readers(1)
+        .stall_timeout(None)
+        .build()
+        .unwrap();
+    let stats = loader.stats_handle();
+    let t0 = Instant::now();
+    while stats.snapshot().shuffle_batch.records < 16 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no chunk came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let err = loader
+        .next_timeout(Duration::from_millis(50))
+        .expect("an item")
+        .expect_err("times out");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the shuffle stage last received a chunk"),
+        "{msg}"
+    );
+    let mut n = 0;
+    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
+        n += d.unwrap().batch.len();
+    }
+    assert_eq!(n, 40);
+}
