@@ -58,11 +58,36 @@ use feedline::{Batch, Schema};
 
 use crate::config::PipelineConfig;
 use crate::error::PushError;
-use crate::messages::{PushBatch, PushSample};
+use crate::messages::{BatchMsg, ChunkMsg, PassEvent, PushBatch, PushSample};
 use crate::recorder::ReaderRecorder;
-pub(crate) use intake::PushLinks;
-pub use intake::PushStats;
 use intake::{Shared, Wait};
+
+/// Where a push source sends what is pushed: the shuffle stage's inputs.
+pub(crate) struct PushLinks {
+    /// Instances, in chunks.
+    pub chunks: Recipient<ChunkMsg>,
+    /// Ready-made batches.
+    pub batches: Recipient<BatchMsg>,
+    /// The end of the stream (the end of its one pass).
+    pub pass: Recipient<PassEvent>,
+}
+
+/// What the producers have done so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PushStats {
+    /// Instances accepted.
+    pub instances: u64,
+    /// Batches accepted.
+    pub batches: u64,
+    /// Instances in the accepted batches.
+    pub batch_instances: u64,
+    /// Chunk messages sent to the shuffle stage.
+    pub chunks: u64,
+    /// Pushes refused (invalid, full, timed out, closed, stopped).
+    pub refused: u64,
+    /// Time pushes spent waiting for room, summed over all producers.
+    pub blocked: Duration,
+}
 
 /// A handle to push instances and batches into a push-mode pipeline;
 /// cloneable and `Send`. The stream ends at [`close`](Self::close) or when

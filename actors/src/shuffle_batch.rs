@@ -10,6 +10,7 @@
 //! - [`mix`]: several file sets mixed by weight (a set ahead of its share
 //!   waits, acknowledgements withheld);
 //! - [`quota`]: equalized ranks keep their share and pad with repeats;
+//! - [`state`]: what the parts hold, as one plain value;
 //! - [`drain`]: batches as jobs — drawn rows with their number and lane —
 //!   collated in a second step; at the end of a pass the pool's last
 //!   batches are collated only as the feed queue takes them.
@@ -23,6 +24,7 @@ mod drain;
 mod mix;
 mod quota;
 mod reorder;
+mod state;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,8 +34,7 @@ use actix::prelude::*;
 use feedline::batcher::Batcher;
 use feedline::feed_queue::{Item, Pushed};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
-use feedline::{collate_rows, Chunk, Origin, RowRef, Schema};
-use serde::{Deserialize, Serialize};
+use feedline::{collate_rows, Chunk, RowRef, Schema};
 
 use crate::config::PipelineConfig;
 use crate::messages::{
@@ -41,10 +42,11 @@ use crate::messages::{
     QueueItem, Shutdown,
 };
 use crate::recorder::ShuffleRecorder;
-use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending, PendingState};
-use mix::{FileSetMix, MixState};
-use quota::{Drawn, EqualizeQuota, QuotaState, Share};
-use reorder::{ChunkKey, ReorderState, ReorderWindow};
+use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
+use mix::FileSetMix;
+use quota::{Drawn, EqualizeQuota, Share};
+use reorder::{ChunkKey, ReorderWindow};
+use state::{records_of, RecordRef, ShuffleState};
 
 /// Where the shuffle stage reports.
 pub(crate) struct ShuffleLinks {
@@ -55,42 +57,6 @@ pub(crate) struct ShuffleLinks {
 }
 
 type Ack = Recipient<ChunkAck>;
-
-/// A record, by its source and index: how the stage's state names what it holds.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RecordRef {
-    /// The file or source.
-    pub source: String,
-    /// The record's index in it.
-    pub record: u64,
-}
-
-impl From<Origin> for RecordRef {
-    fn from(o: Origin) -> Self {
-        RecordRef {
-            source: o.source.to_string(),
-            record: o.record,
-        }
-    }
-}
-
-/// What the shuffle stage holds besides its pool, as a plain value: the
-/// view a checkpoint takes of it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ShuffleState {
-    /// The pass being made.
-    pub pass: u64,
-    /// Batches numbered so far in it.
-    pub batches: u64,
-    /// The reorder window (deterministic mode).
-    pub reorder: Option<ReorderState<Vec<RecordRef>>>,
-    /// The file-set mix (several sets).
-    pub mix: Option<MixState<Vec<RecordRef>>>,
-    /// The equalize quota.
-    pub quota: QuotaState<RecordRef>,
-    /// Batches of the end-of-pass drain not yet collated, and markers.
-    pub drain: Vec<PendingState<RecordRef>>,
-}
 
 /// The shuffle-batch actor.
 pub(crate) struct ShuffleBatch {
@@ -136,14 +102,6 @@ fn collate(schema: &Schema, job: BatchJob<RowRef>) -> feedline::Result<(usize, Q
             batch: Arc::new(batch),
         }),
     ))
-}
-
-fn records_of(chunk: &Arc<Chunk>) -> Vec<RecordRef> {
-    chunk
-        .origins()
-        .iter()
-        .map(|o| RecordRef::from(*o))
-        .collect()
 }
 
 impl ShuffleBatch {

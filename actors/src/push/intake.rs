@@ -15,6 +15,7 @@ use futures::channel::oneshot;
 use parking_lot::{Condvar, Mutex};
 
 use super::check::check_batch;
+use super::{PushLinks, PushStats};
 use crate::config::PipelineConfig;
 use crate::error::{PipelineError, PushError};
 use crate::messages::{BatchMsg, ChunkAck, ChunkMsg, PassEvent, PushBatch, PushSample};
@@ -22,33 +23,6 @@ use crate::recorder::ReaderRecorder;
 
 /// How often a waiting push looks whether the pipeline is still there.
 const POLL: Duration = Duration::from_millis(50);
-
-/// Where a push source sends what is pushed: the shuffle stage's inputs.
-pub(crate) struct PushLinks {
-    /// Instances, in chunks.
-    pub chunks: Recipient<ChunkMsg>,
-    /// Ready-made batches.
-    pub batches: Recipient<BatchMsg>,
-    /// The end of the stream (the end of its one pass).
-    pub pass: Recipient<PassEvent>,
-}
-
-/// What the producers have done so far.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PushStats {
-    /// Instances accepted.
-    pub instances: u64,
-    /// Batches accepted.
-    pub batches: u64,
-    /// Instances in the accepted batches.
-    pub batch_instances: u64,
-    /// Chunk messages sent to the shuffle stage.
-    pub chunks: u64,
-    /// Pushes refused (invalid, full, timed out, closed, stopped).
-    pub refused: u64,
-    /// Time pushes spent waiting for room, summed over all producers.
-    pub blocked: Duration,
-}
 
 /// The answer to a parked push (the item stays with the waiting future).
 type Answer = oneshot::Sender<Result<(), PushError<()>>>;
