@@ -21,6 +21,7 @@
 //! unacknowledged windows.
 
 mod drain;
+mod intake;
 mod mix;
 mod quota;
 mod reorder;
@@ -43,9 +44,9 @@ use crate::messages::{
 };
 use crate::recorder::ShuffleRecorder;
 use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
-use mix::FileSetMix;
+use intake::{Arrival, ChunkIntake, Decided};
 use quota::{Drawn, EqualizeQuota, Share};
-use reorder::{ChunkKey, ReorderWindow};
+use reorder::ChunkKey;
 use state::{records_of, RecordRef, ShuffleState};
 
 /// Where the shuffle stage reports.
@@ -72,10 +73,8 @@ pub(crate) struct ShuffleBatch {
     /// Collated items waiting for room in their lanes, in order.
     out: VecDeque<(usize, QueueItem)>,
     drain: EndOfPassDrain<RowRef>,
-    /// Deterministic mode only.
-    reorder: Option<ReorderWindow<Arc<Chunk>, Ack>>,
-    /// Several file sets only.
-    mix: Option<FileSetMix<Arc<Chunk>, Ack>>,
+    /// Which chunks are taken, in what order (reorder window, file-set mix).
+    intake: ChunkIntake<Arc<Chunk>, Ack>,
     quota: EqualizeQuota<RowRef>,
     idle_since: Instant,
     failed: bool,
@@ -113,15 +112,10 @@ impl ShuffleBatch {
         links: ShuffleLinks,
         recorder: ShuffleRecorder,
     ) -> Self {
-        let sets = config.sets.len();
-        let mix = (sets > 1).then(|| {
-            FileSetMix::new(
-                config.sets.iter().map(|s| s.name.clone()).collect(),
-                config.sets.iter().map(|s| s.weight).collect(),
-            )
-        });
-        let reorder =
-            (config.deterministic).then(|| ReorderWindow::new(sets, config.reorder_window));
+        let sets = (config.sets.iter())
+            .map(|s| (s.name.clone(), s.weight))
+            .collect();
+        let intake = ChunkIntake::new(config.deterministic, config.reorder_window, sets);
         ShuffleBatch {
             buffer: shuffle_buffer(&config),
             numbering: BatchNumbering::new(queue.lanes()),
@@ -133,8 +127,7 @@ impl ShuffleBatch {
             pass_records: 0,
             out: VecDeque::new(),
             drain: EndOfPassDrain::new(),
-            reorder,
-            mix,
+            intake,
             quota: EqualizeQuota::new(),
             idle_since: Instant::now(),
             failed: false,
@@ -145,11 +138,12 @@ impl ShuffleBatch {
     /// What the stage holds besides its pool, as a plain value.
     pub(crate) fn state(&self) -> ShuffleState {
         let row = |r: &RowRef| RecordRef::from(r.origin());
+        let (reorder, mix) = self.intake.state(records_of);
         ShuffleState {
             pass: self.numbering.pass(),
             batches: self.numbering.batches(),
-            reorder: self.reorder.as_ref().map(|w| w.state(records_of)),
-            mix: self.mix.as_ref().map(|m| m.state(records_of)),
+            reorder,
+            mix,
             quota: self.quota.state(row),
             drain: self.drain.state(row),
         }
@@ -279,127 +273,20 @@ impl ShuffleBatch {
         }
     }
 
-    /// Deterministic mode: the set whose next chunk comes next (with one
-    /// set, set 0).
-    fn next_set(&self) -> Option<usize> {
-        let next = self.reorder.as_ref()?.next();
-        match &self.mix {
-            None => Some(0),
-            Some(m) => m.next_in_order(|s| next[s].0),
-        }
-    }
-
-    fn note_taken(&mut self, set: usize, chunk: &Chunk) {
-        if let Some(m) = &mut self.mix {
-            m.taken(set, chunk.len() as u64);
-        }
-    }
-
-    /// Deterministic mode: a chunk arrives; taken if it is next, else held.
-    fn offer_in_order(&mut self, msg: ChunkMsg) {
-        let key = ChunkKey {
-            set: msg.set,
-            file: msg.file_seq,
-            chunk: msg.chunk_seq,
-        };
-        let in_order = msg.pass == self.numbering.pass()
-            && self.next_set() == Some(msg.set)
-            && self.reorder.as_ref().is_some_and(|w| w.is_next(key));
-        if in_order {
-            msg.ack.do_send(ChunkAck);
-            if let Some(w) = &mut self.reorder {
-                w.advance(msg.set, msg.last);
-            }
-            self.note_taken(msg.set, &msg.chunk);
-            self.accept(msg.chunk);
-            self.take_in_order();
-        } else if let Some(w) = &mut self.reorder {
-            let bytes = msg.chunk.memory_bytes();
-            if let Some(ack) = w.hold(key, msg.chunk, bytes, msg.last, msg.ack) {
-                ack.do_send(ChunkAck);
-            }
-        }
-    }
-
-    /// Deterministic mode: take every held chunk that is next in order,
-    /// then release the withheld acknowledgements that now fit the window.
-    fn take_in_order(&mut self) {
-        while let Some(set) = self.next_set() {
-            let Some((chunk, ack)) = self.reorder.as_mut().and_then(|w| w.pop_next(set)) else {
-                break;
-            };
-            if let Some(ack) = ack {
-                ack.do_send(ChunkAck);
-            }
-            self.note_taken(set, &chunk);
-            self.accept(chunk);
-        }
-        for ack in self
-            .reorder
-            .as_mut()
-            .map(|w| w.release())
-            .unwrap_or_default()
-        {
+    /// Do what the intake decided: send the acknowledgements, take the
+    /// chunks into the pool in order.
+    fn take(&mut self, d: Decided<Arc<Chunk>, Ack>) {
+        for ack in d.acks {
             ack.do_send(ChunkAck);
         }
-    }
-
-    /// Several sets, not deterministic: take waiting chunks while their set
-    /// is among the least served.
-    fn take_mixed(&mut self) {
-        while let Some((_, chunk, ack)) = self.mix.as_mut().and_then(|m| m.take_ready()) {
-            if let Some(ack) = ack {
-                ack.do_send(ChunkAck);
-            }
+        for chunk in d.take {
             self.accept(chunk);
         }
     }
 
     fn end_pass(&mut self, pass: u64) {
-        if self.config.deterministic {
-            self.take_in_order();
-            let expected = self
-                .next_set()
-                .zip(self.reorder.as_ref())
-                .map(|(s, w)| (s, w.next()[s]));
-            let left = self
-                .reorder
-                .as_mut()
-                .map(|w| w.end_pass())
-                .unwrap_or_default();
-            if !left.is_empty() {
-                log::error!(
-                    "pass {pass}: {} chunks out of order at the end of the pass (next expected (set, (file, chunk)) {expected:?}); taking them as they are",
-                    left.len(),
-                );
-            }
-            for (key, chunk, ack) in left {
-                if let Some(ack) = ack {
-                    ack.do_send(ChunkAck);
-                }
-                self.note_taken(key.set, &chunk);
-                self.accept(chunk);
-            }
-        }
-        if let Some(m) = &mut self.mix {
-            let left = m.end_pass();
-            if !left.is_empty() {
-                log::error!(
-                    "pass {pass}: {} chunks of file sets still waiting at the end of the pass; taking them",
-                    left.len()
-                );
-            }
-            for (_, chunk, ack) in left {
-                if let Some(ack) = ack {
-                    ack.do_send(ChunkAck);
-                }
-                self.accept(chunk);
-            }
-        }
-        if let Some(m) = &mut self.mix {
-            log::info!("pass {pass}: file sets gave {}", m.summary());
-            m.start_pass();
-        }
+        let left = self.intake.end_pass(pass);
+        self.take(left);
         // The drain is collated as the feed queue takes it (`undefer`).
         self.drain.set_drawing(true);
         self.buffer.set_draining(true);
@@ -459,23 +346,20 @@ impl Handler<ChunkMsg> for ShuffleBatch {
         if self.failed {
             return;
         }
-        if self.config.deterministic {
-            self.offer_in_order(msg);
-        } else {
-            match &mut self.mix {
-                Some(m) if msg.set < m.sets() => {
-                    let records = msg.chunk.len() as u64;
-                    if let Some(ack) = m.offer(msg.set, msg.chunk, records, msg.ack) {
-                        ack.do_send(ChunkAck);
-                    }
-                    self.take_mixed();
-                }
-                _ => {
-                    msg.ack.do_send(ChunkAck);
-                    self.accept(msg.chunk);
-                }
-            }
-        }
+        let arrival = Arrival {
+            pass: msg.pass,
+            key: ChunkKey {
+                set: msg.set,
+                file: msg.file_seq,
+                chunk: msg.chunk_seq,
+            },
+            last: msg.last,
+            records: msg.chunk.len() as u64,
+            bytes: msg.chunk.memory_bytes(),
+            item: msg.chunk,
+        };
+        let d = self.intake.offer(arrival, msg.ack);
+        self.take(d);
         self.recorder.busy(t0.elapsed());
         self.flush_out(ctx, false);
     }
@@ -490,29 +374,19 @@ impl Handler<PassEvent> for ShuffleBatch {
             PassEvent::Quota { pass, keep, pad } => self.quota.set(Share { pass, keep, pad }),
             PassEvent::Sets { pass: p, files } => {
                 self.idle_ends();
-                if let Some(m) = &mut self.mix {
-                    if p != pass || !m.set_files(files.clone()) {
-                        log::error!(
-                            "file sets of pass {p} ({files:?}) announced during pass {pass}"
-                        );
-                    }
+                match self.intake.pass_sets(p, files.clone()) {
+                    Ok(d) => self.timed(|me| me.take(d)),
+                    Err(()) => log::error!(
+                        "file sets of pass {p} ({files:?}) announced during pass {pass}"
+                    ),
                 }
-                if self.config.deterministic {
-                    // A set with no files this pass no longer holds the others back.
-                    self.timed(Self::take_in_order);
-                    self.flush_out(ctx, false);
-                }
+                self.flush_out(ctx, false);
             }
             PassEvent::SetDrained { pass: p, set } => {
                 self.idle_ends();
-                let Some(m) = &mut self.mix else { return };
-                if p != pass || !m.set_drained(set) {
-                    return;
-                }
-                if !self.config.deterministic {
-                    self.timed(Self::take_mixed);
-                    self.flush_out(ctx, false);
-                }
+                let d = self.intake.set_drained(p, set);
+                self.timed(|me| me.take(d));
+                self.flush_out(ctx, false);
             }
             PassEvent::Ended(p) => {
                 self.timed(|me| me.end_pass(p));
@@ -542,12 +416,7 @@ impl Handler<Shutdown> for ShuffleBatch {
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         // Withheld acknowledgements go with their chunks.
-        if let Some(w) = &mut self.reorder {
-            w.clear();
-        }
-        if let Some(m) = &mut self.mix {
-            m.clear();
-        }
+        self.intake.clear();
         ctx.stop();
     }
 }

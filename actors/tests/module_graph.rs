@@ -47,7 +47,12 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level module a file under `src` belongs to.
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
@@ -185,7 +190,15 @@ fn no_stage_file_imports_another_stage() {
         );
     }
     // The messages are everybody's vocabulary: they know no stage, no wiring.
-    for m in ["messages", "stats", "recorder", "watch", "task_queue", "config", "error"] {
+    for m in [
+        "messages",
+        "stats",
+        "recorder",
+        "watch",
+        "task_queue",
+        "config",
+        "error",
+    ] {
         let bad: Vec<&String> = graph[m]
             .iter()
             .filter(|d| STAGES.contains(&d.as_str()) || *d == "pipeline")

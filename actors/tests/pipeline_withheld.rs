@@ -19,9 +19,9 @@ const IN_FLIGHT: usize = 2;
 
 /// A file of `records` whose reads stall 20 ms every 50 records.
 fn slow_file(synth: SynthFormat, file: &str, records: u64) -> SynthFormat {
-    (0..records)
-        .step_by(50)
-        .fold(synth, |s, r| s.fault(file, r, Fault::Slow(Duration::from_millis(20))))
+    (0..records).step_by(50).fold(synth, |s, r| {
+        s.fault(file, r, Fault::Slow(Duration::from_millis(20)))
+    })
 }
 
 /// Consume everything: the ids of each pass, and the most records that were

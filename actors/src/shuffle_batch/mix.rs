@@ -191,7 +191,11 @@ impl<T, A> FileSetMix<T, A> {
             drained: self.drained.clone(),
             files: self.files.clone(),
             waiting: (self.waiting.iter())
-                .map(|w| w.iter().map(|(t, _, a)| (describe(t), a.is_some())).collect())
+                .map(|w| {
+                    w.iter()
+                        .map(|(t, _, a)| (describe(t), a.is_some()))
+                        .collect()
+                })
                 .collect(),
         }
     }
@@ -263,13 +267,19 @@ mod tests {
         m.take_ready();
         m.offer(0, 2, 5, 2);
         m.offer(0, 3, 5, 3);
-        assert_eq!(m.state(|t| *t).waiting, [vec![(2, true), (3, true)], vec![]]);
+        assert_eq!(
+            m.state(|t| *t).waiting,
+            [vec![(2, true), (3, true)], vec![]]
+        );
         assert_eq!(m.end_pass(), [(0, 2, Some(2)), (0, 3, Some(3))]);
         assert_eq!(m.summary(), "s0 20 (100.0%), s1 0 (0.0%)");
         m.set_drained(1);
         m.start_pass();
         let s = m.state(|t| *t);
-        assert_eq!((&s.taken[..], &s.drained[..]), (&[0, 0][..], &[false, false][..]));
+        assert_eq!(
+            (&s.taken[..], &s.drained[..]),
+            (&[0, 0][..], &[false, false][..])
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<MixState<u32>>(&json).unwrap(), s);
     }
