@@ -1,8 +1,8 @@
 //! Batch jobs and the end-of-pass drain.
 //!
 //! Making a batch is two steps with a value in between: the draw gives the
-//! rows of a batch, numbered and laned as a [`BatchJob`] (rows + pass + seq
-//! + lane, from [`BatchNumbering`]); collation turns a job into the batch
+//! rows of a batch, numbered and laned as a [`BatchJob`] (its rows, pass,
+//! number and lane, from [`BatchNumbering`]); collation turns a job into the batch
 //! that goes into the feed queue. Anything may sit between the two (the
 //! drain below; a pool of transform workers), as long as the batches go
 //! into the queue in their numbers' order.
