@@ -28,14 +28,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
     for det in [false, true] {
         let counts = [60u64, 90, 40];
         let synth = SynthFormat::with_files(&counts)
-            .fault(
-                "f1",
-                35,
-                Fault::Hang {
-                    time: Duration::from_millis(2000),
-                    times: 1,
-                },
-            )
+            .fault("f1", 35, hang_once(2000))
             .build();
         let t0 = Instant::now();
         let loader = builder(synth)
@@ -63,14 +56,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
 #[test]
 fn stall_policy_fail_names_the_file_and_record() {
     let synth = SynthFormat::with_files(&[50, 50])
-        .fault(
-            "f0",
-            20,
-            Fault::Hang {
-                time: Duration::from_millis(1500),
-                times: 1,
-            },
-        )
+        .fault("f0", 20, hang_once(1500))
         .build();
     let loader = builder(synth)
         .readers(1)
@@ -87,23 +73,39 @@ fn stall_policy_fail_names_the_file_and_record() {
     );
 }
 
-#[test]
-fn a_pop_timeout_says_which_stage_is_stuck() {
+/// Blocks the first reader that gets to its record for `ms` milliseconds.
+fn hang_once(ms: u64) -> Fault {
+    Fault::Hang {
+        time: Duration::from_millis(ms),
+        times: 1,
+    }
+}
+
+/// One reader of one file of 40 records that hangs 700 ms at `record`;
+/// no watchdog.
+fn hanging_at(record: u64) -> Loader {
     let synth = SynthFormat::with_files(&[40])
-        .fault(
-            "f0",
-            0,
-            Fault::Hang {
-                time: Duration::from_millis(700),
-                times: 1,
-            },
-        )
+        .fault("f0", record, hang_once(700))
         .build();
-    let mut loader = builder(synth)
+    builder(synth)
         .readers(1)
         .stall_timeout(None)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Nothing was lost: the rest of the pass arrives after the hang.
+fn assert_the_rest_arrives(mut loader: Loader) {
+    let mut n = 0;
+    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
+        n += d.unwrap().batch.len();
+    }
+    assert_eq!(n, 40);
+}
+
+#[test]
+fn a_pop_timeout_says_which_stage_is_stuck() {
+    let mut loader = hanging_at(0);
     let err = loader
         .next_timeout(Duration::from_millis(150))
         .expect("an item")
@@ -115,33 +117,14 @@ fn a_pop_timeout_says_which_stage_is_stuck() {
         msg.contains("reader 0 has been reading synth:f0 at record 0 for"),
         "{msg}"
     );
-    // Nothing was lost: the rest of the pass arrives after the hang.
-    let mut n = 0;
-    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
-        n += d.unwrap().batch.len();
-    }
-    assert_eq!(n, 40);
+    assert_the_rest_arrives(loader);
 }
 
 #[test]
 fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
     // Chunks of 8: records 0..16 arrive, then the reader hangs at record 20
     // and the pool (30) has not started drawing.
-    let synth = SynthFormat::with_files(&[40])
-        .fault(
-            "f0",
-            20,
-            Fault::Hang {
-                time: Duration::from_millis(700),
-                times: 1,
-            },
-        )
-        .build();
-    let mut loader = builder(synth)
-        .readers(1)
-        .stall_timeout(None)
-        .build()
-        .unwrap();
+    let mut loader = hanging_at(20);
     let stats = loader.stats_handle();
     let t0 = Instant::now();
     while stats.snapshot().shuffle_batch.records < 16 {
@@ -157,9 +140,5 @@ fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
         msg.contains("the shuffle stage last received a chunk"),
         "{msg}"
     );
-    let mut n = 0;
-    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
-        n += d.unwrap().batch.len();
-    }
-    assert_eq!(n, 40);
+    assert_the_rest_arrives(loader);
 }

@@ -204,6 +204,14 @@ pub fn synth_registry(format: SynthFormat) -> feedline::format::Registry {
     r
 }
 
+/// An instance as user code makes it, of the synthetic files' schema:
+/// `id`, and `x = [id; 4]`.
+pub fn sample(id: i64) -> feedline::format::generator::Sample {
+    feedline::format::generator::Sample::new()
+        .with("id", Values::I64(vec![id]), [])
+        .with("x", Values::F32(vec![id as f32; 4]), [4])
+}
+
 /// A loader builder that reads these synthetic files with their schema.
 pub fn synth_loader(synth: SynthFormat) -> feedline_actors::LoaderBuilder {
     let specs = synth.specs();
