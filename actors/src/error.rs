@@ -81,11 +81,11 @@ pub enum PushError<T> {
     /// The item does not fit the schema: the error names the field, the
     /// expected and the actual shape. Nothing was pushed.
     Invalid(Box<feedline::Error>, T),
-    /// No room now ([`FeedHandle::try_push`]).
+    /// No room now ([`FeedHandle::try_push`](crate::FeedHandle::try_push)).
     Full(T),
     /// No room within the time given.
     Timeout(Duration, T),
-    /// The stream was closed ([`FeedHandle::close`], or every handle dropped).
+    /// The stream was closed ([`FeedHandle::close`](crate::FeedHandle::close), or every handle dropped).
     Closed(T),
     /// The pipeline stopped (the loader was dropped, or it failed): nobody
     /// will consume the item.

@@ -4,11 +4,13 @@
 //!
 //! It is the composition of plain parts, each in its own file with its own
 //! tests, none of which knows actix:
-//! - [`reorder`]: deterministic mode takes chunks in a fixed order, holding
-//!   early ones in a window of bounded bytes (past it, acknowledgements are
-//!   withheld);
-//! - [`mix`]: several file sets mixed by weight (a set ahead of its share
-//!   waits, acknowledgements withheld);
+//! - [`intake`]: which chunks are taken into the pool, in what order, and
+//!   when their acknowledgements go back — composing
+//!   - [`reorder`]: deterministic mode takes chunks in a fixed order,
+//!     holding early ones in a window of bounded bytes (past it,
+//!     acknowledgements are withheld);
+//!   - [`mix`]: several file sets mixed by weight (a set ahead of its
+//!     share waits, acknowledgements withheld);
 //! - [`quota`]: equalized ranks keep their share and pad with repeats;
 //! - [`state`]: what the parts hold, as one plain value;
 //! - [`drain`]: batches as jobs — drawn rows with their number and lane —
@@ -81,7 +83,7 @@ pub(crate) struct ShuffleBatch {
 }
 
 /// The shuffle buffer of these settings (drawing for pass 0).
-pub(crate) fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
+fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
     ShuffleBuffer::new(ShuffleConfig {
         pool_size: config.shuffle,
         min_pool_size: config.min_pool,
@@ -310,7 +312,16 @@ impl ShuffleBatch {
                 self.out.push_back((lane, Item::EndOfPass(pass)));
             }
         }
-        log::debug!("pass {pass} drawn to its end: {:?}", self.state());
+        if log::log_enabled!(log::Level::Debug) {
+            let st = self.state();
+            log::debug!(
+                "pass {pass} drawn to its end in {} batches; {} chunks held in the reorder window, {:?} chunks waiting per file set, {} items of the drain to collate",
+                st.batches,
+                st.reorder.map_or(0, |r| r.held.len()),
+                st.mix.map(|m| m.waiting.iter().map(Vec::len).collect::<Vec<_>>()),
+                st.drain.len(),
+            );
+        }
         self.links.flushed.do_send(PassFlushed {
             pass,
             batches: self.numbering.batches(),

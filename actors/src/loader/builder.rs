@@ -1,4 +1,4 @@
-//! [`LoaderBuilder`]: every setting of a [`Loader`](crate::Loader), with
+//! [`LoaderBuilder`]: every setting of a [`Loader`], with
 //! defaults, and the generator and push sources.
 
 use std::sync::Arc;
@@ -46,7 +46,7 @@ impl LoaderBuilder {
 
     /// Add a file set with its own readers, mixed with the other sets by
     /// weight (instead of [`files`](Self::files) and [`readers`](Self::readers);
-    /// see [`FileSet`](crate::FileSet)).
+    /// see [`FileSet`]).
     ///
     /// ```no_run
     /// use feedline_actors::{FileSet, Loader};
