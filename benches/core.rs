@@ -1,16 +1,19 @@
-//! Core benchmarks: FeedQueue against `crossbeam_channel::bounded`
-//! (1 producer / 1 consumer and 2 / 2), the shuffle buffer per instance, and
+//! Core benchmarks: the feed queue (one shared lane, items pushed one at a
+//! time, a full lane awaited through its room signal) against
+//! `crossbeam_channel::bounded` (1 producer / 1 consumer and 2 / 2), the
+//! shuffle buffer per instance, and
 //! collation of a small (256 × 264 B) and a large (32 × 150 KB) batch.
 //!
 //! `CARGO_TARGET_DIR=… cargo bench -p feedline --bench core`
 
+use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use feedline::feed_queue::FeedQueue;
+use feedline::feed_queue::{FeedMode, FeedQueue, Item, Popped, Pushed};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
 use feedline::{collate_rows, Chunk, DType, Instance, Origin, RowRef, Schema, SourceId, Values};
 use rand::seq::SliceRandom;
@@ -82,14 +85,23 @@ fn queues(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|_| {
-                        let q = FeedQueue::<u64>::new(CAPACITY).unwrap();
+                        let q =
+                            FeedQueue::<u64, ()>::new(FeedMode::Shared.lanes(1), CAPACITY).unwrap();
                         run_pairs(
                             p,
                             n,
                             || q.clone(),
                             || q.clone(),
-                            |q, v| q.push(v).unwrap(),
-                            |q| q.pop(),
+                            |q, v| {
+                                let mut out = VecDeque::from([(0, Item::Batch(v))]);
+                                while let Ok(Pushed::Full(room)) = q.push(&mut out) {
+                                    let _ = futures::executor::block_on(room);
+                                }
+                            },
+                            |q| match q.pop(0, None) {
+                                Some(Ok(Popped::Batch(v))) => Some(v),
+                                _ => None,
+                            },
                             || q.close(),
                         )
                     })

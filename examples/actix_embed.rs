@@ -19,7 +19,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use clap::Parser;
 use feedline::gen::{generate, GenOptions, Preset};
-use feedline_actors::{FeedQueue, Pipeline, PipelineConfig, PipelineError, Pop, Popped, Stats};
+use feedline_actors::{Pipeline, PipelineConfig, PipelineError, Pop, Popped, Stats};
 
 /// Embed feedline in an actix application.
 #[derive(Parser)]
@@ -48,7 +48,7 @@ struct WorkerDone {
 /// An application actor that trains on batches it pulls from the pipeline.
 struct ModelWorker {
     id: usize,
-    feed: Addr<FeedQueue>,
+    feed: Recipient<Pop>,
     coordinator: Recipient<WorkerDone>,
     step: Duration,
     batches: u64,

@@ -1,7 +1,9 @@
 //! Pipeline settings: what [`LoaderBuilder`](crate::LoaderBuilder) fills in
-//! and every actor reads.
+//! and every actor reads. How batches reach the devices ([`FeedMode`]) is the
+//! core feed queue's own setting.
 
 use feedline::batcher::BatchPolicy;
+use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::Schema;
@@ -39,17 +41,6 @@ pub enum StallPolicy {
     Retry,
     /// Fail the pipeline with [`PipelineError::ReaderStuck`](crate::PipelineError::ReaderStuck).
     Fail,
-}
-
-/// How batches reach the devices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FeedMode {
-    /// One queue; each device takes the next batch when it is ready
-    /// (devices of different speeds take different numbers of batches).
-    Shared,
-    /// Batch `k` of a pass goes to device `k mod D` (Paddle's ordered
-    /// multi-device feeding): reproducible per device.
-    RoundRobin,
 }
 
 /// A named set of input files with its own readers, mixed with the other
@@ -252,10 +243,7 @@ impl PipelineConfig {
         let drain = self
             .shuffle_bytes
             .min(pool_rows.saturating_mul(record_bytes));
-        let lanes = match self.feed {
-            FeedMode::Shared => 1,
-            FeedMode::RoundRobin => self.devices,
-        };
+        let lanes = self.feed.lanes(self.devices).count();
         let batch = match &self.batch {
             BatchPolicy::Fixed(n) => *n,
             _ => self.chunk_records,

@@ -1,4 +1,5 @@
-//! [`PipelineError`]: why a pipeline stopped, handed to every consumer.
+//! [`PipelineError`]: why a pipeline stopped, handed to every consumer; and
+//! [`PushError`]: why a push into a push-mode pipeline was refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,3 +73,69 @@ impl From<feedline::Error> for PipelineError {
         PipelineError::Data(Arc::new(e))
     }
 }
+
+/// Why a push failed. The item comes back in every case
+/// ([`into_inner`](Self::into_inner)).
+#[derive(Debug)]
+pub enum PushError<T> {
+    /// The item does not fit the schema: the error names the field, the
+    /// expected and the actual shape. Nothing was pushed.
+    Invalid(Box<feedline::Error>, T),
+    /// No room now ([`FeedHandle::try_push`](crate::FeedHandle::try_push)).
+    Full(T),
+    /// No room within the time given.
+    Timeout(Duration, T),
+    /// The stream was closed ([`FeedHandle::close`](crate::FeedHandle::close), or every handle dropped).
+    Closed(T),
+    /// The pipeline stopped (the loader was dropped, or it failed): nobody
+    /// will consume the item.
+    Stopped(PipelineError, T),
+}
+
+impl<T> PushError<T> {
+    /// The item that was not pushed.
+    pub fn into_inner(self) -> T {
+        match self {
+            PushError::Invalid(_, t)
+            | PushError::Full(t)
+            | PushError::Timeout(_, t)
+            | PushError::Closed(t)
+            | PushError::Stopped(_, t) => t,
+        }
+    }
+
+    /// The item that was not pushed.
+    pub fn item(&self) -> &T {
+        match self {
+            PushError::Invalid(_, t)
+            | PushError::Full(t)
+            | PushError::Timeout(_, t)
+            | PushError::Closed(t)
+            | PushError::Stopped(_, t) => t,
+        }
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> PushError<U> {
+        match self {
+            PushError::Invalid(e, t) => PushError::Invalid(e, f(t)),
+            PushError::Full(t) => PushError::Full(f(t)),
+            PushError::Timeout(d, t) => PushError::Timeout(d, f(t)),
+            PushError::Closed(t) => PushError::Closed(f(t)),
+            PushError::Stopped(e, t) => PushError::Stopped(e, f(t)),
+        }
+    }
+}
+
+impl<T> std::fmt::Display for PushError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PushError::Invalid(e, _) => write!(f, "{e}"),
+            PushError::Full(_) => f.write_str("the pipeline is full"),
+            PushError::Timeout(d, _) => write!(f, "no room in the pipeline within {d:?}"),
+            PushError::Closed(_) => f.write_str("the push stream is closed"),
+            PushError::Stopped(e, _) => write!(f, "the pipeline has stopped ({e})"),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for PushError<T> {}

@@ -1,42 +1,29 @@
-//! The `FileQueue` actor: owns the pass plan, puts each pass's file tasks
-//! where the readers steal them (a `crossbeam_deque::Injector`), hears which
-//! files are done, and declares a pass drained when all are.
+//! The `FileQueue` actor: owns the pass plans, puts each pass's file tasks
+//! where the readers steal them ([`TaskQueues`]), hears which files are
+//! done, and declares a pass drained when all are.
 //!
 //! A pass's tasks are queued only when the previous pass's files are all
 //! delivered, so every batch of pass `p` precedes every batch of `p + 1`.
 //!
 //! With several file sets ([`FileSet`](crate::FileSet)) each set has its own
 //! plan, task queues and readers; a pass ends when every set's files are
-//! delivered, and the shuffle stage hears when each set's part is.
+//! delivered, and the shuffle stage hears when each set's part is. With
+//! equalized ranks it tells the shuffle stage this rank's share of each pass.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use feedline::plan::{equalized_counts, Equalize, PassPlan};
 
-use crate::messages::{EndOfPass, FileDone, PassQuota, PassSets, ReadTask, SetDrained, Shutdown};
-use crate::prefetch_reader::{PrefetchReader, TaskQueues, Wake};
-use crate::shuffle_batch::ShuffleBatch;
-
-/// A reader found no task and waits for a `Wake`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ReaderIdle(pub usize, pub Addr<PrefetchReader>);
-
-/// Queue a failed file again, from where its reader stopped.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Requeue(pub ReadTask);
-
-/// Start pass 0.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct StartPasses;
+use crate::messages::{
+    FileDone, PassEvent, ReadTask, ReaderIdle, Requeue, Shutdown, StartPasses, Wake,
+};
+use crate::task_queue::TaskQueues;
 
 /// One file set's plan, task queues and files not yet delivered this pass.
 pub(crate) struct SetQueue {
-    pub plan: PassPlan,
-    pub queues: Arc<TaskQueues>,
+    plan: PassPlan,
+    queues: Arc<TaskQueues>,
     outstanding: usize,
 }
 
@@ -50,18 +37,26 @@ impl SetQueue {
     }
 }
 
+/// Equalizing ranks: records per file (by `FileTask::file_index`), the
+/// batch size, drop_last and how.
+pub(crate) struct EqualizeRanks {
+    pub counts: Vec<u64>,
+    pub batch: usize,
+    pub drop_last: bool,
+    pub how: Equalize,
+}
+
 /// The file-queue actor.
-pub struct FileQueue {
+pub(crate) struct FileQueue {
     sets: Vec<SetQueue>,
     /// The file set of each reader (by reader id).
     reader_set: Vec<usize>,
     passes: u64,
     pass: u64,
-    idle: Vec<(usize, Addr<PrefetchReader>)>,
-    shuffle: Addr<ShuffleBatch>,
-    /// Equalizing ranks: records per file (by `FileTask::file_index`), the
-    /// batch size, drop_last and how.
-    pub(crate) equalize: Option<(Arc<Vec<u64>>, usize, bool, Equalize)>,
+    idle: Vec<(usize, Recipient<Wake>)>,
+    /// Where the pass stands, told to the shuffle stage.
+    shuffle: Recipient<PassEvent>,
+    equalize: Option<EqualizeRanks>,
 }
 
 impl FileQueue {
@@ -69,7 +64,8 @@ impl FileQueue {
         sets: Vec<SetQueue>,
         reader_set: Vec<usize>,
         passes: u64,
-        shuffle: Addr<ShuffleBatch>,
+        shuffle: Recipient<PassEvent>,
+        equalize: Option<EqualizeRanks>,
     ) -> Self {
         FileQueue {
             sets,
@@ -78,14 +74,14 @@ impl FileQueue {
             pass: 0,
             idle: Vec::new(),
             shuffle,
-            equalize: None,
+            equalize,
         }
     }
 
-    /// Tell the shuffle stage this rank's quota for `pass`, from every rank's
+    /// Tell the shuffle stage this rank's share of `pass`, from every rank's
     /// records in it.
     fn send_quota(&self, pass: u64) {
-        let Some((counts, batch, drop_last, how)) = &self.equalize else {
+        let Some(eq) = &self.equalize else {
             return;
         };
         // Equalizing is refused with several sets (pipeline::prepare).
@@ -96,12 +92,12 @@ impl FileQueue {
                 plan.for_rank(r).map_or(0, |p| {
                     p.tasks(pass)
                         .iter()
-                        .map(|t| t.stride.count_from(t.start_record, counts[t.file_index]))
+                        .map(|t| t.stride.count_from(t.start_record, eq.counts[t.file_index]))
                         .sum()
                 })
             })
             .collect();
-        match equalized_counts(&per_rank, *batch, *drop_last, *how) {
+        match equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how) {
             Ok(c) => {
                 let mine = c[plan.get_shard().rank];
                 log::info!(
@@ -111,7 +107,7 @@ impl FileQueue {
                     mine.pad,
                     mine.batches
                 );
-                self.shuffle.do_send(PassQuota {
+                self.shuffle.do_send(PassEvent::Quota {
                     pass,
                     keep: mine.keep,
                     pad: mine.pad,
@@ -141,13 +137,13 @@ impl FileQueue {
         }
         log::debug!("pass {pass}: {files:?} files queued");
         if self.sets.len() > 1 {
-            self.shuffle.do_send(PassSets {
+            self.shuffle.do_send(PassEvent::Sets {
                 pass,
                 files: files.clone(),
             });
             for (set, n) in files.iter().enumerate() {
                 if *n == 0 {
-                    self.shuffle.do_send(SetDrained { pass, set });
+                    self.shuffle.do_send(PassEvent::SetDrained { pass, set });
                 }
             }
         }
@@ -166,7 +162,7 @@ impl FileQueue {
 
     fn pass_drained(&mut self) {
         let pass = self.pass;
-        self.shuffle.do_send(EndOfPass(pass));
+        self.shuffle.do_send(PassEvent::Ended(pass));
         if pass + 1 < self.passes {
             self.start_pass(pass + 1);
         }
@@ -194,13 +190,12 @@ impl Handler<StartPasses> for FileQueue {
 impl Handler<ReaderIdle> for FileQueue {
     type Result = ();
     fn handle(&mut self, msg: ReaderIdle, _: &mut Context<Self>) {
-        let q = self.queues_of_reader(msg.0);
-        if !q.tasks.is_empty() || !q.retries.is_empty() {
-            msg.1.do_send(Wake);
+        if self.queues_of_reader(msg.reader).has_work() {
+            msg.wake.do_send(Wake);
             return;
         }
-        if !self.idle.iter().any(|(id, _)| *id == msg.0) {
-            self.idle.push((msg.0, msg.1));
+        if !self.idle.iter().any(|(id, _)| *id == msg.reader) {
+            self.idle.push((msg.reader, msg.wake));
         }
     }
 }
@@ -217,11 +212,17 @@ impl Handler<FileDone> for FileQueue {
             );
             return;
         }
+        log::debug!(
+            "{} of pass {} read: {} records",
+            msg.task.task.file,
+            self.pass,
+            msg.records
+        );
         let set = msg.task.set;
         let sq = &mut self.sets[set];
         sq.outstanding -= 1;
         if sq.outstanding == 0 && self.sets.len() > 1 {
-            self.shuffle.do_send(SetDrained {
+            self.shuffle.do_send(PassEvent::SetDrained {
                 pass: self.pass,
                 set,
             });
@@ -244,7 +245,7 @@ impl Handler<Shutdown> for FileQueue {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         for s in &self.sets {
-            while s.queues.steal_any() {}
+            s.queues.clear();
         }
         ctx.stop();
     }

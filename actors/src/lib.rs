@@ -1,21 +1,36 @@
 //! # feedline-actors
 //!
 //! The actor pipeline of feedline, built with actix from the core crate's
-//! parts:
+//! parts. One actor per file:
 //!
 //! ```text
-//! FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──batches──▶ FeedQueue ◀──Pop── Trainer×D
-//!      ▲                    │ FileDone/FileFailed                                                    │
-//!      └────────────── Supervisor ◀──────────────────────────────────────────────────────────────────┘
+//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs       feed_queue.rs      trainer.rs
+//!  FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──lanes──▶ (feed queue) ◀──pop── Trainer×D
+//!      ▲                     │ FileDone/FileFailed          │                                   │
+//!      └──────────────── Supervisor ◀────────────────────────┴───────────────────────────────────┘
+//!                      supervisor.rs
 //! ```
+//!
+//! `pipeline/builder.rs` is the one place that wires them: it creates the
+//! feed queue, the task queues and the statistics' recorders, starts every
+//! actor, and hands each the `Recipient`s of the messages it sends
+//! (`messages.rs`) — no stage file imports another, so each can be changed
+//! alone. The shuffle stage's policies are plain parts beside it
+//! (`shuffle_batch/`: reorder window, file-set mix, equalize quota,
+//! end-of-pass drain). Statistics are written through small recorders
+//! (`recorder.rs`) and read through [`Stats`].
 //!
 //! Three ways in:
 //! - [`Loader`]: a blocking handle for plain training loops; it runs the
 //!   actix `System` on its own thread.
 //! - [`Pipeline::start`] inside your own actix `System`: your actors send
-//!   [`Pop`] to the feed queue, or implement [`TrainStep`] and let
+//!   [`Pop`] to [`Pipeline::feed`], or implement [`TrainStep`] and let
 //!   [`Pipeline::start_with_trainers`] drive them.
 //! - The `feedline` command (`feedline run …`).
+//!
+//! `use feedline_actors::prelude::*;` gives what a training loop needs; the
+//! core crate's types that this API takes or returns are re-exported here,
+//! with the core crate itself, `ndarray` and `actix`.
 //!
 //! ## Backpressure
 //!
@@ -23,42 +38,83 @@
 //! hand-offs wait for room explicitly: readers have at most
 //! `chunks_in_flight` chunks whose acknowledgement the shuffle stage has not
 //! sent (it withholds it while it has no room, or while the chunk's file set
-//! is ahead of its weight), and the shuffle stage pushes batches into the
-//! feed queue's bounded lanes directly, taking no further message while a
-//! lane is full. Consumers — the [`Loader`]'s iterators and the trainers —
-//! take batches from the lanes directly too; actors of your own send [`Pop`].
+//! is ahead of its weight, or past the reorder window), and the shuffle
+//! stage pushes batches into the feed queue's bounded lanes directly, taking
+//! no further message while a lane is full. Consumers — the [`Loader`]'s
+//! iterators and the trainers — take batches from the lanes directly too;
+//! actors of your own send [`Pop`].
 
 #![warn(missing_docs)]
 
+mod arbiters;
 mod config;
 mod error;
 mod feed_queue;
 mod file_queue;
 mod loader;
 mod messages;
+mod panic;
 mod pipeline;
 mod prefetch_reader;
 mod push;
+mod recorder;
 mod shuffle_batch;
 mod stats;
 mod supervisor;
+mod task_queue;
 mod timeline;
 mod trainer;
+mod watch;
 
-pub use config::{ErrorPolicy, FeedMode, FileSet, PipelineConfig, StallPolicy};
-pub use error::PipelineError;
-pub use feed_queue::{FeedQueue, PopReply};
-pub use file_queue::FileQueue;
-pub use loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
-pub use messages::{Delivered, Pop, Popped, Shutdown};
-pub use pipeline::Pipeline;
-pub use prefetch_reader::PrefetchReader;
-pub use push::{FeedHandle, PushBatch, PushError, PushSample, PushStats};
-pub use shuffle_batch::ShuffleBatch;
-pub use stats::{Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot};
-pub use supervisor::Supervisor;
-pub use timeline::{Sample, Timeline};
-pub use trainer::{SimulatedDevice, TrainStep, Trainer};
+pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
+pub use crate::error::{PipelineError, PushError};
+pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
+pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
+pub use crate::pipeline::Pipeline;
+pub use crate::push::{FeedHandle, PushStats};
+pub use crate::stats::{
+    Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
+};
+pub use crate::timeline::{Timeline, TimelineSample};
+pub use crate::trainer::{SimulatedDevice, TrainStep};
+pub use feedline::batcher::BatchPolicy;
+pub use feedline::feed_queue::FeedMode;
+pub use feedline::format::generator::{IntoSample, Sample};
+pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};
+pub use feedline::plan::{Equalize, Shard, ShardBy};
+pub use feedline::{
+    Batch, BatchField, DType, Dim, Field, Origin, Ragged, Record, Schema, SchemaBuilder, Values,
+};
+pub use {actix, feedline, ndarray};
+
+/// Everything a training loop needs: `use feedline_actors::prelude::*;`.
+///
+/// ```no_run
+/// use feedline_actors::prelude::*;
+///
+/// let schema = Schema::builder().field("x", DType::F32, [64]).field("y", DType::I64, []).build()?;
+/// let loader = Loader::builder()
+///     .files(["data/train-*.tfrecord"])
+///     .schema(schema)
+///     .batch_policy(BatchPolicy::Fixed(256))
+///     .shard(0, 2)
+///     .equalize(Equalize::Drop)
+///     .error_policy(ErrorPolicy::skip())
+///     .build()?;
+/// for delivered in loader {
+///     let Delivered { pass, batch, .. } = delivered?;
+///     let x: ndarray::ArrayViewD<'_, f32> = batch.f32("x")?;
+///     let _ = (pass, x);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub mod prelude {
+    pub use crate::{
+        ndarray, Batch, BatchPolicy, DType, Delivered, Dim, Equalize, ErrorPolicy, FeedMode,
+        FileSet, Loader, LoaderBuilder, PipelineError, Popped, Ragged, Sample, Schema, Shard,
+        ShardBy, Values,
+    };
+}
 
 /// The README's Rust examples, compiled as doctests so they stay true.
 #[doc = include_str!("../../README.md")]

@@ -1,22 +1,34 @@
-//! The messages the actors exchange, and the items the feed queue delivers.
+//! Every message the actors exchange — self-messages included — and the
+//! items the feed queue carries. A stage knows the others only through the
+//! `Recipient`s of these messages that the wiring site
+//! ([`pipeline`](crate::pipeline)) hands it.
 //!
-//! Chunks flow reader → shuffle-batch with an acknowledgement (the reply)
+//! ```text
+//! file queue ──(task queues)──▶ reader ──ChunkMsg──▶ shuffle-batch ──(feed queue)──▶ consumers
+//!     ▲  ◀──ReaderIdle── │ ◀─Wake──     ◀─ChunkAck──      │  ◀──PassEvent── file queue, push
+//!     │   ◀──FileDone────┘                                │
+//!     └─Requeue── supervisor ◀──FileFailed, PipelineFailed, PassFlushed, TrainerDone── every stage
+//! ```
+//!
+//! Chunks flow reader → shuffle-batch with an acknowledgement ([`ChunkAck`])
 //! that the receiver may withhold: that is the pipeline's backpressure, since
-//! actix mailbox capacity is not. Batches go shuffle-batch → feed queue
-//! straight into its shared lanes (no message: see `feed_queue`); actix
-//! consumers take them with `Pop`, answered when there is something to give.
+//! actix mailbox capacity is not. Batches go shuffle-batch → consumers
+//! through the feed queue's lanes (no message); actix consumers take them
+//! with [`Pop`], answered when there is something to give.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
+use feedline::feed_queue::{FeedQueue, Item};
+use feedline::format::generator::Sample;
 use feedline::plan::FileTask;
 use feedline::{Batch, Chunk};
 
-use crate::error::PipelineError;
+use crate::error::{PipelineError, PushError};
 
 /// A file to read, from a record on: a pass's task, or a retry of one.
 #[derive(Clone, Debug)]
-pub struct ReadTask {
+pub(crate) struct ReadTask {
     /// The file set the file belongs to (0 without sets).
     pub set: usize,
     /// The plan's task.
@@ -35,7 +47,7 @@ pub struct ReadTask {
 /// chunk). The receiver answers with a [`ChunkAck`] once it has room.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ChunkMsg {
+pub(crate) struct ChunkMsg {
     /// Where the acknowledgement goes.
     pub ack: Recipient<ChunkAck>,
     /// Pass.
@@ -57,7 +69,7 @@ pub struct ChunkMsg {
 /// with the stage's own batches. Answered with a [`ChunkAck`] once taken.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct BatchMsg {
+pub(crate) struct BatchMsg {
     /// Where the acknowledgement goes.
     pub ack: Recipient<ChunkAck>,
     /// The batch, already checked against the schema.
@@ -67,22 +79,23 @@ pub struct BatchMsg {
 /// The shuffle stage took a chunk and has room for another.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ChunkAck;
+pub(crate) struct ChunkAck;
 
-/// A reader finished a file: every chunk of it was acknowledged.
+/// Reader → file queue: a file was read and every chunk of it acknowledged.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct FileDone {
+pub(crate) struct FileDone {
     /// The task.
     pub task: ReadTask,
     /// Records delivered from this file (by all attempts).
     pub records: u64,
 }
 
-/// A reader failed on a file (a panic, or an error under the fail policy).
+/// Reader → supervisor: reading a file failed (a panic, or an error under
+/// the fail policy).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct FileFailed {
+pub(crate) struct FileFailed {
     /// The task, with `start_record`/`next_chunk` advanced to what was delivered.
     pub task: ReadTask,
     /// The reader that failed.
@@ -92,6 +105,111 @@ pub struct FileFailed {
     /// True if it was a panic (the file is retried by a fresh reader).
     pub panicked: bool,
 }
+
+/// Reader → file queue: it found no task and waits for a [`Wake`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReaderIdle {
+    /// The reader.
+    pub reader: usize,
+    /// Where to send the [`Wake`].
+    pub wake: Recipient<Wake>,
+}
+
+/// File queue → idle readers: new tasks are queued.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake;
+
+/// A reader to itself: read the next chunk.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Next;
+
+/// Supervisor → file queue: queue a failed file again, from where its reader stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Requeue(pub ReadTask);
+
+/// Wiring site → file queue: start pass 0.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StartPasses;
+
+/// File queue (or the push source) → shuffle-batch: where a pass stands.
+/// Sent in this order within a pass: `Quota` and `Sets` as it starts
+/// (before its first chunk), `SetDrained` as sets are read, `Ended` last.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub(crate) enum PassEvent {
+    /// Ranks are equalized: this rank's share of `pass` — deliver the first
+    /// `keep` instances drawn, then `pad` repeats.
+    Quota {
+        /// The pass.
+        pass: u64,
+        /// Instances to keep.
+        keep: u64,
+        /// Instances to repeat.
+        pad: u64,
+    },
+    /// Several file sets: how many files each set has in `pass` (for the
+    /// deterministic mix).
+    Sets {
+        /// The pass.
+        pass: u64,
+        /// Files per set.
+        files: Vec<usize>,
+    },
+    /// Every file of `set` in `pass` was read (its last chunk is already in
+    /// the shuffle stage's mailbox): the mix stops waiting for it.
+    SetDrained {
+        /// The pass.
+        pass: u64,
+        /// The set.
+        set: usize,
+    },
+    /// Every file of the pass was delivered.
+    Ended(u64),
+}
+
+/// Shuffle-batch → supervisor: the last batch of a pass is made.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PassFlushed {
+    /// The pass.
+    pub pass: u64,
+    /// Batches made in it.
+    pub batches: u64,
+    /// Records in them.
+    pub records: u64,
+}
+
+/// Any stage → supervisor: the pipeline cannot go on; every consumer gets
+/// this error. The one failure path of the pipeline.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PipelineFailed(pub PipelineError);
+
+/// Trainer → supervisor: a trainer ended (end of data, or with an error).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct TrainerDone {
+    /// Its device.
+    pub device: usize,
+    /// Why, if not the end of data.
+    pub error: Option<PipelineError>,
+}
+
+/// A trainer to itself: an item it took from the lanes, handled after the
+/// step that was running when it was taken.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Take(pub Result<Popped, PipelineError>);
+
+/// Stop now.
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown;
 
 /// One delivered batch with its place in the stream.
 #[derive(Clone, Debug)]
@@ -104,45 +222,20 @@ pub struct Delivered {
     pub batch: Arc<Batch>,
 }
 
-/// What a consumer gets from the feed queue.
-#[derive(Clone, Debug)]
-pub enum Popped {
-    /// A batch.
-    Batch(Delivered),
-    /// Every batch of this pass that this consumer will get has been given.
-    EndOfPass(u64),
-    /// No more data: all passes done.
-    EndOfData,
-}
+/// What a consumer gets from the feed queue: a [`Delivered`] batch, the end
+/// of a pass (every batch of it this consumer will get has been given), or
+/// the end of data.
+pub type Popped = feedline::feed_queue::Popped<Delivered>;
 
-/// File queue → shuffle-batch, with several file sets: how many files each
-/// set has in a pass (for the deterministic mix), sent as the pass starts.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PassSets {
-    pub pass: u64,
-    pub files: Vec<usize>,
-}
+/// An item in the feed queue's lanes.
+pub(crate) type QueueItem = Item<Delivered>;
 
-/// File queue → shuffle-batch: every file of `set` in `pass` was read (its
-/// last chunk is already in the shuffle-batch mailbox); the mix stops
-/// waiting for it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SetDrained {
-    pub pass: u64,
-    pub set: usize,
-}
-
-/// An item in the feed queue.
-#[derive(Clone, Debug)]
-pub(crate) enum QueueItem {
-    Batch(Delivered),
-    EndOfPass(u64),
-}
+/// The feed queue's lanes as the pipeline uses them.
+pub(crate) type BatchQueue = FeedQueue<Delivered, PipelineError>;
 
 /// Take the next item for consumer `consumer` (a device index); answered
-/// when there is one. Embedding applications send this from their own actors.
+/// when there is one. Embedding applications send this from their own
+/// actors to [`Pipeline::feed`](crate::Pipeline::feed).
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "Result<Popped, PipelineError>")]
 pub struct Pop {
@@ -150,42 +243,14 @@ pub struct Pop {
     pub consumer: usize,
 }
 
-/// No more items will be pushed: consumers get `EndOfData` once drained.
+/// Push one instance (from an actor); answered when it is in the pipeline.
+///
+/// Once handled, the push completes even if the sender stops waiting.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct CloseQueue;
+#[rtype(result = "Result<(), PushError<Sample>>")]
+pub struct PushSample(pub Sample);
 
-/// The pipeline failed: every consumer gets this error.
-#[derive(Message, Clone)]
-#[rtype(result = "()")]
-pub(crate) struct Fail(pub PipelineError);
-
-/// Stop now.
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct Shutdown;
-
-/// Every file of a pass was delivered (file queue → shuffle-batch).
+/// Push one ready-made batch (from an actor); answered when it is in the pipeline.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct EndOfPass(pub u64);
-
-/// Shuffle-batch pushed the last batch of a pass (→ supervisor).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PassFlushed {
-    pub pass: u64,
-    pub batches: u64,
-    pub records: u64,
-}
-
-/// This rank's share of a pass when ranks are equalized: deliver the first
-/// `keep` instances drawn, then `pad` repeats (file queue → shuffle-batch,
-/// before the pass's first chunk).
-#[derive(Message, Clone, Copy, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct PassQuota {
-    pub pass: u64,
-    pub keep: u64,
-    pub pad: u64,
-}
+#[rtype(result = "Result<(), PushError<Batch>>")]
+pub struct PushBatch(pub Batch);

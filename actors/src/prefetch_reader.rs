@@ -14,43 +14,31 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use crossbeam_deque::{Injector, Steal};
 use feedline::format::RecordReader;
 use feedline::{Chunk, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
-use crate::file_queue::{FileQueue, ReaderIdle};
-use crate::messages::{ChunkAck, ChunkMsg, FileDone, FileFailed, ReadTask, Shutdown};
-use crate::shuffle_batch::ShuffleBatch;
-use crate::stats::{ns, ReaderWatch, SkippedRecord, Stats};
-use crate::supervisor::{panic_text, Supervisor};
+use crate::messages::{
+    ChunkAck, ChunkMsg, FileDone, FileFailed, Next, ReadTask, ReaderIdle, Shutdown, Wake,
+};
+use crate::panic::panic_text;
+use crate::recorder::ReaderRecorder;
+use crate::stats::SkippedRecord;
+use crate::task_queue::TaskQueues;
+use crate::watch::ReaderWatch;
 
-/// The file tasks readers steal from: retries first, then the pass's files.
-#[derive(Default)]
-pub(crate) struct TaskQueues {
-    pub retries: Injector<ReadTask>,
-    pub tasks: Injector<ReadTask>,
-}
-
-impl TaskQueues {
-    /// Take and drop one task; false when both queues are empty.
-    pub(crate) fn steal_any(&self) -> bool {
-        self.steal().is_some()
-    }
-
-    fn steal(&self) -> Option<ReadTask> {
-        for q in [&self.retries, &self.tasks] {
-            loop {
-                match q.steal() {
-                    Steal::Success(t) => return Some(t),
-                    Steal::Empty => break,
-                    Steal::Retry => continue,
-                }
-            }
-        }
-        None
-    }
+/// Where a reader sends what it read and what happened.
+#[derive(Clone)]
+pub(crate) struct ReaderLinks {
+    /// Chunks, to the shuffle stage.
+    pub chunks: Recipient<ChunkMsg>,
+    /// "No task": to the file queue, which wakes it when there is one.
+    pub idle: Recipient<ReaderIdle>,
+    /// A file was read: to the file queue.
+    pub done: Recipient<FileDone>,
+    /// Reading a file failed: to the supervisor.
+    pub failed: Recipient<FileFailed>,
 }
 
 struct Current {
@@ -63,54 +51,39 @@ struct Current {
 }
 
 /// A prefetching file reader.
-pub struct PrefetchReader {
-    pub(crate) id: usize,
-    pub(crate) config: Arc<PipelineConfig>,
-    pub(crate) schema: Schema,
-    pub(crate) queues: Arc<TaskQueues>,
-    pub(crate) stats: Stats,
-    pub(crate) file_queue: Addr<FileQueue>,
-    pub(crate) shuffle: Addr<ShuffleBatch>,
-    pub(crate) supervisor: Addr<Supervisor>,
-    pub(crate) watch: Arc<ReaderWatch>,
+pub(crate) struct PrefetchReader {
+    id: usize,
+    config: Arc<PipelineConfig>,
+    schema: Schema,
+    queues: Arc<TaskQueues>,
+    links: ReaderLinks,
+    recorder: ReaderRecorder,
+    watch: Arc<ReaderWatch>,
     current: Option<Current>,
     in_flight: usize,
     idle_since: Option<Instant>,
     stopped: bool,
 }
 
-/// Read the next chunk (self-message).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Next;
-
-/// New tasks are queued.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Wake;
-
 impl PrefetchReader {
-    #[allow(clippy::too_many_arguments)]
+    /// Reader `id`, stealing from `queues`, watched through `watch`.
     pub(crate) fn new(
         id: usize,
         config: Arc<PipelineConfig>,
         schema: Schema,
         queues: Arc<TaskQueues>,
-        stats: Stats,
-        file_queue: Addr<FileQueue>,
-        shuffle: Addr<ShuffleBatch>,
-        supervisor: Addr<Supervisor>,
+        links: ReaderLinks,
+        recorder: ReaderRecorder,
+        watch: Arc<ReaderWatch>,
     ) -> Self {
         PrefetchReader {
             id,
             config,
             schema,
             queues,
-            stats,
-            file_queue,
-            shuffle,
-            supervisor,
-            watch: Arc::new(ReaderWatch::default()),
+            links,
+            recorder,
+            watch,
             current: None,
             in_flight: 0,
             idle_since: Some(Instant::now()),
@@ -130,20 +103,8 @@ impl PrefetchReader {
 
     fn mark_busy(&mut self) {
         if let Some(t) = self.idle_since.take() {
-            self.stats
-                .inner
-                .readers
-                .idle_ns
-                .fetch_add(ns(t.elapsed()), std::sync::atomic::Ordering::Relaxed);
+            self.recorder.idle(t.elapsed());
         }
-    }
-
-    /// Entering (`true`) or leaving a blocking open/read, for the watchdog.
-    fn blocking(&self, inside: bool) {
-        let t = if inside { self.stats.now_ns() } else { 0 };
-        self.watch
-            .busy_since
-            .store(t, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The watchdog gave this reader's file to another: stop without a word.
@@ -173,23 +134,22 @@ impl PrefetchReader {
         if self.current.is_none() {
             let Some(task) = self.queues.steal() else {
                 self.mark_idle();
-                self.file_queue.do_send(ReaderIdle(self.id, ctx.address()));
+                self.links.idle.do_send(ReaderIdle {
+                    reader: self.id,
+                    wake: ctx.address().recipient(),
+                });
                 return;
             };
             self.mark_busy();
-            self.watch.state.lock().task = Some(task.clone());
+            self.watch.lock().task = Some(task.clone());
             let t0 = Instant::now();
-            self.blocking(true);
+            self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
-            self.blocking(false);
-            if self.watch.state.lock().fenced {
+            self.watch.leave();
+            if self.watch.lock().fenced {
                 return self.abandon(ctx);
             }
-            self.stats
-                .inner
-                .readers
-                .busy_ns
-                .fetch_add(ns(t0.elapsed()), std::sync::atomic::Ordering::Relaxed);
+            self.recorder.busy(t0.elapsed());
             match opened {
                 Ok(Ok(reader)) => {
                     self.current = Some(Current {
@@ -227,23 +187,13 @@ impl PrefetchReader {
         let cur = self.current.as_mut().expect("a current file");
         let mut chunk = Chunk::with_budget(&self.schema, cfg.chunk_records, cfg.chunk_bytes);
         let t0 = Instant::now();
-        let watch = self.watch.clone();
-        let stats = self.stats.clone();
-        watch
-            .busy_since
-            .store(stats.now_ns(), std::sync::atomic::Ordering::Relaxed);
+        self.watch.enter(self.recorder.now_ns());
         let result = catch_unwind(AssertUnwindSafe(|| {
             cur.reader
                 .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
         }));
-        watch
-            .busy_since
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        self.stats
-            .inner
-            .readers
-            .busy_ns
-            .fetch_add(ns(t0.elapsed()), std::sync::atomic::Ordering::Relaxed);
+        self.watch.leave();
+        self.recorder.busy(t0.elapsed());
         match result {
             Err(panic) => {
                 // `task.start_record` is kept at the first record not sent.
@@ -289,7 +239,7 @@ impl PrefetchReader {
     ) -> bool {
         match &self.config.error_policy {
             ErrorPolicy::Fail => {
-                self.supervisor.do_send(FileFailed {
+                self.links.failed.do_send(FileFailed {
                     task: task.clone(),
                     reader: self.id,
                     error: e.into(),
@@ -309,20 +259,14 @@ impl PrefetchReader {
                         "a bad record"
                     }
                 );
-                let bad = self.stats.skip(SkippedRecord::new(
+                let bad = self.recorder.skipped(SkippedRecord::new(
                     loc,
                     &task.task.file,
                     record,
                     rest_of_file,
                     e.to_string(),
                 ));
-                let read = self
-                    .stats
-                    .inner
-                    .readers
-                    .records
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    + bad;
+                let read = self.recorder.records_sent() + bad;
                 let over_count = max_bad.is_some_and(|m| bad > m);
                 let over_fraction =
                     max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
@@ -333,7 +277,7 @@ impl PrefetchReader {
                         (None, Some(f)) => format!("{:.3}% of records read", f * 100.0),
                         (None, None) => unreachable!("a budget was exceeded"),
                     };
-                    self.supervisor.do_send(FileFailed {
+                    self.links.failed.do_send(FileFailed {
                         task: task.clone(),
                         reader: self.id,
                         error: PipelineError::TooManyBad {
@@ -353,7 +297,7 @@ impl PrefetchReader {
 
     fn panicked(&mut self, ctx: &mut Context<Self>, mut task: ReadTask, message: String) {
         {
-            let mut st = self.watch.state.lock();
+            let mut st = self.watch.lock();
             if st.fenced {
                 drop(st);
                 return self.abandon(ctx);
@@ -367,7 +311,7 @@ impl PrefetchReader {
             task.start_record
         );
         task.attempts += 1;
-        self.supervisor.do_send(FileFailed {
+        self.links.failed.do_send(FileFailed {
             task: task.clone(),
             reader: self.id,
             error: PipelineError::ReaderPanic {
@@ -405,7 +349,7 @@ impl PrefetchReader {
     /// starts at the first record this one had not sent).
     fn send_chunk(&mut self, ctx: &mut Context<Self>, chunk: Chunk, last: bool) {
         let watch = self.watch.clone();
-        let mut st = watch.state.lock();
+        let mut st = watch.lock();
         if st.fenced {
             drop(st);
             return self.abandon(ctx);
@@ -430,17 +374,10 @@ impl PrefetchReader {
             cur.done_reading = true;
         }
         st.task = Some(cur.task.clone());
-        self.stats
-            .inner
-            .readers
-            .records
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        self.stats.inner.readers.bytes.fetch_add(
-            msg.chunk.payload_bytes() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.recorder
+            .chunk_sent(n, msg.chunk.payload_bytes() as u64);
         self.in_flight += 1;
-        self.shuffle.do_send(msg);
+        self.links.chunks.do_send(msg);
         drop(st);
         if !last {
             ctx.notify(Next);
@@ -453,7 +390,7 @@ impl PrefetchReader {
             .as_ref()
             .is_some_and(|c| c.done_reading && self.in_flight == 0);
         if done {
-            let mut st = self.watch.state.lock();
+            let mut st = self.watch.lock();
             if st.fenced {
                 drop(st);
                 return self.abandon(ctx);
@@ -461,7 +398,7 @@ impl PrefetchReader {
             st.task = None;
             drop(st);
             let cur = self.current.take().expect("current");
-            self.file_queue.do_send(FileDone {
+            self.links.done.do_send(FileDone {
                 records: cur.records_sent,
                 task: cur.task,
             });

@@ -1,17 +1,18 @@
-//! Pipeline statistics: counters every stage updates (atomics, no locks on
-//! the hot path), readable while running and at the end, and the verdict of
-//! where time went — which stage limits the devices.
+//! Pipeline statistics, read side: [`Stats`] turns the counters that the
+//! stages' recorders ([`recorder`](crate::recorder)) write into snapshots,
+//! a stall diagnosis, the list of skipped records — and the verdict of where
+//! time went: which stage limits the devices. Nothing here writes a counter.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::feed_queue::FeedLanes;
-
-use crate::messages::ReadTask;
+use feedline::feed_queue::DepthGauge;
 use feedline::Location;
 use parking_lot::Mutex;
 use serde::Serialize;
+
+use crate::watch::ReaderWatch;
 
 /// Counters of one stage.
 #[derive(Default, Debug)]
@@ -25,25 +26,6 @@ pub(crate) struct StageCounters {
     pub blocked_ns: AtomicU64,
 }
 
-/// What the watchdog sees of one reader incarnation. The reader holds
-/// `state` while it checks its fence and sends a chunk, so the supervisor,
-/// holding it to fence a stuck reader, takes exactly the record it reached.
-#[derive(Default, Debug)]
-pub(crate) struct ReaderWatch {
-    /// When (ns since the pipeline start) the current blocking open/read
-    /// began; 0 when the reader is not inside one.
-    pub busy_since: AtomicU64,
-    pub state: Mutex<WatchState>,
-}
-
-#[derive(Default, Debug)]
-pub(crate) struct WatchState {
-    /// Set by the watchdog: this incarnation must not send anything more.
-    pub fenced: bool,
-    /// The file being read, with `start_record` at the first record not sent.
-    pub task: Option<ReadTask>,
-}
-
 /// Counters of one device.
 #[derive(Default, Debug)]
 pub(crate) struct DeviceCounters {
@@ -51,6 +33,8 @@ pub(crate) struct DeviceCounters {
     pub records: AtomicU64,
     pub busy_ns: AtomicU64,
     pub wait_ns: AtomicU64,
+    /// When (ns since start) the device last began to work or to wait (0: not yet).
+    pub mark_ns: AtomicU64,
 }
 
 /// A record skipped under the skip policy, with its place and why.
@@ -87,38 +71,67 @@ impl SkippedRecord {
     }
 }
 
-pub(crate) struct StatsInner {
+/// Every counter of a pipeline: written by the recorders, read by [`Stats`].
+pub(crate) struct Counters {
     pub start: Instant,
     pub readers: StageCounters,
-    pub reader_count: AtomicU64,
+    pub reader_count: u64,
     pub shuffle: StageCounters,
     pub batches: AtomicU64,
-    pub queue_depth_now: AtomicU64,
-    pub queue_depth_sum: AtomicU64,
-    pub queue_depth_samples: AtomicU64,
-    pub queue_capacity: AtomicU64,
+    pub first_batch_ns: AtomicU64,
+    /// The feed queue's depth (the queue samples it).
+    pub queue: Arc<DepthGauge>,
     pub devices: Vec<DeviceCounters>,
     pub passes_done: AtomicU64,
-    pub first_batch_ns: AtomicU64,
     pub reader_restarts: AtomicU64,
     pub reader_stalls: AtomicU64,
     pub equalize_dropped: AtomicU64,
     pub equalize_padded: AtomicU64,
+    /// The watch of each reader's current incarnation, by reader id.
     pub watches: Mutex<Vec<Arc<ReaderWatch>>>,
     /// When (ns since start) the shuffle stage last received a chunk.
     pub last_chunk_ns: AtomicU64,
     pub skipped: Mutex<Vec<SkippedRecord>>,
     pub bad_records: AtomicU64,
-    /// The feed queue's lanes, published by the feed queue when it starts,
-    /// for the stages that push to and pop from them directly. Weak: the
-    /// lanes hold these statistics.
-    pub feed_lanes: OnceLock<Weak<FeedLanes>>,
 }
 
-/// Live statistics of a pipeline; cheap to clone (shared).
+impl Counters {
+    pub(crate) fn new(devices: usize, readers: usize, queue: Arc<DepthGauge>) -> Self {
+        Counters {
+            start: Instant::now(),
+            readers: StageCounters::default(),
+            reader_count: readers as u64,
+            shuffle: StageCounters::default(),
+            batches: AtomicU64::new(0),
+            first_batch_ns: AtomicU64::new(0),
+            queue,
+            devices: (0..devices).map(|_| DeviceCounters::default()).collect(),
+            passes_done: AtomicU64::new(0),
+            reader_restarts: AtomicU64::new(0),
+            reader_stalls: AtomicU64::new(0),
+            equalize_dropped: AtomicU64::new(0),
+            equalize_padded: AtomicU64::new(0),
+            watches: Mutex::new(Vec::new()),
+            last_chunk_ns: AtomicU64::new(0),
+            skipped: Mutex::new(Vec::new()),
+            bad_records: AtomicU64::new(0),
+        }
+    }
+
+    /// Nanoseconds since the pipeline started (at least 1: 0 means "never").
+    pub(crate) fn now_ns(&self) -> u64 {
+        ns(self.start.elapsed()).max(1)
+    }
+}
+
+pub(crate) fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// Live statistics of a pipeline, read-only; cheap to clone (shared).
 #[derive(Clone)]
 pub struct Stats {
-    pub(crate) inner: Arc<StatsInner>,
+    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for Stats {
@@ -127,76 +140,23 @@ impl std::fmt::Debug for Stats {
     }
 }
 
-pub(crate) fn ns(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
-}
-
 impl Stats {
-    pub(crate) fn new(devices: usize, readers: usize, capacity: usize) -> Self {
-        Stats {
-            inner: Arc::new(StatsInner {
-                start: Instant::now(),
-                readers: StageCounters::default(),
-                reader_count: AtomicU64::new(readers as u64),
-                shuffle: StageCounters::default(),
-                batches: AtomicU64::new(0),
-                queue_depth_now: AtomicU64::new(0),
-                queue_depth_sum: AtomicU64::new(0),
-                queue_depth_samples: AtomicU64::new(0),
-                queue_capacity: AtomicU64::new(capacity as u64),
-                devices: (0..devices).map(|_| DeviceCounters::default()).collect(),
-                passes_done: AtomicU64::new(0),
-                first_batch_ns: AtomicU64::new(0),
-                reader_restarts: AtomicU64::new(0),
-                reader_stalls: AtomicU64::new(0),
-                equalize_dropped: AtomicU64::new(0),
-                equalize_padded: AtomicU64::new(0),
-                watches: Mutex::new(Vec::new()),
-                last_chunk_ns: AtomicU64::new(0),
-                skipped: Mutex::new(Vec::new()),
-                bad_records: AtomicU64::new(0),
-                feed_lanes: OnceLock::new(),
-            }),
-        }
-    }
-
-    /// Nanoseconds since the pipeline started.
-    pub(crate) fn now_ns(&self) -> u64 {
-        ns(self.inner.start.elapsed()).max(1)
-    }
-
-    /// Publish the feed queue's lanes (once per pipeline).
-    pub(crate) fn set_feed_lanes(&self, lanes: &Arc<FeedLanes>) {
-        if self.inner.feed_lanes.set(Arc::downgrade(lanes)).is_err() {
-            log::error!("a second feed queue for one pipeline's statistics");
-        }
-    }
-
-    /// The feed queue's lanes, while anything holds them.
-    pub(crate) fn feed_lanes(&self) -> Option<Arc<FeedLanes>> {
-        self.inner.feed_lanes.get().and_then(Weak::upgrade)
-    }
-
-    /// Register the watch of reader `id` (a new incarnation replaces the old).
-    pub(crate) fn set_watch(&self, id: usize, w: Arc<ReaderWatch>) {
-        let mut ws = self.inner.watches.lock();
-        if ws.len() <= id {
-            ws.resize_with(id + 1, || Arc::new(ReaderWatch::default()));
-        }
-        ws[id] = w;
+    pub(crate) fn of(counters: Arc<Counters>) -> Self {
+        Stats { counters }
     }
 
     /// Which stage is stuck, as far as the counters tell: the feed queue's
     /// depth, how long since the shuffle stage got a chunk, and what each
     /// reader is doing.
     pub fn diagnose(&self) -> String {
+        let c = &*self.counters;
         let snap = self.snapshot();
-        let now = self.now_ns();
+        let now = c.now_ns();
         let mut parts = vec![format!(
             "feed queue holds {} batches (capacity {} per lane)",
             snap.feed_queue_depth, snap.feed_queue_capacity
         )];
-        let last = self.inner.last_chunk_ns.load(Relaxed);
+        let last = c.last_chunk_ns.load(Relaxed);
         parts.push(if last == 0 {
             "the shuffle stage has received no chunk yet".to_string()
         } else {
@@ -205,9 +165,9 @@ impl Stats {
                 now.saturating_sub(last) as f64 / 1e9
             )
         });
-        for (id, w) in self.inner.watches.lock().iter().enumerate() {
-            let since = w.busy_since.load(Relaxed);
-            let st = w.state.lock();
+        for (id, w) in c.watches.lock().iter().enumerate() {
+            let since = w.busy_since();
+            let st = w.lock();
             let what = match (&st.task, since) {
                 (Some(t), 0) => format!(
                     "reader {id} has {} open at record {}",
@@ -234,39 +194,14 @@ impl Stats {
         parts.join("; ")
     }
 
-    pub(crate) fn device(&self, d: usize) -> Option<&DeviceCounters> {
-        self.inner.devices.get(d)
-    }
-
-    pub(crate) fn sample_queue_depth(&self, depth: usize) {
-        self.inner.queue_depth_now.store(depth as u64, Relaxed);
-        self.inner.queue_depth_sum.fetch_add(depth as u64, Relaxed);
-        self.inner.queue_depth_samples.fetch_add(1, Relaxed);
-    }
-
-    pub(crate) fn note_batch(&self) {
-        if self.inner.batches.fetch_add(1, Relaxed) == 0 {
-            let t = ns(self.inner.start.elapsed());
-            let _ = self
-                .inner
-                .first_batch_ns
-                .compare_exchange(0, t.max(1), Relaxed, Relaxed);
-        }
-    }
-
-    pub(crate) fn skip(&self, rec: SkippedRecord) -> u64 {
-        self.inner.skipped.lock().push(rec);
-        self.inner.bad_records.fetch_add(1, Relaxed) + 1
-    }
-
     /// Every record skipped so far under the skip policy, with its place.
     pub fn skipped(&self) -> Vec<SkippedRecord> {
-        self.inner.skipped.lock().clone()
+        self.counters.skipped.lock().clone()
     }
 
     /// The numbers as they stand now.
     pub fn snapshot(&self) -> StatsSnapshot {
-        let i = &self.inner;
+        let i = &*self.counters;
         let elapsed = i.start.elapsed().as_secs_f64().max(1e-9);
         let s = |c: &StageCounters, workers: f64| StageSnapshot {
             records: c.records.load(Relaxed),
@@ -276,7 +211,7 @@ impl Stats {
             idle: c.idle_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
             blocked: c.blocked_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
         };
-        let readers = i.reader_count.load(Relaxed).max(1) as f64;
+        let readers = i.reader_count.max(1) as f64;
         let devices: Vec<DeviceSnapshot> = i
             .devices
             .iter()
@@ -298,20 +233,15 @@ impl Stats {
                 }
             })
             .collect();
-        let samples = i.queue_depth_samples.load(Relaxed);
         let mut snap = StatsSnapshot {
             elapsed_s: elapsed,
             readers: s(&i.readers, readers),
-            readers_count: i.reader_count.load(Relaxed),
+            readers_count: i.reader_count,
             shuffle_batch: s(&i.shuffle, 1.0),
             batches: i.batches.load(Relaxed),
-            feed_queue_mean_depth: if samples > 0 {
-                i.queue_depth_sum.load(Relaxed) as f64 / samples as f64
-            } else {
-                0.0
-            },
-            feed_queue_depth: i.queue_depth_now.load(Relaxed),
-            feed_queue_capacity: i.queue_capacity.load(Relaxed),
+            feed_queue_mean_depth: i.queue.mean(),
+            feed_queue_depth: i.queue.now(),
+            feed_queue_capacity: i.queue.capacity(),
             devices,
             passes_done: i.passes_done.load(Relaxed),
             first_batch_s: match i.first_batch_ns.load(Relaxed) {

@@ -1,151 +1,135 @@
-//! The `Supervisor` actor: starts the pipeline's actors, counts passes
-//! (Paddle's `MultiPassReader`), replaces readers that panicked (their file
-//! resumes where they stopped), applies the error policy, signals the end,
-//! and stops everything.
+//! The `Supervisor` actor: counts passes (Paddle's `MultiPassReader`),
+//! replaces readers that panicked or stalled (their file resumes where they
+//! stopped), applies the error policy, signals the end, and stops
+//! everything.
+//!
+//! Every stage reaches it through `Recipient`s of its messages, and it
+//! reaches them the same way: it holds the other stages' `Shutdown`
+//! recipients, the feed queue (to fail it), and a factory that starts a
+//! reader — built by the wiring site, so that the supervisor does not know
+//! how a reader is made. [`Supervisor::fail`] is the pipeline's one failure
+//! path: every consumer gets the error, the producers stop, `finished()`
+//! resolves with it.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
-use parking_lot::Mutex;
 
 use crate::config::{PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
-use crate::feed_queue::FeedQueue;
-use crate::file_queue::{FileQueue, Requeue};
-use crate::messages::{Fail, FileFailed, PassFlushed, Shutdown};
-use crate::prefetch_reader::{PrefetchReader, TaskQueues};
-use crate::shuffle_batch::ShuffleBatch;
-use crate::stats::{ReaderWatch, Stats};
-use feedline::Schema;
+use crate::messages::{
+    BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, TrainerDone,
+};
+use crate::recorder::SupervisorRecorder;
+use crate::stats::Stats;
+use crate::watch::ReaderWatch;
 
-/// A stage failed: stop with this error.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PipelineFailed(pub PipelineError);
-
-/// A trainer ended (end of data, or with an error).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct TrainerDone {
-    pub device: usize,
-    pub error: Option<PipelineError>,
+/// A running reader incarnation, as the supervisor sees it.
+pub(crate) struct ReaderHandle {
+    /// Stops it.
+    pub stop: Recipient<Shutdown>,
+    /// Where it stands (the watchdog fences it through this).
+    pub watch: Arc<ReaderWatch>,
 }
 
-/// The arbiters (OS threads) a pipeline started, to stop and join at the end.
-#[derive(Clone, Default)]
-pub(crate) struct Arbiters(pub Arc<Mutex<Vec<Arbiter>>>);
-
-impl Arbiters {
-    pub fn new_arbiter(&self) -> ArbiterHandle {
-        let a = Arbiter::new();
-        let h = a.handle();
-        self.0.lock().push(a);
-        h
-    }
-
-    /// Stop every arbiter and wait for its thread (not from one of them) —
-    /// at most a grace period: a reader blocked in I/O that the watchdog
-    /// abandoned cannot be interrupted; its thread is left to end by itself.
-    pub fn stop_and_join(&self) {
-        let all: Vec<Arbiter> = self.0.lock().drain(..).collect();
-        if all.is_empty() {
-            return;
-        }
-        for a in &all {
-            a.stop();
-        }
-        let n = all.len();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let joiner = std::thread::Builder::new()
-            .name("feedline-join".into())
-            .spawn(move || {
-                for a in all {
-                    let _ = a.join();
-                }
-                let _ = tx.send(());
-            });
-        if joiner.is_ok() && rx.recv_timeout(std::time::Duration::from_secs(2)).is_err() {
-            log::warn!("not all of {n} pipeline threads ended within 2 s (a reader blocked in I/O?); leaving them to end by themselves");
-        }
-    }
+/// On which thread a new reader incarnation starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReaderThread {
+    /// The reader's own (its last incarnation stopped).
+    Same,
+    /// A fresh one (the last incarnation is stuck in its thread).
+    Fresh,
 }
 
-pub(crate) fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".into()
-    }
+/// Starts reader `id`'s next incarnation.
+pub(crate) type ReaderFactory = Box<dyn FnMut(usize, ReaderThread) -> ReaderHandle>;
+
+/// What the supervisor stops and fails.
+pub(crate) struct SupervisorLinks {
+    /// Failed files go back to the file queue.
+    pub requeue: Recipient<Requeue>,
+    /// The producers: the file queue and the shuffle stage.
+    pub producers: Vec<Recipient<Shutdown>>,
+    /// The feed queue's lanes, failed when the pipeline fails.
+    pub queue: BatchQueue,
+    /// The feed queue's actor.
+    pub feed: Recipient<Shutdown>,
 }
 
 /// The supervisor actor.
-pub struct Supervisor {
-    pub(crate) config: Arc<PipelineConfig>,
-    pub(crate) schema: Schema,
-    pub(crate) stats: Stats,
-    /// Task queues per file set, and each reader's set.
-    pub(crate) queues: Vec<Arc<TaskQueues>>,
-    pub(crate) reader_set: Vec<usize>,
-    pub(crate) file_queue: Option<Addr<FileQueue>>,
-    pub(crate) shuffle: Option<Addr<ShuffleBatch>>,
-    pub(crate) feed: Option<Addr<FeedQueue>>,
-    pub(crate) readers: Vec<(ArbiterHandle, Option<Addr<PrefetchReader>>)>,
-    pub(crate) trainers_left: usize,
-    pub(crate) done: Option<oneshot::Sender<Result<(), PipelineError>>>,
-    pub(crate) failed: bool,
-    pub(crate) arbiters: Arbiters,
+pub(crate) struct Supervisor {
+    config: Arc<PipelineConfig>,
+    recorder: SupervisorRecorder,
+    stats: Stats,
+    links: Option<SupervisorLinks>,
+    readers: Vec<Option<ReaderHandle>>,
+    start_reader: ReaderFactory,
+    trainers_left: usize,
+    done: Option<oneshot::Sender<Result<(), PipelineError>>>,
+    failed: bool,
 }
 
 impl Supervisor {
-    pub(crate) fn start_reader(&mut self, id: usize, ctx: &mut Context<Self>) {
-        let (handle, _) = &self.readers[id];
-        let cfg = self.config.clone();
-        let schema = self.schema.clone();
-        let queues = self.queues[self.reader_set[id]].clone();
-        let stats = self.stats.clone();
-        let fq = self.file_queue.clone().expect("file queue started");
-        let sb = self.shuffle.clone().expect("shuffle started");
-        let me = ctx.address();
-        let watch = Arc::new(ReaderWatch::default());
-        self.stats.set_watch(id, watch.clone());
-        let addr = PrefetchReader::start_in_arbiter(handle, move |_| {
-            let mut r = PrefetchReader::new(id, cfg, schema, queues, stats, fq, sb, me);
-            r.watch = watch;
-            r
-        });
-        self.readers[id].1 = Some(addr);
+    /// A supervisor of `readers` readers (started by `start_reader` when it
+    /// starts) and `trainers` trainers; `done` hears how the pipeline ended.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: Arc<PipelineConfig>,
+        recorder: SupervisorRecorder,
+        stats: Stats,
+        links: SupervisorLinks,
+        readers: usize,
+        start_reader: ReaderFactory,
+        trainers: usize,
+        done: oneshot::Sender<Result<(), PipelineError>>,
+    ) -> Self {
+        Supervisor {
+            config,
+            recorder,
+            stats,
+            links: Some(links),
+            readers: (0..readers).map(|_| None).collect(),
+            start_reader,
+            trainers_left: trainers,
+            done: Some(done),
+            failed: false,
+        }
+    }
+
+    fn start_reader(&mut self, id: usize, thread: ReaderThread) {
+        self.readers[id] = Some((self.start_reader)(id, thread));
     }
 
     /// Find readers inside one open or read for longer than the stall
     /// timeout; fence each, and retry its file on a fresh reader or fail.
-    fn watchdog(&mut self, ctx: &mut Context<Self>) {
+    fn watchdog(&mut self) {
         let Some(timeout) = self.config.stall_timeout else {
             return;
         };
         if self.failed {
             return;
         }
-        let now = self.stats.now_ns();
-        let watches: Vec<Arc<ReaderWatch>> = self.stats.inner.watches.lock().clone();
-        for (id, w) in watches.iter().enumerate() {
-            let since = w.busy_since.load(Relaxed);
-            if since == 0 || now.saturating_sub(since) < stats_ns(timeout) {
+        let now = self.recorder.now_ns();
+        for id in 0..self.readers.len() {
+            let Some(watch) = self.readers[id].as_ref().map(|r| r.watch.clone()) else {
+                continue;
+            };
+            let since = watch.busy_since();
+            if since == 0 || now.saturating_sub(since) < crate::stats::ns(timeout) {
                 continue;
             }
             let task = {
-                let mut st = w.state.lock();
+                let mut st = watch.lock();
                 if st.fenced {
                     continue;
                 }
                 st.fenced = true;
                 st.task.take()
             };
-            let stuck = std::time::Duration::from_nanos(now.saturating_sub(since));
-            self.stats.inner.reader_stalls.fetch_add(1, Relaxed);
+            let stuck = Duration::from_nanos(now.saturating_sub(since));
+            self.recorder.reader_stalled();
             let (file, record) = task
                 .as_ref()
                 .map_or(("(opening a file)".to_string(), 0), |t| {
@@ -162,8 +146,8 @@ impl Supervisor {
                     if t.attempts + 1 < self.config.max_attempts.max(1) =>
                 {
                     t.attempts += 1;
-                    if let Some(fq) = &self.file_queue {
-                        fq.do_send(Requeue(t));
+                    if let Some(l) = &self.links {
+                        l.requeue.do_send(Requeue(t));
                     }
                 }
                 (StallPolicy::Retry, None) => {}
@@ -173,20 +157,21 @@ impl Supervisor {
                 }
             }
             // The stuck thread cannot be interrupted: a fresh reader gets a thread of its own.
-            self.stats.inner.reader_restarts.fetch_add(1, Relaxed);
-            self.readers[id].0 = self.arbiters.new_arbiter();
-            self.start_reader(id, ctx);
+            self.recorder.reader_restarted();
+            self.start_reader(id, ReaderThread::Fresh);
         }
     }
 
+    /// The pipeline's failure path: every consumer gets `e`, the producers
+    /// stop, `finished()` resolves with `e`. The first failure wins.
     fn fail(&mut self, e: PipelineError) {
         if self.failed {
             return;
         }
         self.failed = true;
         log::error!("pipeline failed: {e}");
-        if let Some(feed) = &self.feed {
-            feed.do_send(Fail(e.clone()));
+        if let Some(l) = &self.links {
+            l.queue.fail(e.clone());
         }
         self.stop_producers();
         if let Some(done) = self.done.take() {
@@ -194,42 +179,45 @@ impl Supervisor {
         }
     }
 
-    fn stop_producers(&mut self) {
-        for (_, r) in &mut self.readers {
-            if let Some(r) = r.take() {
-                r.do_send(Shutdown);
-            }
-        }
-        if let Some(fq) = self.file_queue.take() {
-            fq.do_send(Shutdown);
-        }
-        if let Some(sb) = self.shuffle.take() {
-            sb.do_send(Shutdown);
+    fn stop_readers(&mut self) {
+        for r in self.readers.iter_mut().filter_map(Option::take) {
+            r.stop.do_send(Shutdown);
         }
     }
-}
 
-fn stats_ns(d: std::time::Duration) -> u64 {
-    crate::stats::ns(d)
+    fn stop_producers(&mut self) {
+        self.stop_readers();
+        if let Some(l) = &mut self.links {
+            for p in l.producers.drain(..) {
+                p.do_send(Shutdown);
+            }
+        }
+    }
+
+    fn resolve(&mut self, r: Result<(), PipelineError>) {
+        if let Some(d) = self.done.take() {
+            let _ = d.send(r);
+        }
+    }
 }
 
 impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        for id in 0..self.readers.len() {
+            self.start_reader(id, ReaderThread::Same);
+        }
         if let Some(t) = self.config.stall_timeout {
-            let every = (t / 4).clamp(
-                std::time::Duration::from_millis(10),
-                std::time::Duration::from_secs(1),
-            );
-            ctx.run_interval(every, |act, ctx| act.watchdog(ctx));
+            let every = (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            ctx.run_interval(every, |act, _| act.watchdog());
         }
     }
 }
 
 impl Handler<FileFailed> for Supervisor {
     type Result = ();
-    fn handle(&mut self, msg: FileFailed, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: FileFailed, _: &mut Context<Self>) {
         if self.failed {
             return;
         }
@@ -237,7 +225,7 @@ impl Handler<FileFailed> for Supervisor {
             self.fail(msg.error);
             return;
         }
-        self.stats.inner.reader_restarts.fetch_add(1, Relaxed);
+        self.recorder.reader_restarted();
         if msg.task.attempts >= self.config.max_attempts {
             self.fail(msg.error);
             return;
@@ -248,10 +236,10 @@ impl Handler<FileFailed> for Supervisor {
             msg.task.task.file,
             msg.task.start_record
         );
-        if let Some(fq) = &self.file_queue {
-            fq.do_send(Requeue(msg.task));
+        if let Some(l) = &self.links {
+            l.requeue.do_send(Requeue(msg.task));
         }
-        self.start_reader(msg.reader, ctx);
+        self.start_reader(msg.reader, ReaderThread::Same);
     }
 }
 
@@ -265,7 +253,7 @@ impl Handler<PipelineFailed> for Supervisor {
 impl Handler<PassFlushed> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: PassFlushed, _: &mut Context<Self>) {
-        let done = self.stats.inner.passes_done.fetch_add(1, Relaxed) + 1;
+        let done = self.recorder.pass_done();
         log::info!(
             "pass {} done: {} records in {} batches; {}",
             msg.pass,
@@ -275,15 +263,9 @@ impl Handler<PassFlushed> for Supervisor {
         );
         if done >= self.config.passes {
             // Readers have nothing more to do.
-            for (_, r) in &mut self.readers {
-                if let Some(r) = r.take() {
-                    r.do_send(Shutdown);
-                }
-            }
+            self.stop_readers();
             if self.trainers_left == 0 {
-                if let Some(d) = self.done.take() {
-                    let _ = d.send(Ok(()));
-                }
+                self.resolve(Ok(()));
             }
         }
     }
@@ -300,9 +282,7 @@ impl Handler<TrainerDone> for Supervisor {
         }
         self.trainers_left = self.trainers_left.saturating_sub(1);
         if self.trainers_left == 0 {
-            if let Some(d) = self.done.take() {
-                let _ = d.send(Ok(()));
-            }
+            self.resolve(Ok(()));
         }
     }
 }
@@ -311,13 +291,11 @@ impl Handler<Shutdown> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         self.stop_producers();
-        if let Some(feed) = self.feed.take() {
-            feed.do_send(Fail(PipelineError::Stopped));
-            feed.do_send(Shutdown);
+        if let Some(l) = self.links.take() {
+            l.queue.fail(PipelineError::Stopped);
+            l.feed.do_send(Shutdown);
         }
-        if let Some(d) = self.done.take() {
-            let _ = d.send(Err(PipelineError::Stopped));
-        }
+        self.resolve(Err(PipelineError::Stopped));
         ctx.stop();
     }
 }

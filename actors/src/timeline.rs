@@ -15,7 +15,7 @@ use crate::stats::{Stats, StatsSnapshot};
 
 /// One interval of the timeline.
 #[derive(Clone, Debug, Serialize)]
-pub struct Sample {
+pub struct TimelineSample {
     /// Seconds since the pipeline started (end of the interval).
     pub t: f64,
     /// Per device: fraction of the interval spent in steps.
@@ -37,7 +37,7 @@ pub struct Sample {
 /// Samples a pipeline's stats in the background; [`stop`](Self::stop) returns the timeline.
 pub struct Timeline {
     halt: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<Sample>>>,
+    thread: Option<JoinHandle<Vec<TimelineSample>>>,
 }
 
 impl Timeline {
@@ -46,7 +46,7 @@ impl Timeline {
     pub fn start(
         stats: Stats,
         interval: Duration,
-        mut on_sample: impl FnMut(&Sample, &StatsSnapshot) + Send + 'static,
+        mut on_sample: impl FnMut(&TimelineSample, &StatsSnapshot) + Send + 'static,
     ) -> Timeline {
         let halt = Arc::new(AtomicBool::new(false));
         let h = halt.clone();
@@ -78,7 +78,7 @@ impl Timeline {
     }
 
     /// Stop sampling (after one last sample) and return the timeline.
-    pub fn stop(mut self) -> Vec<Sample> {
+    pub fn stop(mut self) -> Vec<TimelineSample> {
         self.halt.store(true, Ordering::Release);
         self.thread
             .take()
@@ -96,10 +96,10 @@ impl Drop for Timeline {
     }
 }
 
-fn interval_sample(a: &StatsSnapshot, b: &StatsSnapshot) -> Sample {
+fn interval_sample(a: &StatsSnapshot, b: &StatsSnapshot) -> TimelineSample {
     let dt = (b.elapsed_s - a.elapsed_s).max(1e-9);
     let frac = |x: f64| (x / dt).clamp(0.0, 1.0);
-    Sample {
+    TimelineSample {
         t: b.elapsed_s,
         device_busy: a
             .devices

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use feedline_actors::Sample;
+use feedline_actors::TimelineSample;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -45,7 +45,7 @@ fn with_area(
 }
 
 /// Device utilisation (busy %) per device, and feed-queue depth, over time.
-pub fn timeline(path: &Path, samples: &[Sample], title: &str) -> PlotResult {
+pub fn timeline(path: &Path, samples: &[TimelineSample], title: &str) -> PlotResult {
     with_area(
         path,
         (1100, 720),
@@ -56,7 +56,7 @@ pub fn timeline(path: &Path, samples: &[Sample], title: &str) -> PlotResult {
 
 fn draw_timeline<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    samples: &[Sample],
+    samples: &[TimelineSample],
     title: &str,
 ) -> PlotResult
 where
@@ -95,7 +95,8 @@ where
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
             });
     }
-    let stage = |name: &'static str, color: RGBColor, f: fn(&Sample) -> f64| (name, color, f);
+    let stage =
+        |name: &'static str, color: RGBColor, f: fn(&TimelineSample) -> f64| (name, color, f);
     for (name, color, f) in [
         stage(
             "readers busy % (per reader)",

@@ -9,70 +9,17 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{synth_registry, SynthFormat};
+use common::{all_ids, assert_exactly_once, consume_devices, per_pass, synth_loader, SynthFormat};
 use feedline_actors::{Loader, LoaderBuilder, PipelineError};
 
 fn builder(counts: &[u64]) -> (LoaderBuilder, Vec<i64>) {
-    let synth = SynthFormat::with_files(counts).build();
-    let specs = synth.specs();
-    let mut want: Vec<i64> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
-        .collect();
-    want.sort();
-    let b = Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema());
-    (b, want)
+    let b = synth_loader(SynthFormat::with_files(counts).build());
+    (b, all_ids(counts, &[]))
 }
 
-/// Consume with `devices` device iterators on threads; ids per pass.
+/// Consume with `devices` device iterators on threads; sorted ids per pass.
 fn consume(loader: Loader, devices: usize) -> BTreeMap<u64, Vec<i64>> {
-    let handles: Vec<_> = (0..devices)
-        .map(|d| {
-            let it = loader.device_iter(d);
-            std::thread::spawn(move || {
-                it.map(|x| {
-                    let x = x.unwrap();
-                    (
-                        x.pass,
-                        x.batch
-                            .i64("id")
-                            .unwrap()
-                            .iter()
-                            .copied()
-                            .collect::<Vec<_>>(),
-                    )
-                })
-                .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
-    for h in handles {
-        for (p, ids) in h.join().unwrap() {
-            per_pass.entry(p).or_default().extend(ids);
-        }
-    }
-    drop(loader);
-    for ids in per_pass.values_mut() {
-        ids.sort();
-    }
-    per_pass
-}
-
-fn check(per_pass: &BTreeMap<u64, Vec<i64>>, want: &[i64], passes: u64) {
-    assert_eq!(per_pass.len() as u64, passes);
-    for (p, ids) in per_pass {
-        assert!(
-            ids.as_slice() == want,
-            "pass {p}: {} of {} ids, or repeats",
-            ids.len(),
-            want.len()
-        );
-    }
+    per_pass(&consume_devices(loader, devices, None))
 }
 
 #[test]
@@ -87,7 +34,7 @@ fn a_thousand_small_files_and_one_huge_file() {
         .passes(2)
         .build()
         .unwrap();
-    check(&consume(loader, 2), &want, 2);
+    assert_exactly_once(&consume(loader, 2), &want, 2);
 }
 
 #[test]
@@ -95,7 +42,7 @@ fn sixty_four_readers_on_two_cores() {
     let counts: Vec<u64> = (0..100).map(|i| 50 + i * 7).collect();
     let (b, want) = builder(&counts);
     let loader = b.readers(64).batch(100).passes(2).build().unwrap();
-    check(&consume(loader, 3), &want, 2);
+    assert_exactly_once(&consume(loader, 3), &want, 2);
 }
 
 #[test]
@@ -111,7 +58,7 @@ fn sixteen_devices_capacity_one() {
             .passes(3)
             .build()
             .unwrap();
-        check(&consume(loader, 16), &want, 3);
+        assert_exactly_once(&consume(loader, 16), &want, 3);
     }
 }
 
@@ -134,7 +81,7 @@ fn batch_of_one_and_batch_larger_than_the_pass() {
                 assert!(ids.iter().all(|id| want.binary_search(id).is_ok()));
             }
         } else {
-            check(&per_pass, &want, 2);
+            assert_exactly_once(&per_pass, &want, 2);
         }
     }
 }
@@ -145,7 +92,7 @@ fn no_shuffle_and_a_pool_larger_than_the_pass() {
     for pool in [0usize, 1_000_000] {
         let (b, want) = builder(&counts);
         let loader = b.shuffle(pool).batch(16).passes(2).build().unwrap();
-        check(&consume(loader, 1), &want, 2);
+        assert_exactly_once(&consume(loader, 1), &want, 2);
     }
 }
 

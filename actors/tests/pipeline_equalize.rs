@@ -7,9 +7,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{synth_registry, SynthFormat};
+use common::{ids, synth_loader, SynthFormat};
 use feedline::plan::{Equalize, ShardBy};
-use feedline_actors::Loader;
 
 /// Per pass: (batch sizes, ids) this rank got.
 type PerPass = BTreeMap<u64, (Vec<usize>, Vec<i64>)>;
@@ -22,12 +21,7 @@ fn rank_run(
     how: Equalize,
     drop_last: bool,
 ) -> (PerPass, (u64, u64)) {
-    let synth = SynthFormat::with_files(counts).build();
-    let specs = synth.specs();
-    let loader = Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
+    let loader = synth_loader(SynthFormat::with_files(counts).build())
         .shard(rank, world)
         .shard_by(ShardBy::File)
         .equalize(how)
@@ -44,7 +38,7 @@ fn rank_run(
         let d = d.unwrap();
         let e = out.entry(d.pass).or_default();
         e.0.push(d.batch.len());
-        e.1.extend(d.batch.i64("id").unwrap().iter().copied());
+        e.1.extend(ids(&d));
     }
     let s = stats.snapshot();
     (out, (s.equalize_dropped, s.equalize_padded))

@@ -2,10 +2,7 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{synth_registry, SynthFormat};
-use feedline_actors::Loader;
+use common::{all_ids, assert_exactly_once, ids, synth_loader, SynthFormat};
 
 fn run(
     counts: &[u64],
@@ -16,12 +13,7 @@ fn run(
     seed: u64,
     det: bool,
 ) -> Vec<(u64, u64, Vec<i64>)> {
-    let synth = SynthFormat::with_files(counts).build();
-    let specs = synth.specs();
-    let loader = Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
+    let loader = synth_loader(SynthFormat::with_files(counts).build())
         .readers(readers)
         .passes(passes)
         .batch(batch)
@@ -34,8 +26,7 @@ fn run(
     let mut out = Vec::new();
     for d in loader {
         let d = d.unwrap();
-        let ids = d.batch.i64("id").unwrap().iter().copied().collect();
-        out.push((d.pass, d.seq, ids));
+        out.push((d.pass, d.seq, ids(&d)));
     }
     out
 }
@@ -45,21 +36,11 @@ fn every_record_once_per_pass() {
     let counts = [50, 0, 33, 120, 1];
     for readers in [1, 2, 4] {
         let out = run(&counts, readers, 3, 16, 40, readers as u64, false);
-        let mut per_pass: HashMap<u64, Vec<i64>> = HashMap::new();
+        let mut per_pass = std::collections::BTreeMap::new();
         for (p, _, ids) in &out {
-            per_pass.entry(*p).or_default().extend(ids);
+            per_pass.entry(*p).or_insert_with(Vec::new).extend(ids);
         }
-        assert_eq!(per_pass.len(), 3);
-        for (_, mut ids) in per_pass {
-            ids.sort();
-            let mut want: Vec<i64> = counts
-                .iter()
-                .enumerate()
-                .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
-                .collect();
-            want.sort();
-            assert_eq!(ids, want);
-        }
+        assert_exactly_once(&per_pass, &all_ids(&counts, &[]), 3);
     }
 }
 

@@ -4,11 +4,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{synth_registry, SynthFormat};
+use common::{
+    all_ids, assert_exactly_once, consume_devices, per_pass, synth_loader, synth_registry, Seen,
+    SynthFormat,
+};
 use feedline_actors::{Delivered, Loader, LoaderBuilder, Pipeline, PipelineConfig, TrainStep};
 
 fn loader(
@@ -38,12 +40,7 @@ fn builder(
     seed: u64,
     rr: bool,
 ) -> LoaderBuilder {
-    let synth = SynthFormat::with_files(counts).build();
-    let specs = synth.specs();
-    Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
+    synth_loader(SynthFormat::with_files(counts).build())
         .readers(readers)
         .devices(devices)
         .passes(passes)
@@ -51,54 +48,13 @@ fn builder(
         .round_robin(rr)
 }
 
-type Seen = Vec<(usize, u64, u64, Vec<i64>)>; // device, pass, seq, ids
-
+/// Consume with a device iterator per device (device 1 the slower).
 fn consume(loader: Loader, devices: usize) -> Seen {
-    let handles: Vec<_> = (0..devices)
-        .map(|d| {
-            let it = loader.device_iter(d);
-            std::thread::spawn(move || {
-                let mut out = Vec::new();
-                for x in it {
-                    let x = x.unwrap();
-                    out.push((
-                        d,
-                        x.pass,
-                        x.seq,
-                        x.batch.i64("id").unwrap().iter().copied().collect(),
-                    ));
-                    if d == 1 {
-                        std::thread::sleep(Duration::from_micros(300)); // a slower device
-                    }
-                }
-                out
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for h in handles {
-        all.extend(h.join().unwrap());
-    }
-    drop(loader);
-    all
+    consume_devices(loader, devices, Some(1))
 }
 
 fn check_exactly_once(seen: &Seen, counts: &[u64], passes: u64) {
-    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
-    for (_, p, _, ids) in seen {
-        per_pass.entry(*p).or_default().extend(ids);
-    }
-    assert_eq!(per_pass.len() as u64, passes);
-    let mut want: Vec<i64> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
-        .collect();
-    want.sort();
-    for (p, mut ids) in per_pass {
-        ids.sort();
-        assert_eq!(ids, want, "pass {p}");
-    }
+    assert_exactly_once(&per_pass(seen), &all_ids(counts, &[]), passes);
 }
 
 #[test]

@@ -4,43 +4,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{synth_registry, Fault, SynthFormat};
-use feedline_actors::{ErrorPolicy, Loader, PipelineError};
-
-fn ids_per_pass(loader: Loader) -> (BTreeMap<u64, Vec<i64>>, Option<PipelineError>) {
-    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
-    for d in loader {
-        match d {
-            Ok(d) => per_pass
-                .entry(d.pass)
-                .or_default()
-                .extend(d.batch.i64("id").unwrap().iter().copied()),
-            Err(e) => return (per_pass, Some(e)),
-        }
-    }
-    (per_pass, None)
-}
-
-fn all_ids(counts: &[u64], except: &[i64]) -> Vec<i64> {
-    let mut v: Vec<i64> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
-        .filter(|id| !except.contains(id))
-        .collect();
-    v.sort();
-    v
-}
+use common::{all_ids, ids_per_pass, synth_loader, synth_registry, Fault, SynthFormat};
+use feedline_actors::{ErrorPolicy, Loader};
 
 fn builder(synth: SynthFormat, readers: usize, passes: u64) -> feedline_actors::LoaderBuilder {
-    let specs = synth.specs();
-    Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
+    synth_loader(synth)
         .readers(readers)
         .passes(passes)
         .batch(10)

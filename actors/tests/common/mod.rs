@@ -1,5 +1,8 @@
-//! Shared test helpers: a synthetic in-memory format with injectable faults,
-//! and exactly-once checks over batch provenance.
+//! The actor tests' one shared helper: a synthetic in-memory format with
+//! injectable faults (`SynthFormat`: record `i` of file `fN` has the id
+//! `N * 1_000_000 + i`, so every instance names its file and record), a
+//! loader builder over it, the consumers that collect what each device got,
+//! and the exactly-once checks over those ids.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -199,4 +202,118 @@ pub fn synth_registry(format: SynthFormat) -> feedline::format::Registry {
     let mut r = feedline::format::Registry::with_builtin();
     r.register(Arc::new(format));
     r
+}
+
+/// An instance as user code makes it, of the synthetic files' schema:
+/// `id`, and `x = [id; 4]`.
+pub fn sample(id: i64) -> feedline::format::generator::Sample {
+    feedline::format::generator::Sample::new()
+        .with("id", Values::I64(vec![id]), [])
+        .with("x", Values::F32(vec![id as f32; 4]), [4])
+}
+
+/// A loader builder that reads these synthetic files with their schema.
+pub fn synth_loader(synth: SynthFormat) -> feedline_actors::LoaderBuilder {
+    let specs = synth.specs();
+    feedline_actors::Loader::builder()
+        .registry(synth_registry(synth))
+        .files(specs)
+        .schema(SynthFormat::schema())
+}
+
+/// Every id of files with `counts` records, but `except`, sorted.
+pub fn all_ids(counts: &[u64], except: &[i64]) -> Vec<i64> {
+    let mut v: Vec<i64> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
+        .filter(|id| !except.contains(id))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The ids of a delivered batch, in its order.
+pub fn ids(d: &feedline_actors::Delivered) -> Vec<i64> {
+    d.batch.i64("id").unwrap().iter().copied().collect()
+}
+
+/// Iterate a loader: the ids of each pass (in delivery order), and the
+/// error that ended it, if any.
+pub fn ids_per_pass(
+    loader: feedline_actors::Loader,
+) -> (
+    BTreeMap<u64, Vec<i64>>,
+    Option<feedline_actors::PipelineError>,
+) {
+    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for d in loader {
+        match d {
+            Ok(d) => per_pass.entry(d.pass).or_default().extend(ids(&d)),
+            Err(e) => return (per_pass, Some(e)),
+        }
+    }
+    (per_pass, None)
+}
+
+/// What the devices got: (device, pass, seq, ids) of every batch.
+pub type Seen = Vec<(usize, u64, u64, Vec<i64>)>;
+
+/// Consume with `devices` device iterators, each on a thread of its own;
+/// device `slow` (if any) takes 300 µs per batch. Drops the loader after.
+pub fn consume_devices(
+    loader: feedline_actors::Loader,
+    devices: usize,
+    slow: Option<usize>,
+) -> Seen {
+    let handles: Vec<_> = (0..devices)
+        .map(|d| {
+            let it = loader.device_iter(d);
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for x in it {
+                    let x = x.unwrap();
+                    out.push((d, x.pass, x.seq, ids(&x)));
+                    if slow == Some(d) {
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.join().unwrap());
+    }
+    drop(loader);
+    all
+}
+
+/// The ids each pass delivered, sorted.
+pub fn per_pass(seen: &Seen) -> BTreeMap<u64, Vec<i64>> {
+    let mut per_pass: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for (_, p, _, ids) in seen {
+        per_pass.entry(*p).or_default().extend(ids);
+    }
+    for ids in per_pass.values_mut() {
+        ids.sort();
+    }
+    per_pass
+}
+
+/// Exactly `passes` passes, each delivering exactly the ids `want`
+/// (sorted): nothing lost, nothing twice.
+pub fn assert_exactly_once(per_pass: &BTreeMap<u64, Vec<i64>>, want: &[i64], passes: u64) {
+    assert_eq!(per_pass.len() as u64, passes, "passes delivered");
+    for (p, ids) in per_pass {
+        let mut ids = ids.clone();
+        ids.sort();
+        assert!(
+            ids.as_slice() == want,
+            "pass {p}: {} of {} ids, or repeats",
+            ids.len(),
+            want.len()
+        );
+    }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{synth_registry, Fault, SynthFormat};
+use common::{synth_loader, synth_registry, Fault, SynthFormat};
 use feedline_actors::{
     Delivered, FeedMode, Loader, Pipeline, PipelineConfig, PipelineError, TrainStep,
 };
@@ -44,12 +44,7 @@ fn threads_back_to(n: usize) -> bool {
 }
 
 fn big_loader(readers: usize) -> Loader {
-    let synth = SynthFormat::with_files(&[5000, 5000, 5000, 5000]).build();
-    let specs = synth.specs();
-    Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
+    synth_loader(SynthFormat::with_files(&[5000, 5000, 5000, 5000]).build())
         .readers(readers)
         .passes(3)
         .batch(32)
@@ -123,13 +118,7 @@ fn the_loader_drops_cleanly_after_an_error() {
     let synth = SynthFormat::with_files(&[100, 100])
         .fault("f1", 40, Fault::BadRecord)
         .build();
-    let specs = synth.specs();
-    let loader = Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
-        .build()
-        .unwrap();
+    let loader = synth_loader(synth).build().unwrap();
     let errors = loader.into_iter().filter(|r| r.is_err()).count();
     assert_eq!(errors, 1);
     assert!(threads_back_to(before));

@@ -7,24 +7,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{synth_registry, Fault, SynthFormat};
+use common::{all_ids, synth_loader, Fault, SynthFormat};
 use feedline_actors::{Loader, LoaderBuilder, PipelineError, StallPolicy};
 
 fn builder(synth: SynthFormat) -> LoaderBuilder {
-    let specs = synth.specs();
-    Loader::builder()
-        .registry(synth_registry(synth))
-        .files(specs)
-        .schema(SynthFormat::schema())
-        .batch(10)
-        .shuffle(30)
-        .chunk_records(8)
+    synth_loader(synth).batch(10).shuffle(30).chunk_records(8)
 }
 
 fn ids(loader: Loader) -> Result<Vec<i64>, PipelineError> {
     let mut v = Vec::new();
     for d in loader {
-        v.extend(d?.batch.i64("id").unwrap().iter().copied());
+        v.extend(common::ids(&d?));
     }
     v.sort();
     Ok(v)
@@ -35,14 +28,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
     for det in [false, true] {
         let counts = [60u64, 90, 40];
         let synth = SynthFormat::with_files(&counts)
-            .fault(
-                "f1",
-                35,
-                Fault::Hang {
-                    time: Duration::from_millis(2000),
-                    times: 1,
-                },
-            )
+            .fault("f1", 35, hang_once(2000))
             .build();
         let t0 = Instant::now();
         let loader = builder(synth)
@@ -53,12 +39,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
             .unwrap();
         let stats = loader.stats_handle();
         let got = ids(loader).unwrap();
-        let want: Vec<i64> = counts
-            .iter()
-            .enumerate()
-            .flat_map(|(f, &n)| (0..n as i64).map(move |i| f as i64 * 1_000_000 + i))
-            .collect();
-        assert_eq!(got, want, "deterministic {det}");
+        assert_eq!(got, all_ids(&counts, &[]), "deterministic {det}");
         let snap = stats.snapshot();
         // A heavily loaded machine may see another slow read as a stall too: still exactly once.
         assert!(snap.reader_stalls >= 1);
@@ -75,14 +56,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
 #[test]
 fn stall_policy_fail_names_the_file_and_record() {
     let synth = SynthFormat::with_files(&[50, 50])
-        .fault(
-            "f0",
-            20,
-            Fault::Hang {
-                time: Duration::from_millis(1500),
-                times: 1,
-            },
-        )
+        .fault("f0", 20, hang_once(1500))
         .build();
     let loader = builder(synth)
         .readers(1)
@@ -99,23 +73,39 @@ fn stall_policy_fail_names_the_file_and_record() {
     );
 }
 
-#[test]
-fn a_pop_timeout_says_which_stage_is_stuck() {
+/// Blocks the first reader that gets to its record for `ms` milliseconds.
+fn hang_once(ms: u64) -> Fault {
+    Fault::Hang {
+        time: Duration::from_millis(ms),
+        times: 1,
+    }
+}
+
+/// One reader of one file of 40 records that hangs 700 ms at `record`;
+/// no watchdog.
+fn hanging_at(record: u64) -> Loader {
     let synth = SynthFormat::with_files(&[40])
-        .fault(
-            "f0",
-            0,
-            Fault::Hang {
-                time: Duration::from_millis(700),
-                times: 1,
-            },
-        )
+        .fault("f0", record, hang_once(700))
         .build();
-    let mut loader = builder(synth)
+    builder(synth)
         .readers(1)
         .stall_timeout(None)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Nothing was lost: the rest of the pass arrives after the hang.
+fn assert_the_rest_arrives(mut loader: Loader) {
+    let mut n = 0;
+    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
+        n += d.unwrap().batch.len();
+    }
+    assert_eq!(n, 40);
+}
+
+#[test]
+fn a_pop_timeout_says_which_stage_is_stuck() {
+    let mut loader = hanging_at(0);
     let err = loader
         .next_timeout(Duration::from_millis(150))
         .expect("an item")
@@ -127,10 +117,28 @@ fn a_pop_timeout_says_which_stage_is_stuck() {
         msg.contains("reader 0 has been reading synth:f0 at record 0 for"),
         "{msg}"
     );
-    // Nothing was lost: the rest of the pass arrives after the hang.
-    let mut n = 0;
-    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
-        n += d.unwrap().batch.len();
+    assert_the_rest_arrives(loader);
+}
+
+#[test]
+fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
+    // Chunks of 8: records 0..16 arrive, then the reader hangs at record 20
+    // and the pool (30) has not started drawing.
+    let mut loader = hanging_at(20);
+    let stats = loader.stats_handle();
+    let t0 = Instant::now();
+    while stats.snapshot().shuffle_batch.records < 16 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no chunk came");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(n, 40);
+    let err = loader
+        .next_timeout(Duration::from_millis(50))
+        .expect("an item")
+        .expect_err("times out");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the shuffle stage last received a chunk"),
+        "{msg}"
+    );
+    assert_the_rest_arrives(loader);
 }

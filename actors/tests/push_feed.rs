@@ -3,34 +3,21 @@
 //! shapes are refused at push time; a producer blocked on a full pipeline is
 //! released by a consumer, by `close`, or by dropping the loader.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use common::{ids, sample, SynthFormat};
 use feedline::format::generator::{append_sample, Sample};
 use feedline::{collate_chunks, Batch, Chunk, DType, Origin, Schema, SourceId, Values};
 use feedline_actors::{
     FeedHandle, Loader, LoaderBuilder, Pipeline, PipelineConfig, Pop, Popped, PushBatch, PushError,
     PushSample,
 };
-
-fn schema() -> Schema {
-    Schema::builder()
-        .field("id", DType::I64, [])
-        .field("x", DType::F32, [4])
-        .build()
-        .unwrap()
-}
-
-fn sample(id: i64) -> Sample {
-    Sample::new().with("id", Values::I64(vec![id]), []).with(
-        "x",
-        Values::F32(vec![id as f32; 4]),
-        [4],
-    )
-}
 
 /// A ready-made batch of `ids`, collated under `schema`.
 fn batch_of(schema: &Schema, ids: impl IntoIterator<Item = i64>) -> Batch {
@@ -51,14 +38,10 @@ fn batch_of(schema: &Schema, ids: impl IntoIterator<Item = i64>) -> Batch {
     collate_chunks(schema, [&chunk]).unwrap()
 }
 
-fn ids(d: &feedline_actors::Delivered) -> Vec<i64> {
-    d.batch.i64("id").unwrap().iter().copied().collect()
-}
-
 /// A pipeline that is full after a handful of pushes.
 fn tight() -> LoaderBuilder {
     Loader::builder()
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .capacity(1)
         .batch(1)
         .shuffle(0)
@@ -121,7 +104,7 @@ fn passes(progress: &AtomicU64, n: u64) -> bool {
 fn every_pushed_instance_and_batch_reaches_exactly_one_device_once() {
     for round_robin in [false, true] {
         let (loader, feed) = Loader::builder()
-            .schema(schema())
+            .schema(SynthFormat::schema())
             .devices(4)
             .round_robin(round_robin)
             .capacity(2)
@@ -141,7 +124,7 @@ fn every_pushed_instance_and_batch_reaches_exactly_one_device_once() {
         }
         {
             let feed = feed.clone();
-            let s = schema();
+            let s = SynthFormat::schema();
             producers.push(std::thread::spawn(move || {
                 for b in 0..20i64 {
                     let base = 9000 + b * 5;
@@ -207,7 +190,7 @@ fn every_pushed_instance_and_batch_reaches_exactly_one_device_once() {
 #[test]
 fn a_shape_mismatch_is_refused_naming_field_expected_and_actual() {
     let (mut loader, feed) = Loader::builder()
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .batch(4)
         .shuffle(0)
         .build_with_feed()
@@ -294,7 +277,8 @@ fn a_shape_mismatch_is_refused_naming_field_expected_and_actual() {
     for i in 100..106 {
         feed.push(sample(i)).unwrap();
     }
-    feed.push_batch(batch_of(&schema(), 200..202)).unwrap();
+    feed.push_batch(batch_of(&SynthFormat::schema(), 200..202))
+        .unwrap();
     assert_eq!(feed.stats().refused, 8);
     drop(feed);
     let mut got: Vec<i64> = loader.iter().flat_map(|b| ids(&b.unwrap())).collect();
@@ -338,7 +322,7 @@ fn a_blocked_producer_is_released_by_close() {
     assert!(feed.is_closed());
     assert!(matches!(feed.push(sample(99)), Err(PushError::Closed(_))));
     assert!(matches!(
-        feed.try_push_batch(batch_of(&schema(), 0..1)),
+        feed.try_push_batch(batch_of(&SynthFormat::schema(), 0..1)),
         Err(PushError::Closed(_))
     ));
     // Everything accepted before the close, then the end of data.
@@ -352,7 +336,7 @@ fn a_blocked_producer_is_released_by_dropping_the_loader() {
     let progress = Arc::new(AtomicU64::new(0));
     let t = producer(feed.clone(), 40, progress.clone());
     let batch_feed = feed.clone();
-    let s = schema();
+    let s = SynthFormat::schema();
     let batch_pusher = std::thread::spawn(move || {
         // Also held back, waiting for a credit.
         batch_feed.push_batch(batch_of(&s, 500..502))
@@ -411,11 +395,14 @@ fn try_push_and_push_timeout_do_not_block() {
     let waited = t1.elapsed();
     assert!(waited >= Duration::from_millis(80) && waited < Duration::from_secs(2));
     assert!(matches!(
-        feed.try_push_batch(batch_of(&schema(), 0..1)),
+        feed.try_push_batch(batch_of(&SynthFormat::schema(), 0..1)),
         Err(PushError::Full(_))
     ));
     assert!(matches!(
-        feed.push_batch_timeout(batch_of(&schema(), 0..1), Duration::from_millis(20)),
+        feed.push_batch_timeout(
+            batch_of(&SynthFormat::schema(), 0..1),
+            Duration::from_millis(20)
+        ),
         Err(PushError::Timeout(..))
     ));
     assert!(feed.stats().blocked >= Duration::from_millis(80));
@@ -427,7 +414,7 @@ fn try_push_and_push_timeout_do_not_block() {
 #[test]
 fn dropping_every_handle_ends_the_stream_and_push_mode_is_checked() {
     let (mut loader, feed) = Loader::builder()
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .batch(3)
         .build_with_feed()
         .unwrap();
@@ -443,13 +430,13 @@ fn dropping_every_handle_ends_the_stream_and_push_mode_is_checked() {
     let e = Loader::builder().batch(3).build_with_feed().unwrap_err();
     assert!(e.to_string().contains("push mode needs a schema"), "{e}");
     let e = Loader::builder()
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .files(["a.jsonl"])
         .build_with_feed()
         .unwrap_err();
     assert!(e.to_string().contains("push mode reads no files"), "{e}");
     let e = Loader::builder()
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .push_source("p")
         .build()
         .unwrap_err();
@@ -460,7 +447,7 @@ fn dropping_every_handle_ends_the_stream_and_push_mode_is_checked() {
 fn one_producer_in_deterministic_mode_gives_the_same_batches() {
     let run = || {
         let (loader, feed) = Loader::builder()
-            .schema(schema())
+            .schema(SynthFormat::schema())
             .batch(7)
             .shuffle(40)
             .chunk_records(9)
@@ -494,7 +481,7 @@ fn actors_push_through_the_recipient_answered_when_there_is_room() {
     let sys = System::new();
     let (got, mut pipeline) = sys.block_on(async {
         let config = PipelineConfig {
-            schema: Some(schema()),
+            schema: Some(SynthFormat::schema()),
             push: Some("actors".into()),
             capacity: 1,
             batch: feedline::batcher::BatchPolicy::Fixed(4),
@@ -521,7 +508,7 @@ fn actors_push_through_the_recipient_answered_when_there_is_room() {
                 samples.send(PushSample(sample(i))).await.unwrap().unwrap();
             }
             batches
-                .send(PushBatch(batch_of(&schema(), 1000..1004)))
+                .send(PushBatch(batch_of(&SynthFormat::schema(), 1000..1004)))
                 .await
                 .unwrap()
                 .unwrap();

@@ -3,31 +3,18 @@
 //! every pass, sharded, and located as `gen:NAME: record i`; they mix with
 //! files; bad items follow the error policy.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use common::{sample, SynthFormat};
 use feedline::format::generator::{GeneratorFormat, GeneratorSource, Sample};
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::ShardBy;
-use feedline::{DType, Schema, Values};
+use feedline::Values;
 use feedline_actors::{ErrorPolicy, Loader, LoaderBuilder};
-
-fn schema() -> Schema {
-    Schema::builder()
-        .field("id", DType::I64, [])
-        .field("x", DType::F32, [4])
-        .build()
-        .unwrap()
-}
-
-fn sample(id: i64) -> Sample {
-    Sample::new().with("id", Values::I64(vec![id]), []).with(
-        "x",
-        Values::F32(vec![id as f32; 4]),
-        [4],
-    )
-}
 
 /// `ids(base, n)` as a creator: samples `base .. base + n`.
 fn ids(base: i64, n: i64) -> impl Fn() -> std::vec::IntoIter<Sample> + Send + Sync + 'static {
@@ -76,7 +63,7 @@ fn every_generated_instance_once_per_pass_with_its_provenance() {
             (0..500).map(sample)
         })
         .generator("b", ids(10_000, 77))
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .readers(2)
         .passes(3)
         .batch(16)
@@ -125,7 +112,7 @@ fn generators_and_files_mix_in_one_pipeline() {
     let out = run(Loader::builder()
         .files([path.to_str().unwrap()])
         .generator("g", ids(0, 100))
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .readers(2)
         .passes(2)
         .batch(8)
@@ -154,7 +141,7 @@ fn seed_shuffle_and_determinism_as_for_files() {
                 (0..200).map(move |i| sample(k as i64 * 1000 + i))
             })
             .generator("t", ids(5000, 150))
-            .schema(schema())
+            .schema(SynthFormat::schema())
             .readers(readers)
             .passes(2)
             .batch(10)
@@ -202,7 +189,7 @@ fn generators_shard_by_record_and_by_shard() {
     let by_record = ranks(&|_| {
         Loader::builder()
             .generator("one", ids(0, 101))
-            .schema(schema())
+            .schema(SynthFormat::schema())
             .batch(7)
             .shuffle(20)
     });
@@ -218,7 +205,7 @@ fn generators_shard_by_record_and_by_shard() {
             .generator_shards("sh", 4, |k| {
                 (0..25).map(move |i| sample(k as i64 * 100 + i))
             })
-            .schema(schema())
+            .schema(SynthFormat::schema())
             .shard_by(ShardBy::File)
             .batch(7)
             .shuffle(20)
@@ -277,7 +264,7 @@ fn with_bad_item(policy: ErrorPolicy) -> Loader {
                 }
             })
         })
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .error_policy(policy)
         .batch(5)
         .shuffle(0)
@@ -337,7 +324,7 @@ fn a_sample_of_the_wrong_shape_names_field_expected_and_actual() {
                     .with("x", Values::F32(x), [n])
             })
         })
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .batch(2)
         .shuffle(0)
         .build()
@@ -367,7 +354,7 @@ fn a_reader_that_panics_resumes_the_generator_exactly() {
                 sample(i)
             })
         })
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .chunk_records(10)
         .batch(16)
         .shuffle(40));
@@ -417,14 +404,14 @@ fn unknown_and_invalid_generator_names_are_clear_errors() {
 
     let e = Loader::builder()
         .generator("x y*", ids(0, 3))
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("not allowed"), "{e}");
     let e = Loader::builder()
         .generator("g", ids(0, 3))
         .format(Some("jsonl".into()))
-        .schema(schema())
+        .schema(SynthFormat::schema())
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("FORMAT: prefix"), "{e}");

@@ -1,0 +1,244 @@
+//! [`LoaderBuilder`]: every setting of a [`Loader`], with
+//! defaults, and the generator and push sources.
+
+use std::sync::Arc;
+
+use feedline::batcher::BatchPolicy;
+use feedline::feed_queue::FeedMode;
+use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
+use feedline::format::{OpenOptions, Registry};
+use feedline::plan::{Equalize, Shard, ShardBy};
+use feedline::Schema;
+
+use super::Loader;
+use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
+use crate::error::PipelineError;
+use crate::push::FeedHandle;
+
+/// Builds a [`Loader`]. Every setting has a default but the files.
+#[derive(Clone, Debug, Default)]
+pub struct LoaderBuilder {
+    config: PipelineConfig,
+    generators: Vec<GeneratorSource>,
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta] $name:ident: $t:ty => $field:ident;)*) => {$(
+        #[$doc]
+        pub fn $name(mut self, v: $t) -> Self {
+            self.config.$field = v;
+            self
+        }
+    )*};
+}
+
+impl LoaderBuilder {
+    /// Input files: paths, glob patterns, list files (`@train.list`);
+    /// a `FORMAT:` prefix picks a file's format.
+    pub fn files<I, S>(mut self, files: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.files.extend(files.into_iter().map(Into::into));
+        self
+    }
+
+    /// Add a file set with its own readers, mixed with the other sets by
+    /// weight (instead of [`files`](Self::files) and [`readers`](Self::readers);
+    /// see [`FileSet`]).
+    ///
+    /// ```no_run
+    /// use feedline_actors::{FileSet, Loader};
+    /// let loader = Loader::builder()
+    ///     .file_set(FileSet::new("train", ["data/train-*.tfrecord"]).readers(2).weight(4.0))
+    ///     .file_set(FileSet::new("web", ["s3-mirror/web-*.tfrecord"]).readers(8).weight(1.0))
+    ///     .batch(256)
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn file_set(mut self, set: FileSet) -> Self {
+        self.config.sets.push(set);
+        self
+    }
+
+    /// The schema (default: inferred from the first file).
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.config.schema = Some(schema);
+        self
+    }
+
+    /// Fixed batch size.
+    pub fn batch(mut self, n: usize) -> Self {
+        self.config.batch = BatchPolicy::Fixed(n);
+        self
+    }
+
+    /// Shard for data-parallel rank `rank` of `world_size`.
+    pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
+        self.config.shard = Shard { rank, world_size };
+        self
+    }
+
+    /// Batch `k` to device `k mod D` (true) or a shared queue (false, default).
+    pub fn round_robin(mut self, yes: bool) -> Self {
+        self.config.feed = if yes {
+            FeedMode::RoundRobin
+        } else {
+            FeedMode::Shared
+        };
+        self
+    }
+
+    setter! {
+        /// A format for every file.
+        format: Option<String> => format;
+        /// How files are opened (compression, checksums, record size cap; the default: `PipelineConfig::open`).
+        open_options: OpenOptions => open;
+        /// The formats known (add your own).
+        registry: Registry => registry;
+        /// Prefetch readers (default 2).
+        readers: usize => readers;
+        /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
+        shuffle: usize => shuffle;
+        /// Instances held before draws start (default: the pool size).
+        min_pool: Option<usize> => min_pool;
+        /// Byte bound of the shuffle pool (default 256 MiB).
+        shuffle_bytes: usize => shuffle_bytes;
+        /// Batching by a cost budget, or fixed.
+        batch_policy: BatchPolicy => batch;
+        /// Drop each pass's last partial batch.
+        drop_last: bool => drop_last;
+        /// Passes (default 1).
+        passes: u64 => passes;
+        /// Seed (default 0).
+        seed: u64 => seed;
+        /// Reshuffle file order each pass (default true).
+        shuffle_files: bool => shuffle_files;
+        /// Identical batches across runs, reader counts and timings.
+        deterministic: bool => deterministic;
+        /// Devices (default 1).
+        devices: usize => devices;
+        /// Feed-queue capacity in batches (default 4).
+        capacity: usize => capacity;
+        /// Bad-record policy (default: fail).
+        error_policy: ErrorPolicy => error_policy;
+        /// Shard by file or by record.
+        shard_by: ShardBy => shard_by;
+        /// Same batch count on every rank: drop or pad (default off).
+        equalize: Equalize => equalize;
+        /// Instances per chunk (default 1024).
+        chunk_records: usize => chunk_records;
+        /// Payload bytes per chunk (default 1 MiB).
+        chunk_bytes: usize => chunk_bytes;
+        /// Unacknowledged chunks per reader (default 2).
+        chunks_in_flight: usize => chunks_in_flight;
+        /// Out-of-order bytes held in deterministic mode (default 64 MiB).
+        reorder_window: usize => reorder_window;
+        /// A reader inside one open/read longer than this is stuck (default 60 s; `None`: never).
+        stall_timeout: Option<std::time::Duration> => stall_timeout;
+        /// What to do with a stuck reader (default: retry its file on a fresh reader).
+        on_stall: StallPolicy => on_stall;
+        /// Readers that may fail on one file before the pass fails (default 3).
+        max_attempts: u32 => max_attempts;
+    }
+
+    /// Replace every setting.
+    pub fn config(mut self, config: PipelineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The settings so far.
+    pub fn settings(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Start the pipeline on threads of its own.
+    pub fn build(self) -> Result<Loader, PipelineError> {
+        if self.config.push.is_some() {
+            return Err(PipelineError::Config(
+                "push mode: build it with build_with_feed() to get the FeedHandle".into(),
+            ));
+        }
+        Loader::start(self.finish()?)
+    }
+
+    /// A generator source (Paddle's reader creator): `creator` returns a
+    /// fresh iterator of instances ([`Sample`](feedline::format::generator::Sample)s,
+    /// or `Result`s of them: an `Err` is a bad record) at the start of every
+    /// pass. It is read like a file — the input `gen:NAME` among
+    /// [`files`](Self::files) — by one reader at a time, shuffled, batched,
+    /// sharded by record when there are fewer inputs than ranks, and its
+    /// instances are located as `gen:NAME: record i`. Without a schema the
+    /// creator is also called once to infer one. A creator should yield the
+    /// same sequence on every call: a reader that resumes the source after a
+    /// failure skips the items already delivered.
+    pub fn generator<F, I>(mut self, name: impl Into<String>, creator: F) -> Self
+    where
+        F: Fn() -> I + Send + Sync + 'static,
+        I: IntoIterator,
+        I::IntoIter: Send + 'static,
+        I::Item: IntoSample + 'static,
+    {
+        let source = GeneratorSource::new(name, creator);
+        self.config.files.push(source.spec());
+        self.generators.push(source);
+        self
+    }
+
+    /// `shards` generator sources `NAME/0` … `NAME/{shards-1}`, shard `k`
+    /// made by `creator(k)`: several readers generate in parallel, and ranks
+    /// can shard them by file like files.
+    pub fn generator_shards<F, I>(mut self, name: &str, shards: usize, creator: F) -> Self
+    where
+        F: Fn(usize) -> I + Send + Sync + 'static,
+        I: IntoIterator,
+        I::IntoIter: Send + 'static,
+        I::Item: IntoSample + 'static,
+    {
+        let creator = Arc::new(creator);
+        for k in 0..shards {
+            let c = creator.clone();
+            self = self.generator(format!("{name}/{k}"), move || c(k));
+        }
+        self
+    }
+
+    /// Push mode with this source name (default `"push"`); see
+    /// [`build_with_feed`](Self::build_with_feed).
+    pub fn push_source(mut self, name: impl Into<String>) -> Self {
+        self.config.push = Some(name.into());
+        self
+    }
+
+    /// Start a push-mode pipeline: it reads no files; its data is what is
+    /// pushed through the returned [`FeedHandle`] until the stream is closed.
+    /// It needs a [`schema`](Self::schema).
+    pub fn build_with_feed(mut self) -> Result<(Loader, FeedHandle), PipelineError> {
+        self.config.push.get_or_insert_with(|| "push".to_string());
+        let (loader, feed) = Loader::start_full(self.finish()?)?;
+        let feed = feed.ok_or_else(|| PipelineError::Config("no push source started".into()))?;
+        Ok((loader, feed))
+    }
+
+    /// The settings with the generator sources registered.
+    fn finish(self) -> Result<PipelineConfig, PipelineError> {
+        let mut config = self.config;
+        if self.generators.is_empty() {
+            return Ok(config);
+        }
+        if let Some(f) = &config.format {
+            return Err(PipelineError::Config(format!(
+                "format `{f}` is set for every input, generator sources included: \
+                 give the files a FORMAT: prefix instead"
+            )));
+        }
+        let mut gens = GeneratorFormat::new();
+        for g in self.generators {
+            gens.add(g)?;
+        }
+        gens.register(&mut config.registry);
+        Ok(config)
+    }
+}

@@ -1,0 +1,239 @@
+//! The one place that wires a pipeline (as vector's `topology/builder.rs`):
+//! it creates the feed queue, the task queues and the recorders, starts
+//! every actor, and hands each the `Recipient`s of the messages it sends —
+//! no stage knows another stage's type. Reader restarts go through a factory
+//! built here, so the supervisor replaces a reader without knowing how one
+//! is made.
+//!
+//! ```text
+//!                 ┌─────────── Requeue ───────────┐
+//!                 ▼                               │
+//!  FileQueue ─(TaskQueues)─▶ PrefetchReader×N ─ChunkMsg─▶ ShuffleBatch ─(BatchQueue)─▶ Trainer×D / Loader / Pop
+//!      │   ◀─ReaderIdle, FileDone─┘  │ FileFailed              │ PassFlushed, PipelineFailed       │ TrainerDone
+//!      └──────PassEvent──────────────┼────────────────────────▶│                                    │
+//!                                    └──────────────▶ Supervisor ◀─────────────────────────────────┘
+//! ```
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::channel::oneshot;
+
+use super::prepare::{prepare, Prepared};
+use crate::arbiters::Arbiters;
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+use crate::feed_queue::FeedQueueActor;
+use crate::file_queue::{FileQueue, SetQueue};
+use crate::messages::{BatchQueue, StartPasses};
+use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
+use crate::push::{FeedHandle, PushLinks};
+use crate::recorder::Recorders;
+use crate::shuffle_batch::{ShuffleBatch, ShuffleLinks};
+use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
+use crate::task_queue::TaskQueues;
+use crate::trainer::{TrainStep, Trainer};
+use crate::watch::ReaderWatch;
+use feedline::Schema;
+
+/// A started pipeline: what its handles ([`Pipeline`](crate::Pipeline),
+/// [`Loader`](crate::Loader)) hold.
+pub(crate) struct Running {
+    /// The feed queue's actor (it lives while this is held).
+    pub feed: Recipient<crate::messages::Pop>,
+    /// Stops the pipeline (the supervisor).
+    pub stop: Recipient<crate::messages::Shutdown>,
+    /// The feed queue.
+    pub queue: BatchQueue,
+    /// The statistics' write side (device clocks for the loader's iterators).
+    pub recorders: Recorders,
+    /// The settings, inputs expanded.
+    pub config: Arc<PipelineConfig>,
+    /// The schema of the batches.
+    pub schema: Schema,
+    /// Every thread the pipeline started.
+    pub arbiters: Arbiters,
+    /// Resolves with how the pipeline ended.
+    pub done: Option<oneshot::Receiver<Result<(), PipelineError>>>,
+    /// Push mode: the handle that feeds it.
+    pub push: Option<FeedHandle>,
+}
+
+/// Start a pipeline in the current actix `System`: one [`Trainer`] per step
+/// (`config.devices` becomes their number). `account_in_queue`: the feed
+/// queue's actor runs the devices' clocks (consumers that pop with `Pop`).
+pub(crate) fn build<S: TrainStep>(
+    mut config: PipelineConfig,
+    steps: Vec<S>,
+    account_in_queue: bool,
+) -> Result<Running, PipelineError> {
+    if !steps.is_empty() {
+        config.devices = steps.len();
+    }
+    let Prepared {
+        config,
+        schema,
+        plans,
+        batcher,
+        equalize,
+    } = prepare(config)?;
+    let config = Arc::new(config);
+    let arbiters = Arbiters::default();
+    let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
+    let recorders = Recorders::new(config.devices, config.readers, queue.gauge());
+    let (done_tx, done_rx) = oneshot::channel();
+
+    // The supervisor's address first: every stage reports to it.
+    let supervisor_ctx = Context::<Supervisor>::new();
+    let supervisor = supervisor_ctx.address();
+
+    let clocks =
+        account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
+    let feed = FeedQueueActor::start(queue.clone(), clocks);
+
+    let shuffle = {
+        let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
+        let links = ShuffleLinks {
+            flushed: supervisor.clone().recipient(),
+            failed: supervisor.clone().recipient(),
+        };
+        let recorder = recorders.shuffle();
+        ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
+            ShuffleBatch::new(config, schema, batcher, queue, links, recorder)
+        })
+    };
+
+    let queues: Vec<Arc<TaskQueues>> = plans.iter().map(|_| Arc::default()).collect();
+    // Each reader's file set: the sets' readers one after the other.
+    let reader_set: Vec<usize> = if config.sets.is_empty() {
+        vec![0; config.readers]
+    } else {
+        (config.sets.iter().enumerate())
+            .flat_map(|(i, s)| std::iter::repeat_n(i, s.readers))
+            .collect()
+    };
+    let sets = (plans.into_iter().zip(&queues))
+        .map(|(p, q)| SetQueue::new(p, q.clone()))
+        .collect();
+    let file_queue = FileQueue::new(
+        sets,
+        reader_set.clone(),
+        config.passes,
+        shuffle.clone().recipient(),
+        equalize,
+    )
+    .start();
+
+    let reader_links = ReaderLinks {
+        chunks: shuffle.clone().recipient(),
+        idle: file_queue.clone().recipient(),
+        done: file_queue.clone().recipient(),
+        failed: supervisor.clone().recipient(),
+    };
+    let start_reader = reader_factory(
+        &config,
+        &schema,
+        queues,
+        reader_set,
+        reader_links,
+        &recorders,
+        &arbiters,
+    );
+    let links = SupervisorLinks {
+        requeue: file_queue.clone().recipient(),
+        producers: vec![file_queue.clone().recipient(), shuffle.clone().recipient()],
+        queue: queue.clone(),
+        feed: feed.clone().recipient(),
+    };
+    supervisor_ctx.run(Supervisor::new(
+        config.clone(),
+        recorders.supervisor(),
+        recorders.stats(),
+        links,
+        config.readers,
+        start_reader,
+        steps.len(),
+        done_tx,
+    ));
+
+    for (device, step) in steps.into_iter().enumerate() {
+        let (queue, done) = (queue.clone(), supervisor.clone().recipient());
+        let clock = recorders.device(device);
+        Trainer::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
+            Trainer::new(device, step, queue, done, clock)
+        });
+    }
+
+    let push = match &config.push {
+        Some(name) => {
+            let links = PushLinks {
+                chunks: shuffle.clone().recipient(),
+                batches: shuffle.clone().recipient(),
+                pass: shuffle.clone().recipient(),
+            };
+            Some(FeedHandle::start(
+                name,
+                &config,
+                &schema,
+                links,
+                recorders.reader(),
+            ))
+        }
+        None => {
+            file_queue.do_send(StartPasses);
+            None
+        }
+    };
+    Ok(Running {
+        feed: feed.recipient(),
+        stop: supervisor.recipient(),
+        queue,
+        recorders,
+        config,
+        schema,
+        arbiters,
+        done: Some(done_rx),
+        push,
+    })
+}
+
+/// Starts reader `id`'s incarnations: on the reader's own arbiter, or on a
+/// fresh one when the last incarnation is stuck in its thread.
+fn reader_factory(
+    config: &Arc<PipelineConfig>,
+    schema: &Schema,
+    queues: Vec<Arc<TaskQueues>>,
+    reader_set: Vec<usize>,
+    links: ReaderLinks,
+    recorders: &Recorders,
+    arbiters: &Arbiters,
+) -> ReaderFactory {
+    let (config, schema) = (config.clone(), schema.clone());
+    let (recorders, arbiters) = (recorders.clone(), arbiters.clone());
+    let mut threads: Vec<Option<ArbiterHandle>> = vec![None; reader_set.len()];
+    Box::new(move |id, thread| {
+        let arbiter = match (thread, &threads[id]) {
+            (ReaderThread::Same, Some(h)) => h.clone(),
+            _ => {
+                let h = arbiters.new_arbiter();
+                threads[id] = Some(h.clone());
+                h
+            }
+        };
+        let watch = Arc::new(ReaderWatch::default());
+        recorders.watch_reader(id, watch.clone());
+        let (config, schema, links) = (config.clone(), schema.clone(), links.clone());
+        let (queues, recorder, w) = (
+            queues[reader_set[id]].clone(),
+            recorders.reader(),
+            watch.clone(),
+        );
+        let reader = PrefetchReader::start_in_arbiter(&arbiter, move |_| {
+            PrefetchReader::new(id, config, schema, queues, links, recorder, w)
+        });
+        ReaderHandle {
+            stop: reader.recipient(),
+            watch,
+        }
+    })
+}

@@ -1,0 +1,249 @@
+//! Settling a pipeline's settings before anything starts: every setting
+//! checked, the inputs expanded (globs, list files, file sets), the schema
+//! given or inferred, one pass plan per file set, and — to equalize ranks —
+//! the records of every file counted.
+
+use feedline::batcher::{BatchPolicy, Batcher};
+use feedline::plan::{expand_inputs, Equalize, PassPlan};
+use feedline::Schema;
+
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+use crate::file_queue::EqualizeRanks;
+
+/// What a pipeline starts from.
+pub(crate) struct Prepared {
+    /// The settings, inputs expanded.
+    pub config: PipelineConfig,
+    /// The schema of the batches.
+    pub schema: Schema,
+    /// One pass plan per file set (one, of `files`, without sets).
+    pub plans: Vec<PassPlan>,
+    /// The batcher of the settings.
+    pub batcher: Batcher,
+    /// Equalizing ranks: every file's records.
+    pub equalize: Option<EqualizeRanks>,
+}
+
+/// Check and settle `config`; count records if ranks are equalized.
+pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError> {
+    let (config, schema, plans) = settle(config)?;
+    let equalize = match (config.equalize, &config.batch) {
+        (Equalize::Off, _) => None,
+        (how, BatchPolicy::Fixed(n)) => {
+            let t0 = std::time::Instant::now();
+            let counts = count_records(&config)?;
+            log::info!(
+                "counted the records of {} files in {:?} to equalize ranks",
+                counts.len(),
+                t0.elapsed()
+            );
+            Some(EqualizeRanks {
+                counts,
+                batch: *n,
+                drop_last: config.drop_last,
+                how,
+            })
+        }
+        _ => {
+            return Err(PipelineError::Config(
+                "equalizing ranks needs a fixed batch size".into(),
+            ))
+        }
+    };
+    let batcher = Batcher::new(config.batch.clone(), config.drop_last)?;
+    Ok(Prepared {
+        config,
+        schema,
+        plans,
+        batcher,
+        equalize,
+    })
+}
+
+/// Check the settings, expand the inputs and settle the schema. One pass
+/// plan per file set (one set, of `files`, when no sets are given).
+fn settle(
+    mut config: PipelineConfig,
+) -> Result<(PipelineConfig, Schema, Vec<PassPlan>), PipelineError> {
+    let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
+    if config.readers == 0 && config.sets.is_empty() {
+        return bad("readers must be at least 1");
+    }
+    if config.devices == 0 {
+        return bad("devices must be at least 1");
+    }
+    if config.capacity == 0 {
+        return bad("capacity must be at least 1");
+    }
+    if config.chunk_records == 0 || config.chunks_in_flight == 0 {
+        return bad("chunk_records and chunks_in_flight must be at least 1");
+    }
+    if let BatchPolicy::Fixed(0) = config.batch {
+        return bad("batch size must be at least 1");
+    }
+    if config.push.is_some() {
+        if !config.sets.is_empty() {
+            return bad("push mode reads no file sets");
+        }
+        let (config, schema, plan) = prepare_push(config)?;
+        return Ok((config, schema, vec![plan]));
+    }
+    if !config.sets.is_empty() {
+        expand_sets(&mut config)?;
+    } else {
+        if config.files.is_empty() {
+            return bad("no input files");
+        }
+        config.files = expand_inputs(&config.files)?;
+        if config.files.is_empty() {
+            return bad("the inputs name no files");
+        }
+    }
+    let schema = match &config.schema {
+        Some(s) => s.clone(),
+        None => infer_schema(&config)?,
+    };
+    let plan = |files: Vec<String>, seed: u64| {
+        PassPlan::new(files)
+            .seed(seed)
+            .shuffle_files(config.shuffle_files)
+            .shard(config.shard)
+            .shard_by(config.shard_by)
+    };
+    let plans: Vec<PassPlan> = if config.sets.is_empty() {
+        vec![plan(config.files.clone(), config.seed)]
+    } else {
+        // Set 0 uses the seed itself; the others get seeds of their own.
+        (config.sets.iter().enumerate())
+            .map(|(i, s)| plan(s.files.clone(), set_seed(config.seed, i)))
+            .collect()
+    };
+    if config.passes > 0 && plans.iter().all(|p| p.tasks(0).is_empty()) {
+        return Err(PipelineError::Config(format!(
+            "a pass has no files: {} files for rank {} of {}",
+            config.files.len(),
+            config.shard.rank,
+            config.shard.world_size
+        )));
+    }
+    Ok((config, schema, plans))
+}
+
+/// The plan seed of file set `i` (set 0: the seed itself).
+fn set_seed(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Check and expand the file sets; `files` and `readers` become all of them.
+fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
+    let bad = |m: String| Err(PipelineError::Config(m));
+    if !config.files.is_empty() {
+        return bad(format!(
+            "give files or file sets, not both ({} files and {} sets)",
+            config.files.len(),
+            config.sets.len()
+        ));
+    }
+    if config.equalize != Equalize::Off {
+        return bad("equalizing ranks is not supported with file sets".into());
+    }
+    let mut names = std::collections::HashSet::new();
+    for set in &mut config.sets {
+        if !names.insert(set.name.clone()) {
+            return bad(format!("two file sets are named {:?}", set.name));
+        }
+        if set.readers == 0 {
+            return bad(format!(
+                "file set {:?}: readers must be at least 1",
+                set.name
+            ));
+        }
+        if !(set.weight.is_finite() && set.weight > 0.0) {
+            return bad(format!(
+                "file set {:?}: weight must be a positive number, not {}",
+                set.name, set.weight
+            ));
+        }
+        if !set.files.is_empty() {
+            set.files = expand_inputs(&set.files)?;
+        }
+        if set.files.is_empty() {
+            return bad(format!("file set {:?}: the inputs name no files", set.name));
+        }
+    }
+    config.files = config.sets.iter().flat_map(|s| s.files.clone()).collect();
+    config.readers = config.sets.iter().map(|s| s.readers).sum();
+    Ok(())
+}
+
+/// Records per file (in `config.files` order), for equalizing ranks: the
+/// format's own count where it has one, else a read through the file.
+fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
+    config
+        .files
+        .iter()
+        .map(|f| {
+            let mut r = config
+                .registry
+                .open(f, config.format.as_deref(), &config.open)?;
+            if let Some(n) = r.len_hint() {
+                return Ok(n);
+            }
+            let mut n = 0;
+            while r.next_record()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        })
+        .collect()
+}
+
+/// Infer the schema from the first file that has a readable record (files
+/// that are empty or bad from their first record are passed over).
+fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
+    let mut first_error = None;
+    for file in &config.files {
+        match config
+            .registry
+            .infer_schema(file, config.format.as_deref(), 64)
+        {
+            Ok(s) => {
+                log::info!("schema inferred from {file}: {s}");
+                return Ok(s);
+            }
+            Err(e) => {
+                log::debug!("no schema from {file}: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error
+        .map(PipelineError::from)
+        .unwrap_or_else(|| PipelineError::Config("no input files".into())))
+}
+
+/// Settle a push-mode configuration: a schema is needed (there is nothing to
+/// infer it from), there are no files and no readers, and the stream is one
+/// pass.
+fn prepare_push(
+    mut config: PipelineConfig,
+) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
+    if !config.files.is_empty() {
+        return Err(PipelineError::Config(format!(
+            "push mode reads no files ({} given); to mix user code with files use generator sources",
+            config.files.len()
+        )));
+    }
+    let Some(schema) = config.schema.clone() else {
+        return Err(PipelineError::Config(
+            "push mode needs a schema (there are no files to infer it from)".into(),
+        ));
+    };
+    if config.passes != 1 {
+        log::debug!("push mode: the pushed stream is one pass");
+    }
+    config.passes = 1;
+    config.readers = 0;
+    Ok((config, schema, PassPlan::new(Vec::new())))
+}
