@@ -527,7 +527,7 @@ impl Plan {
             json!(self
                 .measure
                 .consumer_sleep_ms
-                .map_or(0.0, |d| d.as_secs_f64() * 1e3)),
+                .map_or(0.0, |d| d.as_nanos() as f64 / 1e6)),
         );
         put("rss_before_mb", json!(r.rss_before.map(to_mib)));
         put("peak_rss_mb", json!(r.peak_rss.map(to_mib)));
