@@ -16,10 +16,13 @@ use std::mem::MaybeUninit;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
+use crate::backing::MappedRow;
 use crate::batch::{recycle, Array, Batch, BatchField};
+use crate::chunk::{Chunk, Column, RowRef};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Column, MappedRow, Origin, RowRef, Values};
+use crate::provenance::Origin;
 use crate::schema::{DType, Field, Ragged, Schema};
+use crate::values::{BytesList, Values};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
 const PARALLEL_BYTES: usize = 1 << 20;

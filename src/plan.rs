@@ -33,8 +33,8 @@ use rand::RngCore;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::chunk::Chunk;
 use crate::error::{Error, Result};
-use crate::instance::Chunk;
 
 /// RNG domain of the file order of a pass ([`PassPlan::tasks`]).
 pub const DOMAIN_FILE_ORDER: u64 = 1;

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
 
-use crate::instance::{Chunk, RowRef};
+use crate::chunk::{Chunk, RowRef};
 use crate::plan::{pass_rng, uniform_index, DOMAIN_SHUFFLE_BUFFER};
 
 /// Default byte bound: 512 MiB.

@@ -38,8 +38,10 @@ use super::{
     open_stream, source_id, Compression, Format, OpenOptions, RecordReader,
     DEFAULT_MAX_RECORD_BYTES,
 };
-use crate::error::{Error, Location, Result};
-use crate::instance::{BytesList, Record, SourceId, Tensor, Values};
+use crate::error::{Error, Result};
+use crate::provenance::{Location, SourceId};
+use crate::record::Record;
+use crate::values::{BytesList, Tensor, Values};
 
 /// Bytes the csv crate may have buffered beyond the current record.
 const CSV_BUFFER: u64 = 64 << 10;

@@ -32,11 +32,13 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::error::{Error, Location, Result};
-use crate::instance::{
-    Backed, BytesList, Chunk, Instance, Origin, Record, Tensor, Values, MAPPED_MIN_BYTES,
-};
+use crate::backing::{Backed, MAPPED_MIN_BYTES};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::provenance::{Location, Origin};
+use crate::record::{Instance, Record};
 use crate::schema::{DType, Schema};
+use crate::values::{BytesList, Tensor, Values};
 
 /// The `tf.train.Example` protobuf messages, as `prost` structs.
 pub mod proto {
@@ -1152,7 +1154,7 @@ mod tests {
         let bl = BytesList {
             value: vec![b"ab".to_vec(), vec![]],
         };
-        let mut bytes = crate::instance::BytesList::new();
+        let mut bytes = crate::values::BytesList::new();
         bytes.push(b"ab");
         bytes.push(b"");
         let mut fs: Vec<(&str, FeatureRef<'_>)> = vec![

@@ -49,10 +49,13 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{Error, Location, Result};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
 use crate::format::{Format, OpenOptions, RecordReader, Registry};
-use crate::instance::{Chunk, Instance, Origin, Record, SourceId, Tensor, Values};
+use crate::provenance::{Location, Origin, SourceId};
+use crate::record::{Instance, Record};
 use crate::schema::{DType, Dim, Field, Schema};
+use crate::values::{Tensor, Values};
 
 /// The format's name, and the prefix of generator specs (`gen:NAME`).
 pub const PREFIX: &str = "gen";

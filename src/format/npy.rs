@@ -48,9 +48,12 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
-use crate::error::{Error, Location, Result};
-use crate::instance::{Chunk, Record, SourceId, Tensor, Values};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::provenance::{Location, SourceId};
+use crate::record::Record;
 use crate::schema::{check_elements, DType};
+use crate::values::{Tensor, Values};
 
 /// The `.npy` format: one array per file, its field named after the file stem.
 #[derive(Clone, Copy, Debug, Default)]

@@ -54,15 +54,17 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flate2::write::{GzEncoder, ZlibEncoder};
 
 use super::example::{self, ExampleDecoder};
 use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
-use crate::error::{Error, Location, Result};
-use crate::instance::{
-    Backed, Backing, BackingBytes, Chunk, DeferredCrc, Instance, Origin, Record, SourceId,
-};
+use crate::backing::{Backed, Backing, BackingBytes, RowCheck};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::provenance::{Location, Origin, SourceId};
+use crate::record::{Instance, Record};
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
@@ -413,6 +415,74 @@ pub(crate) fn check_payload_crc(loc: &Location, stored: u32, crc: u32) -> Result
         loc.clone(),
         format!("bad payload CRC: stored 0x{stored:08x}, computed 0x{computed:08x}"),
     ))
+}
+
+/// A record's payload CRC-32C, checked when its one mapped span is copied
+/// out instead of when the record was read, so that its bytes are read from
+/// memory once (copy, then CRC of the copy while it is in cache). The
+/// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix and
+/// the suffix (its bytes when short, else its CRC and length) are kept, so
+/// nothing in the backing is read again but the span.
+#[derive(Clone, Debug)]
+struct DeferredCrc {
+    /// CRC-32C state after the payload bytes before the span.
+    prefix: u32,
+    /// The payload bytes after the span.
+    suffix: Suffix,
+    /// The masked CRC stored in the frame.
+    stored: u32,
+    /// The record, for the error.
+    location: Location,
+}
+
+/// Suffixes up to this long are kept as bytes (appended to the CRC, which
+/// is cheap); longer ones as a CRC to combine (`crc32c_combine` costs
+/// microseconds).
+const INLINE_SUFFIX: usize = 40;
+
+/// The payload bytes after a deferred span.
+#[derive(Clone, Debug)]
+enum Suffix {
+    Bytes { bytes: [u8; INLINE_SUFFIX], len: u8 },
+    Crc { crc: u32, len: usize },
+}
+
+impl DeferredCrc {
+    /// A check of a payload whose bytes before the span have CRC-32C
+    /// (running state) `prefix`, whose bytes after it are `suffix`, and
+    /// whose frame stores the masked CRC `stored`.
+    fn new(prefix: u32, suffix: &[u8], stored: u32, location: Location) -> Self {
+        let suffix = match <u8>::try_from(suffix.len()) {
+            Ok(len) if suffix.len() <= INLINE_SUFFIX => {
+                let mut bytes = [0; INLINE_SUFFIX];
+                bytes[..suffix.len()].copy_from_slice(suffix);
+                Suffix::Bytes { bytes, len }
+            }
+            _ => Suffix::Crc {
+                crc: crc32c::crc32c(suffix),
+                len: suffix.len(),
+            },
+        };
+        DeferredCrc {
+            prefix,
+            suffix,
+            stored,
+            location,
+        }
+    }
+}
+
+impl RowCheck for DeferredCrc {
+    /// Check the payload, given the span's bytes (in the file or a copy of
+    /// them): the error is word for word the one reading would have given.
+    fn verify(&self, span: &[u8]) -> Result<()> {
+        let crc = crc32c::crc32c_append(self.prefix, span);
+        let crc = match &self.suffix {
+            Suffix::Bytes { bytes, len } => crc32c::crc32c_append(crc, &bytes[..*len as usize]),
+            Suffix::Crc { crc: suffix, len } => crc32c::crc32c_combine(crc, *suffix, *len),
+        };
+        check_payload_crc(&self.location, self.stored, crc)
+    }
 }
 
 /// The next frame of an in-memory stream, in place.
@@ -842,7 +912,10 @@ fn decode_deferred(
             Some((field, off, len)) if off >= start && off + len <= end => {
                 let prefix = crc32c::crc32c(&data[start..off]);
                 let suffix = &data[off + len..end];
-                chunk.defer_crc(field, DeferredCrc::new(prefix, suffix, stored, loc.clone()));
+                chunk.defer_check(
+                    field,
+                    Arc::new(DeferredCrc::new(prefix, suffix, stored, loc.clone())),
+                );
             }
             _ => {
                 if let Err(e) = check_payload_crc(loc, stored, crc32c::crc32c(payload)) {
@@ -941,7 +1014,7 @@ fn sparse_record(
                 let prefix = crc32c::crc32c(&payload[..a]);
                 let stored = u32::from_le_bytes(footer);
                 let check = DeferredCrc::new(prefix, &payload[b..], stored, loc.clone());
-                chunk.defer_crc(field, check);
+                chunk.defer_check(field, Arc::new(check));
                 if chunk
                     .commit_row(Origin::new(loc.source, loc.record))
                     .is_ok()
@@ -1094,10 +1167,11 @@ mod tests {
     //! errors as the copying path, however the rows mix.
 
     use super::*;
+    use crate::chunk::RowRef;
     use crate::collate::{collate, collate_rows};
     use crate::format::example::{encode_features_into, FeatureRef};
-    use crate::instance::{BytesList, RowRef, Values};
     use crate::schema::{DType, Ragged, Schema};
+    use crate::values::{BytesList, Values};
     use std::sync::Arc;
 
     const IMG: usize = 5000;

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use super::{PassIter, Reader};
 use crate::batch::Batch;
 use crate::batcher::{BatchPolicy, Batcher};
+use crate::chunk::Chunk;
 use crate::collate::collate_rows;
 use crate::error::Result;
 use crate::format::{OpenOptions, RecordReader, Registry};
-use crate::instance::{Chunk, Instance};
 use crate::plan::{FileTask, PassPlan};
+use crate::record::Instance;
 use crate::schema::Schema;
 use crate::shuffle::{ShuffleBuffer, ShuffleConfig};
 
