@@ -1,233 +1,307 @@
 //! Rows that refer to their input file instead of holding a copy: the
-//! [`Backing`] such rows share (a memory-mapped input), where a payload
+//! [`Backing`] such rows share (the file, read by position), where a payload
 //! being decoded lies in it ([`Backed`]), a column's rows that refer to it
-//! ([`MappedRows`]) and one such row as collation copies it ([`MappedRow`]),
+//! ([`FileRows`]) and one such row as collation copies it ([`FileRow`]),
 //! with the check still due on its bytes ([`RowCheck`]).
+//!
+//! A large `u8` row or byte string ([`FILE_ROW_MIN_BYTES`] or more) read
+//! from a regular file is not copied into its chunk: the row keeps where it
+//! is in the file, and whatever takes it out of the chunk (collation, above
+//! all) reads it from the file straight into its destination — one copy by
+//! the kernel, page cache → batch. Such a row costs its chunk a few words,
+//! and no page of the file is ever mapped: a file shortened under such rows
+//! is an [`Error::Io`](crate::Error::Io) naming it when one is read.
 
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::input::InputFile;
 
-/// Bytes that rows of a [`Chunk`] may refer to instead of holding a copy: a
-/// memory-mapped input file, shared by every chunk that has a row in it (the
-/// map is unmapped when the last of them is dropped).
-pub(crate) trait BackingBytes: Send + Sync {
-    /// All the bytes.
-    fn bytes(&self) -> &[u8];
-    /// No row refers to `range` any more: its pages may leave the process's
-    /// resident set (they are read again, e.g. from the page cache, if
-    /// anything touches them later).
-    fn release(&self, range: std::ops::Range<usize>) {
-        let _ = range;
-    }
-    /// Copy the bytes at `off` into all of `dst` without touching them in
-    /// [`bytes`](Self::bytes) — for a mapped file, by reading the file, so
-    /// that its pages are never mapped into the process — or `None` if this
-    /// backing cannot (the caller copies from `bytes`).
-    fn read_into(&self, off: usize, dst: &mut [MaybeUninit<u8>]) -> Option<Result<()>> {
-        let _ = (off, dst);
-        None
-    }
-}
+/// The file rows of a chunk refer to, shared by every chunk that has a row
+/// in it.
+pub(crate) type Backing = Arc<InputFile>;
 
-/// A shared [`BackingBytes`].
-pub(crate) type Backing = Arc<dyn BackingBytes>;
+/// Rows of a `u8` column (or byte strings of a `bytes` column) read from a
+/// regular file that are at least this long refer to the file and are read
+/// from it when copied out; shorter ones are copied into the column (a
+/// positioned read per row would cost more than the copy).
+pub(crate) const FILE_ROW_MIN_BYTES: usize = 32 << 10;
 
-/// A payload being decoded and where it lies in a [`Backing`]: either the
-/// backing's own bytes or a copy of some of them (read from its file), so
-/// that rows can refer to the backing by offset either way.
+/// A payload being decoded and where it lies in its file: the payload is a
+/// copy of the file's bytes from some offset on (read into a buffer), so
+/// that a row can refer to the file by offset.
 #[derive(Clone, Copy)]
 pub(crate) struct Backed<'a> {
     pub(crate) backing: &'a Backing,
-    /// Offset in the backing minus address in the payload (wrapping).
+    /// Offset in the file minus address in the payload (wrapping).
     delta: usize,
 }
 
 impl<'a> Backed<'a> {
-    /// `payload` holds the backing's bytes from offset `off` on.
-    pub(crate) fn new(backing: &'a Backing, payload: &[u8], off: usize) -> Self {
+    /// `payload` holds the file's bytes from offset `off` on.
+    pub(crate) fn new(backing: &'a Backing, payload: &[u8], off: u64) -> Self {
         Backed {
             backing,
-            delta: off.wrapping_sub(payload.as_ptr() as usize),
+            delta: (off as usize).wrapping_sub(payload.as_ptr() as usize),
         }
     }
 
-    /// `payload` is a slice of the backing's own bytes.
-    pub(crate) fn in_place(backing: &'a Backing, payload: &[u8]) -> Self {
-        let off = payload.as_ptr() as usize - backing.bytes().as_ptr() as usize;
-        Self::new(backing, payload, off)
-    }
-
-    /// Where `s`, a slice of the payload, is in the backing: (offset, len).
+    /// Where `s`, a slice of the payload, is in the file: (offset, len).
     pub(crate) fn span_of(&self, s: &[u8]) -> Option<(usize, usize)> {
         let off = (s.as_ptr() as usize).wrapping_add(self.delta);
-        (off.checked_add(s.len())? <= self.backing.bytes().len()).then_some((off, s.len()))
+        (off.checked_add(s.len())? as u64 <= self.backing.len()).then_some((off, s.len()))
     }
 }
-
-/// Rows of a `u8` column (or byte strings of a `bytes` column) that are at
-/// least this long are referred to in a memory-mapped input (one copy, map →
-/// batch, instead of two); shorter ones are copied into the column.
-pub(crate) const MAPPED_MIN_BYTES: usize = 4096;
-
-/// Mapped rows at least this long are copied out with
-/// [`BackingBytes::read_into`] (one copy by the kernel, page cache → batch,
-/// with no page of the file mapped, faulted in or released) instead of from
-/// the map.
-pub(crate) const READ_MIN_BYTES: usize = 32 << 10;
-
-/// Span offset of a row whose elements are held in the column's `values`.
-pub(crate) const OWNED: usize = usize::MAX;
 
 /// A check left to be made on a row's bytes when they are copied out of
 /// the chunk instead of when the record was read — a format's checksum
 /// (TFRecord's payload CRC-32C), so that a large row's bytes are read from
 /// memory once: copied, then checked on the copy while it is in cache.
 pub(crate) trait RowCheck: Send + Sync + fmt::Debug {
-    /// Check the row, given its bytes (in the backing or a copy of them):
-    /// `Err` is the error reading the record with the check would have given.
+    /// Check the row, given a copy of its bytes: `Err` is the error reading
+    /// the record with the check would have given.
     fn verify(&self, row: &[u8]) -> Result<()>;
 }
 
 /// A [`RowCheck`] due on a row, shared by every chunk the row is moved to.
 pub(crate) type DueCheck = Arc<dyn RowCheck>;
 
-/// A row that refers to a backing, as collation copies it: its bytes and
-/// the CRC check still due on them (if any).
-pub(crate) struct MappedRow<'a> {
-    /// The row's bytes in the backing.
-    pub(crate) bytes: &'a [u8],
+/// A row that refers to its file, as collation copies it: where its bytes
+/// are and the check still due on them (if any).
+pub(crate) struct FileRow<'a> {
     backing: &'a Backing,
-    /// Where `bytes` start in the backing.
+    /// Where the row's bytes start in the file.
     off: usize,
+    /// The row's length in bytes.
+    pub(crate) len: usize,
     check: Option<&'a DueCheck>,
 }
 
-impl MappedRow<'_> {
-    /// Check the record's CRC on `copy`, a copy of [`bytes`](Self::bytes)
-    /// (read while it is still in cache); `Ok` if no check is due.
-    #[inline]
-    pub(crate) fn verify_copy(&self, copy: &[u8]) -> Result<()> {
-        match self.check {
-            None => Ok(()),
-            Some(c) => c.verify(copy),
-        }
-    }
-
-    /// Copy the row into all of `dst` (its exact length), then check any
-    /// CRC due on the copy. A row of at least [`READ_MIN_BYTES`] is read
-    /// from the file where the backing can ([`BackingBytes::read_into`]),
-    /// else copied from the map.
+impl FileRow<'_> {
+    /// Read the row into all of `dst` (its exact length), then make the
+    /// check due on the copy (while it is in cache).
     ///
     /// # Panics
     ///
     /// If `dst` is not as long as the row.
     #[inline]
     pub(crate) fn copy_to(&self, dst: &mut [MaybeUninit<u8>]) -> Result<()> {
-        let len = self.bytes.len();
         assert_eq!(
             dst.len(),
-            len,
+            self.len,
             "a row of the wrong length in a checked chunk"
         );
-        let read = if len >= READ_MIN_BYTES {
-            self.backing.read_into(self.off, dst)
-        } else {
-            None
-        };
-        match read {
-            Some(r) => r?,
-            // SAFETY: same lengths (asserted); `dst` is spare capacity of a
-            // batch's vector, which no backing's bytes can overlap.
-            None => unsafe {
-                std::ptr::copy_nonoverlapping(self.bytes.as_ptr(), dst.as_mut_ptr().cast(), len)
-            },
-        }
+        self.backing.read_at(self.off as u64, dst)?;
         // SAFETY: all of `dst` was written just above (or an error returned).
-        let copy = unsafe { std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), len) };
-        self.verify_copy(copy)
+        let copy = unsafe { std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), self.len) };
+        match self.check {
+            None => Ok(()),
+            Some(c) => c.verify(copy),
+        }
+    }
+
+    /// The row's bytes, read and checked.
+    pub(crate) fn to_vec(&self) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(self.len);
+        self.copy_to(&mut v.spare_capacity_mut()[..self.len])?;
+        // SAFETY: `copy_to` wrote all `len` bytes (or returned an error).
+        unsafe { v.set_len(self.len) };
+        Ok(v)
     }
 }
 
 /// The rows of a `u8` or `bytes` column that refer to a [`Backing`] instead
-/// of holding their bytes. Each row is either mapped — one span of the
-/// backing: a `u8` row's elements, or a `bytes` row's one byte string — or
+/// of holding their bytes. Each row either refers to one span of the file
+/// — a `u8` row's elements, or a `bytes` row's one byte string — or is
 /// owned (its elements in the column's `values`, at `owned_ends`).
 #[derive(Clone)]
-pub(crate) struct MappedRows {
-    pub(crate) backing: Backing,
-    /// Per committed row: (offset, len) of its bytes in the backing; offset
-    /// [`OWNED`] for an owned row.
-    pub(crate) spans: Vec<(usize, usize)>,
+pub(crate) struct FileRows {
+    backing: Backing,
+    /// Per committed row: (offset, len) of its bytes in the file; `None`
+    /// for an owned row.
+    spans: Vec<Option<(usize, usize)>>,
     /// Per committed row: where its owned elements end in `values`.
-    pub(crate) owned_ends: Vec<usize>,
-    /// Per committed row: the CRC check due when its span is copied out.
-    pub(crate) checks: Vec<Option<DueCheck>>,
-    /// Bytes of the committed mapped rows.
-    pub(crate) mapped_bytes: usize,
-    /// The span of the backing the mapped rows cover (lowest start, highest end).
-    pub(crate) lo: usize,
-    pub(crate) hi: usize,
+    owned_ends: Vec<usize>,
+    /// Per committed row: the check due when its span is copied out.
+    checks: Vec<Option<DueCheck>>,
+    /// Bytes of the committed rows that refer to the file.
+    span_bytes: usize,
     /// The uncommitted row's span: (offset, len).
-    pub(crate) pending: Option<(usize, usize)>,
+    pending: Option<(usize, usize)>,
     /// The uncommitted row's due check (set just before it is committed).
-    pub(crate) pending_check: Option<DueCheck>,
+    pending_check: Option<DueCheck>,
 }
 
-impl MappedRows {
-    /// Start mapping rows of a column that has `ends` (all owned so far).
+impl FileRows {
+    /// The most memory one row costs: its span, owned end and due check
+    /// (the check counted at its size for a TFRecord CRC, with its `Arc`).
+    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<Option<(usize, usize)>>()
+        + std::mem::size_of::<usize>()
+        + std::mem::size_of::<Option<DueCheck>>()
+        + 128;
+
+    /// The most memory the rows of one column cost beside their rows: this
+    /// struct and the open file (its path counted at `PATH_MAX`, 4,096).
+    pub(crate) const FIXED_BYTES: usize =
+        std::mem::size_of::<Self>() + std::mem::size_of::<InputFile>() + 16 + 4096;
+
+    /// Start referring rows of a column that has `ends` (all owned so far).
     pub(crate) fn new(backing: Backing, ends: &[usize]) -> Self {
-        MappedRows {
+        FileRows {
             backing,
-            spans: vec![(OWNED, 0); ends.len()],
+            spans: vec![None; ends.len()],
             owned_ends: ends.to_vec(),
             checks: vec![None; ends.len()],
-            mapped_bytes: 0,
-            lo: usize::MAX,
-            hi: 0,
+            span_bytes: 0,
             pending: None,
             pending_check: None,
         }
     }
 
-    pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
-        &self.backing.bytes()[off..off + len]
+    /// The file.
+    pub(crate) fn backing(&self) -> &Backing {
+        &self.backing
     }
 
-    /// Committed row `i` if it is mapped, with its due check.
+    /// Committed row `i` if it refers to the file, with its due check.
     #[inline]
-    pub(crate) fn row(&self, i: usize) -> Option<MappedRow<'_>> {
-        match self.spans[i] {
-            (OWNED, _) => None,
-            (off, len) => Some(MappedRow {
-                bytes: self.bytes(off, len),
-                backing: &self.backing,
-                off,
-                check: self.checks[i].as_ref(),
-            }),
+    pub(crate) fn row(&self, i: usize) -> Option<FileRow<'_>> {
+        let (off, len) = self.spans[i]?;
+        Some(FileRow {
+            backing: &self.backing,
+            off,
+            len,
+            check: self.checks[i].as_ref(),
+        })
+    }
+
+    /// True if committed row `i` refers to the file.
+    #[inline]
+    pub(crate) fn is_file_row(&self, i: usize) -> bool {
+        self.spans[i].is_some()
+    }
+
+    /// Committed row `i`'s span and due check, if it refers to the file.
+    pub(crate) fn span(&self, i: usize) -> Option<(usize, usize, Option<DueCheck>)> {
+        let (off, len) = self.spans[i]?;
+        Some((off, len, self.checks[i].clone()))
+    }
+
+    /// Where committed row `i`'s owned elements end in the column's values.
+    #[inline]
+    pub(crate) fn owned_end(&self, i: usize) -> usize {
+        self.owned_ends[i]
+    }
+
+    /// Where the owned elements of the committed rows end.
+    #[inline]
+    pub(crate) fn owned_len(&self) -> usize {
+        self.owned_ends.last().copied().unwrap_or(0)
+    }
+
+    /// The uncommitted row's span, if any.
+    #[inline]
+    pub(crate) fn pending(&self) -> Option<(usize, usize)> {
+        self.pending
+    }
+
+    /// Make the uncommitted row refer to `len` bytes at `off`.
+    pub(crate) fn set_pending(&mut self, off: usize, len: usize) {
+        self.pending = Some((off, len));
+        self.pending_check = None;
+    }
+
+    /// Leave `check` to be made when the uncommitted row's span is copied
+    /// out. False (nothing kept) if the row has no span.
+    pub(crate) fn set_pending_check(&mut self, check: DueCheck) -> bool {
+        if self.pending.is_none() {
+            return false;
         }
+        self.pending_check = Some(check);
+        true
+    }
+
+    /// Forget the uncommitted row's span and check.
+    pub(crate) fn rollback(&mut self) {
+        self.pending = None;
+        self.pending_check = None;
+    }
+
+    /// Commit the uncommitted row: its span (if any) with its check (`check`
+    /// if given, else the one set), its owned elements ending at `owned_end`.
+    pub(crate) fn commit(&mut self, owned_end: usize, check: Option<DueCheck>) {
+        match self.pending.take() {
+            Some((off, len)) => {
+                self.spans.push(Some((off, len)));
+                self.checks
+                    .push(check.or_else(|| self.pending_check.take()));
+                self.span_bytes += len;
+            }
+            None => {
+                self.spans.push(None);
+                self.checks.push(None);
+            }
+        }
+        self.pending_check = None;
+        self.owned_ends.push(owned_end);
+    }
+
+    /// Commit `n` owned rows whose elements end at `owned_ends`.
+    pub(crate) fn commit_owned(&mut self, owned_ends: impl ExactSizeIterator<Item = usize>) {
+        let n = owned_ends.len();
+        self.spans.extend(std::iter::repeat_n(None, n));
+        self.checks.extend(std::iter::repeat_n(None, n));
+        self.owned_ends.extend(owned_ends);
+    }
+
+    /// Keep the first `rows` committed rows.
+    pub(crate) fn truncate(&mut self, rows: usize) {
+        for s in self.spans.drain(rows..).flatten() {
+            self.span_bytes -= s.1;
+        }
+        self.checks.truncate(rows);
+        self.owned_ends.truncate(rows);
+    }
+
+    /// Bytes of the rows that refer to the file, the uncommitted one included.
+    #[inline]
+    pub(crate) fn span_bytes(&self) -> usize {
+        self.span_bytes + self.pending.map_or(0, |p| p.1)
+    }
+
+    /// Heap memory held: this struct, its vectors' capacity, the due checks
+    /// and the open file (each counted in full, though shared).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.backing.memory_bytes()
+            + self.spans.capacity() * std::mem::size_of::<Option<(usize, usize)>>()
+            + self.owned_ends.capacity() * std::mem::size_of::<usize>()
+            + self.checks.capacity() * std::mem::size_of::<Option<DueCheck>>()
+            + self
+                .checks
+                .iter()
+                .flatten()
+                .map(|c| std::mem::size_of_val(&**c) + 2 * std::mem::size_of::<usize>())
+                .sum::<usize>()
+    }
+
+    /// Release the capacity the rows do not use.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.spans.shrink_to_fit();
+        self.owned_ends.shrink_to_fit();
+        self.checks.shrink_to_fit();
     }
 }
 
-impl Drop for MappedRows {
-    /// The rows are gone: let the pages they covered leave the resident set,
-    /// so that what a chunk holds is what it costs (see [`Chunk::memory_bytes`]).
-    fn drop(&mut self) {
-        if self.lo < self.hi {
-            self.backing.release(self.lo..self.hi);
-        }
-    }
-}
-
-impl fmt::Debug for MappedRows {
+impl fmt::Debug for FileRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MappedRows")
+        f.debug_struct("FileRows")
+            .field("file", &self.backing.path())
             .field("spans", &self.spans)
             .field("owned_ends", &self.owned_ends)
             .field("checks", &self.checks)
-            .field("mapped_bytes", &self.mapped_bytes)
             .field("pending", &self.pending)
             .finish()
     }

@@ -4,18 +4,23 @@
 //!
 //! A [`Chunk`] stores each field of many instances in one vector, so decoders
 //! write straight into it and collation copies each instance's values once.
-//! Large `u8` / `bytes` rows read from a memory-mapped file are not even
-//! copied into the chunk: they refer to the map ([`Column::mapped_row`]),
-//! and cost (in [`Chunk::payload_bytes`]) what a copy would. Such a row may
-//! carry its record's payload CRC, checked when its bytes are copied out
-//! rather than when the record was read (see
+//! Large `u8` / `bytes` rows read from a regular file are not even copied
+//! into the chunk: they stay in the file ([`Column::file_row`], see
+//! [`crate::format`]'s readers) and are read from it straight into the
+//! batch, and cost (in [`Chunk::payload_bytes`]) what a copy would. Such a
+//! row may carry its record's payload CRC, checked when its bytes are
+//! copied out rather than when the record was read (see
 //! [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)):
-//! every way out of the chunk ([`Column::mapped_row`], [`Chunk::row`],
+//! every way out of the chunk ([`Column::file_row`], [`Chunk::row`],
 //! [`Chunk::extend_rows`], collation) checks it first.
+//!
+//! What a chunk holds in memory is [`Chunk::memory_bytes`]: the capacity of
+//! its vectors, not their length — a chunk made for 1,024 rows that holds
+//! one costs what was allocated, until [`Chunk::shrink_to_fit`].
 
 use std::sync::Arc;
 
-use crate::backing::{Backing, DueCheck, MappedRow, MappedRows, MAPPED_MIN_BYTES, OWNED};
+use crate::backing::{Backing, DueCheck, FileRow, FileRows, FILE_ROW_MIN_BYTES};
 use crate::error::Result;
 use crate::provenance::{Origin, SourceId};
 use crate::record::{conform_field, field_error, Instance, Record};
@@ -46,35 +51,37 @@ impl RowRef {
 
 /// One field of a [`Chunk`]: the values of all its instances and where each ends.
 ///
-/// A `u8` column read from a memory-mapped file may refer to the mapped bytes
-/// of its large rows instead of holding a copy ([`mapped_row`](Self::mapped_row));
-/// `values` then holds only the other rows' elements, at
-/// [`owned_range`](Self::owned_range). [`Chunk::row`] and collation see both
-/// kinds alike.
+/// A `u8` or `bytes` column read from a regular file may leave the bytes of
+/// its large rows in the file instead of holding a copy
+/// ([`file_row`](Self::file_row)); `values` then holds only the other rows'
+/// elements, at [`owned_range`](Self::owned_range). [`Chunk::row`] and
+/// collation see both kinds alike.
 #[derive(Clone, Debug)]
 pub struct Column {
-    /// The elements of all instances that are not mapped (all of them, unless
-    /// [`is_mapped`](Self::is_mapped)), concatenated.
+    /// The elements of all instances that do not refer to their file (all
+    /// of them, unless [`has_file_rows`](Self::has_file_rows)), concatenated.
     pub values: Values,
     /// `ends[i]` is the element index where instance `i` ends, counting the
-    /// elements of every instance, mapped or not.
+    /// elements of every instance, in the file or not.
     pub ends: Vec<usize>,
-    mapped: Option<Box<MappedRows>>,
+    files: Option<Box<FileRows>>,
     /// Elements to reserve in `values` on the first write through
-    /// [`Chunk::values_mut`] (a mapped column never needs them).
+    /// [`Chunk::values_mut`] (a column of file rows never needs them).
     reserve: usize,
 }
 
 impl PartialEq for Column {
     /// Same instances, element for element (wherever they are held).
     fn eq(&self, other: &Column) -> bool {
-        if self.mapped.is_none() && other.mapped.is_none() {
+        if self.files.is_none() && other.files.is_none() {
             return self.values == other.values && self.ends == other.ends;
         }
         self.ends == other.ends
             && self.values.dtype() == other.values.dtype()
-            && (0..self.ends.len())
-                .all(|i| self.row_values(i, false).ok() == other.row_values(i, false).ok())
+            && (0..self.ends.len()).all(|i| match (self.row_values(i), other.row_values(i)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            })
     }
 }
 
@@ -83,7 +90,7 @@ impl Column {
         Column {
             values: Values::with_capacity(dtype, elements),
             ends: Vec::with_capacity(rows),
-            mapped: None,
+            files: None,
             reserve: 0,
         }
     }
@@ -96,41 +103,37 @@ impl Column {
         start..self.ends[i]
     }
 
-    /// True if some rows refer to a memory-mapped input instead of being in
+    /// True if some rows are left in their file instead of being in
     /// [`values`](Self::values).
     #[inline]
-    pub fn is_mapped(&self) -> bool {
-        self.mapped.is_some()
+    pub fn has_file_rows(&self) -> bool {
+        self.files.is_some()
     }
 
-    /// The bytes of instance `i` if it refers to a memory-mapped input —
-    /// the elements of a `u8` row, the one byte string of a `bytes` row
-    /// (`Ok(None)`: its elements are `values[owned_range(i)]`).
+    /// The bytes of instance `i` if it is left in its file — the elements
+    /// of a `u8` row, the one byte string of a `bytes` row — read from the
+    /// file (`Ok(None)`: its elements are `values[owned_range(i)]`).
     ///
     /// # Errors
     ///
-    /// The record's payload CRC, if it was left to be checked here (see
+    /// The file cannot be read there any more (it was shortened):
+    /// [`Error::Io`](crate::Error::Io) naming it. The record's payload CRC,
+    /// if it was left to be checked here (see
     /// [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)),
-    /// does not match: [`Error::Corrupt`] naming the file, record and offset.
-    #[inline]
-    pub fn mapped_row(&self, i: usize) -> Result<Option<&[u8]>> {
-        match self.mapped_row_unchecked(i) {
-            None => Ok(None),
-            Some(r) => {
-                r.verify_copy(r.bytes)?;
-                Ok(Some(r.bytes))
-            }
-        }
+    /// does not match: [`Error::Corrupt`](crate::Error::Corrupt) naming the
+    /// file, record and offset.
+    pub fn file_row(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        self.file_row_unchecked(i).map(|r| r.to_vec()).transpose()
     }
 
-    /// Instance `i`'s mapped bytes and the CRC check still due on them,
-    /// for a caller that copies them and checks the copy.
+    /// Instance `i`'s place in its file and the check still due on it, for
+    /// a caller that copies it and checks the copy.
     #[inline]
-    pub(crate) fn mapped_row_unchecked(&self, i: usize) -> Option<MappedRow<'_>> {
-        self.mapped.as_deref()?.row(i)
+    pub(crate) fn file_row_unchecked(&self, i: usize) -> Option<FileRow<'_>> {
+        self.files.as_deref()?.row(i)
     }
 
-    /// Elements a mapped span of `len` bytes stands for.
+    /// Elements a span of `len` bytes in the file stands for.
     fn span_elements(&self, len: usize) -> usize {
         match self.values {
             Values::Bytes(_) => 1,
@@ -139,34 +142,31 @@ impl Column {
     }
 
     /// Where instance `i`'s elements are in [`values`](Self::values) (empty for
-    /// a mapped row; the same as [`range`](Self::range) when the column is not
-    /// mapped).
+    /// a row left in its file; the same as [`range`](Self::range) when the
+    /// column has no such rows).
     #[inline]
     pub fn owned_range(&self, i: usize) -> std::ops::Range<usize> {
-        match self.mapped.as_deref() {
+        match self.files.as_deref() {
             None => self.range(i),
-            Some(m) if m.spans[i].0 != OWNED => {
-                let e = m.owned_ends[i];
-                e..e
-            }
             Some(m) => {
-                let start = if i == 0 { 0 } else { m.owned_ends[i - 1] };
-                start..m.owned_ends[i]
+                let end = m.owned_end(i);
+                if m.is_file_row(i) {
+                    return end..end;
+                }
+                let start = if i == 0 { 0 } else { m.owned_end(i - 1) };
+                start..end
             }
         }
     }
 
-    /// Instance `i`'s elements as owned values (a due CRC checked first if
-    /// `check`).
-    fn row_values(&self, i: usize, check: bool) -> Result<Values> {
-        if let Some(r) = self.mapped_row_unchecked(i) {
-            if check {
-                r.verify_copy(r.bytes)?;
-            }
-            let b = r.bytes;
+    /// Instance `i`'s elements as owned values (a row left in its file read
+    /// and its due check made).
+    fn row_values(&self, i: usize) -> Result<Values> {
+        if let Some(r) = self.file_row_unchecked(i) {
+            let b = r.to_vec()?;
             return Ok(match self.values {
-                Values::Bytes(_) => Values::Bytes(BytesList::from_iter([b])),
-                _ => Values::U8(b.to_vec()),
+                Values::Bytes(_) => Values::Bytes(BytesList::from_iter([&b[..]])),
+                _ => Values::U8(b),
             });
         }
         let r = self.owned_range(i);
@@ -175,83 +175,50 @@ impl Column {
         Ok(v)
     }
 
-    /// Check now every CRC due on rows `start..end`.
-    fn verify_rows(&self, start: usize, end: usize) -> Result<()> {
-        for i in start..end {
-            self.mapped_row(i)?;
-        }
-        Ok(())
-    }
-
-    /// True if rows of `other` (mapped) would stay mapped when appended here.
-    fn keeps_spans_of(&self, other: &Column) -> bool {
-        match (self.mapped.as_deref(), other.mapped.as_deref()) {
-            (_, None) => true,
-            (Some(m), Some(o)) => Arc::ptr_eq(&m.backing, &o.backing),
-            (None, Some(_)) => matches!(self.values.dtype(), DType::U8 | DType::Bytes),
-        }
-    }
-
     /// Elements of the committed rows in `values`.
     #[inline(always)]
     fn committed(&self) -> usize {
-        match self.mapped.as_deref() {
+        match self.files.as_deref() {
             None => self.ends.last().copied().unwrap_or(0),
-            Some(m) => m.owned_ends.last().copied().unwrap_or(0),
+            Some(m) => m.owned_len(),
         }
     }
 
     /// Elements written for the uncommitted row.
     #[inline(always)]
     fn pending(&self) -> usize {
-        match self.mapped.as_deref() {
+        match self.files.as_deref() {
             None => self.values.len() - self.ends.last().copied().unwrap_or(0),
-            Some(m) => self.pending_mapped(m),
+            Some(m) => self.pending_with_files(m),
         }
     }
 
     #[cold]
-    fn pending_mapped(&self, m: &MappedRows) -> usize {
-        self.values.len() - m.owned_ends.last().copied().unwrap_or(0)
-            + m.pending.map_or(0, |(_, len)| self.span_elements(len))
+    fn pending_with_files(&self, m: &FileRows) -> usize {
+        self.values.len() - m.owned_len()
+            + m.pending().map_or(0, |(_, len)| self.span_elements(len))
     }
 
     /// Close the row being written (its count already checked).
     #[inline(always)]
     fn commit(&mut self) {
-        if self.mapped.is_none() {
-            // Not mapped: logical and physical ends are the same.
+        if self.files.is_none() {
+            // No file rows: logical and physical ends are the same.
             self.ends.push(self.values.len());
             return;
         }
-        self.commit_mapped();
+        self.commit_with(None);
     }
 
-    fn commit_mapped(&mut self) {
-        self.commit_mapped_with(None);
-    }
-
-    /// Commit the row; `check` goes with its mapped span (dropped if the
-    /// row is not mapped — the caller makes sure it is).
-    fn commit_mapped_with(&mut self, check: Option<DueCheck>) {
+    /// Commit the row; `check` goes with its span in the file (the one set
+    /// with [`Chunk::defer_check`] if `None`).
+    #[cold]
+    fn commit_with(&mut self, check: Option<DueCheck>) {
         let end = self.ends.last().copied().unwrap_or(0) + self.pending();
         self.ends.push(end);
-        if let Some(m) = self.mapped.as_deref_mut() {
-            let check = check.or_else(|| m.pending_check.take());
-            match m.pending.take() {
-                Some((off, len)) => {
-                    m.spans.push((off, len));
-                    m.checks.push(check);
-                    m.mapped_bytes += len;
-                    m.lo = m.lo.min(off);
-                    m.hi = m.hi.max(off + len);
-                }
-                None => {
-                    m.spans.push((OWNED, 0));
-                    m.checks.push(None);
-                }
-            }
-            m.owned_ends.push(self.values.len());
+        let owned_end = self.values.len();
+        if let Some(m) = self.files.as_deref_mut() {
+            m.commit(owned_end, check);
         }
     }
 
@@ -262,36 +229,17 @@ impl Column {
         if self.values.len() != n {
             self.values.truncate(n);
         }
-        if let Some(m) = self.mapped.as_deref_mut() {
-            m.pending = None;
-            m.pending_check = None;
+        if let Some(m) = self.files.as_deref_mut() {
+            m.rollback();
         }
     }
 
-    /// Copy the uncommitted row's mapped span (if any) into `values`.
-    #[cold]
-    fn materialize_pending(&mut self) {
-        let Column { values, mapped, .. } = self;
-        if let Some(m) = mapped.as_deref_mut() {
-            debug_assert!(
-                m.pending_check.is_none(),
-                "a due CRC is set just before the row is committed"
-            );
-            if let Some((off, len)) = m.pending.take() {
-                match values {
-                    Values::U8(v) => v.extend_from_slice(m.bytes(off, len)),
-                    Values::Bytes(v) => v.push(m.bytes(off, len)),
-                    other => unreachable!("a mapped {} column", other.dtype()),
-                }
-            }
-        }
-    }
-
-    /// The owned values, for writing the uncommitted row (any mapped span of
-    /// it copied in first; the deferred reservation made).
+    /// The owned values, for writing the uncommitted row (the deferred
+    /// reservation made). Writing owned values replaces a span in the file
+    /// set for the row: a row's field is either one span or owned values.
     #[inline(always)]
     fn owned_mut(&mut self) -> &mut Values {
-        if self.mapped.is_none() && self.reserve == 0 {
+        if self.files.is_none() && self.reserve == 0 {
             return &mut self.values;
         }
         self.owned_mut_slow()
@@ -299,7 +247,9 @@ impl Column {
 
     #[cold]
     fn owned_mut_slow(&mut self) -> &mut Values {
-        self.materialize_pending();
+        if let Some(m) = self.files.as_deref_mut() {
+            m.rollback();
+        }
         if self.reserve > 0 {
             let n = std::mem::take(&mut self.reserve);
             if self.values.is_empty() {
@@ -309,25 +259,54 @@ impl Column {
         &mut self.values
     }
 
-    /// Append row `i` of `other` (same dtype) as a committed row: a mapped
-    /// row stays mapped (with its due check) when both refer to the same
-    /// backing; otherwise it is copied, unchecked — the caller has checked
-    /// it ([`verify_rows`](Self::verify_rows)).
-    fn push_row_of(&mut self, other: &Column, i: usize) {
-        self.rollback();
-        if let Some(om) = other.mapped.as_deref() {
-            let (off, len) = om.spans[i];
-            if off != OWNED && self.set_pending_mapped(&om.backing, off, len) {
-                self.commit_mapped_with(om.checks[i].clone());
-                return;
+    /// A new column of rows `keep` of this one (in that order): rows left in
+    /// the file stay so, with their due checks.
+    fn select(&self, keep: &[usize]) -> Column {
+        let mut c = Column::with_capacity(self.values.dtype(), 0, keep.len());
+        if let Some(m) = self.files.as_deref() {
+            c.files = Some(Box::new(FileRows::new(m.backing().clone(), &[])));
+        }
+        for &i in keep {
+            match self.files.as_deref().and_then(|m| m.span(i)) {
+                Some((off, len, check)) => {
+                    if let Some(m) = c.files.as_deref_mut() {
+                        m.set_pending(off, len);
+                    }
+                    c.commit_with(check);
+                }
+                None => {
+                    let r = self.owned_range(i);
+                    c.values.extend_range(&self.values, r.start, r.end);
+                    c.commit();
+                }
             }
         }
+        c
+    }
+
+    /// Append row `i` of `other` (same dtype) as a committed row: a row left
+    /// in its file stays so (with its due check) when both columns refer to
+    /// the same file; otherwise it is read and checked now.
+    fn push_row_of(&mut self, other: &Column, i: usize) -> Result<()> {
+        self.rollback();
+        if let Some(om) = other.files.as_deref() {
+            if let Some((off, len, check)) = om.span(i) {
+                if self.set_pending_file(om.backing(), off, len) {
+                    self.commit_with(check);
+                    return Ok(());
+                }
+            }
+        }
+        let copy = match other.file_row_unchecked(i) {
+            Some(r) => Some(r.to_vec()?),
+            None => None,
+        };
         let v = self.owned_mut();
-        match other.mapped_row_unchecked(i).map(|r| r.bytes) {
+        match copy {
             Some(b) => match v {
-                Values::U8(v) => v.extend_from_slice(b),
-                Values::Bytes(v) => v.push(b),
-                other => unreachable!("mapped rows in a {} column", other.dtype()),
+                Values::U8(v) => v.extend_from_slice(&b),
+                Values::Bytes(v) => v.push(&b),
+                other => unreachable!("file rows in a {} column", other.dtype()),
             },
             None => {
                 let r = other.owned_range(i);
@@ -335,39 +314,72 @@ impl Column {
             }
         }
         self.commit();
+        Ok(())
     }
 
     /// Make the uncommitted row (which has no owned elements) refer to
     /// `len` bytes of `backing` at `off` (a `u8` row's elements, or a
     /// `bytes` row's one byte string). False (nothing changed) if the column
     /// is of another dtype, the row has owned elements, or the column already
-    /// refers to another backing.
-    fn set_pending_mapped(&mut self, backing: &Backing, off: usize, len: usize) -> bool {
+    /// refers to another file.
+    fn set_pending_file(&mut self, backing: &Backing, off: usize, len: usize) -> bool {
         if !matches!(self.values.dtype(), DType::U8 | DType::Bytes)
             || self.values.len() != self.committed()
         {
             return false;
         }
-        match self.mapped.as_deref_mut() {
-            Some(m) if Arc::ptr_eq(&m.backing, backing) => {
-                m.pending = Some((off, len));
+        match self.files.as_deref_mut() {
+            Some(m) if Arc::ptr_eq(m.backing(), backing) => {
+                m.set_pending(off, len);
                 true
             }
             Some(_) => false,
             None => {
-                let mut m = MappedRows::new(backing.clone(), &self.ends);
-                m.pending = Some((off, len));
-                self.mapped = Some(Box::new(m));
+                let mut m = FileRows::new(backing.clone(), &self.ends);
+                m.set_pending(off, len);
+                self.files = Some(Box::new(m));
                 true
             }
         }
     }
 
+    /// Bytes of the rows left in the file (the uncommitted one included).
     #[inline(always)]
-    fn mapped_bytes(&self) -> usize {
-        self.mapped
-            .as_deref()
-            .map_or(0, |m| m.mapped_bytes + m.pending.map_or(0, |p| p.1))
+    fn file_bytes(&self) -> usize {
+        self.files.as_deref().map_or(0, FileRows::span_bytes)
+    }
+
+    /// Keep the first `rows` committed rows (the uncommitted one dropped).
+    fn truncate_rows(&mut self, rows: usize) {
+        self.rollback();
+        if rows >= self.ends.len() {
+            return;
+        }
+        self.ends.truncate(rows);
+        let owned = match self.files.as_deref_mut() {
+            None => self.ends.last().copied().unwrap_or(0),
+            Some(m) => {
+                m.truncate(rows);
+                m.owned_len()
+            }
+        };
+        self.values.truncate(owned);
+    }
+
+    /// Heap memory held: the capacity of every vector (not their length),
+    /// and the bookkeeping of the rows left in the file.
+    fn memory_bytes(&self) -> usize {
+        self.values.capacity_bytes()
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+            + self.files.as_deref().map_or(0, FileRows::memory_bytes)
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.values.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        if let Some(m) = self.files.as_deref_mut() {
+            m.shrink_to_fit();
+        }
     }
 }
 
@@ -403,24 +415,18 @@ impl Chunk {
     /// An empty chunk with room for what a reader puts in one: `max_rows`
     /// instances or `max_bytes` of payload, whichever comes first (a
     /// 150 KB-record schema gets room for a few rows, not `max_rows`). The
-    /// room of `u8` fields whose rows are large enough to be referred to in a
-    /// memory-mapped input is reserved on their first write only.
+    /// room of `u8` fields whose rows are large enough to stay in their
+    /// file is reserved on their first write only. This only reserves: a
+    /// budget of 0 reserves nothing ([`RecordReader::read_chunk`](crate::format::RecordReader::read_chunk)
+    /// refuses a budget of 0 with an error).
     pub fn with_budget(schema: &Schema, max_rows: usize, max_bytes: usize) -> Self {
-        let row: usize = schema
-            .fields()
-            .iter()
-            .map(|f| f.fixed_elements().unwrap_or(0) * f.dtype.size())
-            .sum();
-        let rows = max_bytes
-            .checked_div(row)
-            .map_or(max_rows, |r| max_rows.min(r + 1))
-            .min(1 << 16);
+        let rows = budget_rows(schema, max_rows, max_bytes);
         let columns = schema
             .fields()
             .iter()
             .map(|f| {
                 let n = f.fixed_elements().unwrap_or(1) * rows;
-                if f.dtype == DType::U8 && f.fixed_elements().unwrap_or(0) >= MAPPED_MIN_BYTES {
+                if f.dtype == DType::U8 && f.fixed_elements().unwrap_or(0) >= FILE_ROW_MIN_BYTES {
                     let mut c = Column::with_capacity(f.dtype, 0, rows);
                     c.reserve = n;
                     c
@@ -434,6 +440,65 @@ impl Chunk {
             columns,
             origins: Vec::with_capacity(rows),
         }
+    }
+
+    /// The most memory ([`memory_bytes`](Self::memory_bytes)) a chunk of
+    /// `schema` can hold when made by [`with_budget`](Self::with_budget)`(max_rows,
+    /// max_bytes)` and filled by [`RecordReader::read_chunk`](crate::format::RecordReader::read_chunk)
+    /// with the same budget, from records of at most `record_bytes` of
+    /// payload each: what [`with_budget`](Self::with_budget) reserves (or
+    /// twice `max_rows` rows, if it reserved fewer and the vectors double),
+    /// twice the variable-size payload a chunk can take (`max_bytes` and one
+    /// record more; vectors double as they grow), and per row its end in
+    /// every column, its origin and, for `u8`/`bytes` fields, the
+    /// bookkeeping of a row left in its file. Byte strings are counted as
+    /// at least one byte each. This is what a loader states as the memory
+    /// of a chunk in flight; a chunk in a [`ShuffleBuffer`](crate::shuffle::ShuffleBuffer)
+    /// is counted by what it really holds.
+    pub fn memory_bound(
+        schema: &Schema,
+        max_rows: usize,
+        max_bytes: usize,
+        record_bytes: usize,
+    ) -> usize {
+        let reserved = budget_rows(schema, max_rows, max_bytes);
+        let rows = if max_rows <= reserved {
+            reserved
+        } else {
+            max_rows.saturating_mul(2)
+        };
+        let fields = schema.fields();
+        let fixed: usize = fields
+            .iter()
+            .map(|f| f.fixed_elements().unwrap_or(0) * f.dtype.size())
+            .sum();
+        let variable = fields
+            .iter()
+            .any(|f| f.is_ragged() || f.dtype == DType::Bytes);
+        let payload = max_bytes.saturating_add(record_bytes).saturating_mul(2);
+        // A byte string's end is 8 bytes, for a string of at least 1 byte.
+        let strings = if fields.iter().any(|f| f.dtype == DType::Bytes) {
+            payload.saturating_mul(8)
+        } else {
+            0
+        };
+        let files = fields
+            .iter()
+            .filter(|f| matches!(f.dtype, DType::U8 | DType::Bytes))
+            .count();
+        let per_row = fields.len() * std::mem::size_of::<usize>()
+            + std::mem::size_of::<Origin>()
+            + files * FileRows::ROW_BYTES;
+        std::mem::size_of::<Chunk>()
+            + 2 * std::mem::size_of::<usize>()
+            + fields.len() * std::mem::size_of::<Column>()
+            + files * FileRows::FIXED_BYTES
+            + rows.saturating_mul(fixed.saturating_add(per_row))
+            + if variable {
+                payload.saturating_add(strings)
+            } else {
+                0
+            }
     }
 
     /// The schema.
@@ -461,41 +526,58 @@ impl Chunk {
         &self.origins
     }
 
-    /// Payload bytes held. A row that refers to a memory-mapped input counts
-    /// its bytes as if it held a copy: the chunk keeps those pages of the map
-    /// resident (they are released when the chunk is dropped), so they are
-    /// what the row costs.
+    /// Instances the chunk has room for without allocating.
+    pub fn capacity(&self) -> usize {
+        self.origins.capacity()
+    }
+
+    /// Payload bytes: the instances' elements (for byte strings, their
+    /// bytes), what a batch of them holds. A row left in its file counts its
+    /// bytes as if it held a copy. This is what a reader's chunk budget
+    /// counts; what the chunk costs in memory is
+    /// [`memory_bytes`](Self::memory_bytes).
     #[inline]
     pub fn payload_bytes(&self) -> usize {
         self.columns
             .iter()
-            .map(|c| c.values.payload_bytes() + c.mapped_bytes())
+            .map(|c| c.values.payload_bytes() + c.file_bytes())
             .sum()
     }
 
-    /// Approximate memory held, payload (mapped rows included, see
-    /// [`payload_bytes`](Self::payload_bytes)) plus bookkeeping.
+    /// Heap memory this chunk holds, as allocated: the chunk itself (as an
+    /// `Arc` would hold it), and the capacity — not the length — of every
+    /// vector of its columns and origins, so a chunk made for many rows
+    /// that holds few costs what was allocated (see
+    /// [`shrink_to_fit`](Self::shrink_to_fit)). Rows left in their file
+    /// cost their bookkeeping only (their bytes are not in memory). The
+    /// schema, shared by every chunk, is not counted.
     pub fn memory_bytes(&self) -> usize {
-        self.payload_bytes()
-            + self
-                .columns
-                .iter()
-                .map(|c| {
-                    c.ends.len() * 8
-                        + c.mapped.as_deref().map_or(0, |m| {
-                            m.spans.len() * (24 + std::mem::size_of::<Option<DueCheck>>())
-                        })
-                })
-                .sum::<usize>()
-            + self.origins.len() * std::mem::size_of::<Origin>()
+        std::mem::size_of::<Chunk>()
+            + 2 * std::mem::size_of::<usize>()
+            + self.columns.capacity() * std::mem::size_of::<Column>()
+            + self.columns.iter().map(Column::memory_bytes).sum::<usize>()
+            + self.origins.capacity() * std::mem::size_of::<Origin>()
     }
 
-    /// Remove all instances, keeping the allocations (mapped rows are let go).
+    /// Give back the capacity the rows do not use (the allocator shrinks
+    /// each vector in place), so that [`memory_bytes`](Self::memory_bytes)
+    /// is close to what the rows need: for a chunk that ended short of its
+    /// budget, such as the only chunk of a small file.
+    pub fn shrink_to_fit(&mut self) {
+        for c in &mut self.columns {
+            c.reserve = 0;
+            c.shrink_to_fit();
+        }
+        self.origins.shrink_to_fit();
+    }
+
+    /// Remove all instances, keeping the allocations (rows left in their
+    /// file are let go).
     pub fn clear(&mut self) {
         for c in &mut self.columns {
             c.values.clear();
             c.ends.clear();
-            c.mapped = None;
+            c.files = None;
         }
         self.origins.clear();
     }
@@ -546,29 +628,28 @@ impl Chunk {
     }
 
     /// Make the uncommitted row's field `i` (a `u8` or `bytes` field with
-    /// nothing written for this row yet) refer to `len` bytes of `backing` at
-    /// `off` instead of holding them: a `u8` row's elements, a `bytes` row's
-    /// one byte string. If the column cannot (it refers to another backing),
-    /// the bytes are copied in. Finish with [`commit_row`](Self::commit_row).
-    pub(crate) fn set_mapped(&mut self, i: usize, backing: &Backing, off: usize, len: usize) {
+    /// nothing written for this row yet) refer to `bytes`, which are the
+    /// file's at `off` (read into a buffer), instead of holding them: a `u8`
+    /// row's elements, a `bytes` row's one byte string. If the column cannot
+    /// (it refers to another file), `bytes` are copied in. Finish with
+    /// [`commit_row`](Self::commit_row).
+    pub(crate) fn set_file_row(&mut self, i: usize, backing: &Backing, off: usize, bytes: &[u8]) {
         let c = &mut self.columns[i];
-        if !c.set_pending_mapped(backing, off, len) {
-            let bytes = &backing.bytes()[off..off + len];
+        if !c.set_pending_file(backing, off, bytes.len()) {
             match c.owned_mut() {
                 Values::U8(v) => v.extend_from_slice(bytes),
                 Values::Bytes(v) => v.push(bytes),
-                other => unreachable!("set_mapped on a {} field", other.dtype()),
+                other => unreachable!("set_file_row on a {} field", other.dtype()),
             }
         }
     }
 
-    /// The uncommitted row's one mapped span, as `(field, offset, len)` in
-    /// its backing — `None` if no field or more than one field of the row is
-    /// mapped.
-    pub(crate) fn pending_mapped_span(&self) -> Option<(usize, usize, usize)> {
+    /// The uncommitted row's one span in its file, as `(field, offset, len)`
+    /// — `None` if no field or more than one field of the row has one.
+    pub(crate) fn pending_file_span(&self) -> Option<(usize, usize, usize)> {
         let mut found = None;
         for (i, c) in self.columns.iter().enumerate() {
-            if let Some((off, len)) = c.mapped.as_deref().and_then(|m| m.pending) {
+            if let Some((off, len)) = c.files.as_deref().and_then(FileRows::pending) {
                 if found.is_some() {
                     return None;
                 }
@@ -579,15 +660,15 @@ impl Chunk {
     }
 
     /// Leave `check` (the uncommitted row's payload checksum) to be made
-    /// when field `i`'s mapped span (see [`pending_mapped_span`](Self::pending_mapped_span))
-    /// is copied out. Call right before [`commit_row`](Self::commit_row).
-    pub(crate) fn defer_check(&mut self, i: usize, check: DueCheck) {
-        let m = self.columns[i]
-            .mapped
+    /// when field `i`'s span in its file (see
+    /// [`pending_file_span`](Self::pending_file_span)) is copied out. Call
+    /// right before [`commit_row`](Self::commit_row). False (nothing left)
+    /// if field `i` of the row has no span.
+    pub(crate) fn defer_check(&mut self, i: usize, check: DueCheck) -> bool {
+        self.columns[i]
+            .files
             .as_deref_mut()
-            .filter(|m| m.pending.is_some())
-            .expect("defer_check on a field whose row is mapped");
-        m.pending_check = Some(check);
+            .is_some_and(|m| m.set_pending_check(check))
     }
 
     /// Close the row written through [`values_mut`](Self::values_mut): check
@@ -626,12 +707,13 @@ impl Chunk {
         first_record: u64,
         n: usize,
     ) -> std::result::Result<(), (usize, String)> {
-        for c in &mut self.columns {
-            c.materialize_pending();
-        }
         let mut bad = None;
         for (i, (c, f)) in self.columns.iter().zip(self.schema.fields()).enumerate() {
             let pending = c.pending();
+            if c.files.as_deref().and_then(FileRows::pending).is_some() {
+                bad = Some((i, "a span in the file among rows written at once".into()));
+                break;
+            }
             if n == 0 {
                 if pending != 0 {
                     bad = Some((i, format!("{pending} elements of {} for no rows", f.dtype)));
@@ -660,10 +742,8 @@ impl Chunk {
             let per = (c.values.len() - start) / n;
             let logical = c.ends.last().copied().unwrap_or(0);
             c.ends.extend((1..=n).map(|j| logical + j * per));
-            if let Some(m) = c.mapped.as_deref_mut() {
-                m.spans.extend(std::iter::repeat_n((OWNED, 0), n));
-                m.checks.extend(std::iter::repeat_n(None, n));
-                m.owned_ends.extend((1..=n).map(|j| start + j * per));
+            if let Some(m) = c.files.as_deref_mut() {
+                m.commit_owned((1..n + 1).map(|j| start + j * per));
             }
         }
         self.origins
@@ -682,13 +762,14 @@ impl Chunk {
     ///
     /// # Errors
     ///
-    /// A payload CRC left to be checked when the row is copied out (see
-    /// [`Column::mapped_row`]) does not match.
+    /// A row left in its file cannot be read, or a payload CRC left to be
+    /// checked when it is copied out does not match (see
+    /// [`Column::file_row`]).
     pub fn row(&self, i: usize) -> Result<Instance> {
         let values = self
             .columns
             .iter()
-            .map(|c| c.row_values(i, true))
+            .map(|c| c.row_values(i))
             .collect::<Result<_>>()?;
         Ok(Instance::from_checked(
             &self.schema,
@@ -702,50 +783,64 @@ impl Chunk {
         (0..self.len()).map(move |i| self.row(i))
     }
 
-    /// A new chunk of rows `keep` of this one (in that order). Mapped rows
-    /// stay mapped, with their due checks: a new column takes the one
-    /// backing of each of this chunk's columns, so nothing is copied
-    /// unchecked and nothing can fail.
+    /// A new chunk of rows `keep` of this one (in that order). Rows left in
+    /// their file stay so, with their due checks (each new column refers to
+    /// the one file of this chunk's), so nothing is read and nothing can fail.
     pub(crate) fn select_rows(&self, keep: &[usize]) -> Chunk {
-        let mut out = Chunk::with_capacity(&self.schema, keep.len());
-        for (c, o) in out.columns.iter_mut().zip(&self.columns) {
-            for &i in keep {
-                c.push_row_of(o, i);
-            }
+        Chunk {
+            schema: self.schema.clone(),
+            columns: self.columns.iter().map(|c| c.select(keep)).collect(),
+            origins: keep.iter().map(|&i| self.origins[i]).collect(),
         }
-        out.origins.extend(keep.iter().map(|&i| self.origins[i]));
-        out
     }
 
     /// Append rows `start..end` of `other` (same schema). Rows of `other`
-    /// that refer to a memory-mapped input keep referring to it (and keep
-    /// any CRC check due on them).
+    /// left in their file stay so (with any CRC check due on them) where
+    /// this chunk's column refers to the same file, and are read and
+    /// checked now where it does not.
     ///
     /// # Errors
     ///
-    /// A row that has to be copied here has a due payload CRC that does not
-    /// match (see [`Column::mapped_row`]); nothing is appended then.
+    /// A row that has to be read here cannot be, or its due payload CRC
+    /// does not match (see [`Column::file_row`]); nothing is appended then.
     pub fn extend_rows(&mut self, other: &Chunk, start: usize, end: usize) -> Result<()> {
-        for (c, o) in self.columns.iter().zip(&other.columns) {
-            if !c.keeps_spans_of(o) {
-                o.verify_rows(start, end)?;
-            }
-        }
-        for (c, o) in self.columns.iter_mut().zip(&other.columns) {
-            if c.mapped.is_none() && o.mapped.is_none() {
+        let before = self.len();
+        for ci in 0..self.columns.len() {
+            let (c, o) = (&mut self.columns[ci], &other.columns[ci]);
+            if c.files.is_none() && o.files.is_none() {
                 c.rollback();
                 for i in start..end {
                     let r = o.range(i);
                     c.values.extend_range(&o.values, r.start, r.end);
                     c.ends.push(c.values.len());
                 }
-            } else {
-                for i in start..end {
-                    c.push_row_of(o, i);
+                continue;
+            }
+            for i in start..end {
+                if let Err(e) = c.push_row_of(o, i) {
+                    for c in &mut self.columns[..=ci] {
+                        c.truncate_rows(before);
+                    }
+                    return Err(e);
                 }
             }
         }
         self.origins.extend_from_slice(&other.origins[start..end]);
         Ok(())
     }
+}
+
+/// The rows [`Chunk::with_budget`] makes room for: `max_rows`, or as many
+/// as `max_bytes` of the schema's fixed-size fields hold (and one more),
+/// whichever is fewer, at most 65,536.
+fn budget_rows(schema: &Schema, max_rows: usize, max_bytes: usize) -> usize {
+    let row: usize = schema
+        .fields()
+        .iter()
+        .map(|f| f.fixed_elements().unwrap_or(0) * f.dtype.size())
+        .sum();
+    max_bytes
+        .checked_div(row)
+        .map_or(max_rows, |r| max_rows.min(r.saturating_add(1)))
+        .min(1 << 16)
 }

@@ -52,6 +52,7 @@ mod collate;
 mod error;
 pub mod format;
 mod infer;
+mod input;
 mod provenance;
 mod record;
 mod schema;

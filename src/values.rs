@@ -197,6 +197,30 @@ impl Values {
         }
     }
 
+    /// Bytes allocated for the elements (their vectors' capacity; for byte
+    /// strings, the bytes' and the end offsets' capacity).
+    pub fn capacity_bytes(&self) -> usize {
+        match self {
+            Values::Bytes(b) => {
+                b.data.capacity() + b.ends.capacity() * std::mem::size_of::<usize>()
+            }
+            Values::F32(v) => v.capacity() * 4,
+            Values::F64(v) => v.capacity() * 8,
+            Values::I64(v) => v.capacity() * 8,
+            Values::I32(v) => v.capacity() * 4,
+            Values::U8(v) => v.capacity(),
+            Values::Bool(v) => v.capacity(),
+        }
+    }
+
+    /// Give back the capacity the elements do not use.
+    pub fn shrink_to_fit(&mut self) {
+        each_values!(self, v => v.shrink_to_fit(), b => {
+            b.data.shrink_to_fit();
+            b.ends.shrink_to_fit();
+        })
+    }
+
     /// Remove all elements, keeping the allocation.
     pub fn clear(&mut self) {
         each_values!(self, v => v.clear(), b => b.clear())

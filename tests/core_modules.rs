@@ -171,9 +171,7 @@ fn paths(code: &str) -> Vec<(usize, Vec<String>)> {
                     i += 1;
                 }
                 segs.push(code[s..i].to_string());
-                if code[i..].starts_with("::")
-                    && code[i + 2..].starts_with(|c: char| is_ident(c))
-                {
+                if code[i..].starts_with("::") && code[i + 2..].starts_with(|c: char| is_ident(c)) {
                     i += 2;
                 } else {
                     break;
@@ -247,10 +245,11 @@ fn dependencies(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
             let before = text[..s].trim_end();
             let word_start = s == 0 || !is_ident(text.as_bytes()[s - 1] as char);
             if word_start {
-                let reexport = before.ends_with("pub") || before.ends_with(')') && {
-                    let line = &text[text[..s].rfind('\n').map_or(0, |n| n + 1)..s];
-                    line.trim_start().starts_with("pub")
-                };
+                let reexport = before.ends_with("pub")
+                    || before.ends_with(')') && {
+                        let line = &text[text[..s].rfind('\n').map_or(0, |n| n + 1)..s];
+                        line.trim_start().starts_with("pub")
+                    };
                 if reexport {
                     skip.push(s..end);
                 } else {

@@ -580,8 +580,9 @@ fn batch_origins(b: &Batch) -> Vec<(String, u64)> {
 fn files_reads_tasks_in_order_and_changes_order_per_pass() {
     let files_ = specs(&[3, 0, 5, 2]);
     let plan = PassPlan::new(files_.clone()).seed(1);
-    let r =
-        files(registry(), plan.clone(), schema(), OpenOptions::default()).chunk_size(2, 1 << 20);
+    let r = files(registry(), plan.clone(), schema(), OpenOptions::default())
+        .chunk_size(2, 1 << 20)
+        .unwrap();
     for pass in 0..3 {
         let got: Vec<(String, u64)> = r
             .read()
@@ -617,7 +618,9 @@ fn files_honours_start_record_and_stride_and_chunks_match_instances() {
     let mut union = Vec::new();
     for rank in 0..5 {
         let p = plan.for_rank(rank).unwrap();
-        let r = files(registry(), p, schema(), OpenOptions::default()).chunk_size(3, 1 << 20);
+        let r = files(registry(), p, schema(), OpenOptions::default())
+            .chunk_size(3, 1 << 20)
+            .unwrap();
         let inst: Vec<(String, u64)> = r
             .read()
             .map(|i| {
@@ -665,7 +668,9 @@ fn files_reports_errors_in_place_and_goes_on() {
         "mem:f-2".into(),
     ])
     .shuffle_files(false);
-    let r = files(registry(), plan, schema(), OpenOptions::default()).chunk_size(4, 1 << 20);
+    let r = files(registry(), plan, schema(), OpenOptions::default())
+        .chunk_size(4, 1 << 20)
+        .unwrap();
     let got: Vec<std::result::Result<(String, u64), String>> = r
         .read()
         .map(|i| {

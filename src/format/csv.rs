@@ -150,6 +150,7 @@ impl Format for CsvFormat {
     }
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let compression = opts
             .compression
             .unwrap_or_else(|| Compression::from_path(path));

@@ -58,6 +58,7 @@ impl Format for JsonlFormat {
     }
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let compression = opts
             .compression
             .unwrap_or_else(|| Compression::from_path(path));

@@ -87,11 +87,12 @@ pub struct OpenOptions {
     /// Verify checksums where the format has them (TFRecord CRC-32C).
     pub verify_checksums: bool,
     /// Largest record accepted: a length field is never trusted beyond it
-    /// (nor beyond the bytes left in an uncompressed file).
+    /// (nor beyond the bytes left in an uncompressed file). At least 1
+    /// ([`validate`](Self::validate)).
     pub max_record_bytes: u64,
-    /// Check the CRC of a record whose large byte string is left in the
-    /// memory-mapped file ([`Column::mapped_row`](crate::Column::mapped_row))
-    /// when those bytes are copied out — fused with the copy, so they are
+    /// Check the CRC of a record whose large byte string is left in its
+    /// file ([`Column::file_row`](crate::Column::file_row)) when those bytes
+    /// are copied out — fused with the copy, so they are
     /// read from memory once — instead of when the record is read
     /// ([`RecordReader::read_chunk`] of an uncompressed TFRecord file;
     /// everything else is checked as it is read). The error is the same,
@@ -106,6 +107,32 @@ pub struct OpenOptions {
     /// [`tfrecord`'s large records](crate::format::tfrecord#large-records)).
     /// Default: false.
     pub defer_checksums: bool,
+}
+
+impl OpenOptions {
+    /// Check the settings: `max_record_bytes` must be at least 1 (a cap of
+    /// 0 would refuse every record of every file).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_record_bytes == 0 {
+            return Err(Error::Config(
+                "max_record_bytes must be at least 1, got 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Check a [`RecordReader::read_chunk`] budget: at least one record and
+/// one byte (a budget of 0 would read nothing, and a `0` from `read_chunk`
+/// means the end of the file).
+pub fn check_chunk_budget(max_records: usize, max_bytes: usize) -> Result<()> {
+    if max_records == 0 || max_bytes == 0 {
+        return Err(Error::Config(format!(
+            "a chunk must hold at least 1 record and 1 byte, got max_records {max_records}, \
+             max_bytes {max_bytes}"
+        )));
+    }
+    Ok(())
 }
 
 impl Default for OpenOptions {
@@ -130,17 +157,22 @@ pub trait RecordReader: Send {
     fn next_record(&mut self) -> Result<Option<Record>>;
 
     /// Decode up to `max_records` records (stopping early once the chunk holds
-    /// `max_bytes` of payload) into `chunk`, following the chunk's schema.
-    /// Returns how many were appended; `0` means the end. On `Err`, the
-    /// records decoded before the bad one are in `chunk`.
+    /// `max_bytes` of payload, but never before the first record) into
+    /// `chunk`, following the chunk's schema. Returns how many were
+    /// appended; only `0` means the end of the file — a reader may return
+    /// fewer records than asked at any time (a block or row-group reader
+    /// does), and the caller reads on. On `Err`, the records decoded before
+    /// the bad one are in `chunk`. A budget of 0 records or 0 bytes is an
+    /// [`Error::Config`] ([`check_chunk_budget`]).
     fn read_chunk(
         &mut self,
         chunk: &mut Chunk,
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
         let mut n = 0;
-        while n < max_records && chunk.payload_bytes() < max_bytes {
+        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
             match self.next_record()? {
                 Some(rec) => {
                     chunk.push_record(&rec)?;
@@ -164,6 +196,14 @@ pub trait RecordReader: Send {
     fn len_hint(&self) -> Option<u64> {
         None
     }
+
+    /// An upper bound on the records left to read, if the format knows one
+    /// without reading (from [`len_hint`](Self::len_hint), or from the bytes
+    /// left and the smallest record): what a reader sizes its next chunk by,
+    /// so that a one-record file does not get a chunk made for a thousand.
+    fn max_records_left(&self) -> Option<u64> {
+        self.len_hint().map(|n| n.saturating_sub(self.next_index()))
+    }
 }
 
 /// A file format.
@@ -179,12 +219,20 @@ pub trait Format: Send + Sync + 'static {
 /// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.
 pub fn open_stream(path: &Path, compression: Compression) -> Result<Box<dyn Read + Send>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let buffered = BufReader::with_capacity(1 << 20, file);
-    Ok(match compression {
+    Ok(decompress(Box::new(file), compression))
+}
+
+/// `reader` with a 1 MiB buffer, decompressed as asked.
+pub(crate) fn decompress(
+    reader: Box<dyn Read + Send>,
+    compression: Compression,
+) -> Box<dyn Read + Send> {
+    let buffered = BufReader::with_capacity(1 << 20, reader);
+    match compression {
         Compression::None => Box::new(buffered),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
         Compression::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(buffered)),
-    })
+    }
 }
 
 /// The interned source id of a path.

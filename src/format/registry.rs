@@ -130,6 +130,7 @@ impl Registry {
         explicit: Option<&str>,
         opts: &OpenOptions,
     ) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let (f, path, c) = self.resolve(spec, explicit)?;
         let mut opts = opts.clone();
         opts.compression.get_or_insert(c);

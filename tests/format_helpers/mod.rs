@@ -33,8 +33,9 @@ pub fn generic_read_chunk(
     max_records: usize,
     max_bytes: usize,
 ) -> feedline::Result<usize> {
+    feedline::format::check_chunk_budget(max_records, max_bytes)?;
     let mut n = 0;
-    while n < max_records && chunk.payload_bytes() < max_bytes {
+    while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
         match r.next_record()? {
             Some(rec) => {
                 chunk.push_record(&rec)?;
