@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::provenance::{Location, Origin};
-use crate::schema::{check_elements, Field, Schema};
+use crate::schema::{check_elements, check_shape, shape_string, DType, Dim, Field, Schema};
 use crate::values::{Tensor, Values};
 
 /// One record as a format reads it: named values in the file's own kinds.
@@ -165,58 +165,51 @@ pub(crate) fn field_error(location: Location, f: &Field, actual: String) -> Erro
 /// Append record's field `f`, converted, to `out`; check its shape.
 pub(crate) fn conform_field(record: &Record, f: &Field, out: &mut Values) -> Result<()> {
     let before = out.len();
-    match record.get(&f.name) {
-        None => {
-            if f.is_ragged() {
-                return Ok(());
-            }
-            return Err(field_error(
-                record.location.clone(),
-                f,
-                "no such field in the record".into(),
-            ));
+    let Some(t) = record.get(&f.name) else {
+        if f.is_ragged() {
+            return Ok(());
         }
-        Some(t) if t.values.is_empty() => {
-            // Nothing to convert: an empty value fits any dtype; only its
-            // element count (0) is checked.
-            check_elements(f, 0).map_err(|actual| {
-                field_error(
-                    record.location.clone(),
-                    f,
-                    format!("{actual} (shape {:?}) of {}", t.shape, t.values.dtype()),
-                )
-            })?;
-        }
-        Some(t) => {
-            if !t.values.convertible_to(f.dtype) {
-                return Err(field_error(
-                    record.location.clone(),
-                    f,
-                    format!(
-                        "{} {}",
-                        crate::schema::shape_string(
-                            &t.shape
-                                .iter()
-                                .map(|&d| crate::schema::Dim::Fixed(d))
-                                .collect::<Vec<_>>()
-                        ),
-                        t.values.dtype()
-                    ),
-                ));
-            }
-            let n = t.values.converted_len(f.dtype);
-            check_elements(f, n).map_err(|actual| {
-                field_error(
-                    record.location.clone(),
-                    f,
-                    format!("{actual} (shape {:?}) of {}", t.shape, t.values.dtype()),
-                )
-            })?;
-            t.values.append_converted(out).map_err(|e| {
-                out.truncate(before);
-                field_error(record.location.clone(), f, e)
-            })?;
-        }
+        return Err(field_error(
+            record.location.clone(),
+            f,
+            "no such field in the record".into(),
+        ));
+    };
+    let fail = |actual: String| field_error(record.location.clone(), f, actual);
+    if t.values.is_empty() {
+        // Nothing to convert or to take in another order: an empty value
+        // fits any dtype and shape; only its element count (0) is checked.
+        check_elements(f, 0).map_err(|actual| {
+            fail(format!(
+                "{actual} (shape {:?}) of {}",
+                t.shape,
+                t.values.dtype()
+            ))
+        })?;
+        return Ok(());
     }
-    Ok(())
+    // Byte strings decoded into `u8` have a shape in strings, not bytes.
+    if !(t.values.dtype() == DType::Bytes && f.dtype == DType::U8) {
+        check_shape(f, &t.shape, t.values.dtype()).map_err(fail)?;
+    }
+    if !t.values.convertible_to(f.dtype) {
+        let dims: Vec<Dim> = t.shape.iter().map(|&d| Dim::Fixed(d)).collect();
+        return Err(fail(format!(
+            "{} {}",
+            shape_string(&dims),
+            t.values.dtype()
+        )));
+    }
+    let n = t.values.converted_len(f.dtype);
+    check_elements(f, n).map_err(|actual| {
+        fail(format!(
+            "{actual} (shape {:?}) of {}",
+            t.shape,
+            t.values.dtype()
+        ))
+    })?;
+    t.values.append_converted(out).map_err(|e| {
+        out.truncate(before);
+        fail(e)
+    })
 }

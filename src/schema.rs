@@ -451,6 +451,37 @@ pub(crate) fn check_elements(field: &Field, n: usize) -> std::result::Result<usi
     }
 }
 
+/// Checks a value's own shape — the shape its file gives it — against
+/// `field`: a shape of rank 2 or more (an NPY row, a nested JSON array)
+/// must be the field's dimensions exactly (a ragged field's leading one
+/// matches any length), or its elements would be taken in another order
+/// than the file's (`[3, 32, 32]` read as `[32, 32, 3]`). A scalar or a
+/// flat list (rank 0 or 1: what TFRecord and CSV give, or a 1-D row) has no
+/// axes to mix up and is only checked by its element count
+/// ([`check_elements`]), and so is an empty value. `Err` is the value's
+/// shape and dtype, as text.
+pub(crate) fn check_shape(
+    field: &Field,
+    shape: &[usize],
+    dtype: DType,
+) -> std::result::Result<(), String> {
+    if shape.len() < 2 {
+        return Ok(());
+    }
+    let skip = usize::from(field.is_ragged());
+    let fits = shape.len() == field.shape.len()
+        && field.shape[skip..]
+            .iter()
+            .zip(&shape[skip..])
+            .all(|(d, &n)| *d == Dim::Fixed(n));
+    if fits {
+        Ok(())
+    } else {
+        let dims: Vec<Dim> = shape.iter().map(|&d| Dim::Fixed(d)).collect();
+        Err(format!("shape {} {dtype}", shape_string(&dims)))
+    }
+}
+
 impl Schema {
     /// True if both are the same schema (shared, or equal field by field).
     pub fn same(&self, other: &Schema) -> bool {

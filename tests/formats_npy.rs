@@ -1289,3 +1289,112 @@ fn compression_option_overrides_the_extension() {
     let recs = all_records(&mut *NpyFormat.open(&p, &o).unwrap());
     assert_eq!(recs[2].to_json(), serde_json::json!({"c": [60002]}));
 }
+
+// ---------------------------------------------------------------------------
+// Declared shapes
+// ---------------------------------------------------------------------------
+
+/// The error of reading `path` with a field `x` of `dims` (fixed) u8, by
+/// the fast path and by the generic one (they must agree).
+fn shape_error(path: &Path, field: Field) -> Option<String> {
+    let schema = Schema::new(vec![field]).unwrap();
+    let open = || NpyFormat.open(path, &opts()).unwrap();
+    fast_equals_generic(&open, &schema, 10, 1 << 20);
+    let mut r = open();
+    let mut c = Chunk::new(&schema);
+    r.read_chunk(&mut c, 10, 1 << 20).err().map(|e| {
+        assert!(matches!(e, Error::Field { .. }), "{e:?}");
+        e.to_string()
+    })
+}
+
+fn u8_field(shape: Vec<feedline::Dim>) -> Field {
+    Field {
+        name: "x".into(),
+        dtype: DType::U8,
+        shape,
+        ragged: Ragged::Offsets,
+    }
+}
+
+#[test]
+fn a_declared_shape_must_be_the_file_s_own_not_just_its_element_count() {
+    use feedline::Dim::{Fixed as F, Var};
+    let dir = tempfile::tempdir().unwrap();
+    // Rows of shape [3, 4, 4] (channels first).
+    let chw = write(
+        dir.path(),
+        "x.npy",
+        &arr(K::U1, &[2, 3, 4, 4], |i| i as u64).file(1, false, false),
+    );
+    // Declared channels last: same element count, another order.
+    let msg = shape_error(&chw, u8_field(vec![F(4), F(4), F(3)])).expect("an error");
+    assert_contains(
+        &msg,
+        &[
+            "x.npy",
+            "record 0",
+            "field `x`",
+            "expected [4, 4, 3] u8",
+            "shape [3, 4, 4] u8",
+        ],
+    );
+    // Flattened: another rank is another shape too.
+    let msg = shape_error(&chw, u8_field(vec![F(48)])).expect("an error");
+    assert_contains(&msg, &["expected [48] u8", "shape [3, 4, 4] u8"]);
+    // The file's shape, or a ragged leading dimension, reads.
+    assert_eq!(shape_error(&chw, u8_field(vec![F(3), F(4), F(4)])), None);
+    assert_eq!(shape_error(&chw, u8_field(vec![Var, F(4), F(4)])), None);
+    let msg = shape_error(&chw, u8_field(vec![Var, F(4), F(3)])).expect("an error");
+    assert_contains(&msg, &["expected [?, 4, 3] u8", "shape [3, 4, 4] u8"]);
+    // A 1-D row is a flat list: any shape of its element count takes it.
+    std::fs::create_dir(dir.path().join("flat")).unwrap();
+    let flat = write(
+        &dir.path().join("flat"),
+        "x.npy",
+        &arr(K::U1, &[2, 48], |i| i as u64).file(1, false, false),
+    );
+    assert_eq!(shape_error(&flat, u8_field(vec![F(4), F(4), F(3)])), None);
+    // Fortran order and npz entries are checked the same way.
+    std::fs::create_dir(dir.path().join("fortran")).unwrap();
+    let fortran = write(
+        &dir.path().join("fortran"),
+        "x.npy",
+        &arr(K::U1, &[2, 3, 4, 4], |i| i as u64).file(1, false, true),
+    );
+    let msg = shape_error(&fortran, u8_field(vec![F(4), F(4), F(3)])).expect("an error");
+    assert_contains(
+        &msg,
+        &[
+            "fortran/x.npy",
+            "expected [4, 4, 3] u8",
+            "shape [3, 4, 4] u8",
+        ],
+    );
+    let npz = write(
+        dir.path(),
+        "z.npz",
+        &npz_file(
+            &[(
+                "x.npy",
+                arr(K::U1, &[2, 3, 4, 4], |i| i as u64).file(1, false, false),
+            )],
+            false,
+        ),
+    );
+    let schema = Schema::new(vec![u8_field(vec![F(4), F(4), F(3)])]).unwrap();
+    let mut r = NpzFormat.open(&npz, &opts()).unwrap();
+    let e = r
+        .read_chunk(&mut Chunk::new(&schema), 10, 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &e,
+        &[
+            "z.npz",
+            "field `x`",
+            "expected [4, 4, 3] u8",
+            "shape [3, 4, 4] u8",
+        ],
+    );
+}

@@ -197,6 +197,17 @@ pub trait RecordReader: Send {
         None
     }
 
+    /// After an error with [`can_continue`](Self::can_continue) false: how
+    /// many records the rest of the file held from the bad one on (the bad
+    /// one included), if the format knows — what a reader that skips bad
+    /// records counts as lost instead of one. Default: from
+    /// [`len_hint`](Self::len_hint) and [`next_index`](Self::next_index)
+    /// (which, after such an error, is the bad record's index); `None` if
+    /// unknown (a TFRecord file cannot be framed past a broken frame).
+    fn records_lost(&self) -> Option<u64> {
+        self.len_hint().map(|n| n.saturating_sub(self.next_index()))
+    }
+
     /// An upper bound on the records left to read, if the format knows one
     /// without reading (from [`len_hint`](Self::len_hint), or from the bytes
     /// left and the smallest record): what a reader sizes its next chunk by,

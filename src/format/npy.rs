@@ -61,7 +61,7 @@ use crate::error::{Error, Result};
 use crate::input::{open_input, InputFile, Opened, RangeReader, Window};
 use crate::provenance::{Location, SourceId};
 use crate::record::Record;
-use crate::schema::{check_elements, DType};
+use crate::schema::{check_elements, check_shape, DType};
 use crate::values::{Tensor, Values};
 
 /// The `.npy` format: one array per file, its field named after the file stem.
@@ -1493,7 +1493,10 @@ impl NpReader {
                     let a = &self.arrays[ai];
                     let natural = a.h.kind.dtype();
                     let probe = Values::new(natural);
-                    if !probe.convertible_to(f.dtype) || check_elements(f, a.h.row_elems).is_err() {
+                    if !probe.convertible_to(f.dtype)
+                        || check_elements(f, a.h.row_elems).is_err()
+                        || (a.h.row_elems > 0 && check_shape(f, &a.h.shape[1..], natural).is_err())
+                    {
                         return None;
                     }
                     // Empty rows are conformed specially by the generic path.
