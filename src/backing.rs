@@ -286,13 +286,6 @@ impl FileRows {
                 .map(|c| std::mem::size_of_val(&**c) + 2 * std::mem::size_of::<usize>())
                 .sum::<usize>()
     }
-
-    /// Release the capacity the rows do not use.
-    pub(crate) fn shrink_to_fit(&mut self) {
-        self.spans.shrink_to_fit();
-        self.owned_ends.shrink_to_fit();
-        self.checks.shrink_to_fit();
-    }
 }
 
 impl fmt::Debug for FileRows {

@@ -373,14 +373,6 @@ impl Column {
             + self.ends.capacity() * std::mem::size_of::<usize>()
             + self.files.as_deref().map_or(0, FileRows::memory_bytes)
     }
-
-    fn shrink_to_fit(&mut self) {
-        self.values.shrink_to_fit();
-        self.ends.shrink_to_fit();
-        if let Some(m) = self.files.as_deref_mut() {
-            m.shrink_to_fit();
-        }
-    }
 }
 
 /// Many instances of one schema stored column by column: the unit that
@@ -559,16 +551,20 @@ impl Chunk {
             + self.origins.capacity() * std::mem::size_of::<Origin>()
     }
 
-    /// Give back the capacity the rows do not use (the allocator shrinks
-    /// each vector in place), so that [`memory_bytes`](Self::memory_bytes)
-    /// is close to what the rows need: for a chunk that ended short of its
-    /// budget, such as the only chunk of a small file.
+    /// Give back the capacity the rows do not use, so that
+    /// [`memory_bytes`](Self::memory_bytes) is what the rows need: for a
+    /// chunk that ended short of its budget, such as the only chunk of a
+    /// small file. The rows are copied into allocations of their size and
+    /// the old ones freed whole — shrinking a large block in place would
+    /// leave the rest of it as a hole just too small for the next chunk's
+    /// block, and many small files would grow the heap by a chunk each.
     pub fn shrink_to_fit(&mut self) {
-        for c in &mut self.columns {
+        // A clone's vectors are allocated at their length.
+        let mut compact = self.clone();
+        for c in &mut compact.columns {
             c.reserve = 0;
-            c.shrink_to_fit();
         }
-        self.origins.shrink_to_fit();
+        *self = compact;
     }
 
     /// Remove all instances, keeping the allocations (rows left in their

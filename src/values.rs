@@ -213,14 +213,6 @@ impl Values {
         }
     }
 
-    /// Give back the capacity the elements do not use.
-    pub fn shrink_to_fit(&mut self) {
-        each_values!(self, v => v.shrink_to_fit(), b => {
-            b.data.shrink_to_fit();
-            b.ends.shrink_to_fit();
-        })
-    }
-
     /// Remove all elements, keeping the allocation.
     pub fn clear(&mut self) {
         each_values!(self, v => v.clear(), b => b.clear())

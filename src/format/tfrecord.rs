@@ -1672,6 +1672,21 @@ mod tests {
     }
 
     #[test]
+    fn a_deferred_crc_costs_no_more_than_the_chunk_bound_allows_a_file_row() {
+        use crate::backing::{DueCheck, FileRows};
+        let row = std::mem::size_of::<Option<(usize, usize)>>()
+            + std::mem::size_of::<usize>()
+            + std::mem::size_of::<Option<DueCheck>>()
+            + std::mem::size_of::<DeferredCrc>()
+            + 2 * std::mem::size_of::<usize>();
+        assert!(
+            row <= FileRows::ROW_BYTES,
+            "{row} > {}",
+            FileRows::ROW_BYTES
+        );
+    }
+
+    #[test]
     fn a_file_shortened_under_file_rows_is_an_error_naming_it_not_a_fault() {
         let schema = schema_with(LARGE, Ragged::Offsets);
         let dir = tempfile::tempdir().unwrap();
