@@ -288,6 +288,19 @@ impl Values {
             }
             Ok(())
         }
+        fn bools(
+            src: impl Iterator<Item = i64>,
+            dst: &mut Vec<bool>,
+        ) -> std::result::Result<(), String> {
+            for x in src {
+                match x {
+                    0 => dst.push(false),
+                    1 => dst.push(true),
+                    _ => return Err(format!("value {x} is not a bool (0 or 1)")),
+                }
+            }
+            Ok(())
+        }
         match (self, out) {
             (Values::F32(s), Values::F32(d)) => d.extend_from_slice(s),
             (Values::F64(s), Values::F64(d)) => d.extend_from_slice(s),
@@ -314,24 +327,8 @@ impl Values {
             (Values::Bool(s), Values::I64(d)) => d.extend(s.iter().map(|&x| x as i64)),
             (Values::Bool(s), Values::I32(d)) => d.extend(s.iter().map(|&x| x as i32)),
             (Values::Bool(s), Values::U8(d)) => d.extend(s.iter().map(|&x| x as u8)),
-            (Values::I64(s), Values::Bool(d)) => {
-                for &x in s {
-                    match x {
-                        0 => d.push(false),
-                        1 => d.push(true),
-                        _ => return Err(format!("value {x} is not a bool (0 or 1)")),
-                    }
-                }
-            }
-            (Values::I32(s), Values::Bool(d)) => {
-                for &x in s {
-                    match x {
-                        0 => d.push(false),
-                        1 => d.push(true),
-                        _ => return Err(format!("value {x} is not a bool (0 or 1)")),
-                    }
-                }
-            }
+            (Values::I64(s), Values::Bool(d)) => bools(s.iter().copied(), d)?,
+            (Values::I32(s), Values::Bool(d)) => bools(s.iter().map(|&x| x as i64), d)?,
             (s, d) => {
                 return Err(format!(
                     "{} values, which cannot become {}",

@@ -1321,13 +1321,15 @@ fn u8_field(shape: Vec<feedline::Dim>) -> Field {
 fn a_declared_shape_must_be_the_file_s_own_not_just_its_element_count() {
     use feedline::Dim::{Fixed as F, Var};
     let dir = tempfile::tempdir().unwrap();
+    // `x.npy` (its field is `x`) in a folder of its own.
+    let x_npy = |folder: &str, shape: &[usize], fortran: bool| {
+        let d = dir.path().join(folder);
+        std::fs::create_dir(&d).unwrap();
+        let bytes = arr(K::U1, shape, |i| i as u64).file(1, false, fortran);
+        write(&d, "x.npy", &bytes)
+    };
     // Rows of shape [3, 4, 4] (channels first).
-    let chw = write(
-        dir.path(),
-        "x.npy",
-        &arr(K::U1, &[2, 3, 4, 4], |i| i as u64).file(1, false, false),
-    );
-    // Declared channels last: same element count, another order.
+    let chw = x_npy("chw", &[2, 3, 4, 4], false);
     let msg = shape_error(&chw, u8_field(vec![F(4), F(4), F(3)])).expect("an error");
     assert_contains(
         &msg,
@@ -1348,20 +1350,10 @@ fn a_declared_shape_must_be_the_file_s_own_not_just_its_element_count() {
     let msg = shape_error(&chw, u8_field(vec![Var, F(4), F(3)])).expect("an error");
     assert_contains(&msg, &["expected [?, 4, 3] u8", "shape [3, 4, 4] u8"]);
     // A 1-D row is a flat list: any shape of its element count takes it.
-    std::fs::create_dir(dir.path().join("flat")).unwrap();
-    let flat = write(
-        &dir.path().join("flat"),
-        "x.npy",
-        &arr(K::U1, &[2, 48], |i| i as u64).file(1, false, false),
-    );
+    let flat = x_npy("flat", &[2, 48], false);
     assert_eq!(shape_error(&flat, u8_field(vec![F(4), F(4), F(3)])), None);
     // Fortran order and npz entries are checked the same way.
-    std::fs::create_dir(dir.path().join("fortran")).unwrap();
-    let fortran = write(
-        &dir.path().join("fortran"),
-        "x.npy",
-        &arr(K::U1, &[2, 3, 4, 4], |i| i as u64).file(1, false, true),
-    );
+    let fortran = x_npy("fortran", &[2, 3, 4, 4], true);
     let msg = shape_error(&fortran, u8_field(vec![F(4), F(4), F(3)])).expect("an error");
     assert_contains(
         &msg,
