@@ -136,3 +136,38 @@ fn a_budget_of_zero_is_an_error_in_every_format() {
         assert!(matches!(e, Error::Config(_)), "{spec}: {e:?}");
     }
 }
+
+#[test]
+fn records_lost_says_what_a_rest_of_file_error_loses() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::with_builtin();
+    // An .npy.gz cut inside row 9 of 23: rows 9..23 are lost.
+    let (_, files) = every_format(dir.path());
+    let npy = std::fs::read(&files[1].0).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&npy[..128 + 9 * 16 + 5]).unwrap();
+    std::fs::create_dir(dir.path().join("cut")).unwrap();
+    let cut = dir.path().join("cut/x.npy.gz");
+    std::fs::write(&cut, gz.finish().unwrap()).unwrap();
+    let mut r = reg
+        .open(cut.to_str().unwrap(), None, &OpenOptions::default())
+        .unwrap();
+    let mut c = Chunk::new(&files[1].1);
+    let e = r.read_chunk(&mut c, 100, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("record 9"), "{e}");
+    assert!(!r.can_continue());
+    assert_eq!(c.len(), 9);
+    assert_eq!(r.records_lost(), Some(N as u64 - 9));
+    // A TFRecord file cut inside a frame: what followed cannot be framed,
+    // so how many records it held is not known.
+    let tf = std::fs::read(&files[0].0).unwrap();
+    let cut = dir.path().join("cut.tfrecord");
+    std::fs::write(&cut, &tf[..tf.len() / 2]).unwrap();
+    let mut r = reg
+        .open(cut.to_str().unwrap(), None, &OpenOptions::default())
+        .unwrap();
+    let mut c = Chunk::new(&files[0].1);
+    assert!(r.read_chunk(&mut c, 100, 1 << 20).is_err());
+    assert!(!r.can_continue());
+    assert_eq!(r.records_lost(), None);
+}
