@@ -111,21 +111,25 @@ impl InputFile {
 }
 
 /// Read all of `dst` from `file` at `off`; a short file is `UnexpectedEof`
-/// saying where it ends.
+/// saying how much was there and how long the file is now.
 fn read_exact_at(file: &File, off: u64, dst: &mut [MaybeUninit<u8>]) -> io::Result<()> {
     let mut done = 0;
     while done < dst.len() {
         let at = off + done as u64;
         match read_some_at(file, at, &mut dst[done..]) {
             Ok(0) => {
+                let now = file.metadata().map_or_else(
+                    |_| String::new(),
+                    |m| format!(": it is {} bytes long now", m.len()),
+                );
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
-                        "reading {} bytes at offset {off}: the file ends at byte {at} \
+                        "reading {} bytes at offset {off}, only {done} were there{now} \
                          (it was shortened while being read)",
                         dst.len()
                     ),
-                ))
+                ));
             }
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
