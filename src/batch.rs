@@ -21,8 +21,9 @@
 use ndarray::{ArrayD, ArrayViewD};
 
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Origin};
+use crate::provenance::Origin;
 use crate::schema::{DType, Schema};
+use crate::values::BytesList;
 
 /// Recycling of large batch buffers: when a [`Batch`] is dropped, its field
 /// vectors of at least [`MIN_BYTES`] come back here, and collation takes
@@ -360,9 +361,12 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::recycle::{self, Recycled, MAX_BYTES, MIN_BYTES};
+    use crate::chunk::Chunk;
     use crate::collate::collate;
-    use crate::instance::{Chunk, Instance, Origin, SourceId, Values};
+    use crate::provenance::{Origin, SourceId};
+    use crate::record::Instance;
     use crate::schema::{DType, Schema};
+    use crate::values::Values;
 
     /// Sizes no other test uses, so that the shared shelves give back ours.
     const ODD: usize = (3 << 20) + 12_345;

@@ -34,8 +34,8 @@
 
 use std::sync::Arc;
 
+use crate::chunk::{Chunk, RowRef};
 use crate::error::{Error, Result};
-use crate::instance::{Chunk, RowRef};
 use crate::schema::Schema;
 
 /// The cost of row `i` of a chunk (e.g. its number of tokens).

@@ -1,8 +1,8 @@
 //! Collation: instances (rows of [`Chunk`]s) into one [`Batch`], with one
 //! copy per field per instance. Large batches are copied on rayon's pool.
 //!
-//! A row left in a memory-mapped file may carry its record's CRC, left to be
-//! checked here (see [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)):
+//! A row left in its file is read from it straight into the batch. It may
+//! carry its record's CRC, left to be checked here (see [`OpenOptions::defer_checksums`](crate::format::OpenOptions::defer_checksums)):
 //! it is computed on the row's copy in the batch right after the copy, while
 //! those bytes are in cache, and a mismatch fails the batch with the error
 //! reading would have given.
@@ -16,10 +16,13 @@ use std::mem::MaybeUninit;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
+use crate::backing::FileRow;
 use crate::batch::{recycle, Array, Batch, BatchField};
+use crate::chunk::{Chunk, RowRef};
 use crate::error::{Error, Result};
-use crate::instance::{BytesList, Chunk, Column, MappedRow, Origin, RowRef, Values};
+use crate::provenance::Origin;
 use crate::schema::{DType, Field, Ragged, Schema};
+use crate::values::{BytesList, Values};
 
 /// Batches whose field payload exceeds this many bytes are copied in parallel.
 const PARALLEL_BYTES: usize = 1 << 20;
@@ -76,15 +79,11 @@ pub fn collate_chunks<'a>(
 
 trait Elem: Copy + Default + Send + Sync + recycle::Recycled {
     fn slice(v: &Values) -> &[Self];
-    /// A row that refers to a memory-mapped input (only `u8` rows do).
-    fn mapped(_: &[u8]) -> &[Self] {
-        unreachable!("a mapped row in a column that is not u8")
-    }
     fn wrap(a: ArrayD<Self>) -> Array;
 }
 
 macro_rules! elem {
-    ($t:ty, $v:ident $(, $mapped:item)?) => {
+    ($t:ty, $v:ident) => {
         impl Elem for $t {
             fn slice(v: &Values) -> &[Self] {
                 match v {
@@ -95,7 +94,6 @@ macro_rules! elem {
             fn wrap(a: ArrayD<Self>) -> Array {
                 Array::$v(a)
             }
-            $($mapped)?
         }
     };
 }
@@ -103,13 +101,7 @@ elem!(f32, F32);
 elem!(f64, F64);
 elem!(i64, I64);
 elem!(i32, I32);
-elem!(
-    u8,
-    U8,
-    fn mapped(b: &[u8]) -> &[Self] {
-        b
-    }
-);
+elem!(u8, U8);
 elem!(bool, Bool);
 
 fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<BatchField> {
@@ -124,23 +116,15 @@ fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Batch
     }
 }
 
-/// Row `i`'s elements of field `fi`: in the column, or in the mapped input
-/// it refers to (its due CRC checked first).
-#[inline(always)]
-fn row_slice<T: Elem>(c: &Chunk, fi: usize, i: usize) -> Result<&[T]> {
-    let col = &c.columns()[fi];
-    if col.is_mapped() {
-        return mapped_row_slice(col, i);
-    }
-    Ok(&T::slice(&col.values)[col.range(i)])
-}
-
-#[cold]
-fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> Result<&[T]> {
-    Ok(match col.mapped_row(i)? {
-        Some(b) => T::mapped(b),
-        None => &T::slice(&col.values)[col.owned_range(i)],
-    })
+/// Append row `i` of field `fi` to `data` (one copy; a row left in its
+/// file read from it, its due CRC checked on the copy).
+fn append_row<T: Elem>(data: &mut Vec<T>, c: &Chunk, fi: usize, i: usize) -> Result<()> {
+    let len = c.columns()[fi].range(i).len();
+    data.reserve(len);
+    copy_row(c, fi, i, &mut data.spare_capacity_mut()[..len])?;
+    // SAFETY: `copy_row` wrote all `len` slots (or returned an error).
+    unsafe { data.set_len(data.len() + len) };
+    Ok(())
 }
 
 /// Copy row `i` of field `fi` into `out` (exactly its length), then check
@@ -148,9 +132,9 @@ fn mapped_row_slice<T: Elem>(col: &Column, i: usize) -> Result<&[T]> {
 #[inline(always)]
 fn copy_row<T: Elem>(c: &Chunk, fi: usize, i: usize, out: &mut [MaybeUninit<T>]) -> Result<()> {
     let col = &c.columns()[fi];
-    if let Some(r) = col.mapped_row_unchecked(i) {
-        // SAFETY: a mapped row is a `u8` row, so `T` is `u8` here: the same
-        // memory, as bytes.
+    if let Some(r) = col.file_row_unchecked(i) {
+        // SAFETY: a row left in its file is a `u8` row, so `T` is `u8`
+        // here: the same memory, as bytes.
         let out = unsafe {
             std::slice::from_raw_parts_mut(
                 out.as_mut_ptr().cast::<MaybeUninit<u8>>(),
@@ -205,7 +189,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
             }
             let mut data = Vec::with_capacity(total * unit);
             for (c, i) in rows {
-                data.extend_from_slice(row_slice::<T>(c, fi, *i)?);
+                append_row(&mut data, c, fi, *i)?;
             }
             let mut shape = vec![total];
             shape.extend(&dims);
@@ -223,8 +207,11 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
             let stride = max * unit;
             let mut data = vec![T::default(); n * stride];
             for ((c, i), out) in rows.iter().zip(data.chunks_mut(stride.max(1))) {
-                let s = row_slice::<T>(c, fi, *i)?;
-                out[..s.len()].copy_from_slice(s);
+                let len = c.columns()[fi].range(*i).len();
+                // SAFETY: initialized `T`s seen as maybe-uninitialized ones,
+                // only written (with `T`s) through the view.
+                let out = unsafe { &mut *(&mut out[..len] as *mut [T] as *mut [MaybeUninit<T>]) };
+                copy_row(c, fi, *i, out)?;
             }
             let mut shape = vec![n, max];
             shape.extend(&dims);
@@ -271,11 +258,20 @@ fn gather<T: Elem>(
     Ok(data)
 }
 
-/// A run of bytes to copy into the batch, and the CRC check due on it once
-/// copied (a mapped row's).
-struct Block<'a> {
-    bytes: &'a [u8],
-    row: Option<MappedRow<'a>>,
+/// A run of bytes to copy into the batch: in a column, or a row left in its
+/// file (read from it, with the CRC check due on it once copied).
+enum Block<'a> {
+    Owned(&'a [u8]),
+    File(FileRow<'a>),
+}
+
+impl Block<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Block::Owned(b) => b.len(),
+            Block::File(r) => r.len,
+        }
+    }
 }
 
 /// Copy `blocks` one after another into one vector of `total` bytes: one
@@ -287,22 +283,23 @@ fn copy_blocks(blocks: &[Block<'_>], total: usize) -> Result<Vec<u8>> {
     let mut jobs: Vec<(&mut [MaybeUninit<u8>], &Block<'_>)> = Vec::with_capacity(blocks.len());
     let mut rest = &mut data.spare_capacity_mut()[..total];
     for b in blocks {
-        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(b.bytes.len());
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(b.len());
         jobs.push((dst, b));
         rest = tail;
     }
     assert!(rest.is_empty(), "blocks add up to the total");
     let copy = |(dst, src): (&mut [MaybeUninit<u8>], &Block<'_>)| -> Result<()> {
-        if let Some(r) = &src.row {
-            return r.copy_to(dst);
-        }
-        // SAFETY: `dst` and `src` have the same length (split above), `dst`
+        let bytes = match src {
+            Block::File(r) => return r.copy_to(dst),
+            Block::Owned(b) => b,
+        };
+        // SAFETY: `dst` and `bytes` have the same length (split above), `dst`
         // is spare capacity of `data`, which no row of a chunk can overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                src.bytes.as_ptr(),
+                bytes.as_ptr(),
                 dst.as_mut_ptr().cast::<u8>(),
-                src.bytes.len(),
+                bytes.len(),
             );
         }
         Ok(())
@@ -327,14 +324,11 @@ fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> Result<(BytesList, Vec<u
     let mut total = 0usize;
     for (c, i) in rows {
         let col = &c.columns()[fi];
-        if let Some(r) = col.mapped_row_unchecked(*i) {
-            total += r.bytes.len();
+        if let Some(r) = col.file_row_unchecked(*i) {
+            total += r.len;
             ends.push(total);
             counts.push(1);
-            blocks.push(Block {
-                bytes: r.bytes,
-                row: Some(r),
-            });
+            blocks.push(Block::File(r));
             continue;
         }
         let r = col.owned_range(*i);
@@ -348,10 +342,7 @@ fn gather_bytes(fi: usize, rows: &[(&Chunk, usize)]) -> Result<(BytesList, Vec<u
             };
             ends.extend(list.ends()[r].iter().map(|&e| e - b0 + total));
             total += block.len();
-            blocks.push(Block {
-                bytes: block,
-                row: None,
-            });
+            blocks.push(Block::Owned(block));
         }
     }
     let data = copy_blocks(&blocks, total)?;

@@ -5,44 +5,9 @@
 //! decompressed stream), and a shape or type mismatch names the field, the
 //! expected and the actual value as well.
 
-use std::fmt;
 use std::path::PathBuf;
 
-use crate::instance::SourceId;
-
-/// Where a record came from: its source (file path or generator name), its
-/// 0-based index in that source, and — for byte-oriented formats — the byte
-/// offset of its frame in the (decompressed) stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Location {
-    /// The file or source the record belongs to.
-    pub source: SourceId,
-    /// 0-based record index within the source.
-    pub record: u64,
-    /// Byte offset of the record's frame in the (decompressed) stream, when the format has one.
-    pub offset: Option<u64>,
-}
-
-impl Location {
-    /// A location with an offset.
-    pub fn new(source: SourceId, record: u64, offset: Option<u64>) -> Self {
-        Location {
-            source,
-            record,
-            offset,
-        }
-    }
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: record {}", self.source.name(), self.record)?;
-        if let Some(offset) = self.offset {
-            write!(f, ", offset {offset}")?;
-        }
-        Ok(())
-    }
-}
+use crate::provenance::Location;
 
 /// Everything that can go wrong in feedline's core.
 #[derive(Debug, thiserror::Error)]

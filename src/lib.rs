@@ -45,20 +45,27 @@
 #![warn(missing_docs)]
 #![allow(clippy::new_without_default)]
 
+mod backing;
 mod batch;
+mod chunk;
 mod collate;
 mod error;
 pub mod format;
-mod instance;
+mod infer;
+mod input;
+mod provenance;
+mod record;
 mod schema;
+mod values;
 
 pub use batch::{Array, Batch, BatchField};
+pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
-pub use error::{Error, Location, Result};
-pub use instance::{
-    BytesList, Chunk, Column, Instance, Origin, Record, RowRef, SourceId, Tensor, Values,
-};
+pub use error::{Error, Result};
+pub use provenance::{Location, Origin, SourceId};
+pub use record::{Instance, Record};
 pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
+pub use values::{BytesList, Tensor, Values};
 
 pub mod batcher;
 pub mod feed_queue;

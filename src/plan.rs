@@ -27,14 +27,15 @@
 //! assert_ne!(plan.tasks(0), plan.tasks(1)); // another pass, another order (most likely)
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rand::RngCore;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::chunk::Chunk;
 use crate::error::{Error, Result};
-use crate::instance::Chunk;
 
 /// RNG domain of the file order of a pass ([`PassPlan::tasks`]).
 pub const DOMAIN_FILE_ORDER: u64 = 1;
@@ -103,6 +104,16 @@ const MAX_LIST_DEPTH: usize = 16;
 /// globbed. A prefix is a run of ASCII letters, digits, `_` or `-` before the
 /// first `:`, and only counts when the whole input is not an existing path.
 ///
+/// The same file named twice — by a glob and a path, two globs, a list and
+/// an argument, with or without a prefix, by different relative paths or
+/// through a symbolic link (paths are compared canonicalized) — is an
+/// error naming the file and both inputs. Reading it twice per pass would
+/// train on its records twice as often as on the others' with no sign of
+/// it, and dropping the second mention would silently undo an intent to
+/// repeat it; a deliberate weighting is a file set with its own weight.
+/// Specs that are not existing files (a generator, `gen:NAME`) are compared
+/// as written.
+///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap();
 /// # for n in ["b.npy", "a.npy"] { std::fs::write(dir.path().join(n), b"").unwrap(); }
@@ -118,9 +129,30 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<String>> {
     }
     let mut out = Vec::new();
     for input in inputs {
+        let from = out.len();
         expand_one(input, None, 0, &mut out)?;
+        for (_, by) in &mut out[from..] {
+            if by.is_empty() {
+                *by = format!("`{input}`");
+            }
+        }
     }
-    Ok(out)
+    let mut seen: HashMap<PathBuf, usize> = HashMap::with_capacity(out.len());
+    for (i, (spec, by)) in out.iter().enumerate() {
+        let bare = split_prefix(spec).1;
+        let key = std::fs::canonicalize(bare).unwrap_or_else(|_| PathBuf::from(spec));
+        if let Some(&j) = seen.get(&key) {
+            return Err(Error::Config(format!(
+                "{} is given twice, by {} and by {}: each pass would read its records twice; \
+                 give it once (a file set with its own weight repeats files on purpose)",
+                key.display(),
+                out[j].1,
+                by
+            )));
+        }
+        seen.insert(key, i);
+    }
+    Ok(out.into_iter().map(|(spec, _)| spec).collect())
 }
 
 /// Split `FORMAT:rest` into `(Some("FORMAT"), "rest")`.
@@ -151,8 +183,15 @@ fn with_prefix(prefix: Option<&str>, path: &str) -> String {
     }
 }
 
-/// Expand one input; `base` is the folder of the list file it came from.
-fn expand_one(input: &str, base: Option<&Path>, depth: usize, out: &mut Vec<String>) -> Result<()> {
+/// Expand one input into `out` as (spec, the input that named it — empty
+/// for a top-level input, filled in by the caller); `base` is the folder of
+/// the list file it came from.
+fn expand_one(
+    input: &str,
+    base: Option<&Path>,
+    depth: usize,
+    out: &mut Vec<(String, String)>,
+) -> Result<()> {
     let input = input.trim();
     if input.is_empty() {
         return Err(Error::Config("an input path is empty".into()));
@@ -172,7 +211,10 @@ fn expand_one(input: &str, base: Option<&Path>, depth: usize, out: &mut Vec<Stri
     }
     let literal = relative(rest);
     if literal.exists() || !has_glob_chars(rest) {
-        out.push(with_prefix(prefix, &literal.to_string_lossy()));
+        out.push((
+            with_prefix(prefix, &literal.to_string_lossy()),
+            String::new(),
+        ));
         return Ok(());
     }
     // A glob: escape the list file's folder, keep the pattern as written.
@@ -206,11 +248,15 @@ fn expand_one(input: &str, base: Option<&Path>, depth: usize, out: &mut Vec<Stri
         )));
     }
     found.sort();
-    out.extend(found.iter().map(|p| with_prefix(prefix, p)));
+    out.extend(
+        found
+            .iter()
+            .map(|p| (with_prefix(prefix, p), String::new())),
+    );
     Ok(())
 }
 
-fn expand_list(path: &Path, depth: usize, out: &mut Vec<String>) -> Result<()> {
+fn expand_list(path: &Path, depth: usize, out: &mut Vec<(String, String)>) -> Result<()> {
     if depth >= MAX_LIST_DEPTH {
         return Err(Error::Config(format!(
             "{}: list files nest more than {MAX_LIST_DEPTH} deep (does a list include itself?)",
@@ -225,12 +271,18 @@ fn expand_list(path: &Path, depth: usize, out: &mut Vec<String>) -> Result<()> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
+        let from = out.len();
         expand_one(line, Some(&base), depth + 1, out).map_err(|e| match e {
             Error::Config(what) => {
                 Error::Config(format!("{}: line {}: {what}", path.display(), lineno + 1))
             }
             other => other,
         })?;
+        for (_, by) in &mut out[from..] {
+            if by.is_empty() {
+                *by = format!("`{line}` ({} line {})", path.display(), lineno + 1);
+            }
+        }
     }
     if out.len() == before {
         return Err(Error::Config(format!(

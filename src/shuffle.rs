@@ -9,9 +9,15 @@
 //! pass, [`ShuffleBuffer::set_draining`] lets the rest be drawn.
 //!
 //! The buffer is bounded twice: by `pool_size` rows and by `max_bytes` of
-//! held chunks ([`Chunk::memory_bytes`] of every chunk that still has a row
-//! in the pool). A caller pushes only while [`ShuffleBuffer::has_room`], so
-//! it overshoots a bound by at most one chunk.
+//! memory ([`ShuffleBuffer::memory_bytes`]: what every chunk that still has
+//! a row in the pool really holds — [`Chunk::memory_bytes`], the capacity of
+//! its vectors, however few of its rows are left — plus the pool's own
+//! bookkeeping). A caller pushes only while [`ShuffleBuffer::has_room`], so
+//! it overshoots a bound by at most one chunk. A chunk pushed with far more
+//! room than rows (the only chunk of a small file, the last of any file) is
+//! first shrunk to its rows ([`Chunk::shrink_to_fit`]) when the pool holds
+//! it alone, so that many small files do not each keep a chunk's worth of
+//! memory alive.
 //!
 //! The sequence of draws depends only on the sequence of `push_chunk` /
 //! `draw` calls and on the seed (a portable `ChaCha8Rng`), which makes a
@@ -42,7 +48,7 @@ use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
 
-use crate::instance::{Chunk, RowRef};
+use crate::chunk::{Chunk, RowRef};
 use crate::plan::{pass_rng, uniform_index, DOMAIN_SHUFFLE_BUFFER};
 
 /// Default byte bound: 512 MiB.
@@ -83,6 +89,9 @@ impl ShuffleConfig {
             .min(self.pool_size)
     }
 }
+
+/// Memory the pool holds per row slot, beside the chunks: a row's place.
+const ROW_BYTES: usize = std::mem::size_of::<(usize, usize)>();
 
 /// A held chunk and how many of its rows are still in the pool.
 struct Slot {
@@ -150,11 +159,17 @@ impl ShuffleBuffer {
     }
 
     /// Add all rows of `chunk` (an empty chunk is ignored). Call it while
-    /// [`has_room`](Self::has_room); it never refuses.
-    pub fn push_chunk(&mut self, chunk: Arc<Chunk>) {
+    /// [`has_room`](Self::has_room); it never refuses. A chunk with room for
+    /// more than twice its rows is shrunk first if this is its only holder.
+    pub fn push_chunk(&mut self, mut chunk: Arc<Chunk>) {
         let n = chunk.len();
         if n == 0 {
             return;
+        }
+        if chunk.capacity() > 2 * n {
+            if let Some(c) = Arc::get_mut(&mut chunk) {
+                c.shrink_to_fit();
+            }
         }
         let bytes = chunk.memory_bytes();
         let slot = Slot {
@@ -177,10 +192,11 @@ impl ShuffleBuffer {
     }
 
     /// True if a chunk may be pushed: the buffer is empty, or it holds fewer
-    /// than `pool_size` rows and fewer than `max_bytes` bytes.
+    /// than `pool_size` rows and less than `max_bytes` of
+    /// [`memory_bytes`](Self::memory_bytes).
     pub fn has_room(&self) -> bool {
         self.rows.is_empty()
-            || (self.rows.len() < self.cfg.pool_size && self.held_bytes < self.cfg.max_bytes)
+            || (self.rows.len() < self.cfg.pool_size && self.memory_bytes() < self.cfg.max_bytes)
     }
 
     /// True if a row may be drawn: some are held, and there are at least
@@ -190,7 +206,7 @@ impl ShuffleBuffer {
     pub fn can_draw(&self) -> bool {
         !self.rows.is_empty()
             && (self.rows.len() >= self.min_pool
-                || self.held_bytes >= self.cfg.max_bytes
+                || self.memory_bytes() >= self.cfg.max_bytes
                 || self.draining)
     }
 
@@ -242,9 +258,20 @@ impl ShuffleBuffer {
         self.rows.is_empty()
     }
 
-    /// Bytes ([`Chunk::memory_bytes`]) of the chunks that still have a row in the pool.
+    /// Memory of the chunks that still have a row in the pool (each one's
+    /// [`Chunk::memory_bytes`]), and of those rows' places in the pool.
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
+    }
+
+    /// All the memory the pool holds: [`held_bytes`](Self::held_bytes),
+    /// plus the capacity of its own row and chunk tables. This is what
+    /// `max_bytes` bounds.
+    pub fn memory_bytes(&self) -> usize {
+        self.held_bytes
+            + self.rows.capacity() * ROW_BYTES
+            + self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.free_slots.capacity() * std::mem::size_of::<usize>()
     }
 
     /// Chunks that still have a row in the pool.

@@ -84,13 +84,14 @@ fn list_files_with_comments_relative_paths_and_nesting() {
             "lists/data/a.jsonl",
             "lists/data/b.jsonl",
             "lists/data/c.csv",
+            "lists/data/d.csv",
             "top.csv",
         ],
     );
     let top = dir.path().join("top.csv");
     fs::write(
         dir.path().join("lists/inner.list"),
-        "# inner list\ndata/c.csv\n",
+        "# inner list\ndata/d.csv\n",
     )
     .unwrap();
     fs::write(
@@ -108,7 +109,7 @@ fn list_files_with_comments_relative_paths_and_nesting() {
         format!("{l}/data/b.jsonl"),
         format!("jsonl:{l}/data/c.csv"),
         top.display().to_string(),
-        format!("{l}/data/c.csv"),
+        format!("{l}/data/d.csv"),
     ];
     let list = lists.join("train.list");
     assert_eq!(
@@ -119,6 +120,73 @@ fn list_files_with_comments_relative_paths_and_nesting() {
         expand_inputs(&[list.display().to_string()]).unwrap(),
         expected
     );
+}
+
+#[test]
+fn the_same_file_named_twice_is_an_error_naming_it_and_both_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    touch(dir.path(), &["a.tfrecord", "b.tfrecord", "sub/c.tfrecord"]);
+    let d = dir.path().to_str().unwrap();
+    let a = format!("{d}/a.tfrecord");
+    std::os::unix::fs::symlink(&a, dir.path().join("link.tfr")).unwrap();
+    fs::write(dir.path().join("t.list"), "sub/c.tfrecord\na.tfrecord\n").unwrap();
+    let canonical = fs::canonicalize(&a).unwrap().display().to_string();
+    let cases: Vec<(Vec<String>, &str, &str)> = vec![
+        // A glob and a path.
+        (
+            vec![format!("{d}/*.tfrecord"), a.clone()],
+            "*.tfrecord`",
+            "a.tfrecord`",
+        ),
+        // The same path with and without a format prefix.
+        (
+            vec![a.clone(), format!("tfrecord:{a}")],
+            "a.tfrecord`",
+            "`tfrecord:",
+        ),
+        // Another relative spelling.
+        (
+            vec![a.clone(), format!("{d}/sub/../a.tfrecord")],
+            "a.tfrecord`",
+            "sub/../a.tfrecord`",
+        ),
+        // Through a symbolic link.
+        (
+            vec![format!("{d}/link.tfr"), a.clone()],
+            "link.tfr`",
+            "a.tfrecord`",
+        ),
+        // A list file's line and an argument.
+        (
+            vec![format!("@{d}/t.list"), a.clone()],
+            "t.list line 2",
+            "a.tfrecord`",
+        ),
+    ];
+    for (inputs, first, second) in cases {
+        let err = expand_inputs(&inputs).unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&canonical) && msg.contains("given twice"),
+            "{inputs:?}: {msg}"
+        );
+        let (i, j) = (msg.find(first), msg.rfind(second));
+        assert!(
+            i.is_some() && j.is_some() && i < j,
+            "{inputs:?}: `{first}` then `{second}` in {msg}"
+        );
+    }
+    // Different files, and specs that are not files, are fine.
+    let got = expand_inputs(&[
+        a.clone(),
+        format!("{d}/b.tfrecord"),
+        s("gen:one"),
+        s("gen:two"),
+    ])
+    .unwrap();
+    assert_eq!(got.len(), 4);
+    assert!(expand_inputs(&[s("gen:one"), s("gen:one")]).is_err());
 }
 
 #[test]

@@ -18,6 +18,9 @@ use feedline::{
 };
 use proptest::prelude::*;
 
+mod format_helpers;
+use format_helpers::ShortChunks;
+
 // ---------------------------------------------------------------- decorators
 
 #[test]
@@ -580,8 +583,9 @@ fn batch_origins(b: &Batch) -> Vec<(String, u64)> {
 fn files_reads_tasks_in_order_and_changes_order_per_pass() {
     let files_ = specs(&[3, 0, 5, 2]);
     let plan = PassPlan::new(files_.clone()).seed(1);
-    let r =
-        files(registry(), plan.clone(), schema(), OpenOptions::default()).chunk_size(2, 1 << 20);
+    let r = files(registry(), plan.clone(), schema(), OpenOptions::default())
+        .chunk_size(2, 1 << 20)
+        .unwrap();
     for pass in 0..3 {
         let got: Vec<(String, u64)> = r
             .read()
@@ -617,7 +621,9 @@ fn files_honours_start_record_and_stride_and_chunks_match_instances() {
     let mut union = Vec::new();
     for rank in 0..5 {
         let p = plan.for_rank(rank).unwrap();
-        let r = files(registry(), p, schema(), OpenOptions::default()).chunk_size(3, 1 << 20);
+        let r = files(registry(), p, schema(), OpenOptions::default())
+            .chunk_size(3, 1 << 20)
+            .unwrap();
         let inst: Vec<(String, u64)> = r
             .read()
             .map(|i| {
@@ -665,7 +671,9 @@ fn files_reports_errors_in_place_and_goes_on() {
         "mem:f-2".into(),
     ])
     .shuffle_files(false);
-    let r = files(registry(), plan, schema(), OpenOptions::default()).chunk_size(4, 1 << 20);
+    let r = files(registry(), plan, schema(), OpenOptions::default())
+        .chunk_size(4, 1 << 20)
+        .unwrap();
     let got: Vec<std::result::Result<(String, u64), String>> = r
         .read()
         .map(|i| {
@@ -880,4 +888,110 @@ fn batches_pool_zero_is_file_order() {
     assert_eq!(by_file[&0], (0..5).collect::<Vec<_>>());
     assert_eq!(by_file[&1], (0..6).collect::<Vec<_>>());
     assert!(got[..5].iter().all(|(f, _)| f.starts_with("f0")));
+}
+
+/// A registry with the test format and a short-chunk view of it (`short:`).
+fn short_registry(pattern: Vec<usize>) -> Registry {
+    let mut r = registry();
+    r.register(Arc::new(ShortChunks {
+        name: "short",
+        inner: Arc::new(MemFormat),
+        pattern,
+    }));
+    r
+}
+
+#[test]
+fn the_single_thread_path_reads_on_after_short_chunks() {
+    let sizes = [20, 1, 7, 33];
+    let plain = specs(&sizes);
+    let short: Vec<String> = plain.iter().map(|s| s.replace("mem:", "short:")).collect();
+    let reg = short_registry(vec![3, 1, 2]);
+    // Instances, in file order: every record of every file, once.
+    let plan = PassPlan::new(short.clone()).shuffle_files(false);
+    let r = files(reg.clone(), plan, schema(), OpenOptions::default())
+        .chunk_size(16, 1 << 20)
+        .unwrap();
+    let mut got: Vec<(String, u64)> = r
+        .read()
+        .map(|i| {
+            let o = i.unwrap().origin();
+            (o.source.name().to_string(), o.record)
+        })
+        .collect();
+    assert_eq!(got.len(), 61);
+    got.sort();
+    assert_eq!(got, all_records(&plain));
+    // Chunks: each one short, none empty, together every record.
+    let plan = PassPlan::new(short.clone()).shuffle_files(false);
+    let chunks = files(reg.clone(), plan, schema(), OpenOptions::default())
+        .chunk_size(16, 1 << 20)
+        .unwrap()
+        .chunks();
+    let lens: Vec<usize> = chunks.read().map(|c| c.unwrap().len()).collect();
+    assert!(lens.iter().all(|&n| (1..=3).contains(&n)), "{lens:?}");
+    assert_eq!(lens.iter().sum::<usize>(), 61);
+    // Batches through the shuffle buffer: the same multiset.
+    let plan = PassPlan::new(short).shuffle_files(false);
+    let r = batches(
+        reg,
+        plan,
+        schema(),
+        OpenOptions::default(),
+        cfg(8, 5, false, 3),
+    )
+    .unwrap();
+    let mut got: Vec<(String, u64)> = r.read().flat_map(|b| batch_origins(&b.unwrap())).collect();
+    got.sort();
+    assert_eq!(got, all_records(&plain));
+}
+
+#[test]
+fn a_chunk_budget_of_zero_is_an_error_not_an_empty_file() {
+    let plan = PassPlan::new(specs(&[5]));
+    for (rows, bytes) in [(0, 1 << 20), (4, 0), (0, 0)] {
+        let e = files(registry(), plan.clone(), schema(), OpenOptions::default())
+            .chunk_size(rows, bytes)
+            .expect_err("an error");
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("at least 1 record and 1 byte"),
+            "{e}"
+        );
+        let mut c = cfg(0, 4, false, 0);
+        c.chunk_rows = rows;
+        c.chunk_bytes = bytes;
+        let e = batches(
+            registry(),
+            plan.clone(),
+            schema(),
+            OpenOptions::default(),
+            c,
+        )
+        .expect_err("an error");
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        // The format's read_chunk refuses it too (the default method here).
+        let mut r = registry()
+            .open("mem:f0-5", None, &OpenOptions::default())
+            .unwrap();
+        let mut chunk = feedline::Chunk::new(&schema());
+        let e = r.read_chunk(&mut chunk, rows, bytes).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert_eq!(r.next_index(), 0, "nothing read");
+    }
+    let o = OpenOptions {
+        max_record_bytes: 0,
+        ..OpenOptions::default()
+    };
+    let e = registry()
+        .open("mem:f0-5", None, &o)
+        .err()
+        .expect("an error");
+    assert!(
+        e.to_string()
+            .contains("max_record_bytes must be at least 1"),
+        "{e}"
+    );
+    let e = batches(registry(), plan, schema(), o, cfg(0, 4, false, 0)).expect_err("an error");
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
 }

@@ -849,3 +849,127 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Declared shapes, unterminated quotes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_nested_json_array_must_have_the_declared_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "n.jsonl",
+        b"{\"x\": [[1, 2, 3], [4, 5, 6]]}\n{\"x\": [1, 2, 3, 4, 5, 6]}\n",
+    );
+    let read = |shape: &[usize]| {
+        let schema = Schema::builder()
+            .field("x", DType::I64, shape.to_vec())
+            .build()
+            .unwrap();
+        chunk_equals_generic(&p, &schema, 10, 1 << 20);
+        let mut r = open(&p);
+        let mut c = Chunk::new(&schema);
+        let res = r.read_chunk(&mut c, 10, 1 << 20);
+        (res.map_err(|e| e.to_string()), c.len())
+    };
+    // The nested array's own shape: both records read (the flat one is a
+    // list of 6, which fits any shape of 6 elements).
+    assert_eq!(read(&[2, 3]), (Ok(2), 2));
+    // Same element count, transposed or flattened: an error naming the
+    // file, the record, the field and both shapes.
+    for (shape, want) in [
+        (&[3, 2][..], "expected [3, 2] i64"),
+        (&[6][..], "expected [6] i64"),
+    ] {
+        let (res, n) = read(shape);
+        let e = res.unwrap_err();
+        assert_contains(
+            &e,
+            &["n.jsonl", "record 0", "field `x`", want, "shape [2, 3] i64"],
+        );
+        assert_eq!(n, 0);
+    }
+}
+
+#[test]
+fn an_unterminated_csv_quote_is_reported_where_it_opens_with_what_it_loses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("a,b\n");
+    for i in 0..10 {
+        text.push_str(&format!("{i},x{i}\n"));
+    }
+    // Record 10 opens a quote in its last column that nothing closes: the
+    // csv crate would make the 60 lines after it part of that one cell.
+    let row10 = text.len();
+    text.push_str("10,\"oops\n");
+    for i in 11..71 {
+        text.push_str(&format!("{i},x{i}\n"));
+    }
+    let quote = row10 + 3;
+    let p = write(dir.path(), "q.csv", text.as_bytes());
+    let schema = Schema::builder()
+        .field("a", DType::I64, [])
+        .field("b", DType::Bytes, [])
+        .build()
+        .unwrap();
+    let check = |e: &str| {
+        assert_contains(
+            e,
+            &[
+                "q.csv",
+                &format!("record 10, offset {row10}"),
+                "unterminated quote",
+                &format!("opens at byte {quote}"),
+                "the 60 lines after it are lost",
+            ],
+        )
+    };
+    // Record by record.
+    let mut r = open(&p);
+    for i in 0..10 {
+        assert_eq!(r.next_record().unwrap().unwrap().location.record, i);
+    }
+    check(&err_string(r.next_record()));
+    assert!(!r.can_continue());
+    assert_eq!(r.next_index(), 10);
+    assert_eq!(r.records_lost(), Some(61));
+    // In chunks: the ten good rows, then the same error.
+    let mut r = open(&p);
+    let mut c = Chunk::new(&schema);
+    check(&r.read_chunk(&mut c, 100, 1 << 20).unwrap_err().to_string());
+    assert_eq!(c.len(), 10);
+    assert_eq!(r.records_lost(), Some(61));
+    chunk_equals_generic(&p, &schema, 4, 1 << 20);
+    // The typed path says the same.
+    #[derive(serde::Deserialize)]
+    struct Row {
+        #[allow(dead_code)]
+        a: i64,
+        #[allow(dead_code)]
+        b: String,
+    }
+    let rows: Vec<_> = csv::read_typed::<Row>(&p, Compression::None)
+        .unwrap()
+        .collect();
+    assert_eq!(rows.len(), 11);
+    assert!(rows[..10].iter().all(Result::is_ok));
+    let e = rows[10].as_ref().err().unwrap().to_string();
+    assert_contains(
+        &e,
+        &["q.csv", "record 10", "unterminated quote", "60 lines"],
+    );
+    // Quotes that close — across lines, doubled, at the end of the file —
+    // are fine, and a quote inside an unquoted cell is a character.
+    let ok = write(
+        dir.path(),
+        "ok.csv",
+        b"a,b\n1,\"two\nlines\"\n2,\"say \"\"hi\"\"\"\n3,4\"5\n4,\"end\"",
+    );
+    let recs = all_records(&mut *open(&ok));
+    assert_eq!(recs.len(), 4);
+    assert_eq!(
+        recs[2].get("b").unwrap().values,
+        Values::Bytes(std::iter::once(&b"4\"5"[..]).collect())
+    );
+}

@@ -199,7 +199,9 @@ fn npy_stream_row_is_not_allocated_from_the_header_shape() {
 /// row by row, the next block started inside the bytes already fed, was not
 /// fed at all, and the check at the last row never ran: `read_chunk`
 /// delivered the rest of a corrupt entry without an error, while
-/// `next_record` reported the CRC mismatch. Now both report it.
+/// `next_record` reported the CRC mismatch. Now the whole entry is
+/// checked before any row is read (a CRC covers the entry as a whole), and
+/// both paths report it at once, delivering no row.
 #[test]
 fn npz_crc_is_checked_after_a_block_is_reread() {
     use zip::write::SimpleFileOptions;
@@ -231,42 +233,18 @@ fn npz_crc_is_checked_after_a_block_is_reread() {
         reg.open(path.to_str().unwrap(), None, &OpenOptions::default())
             .unwrap()
     };
-    // next_record: record 3 does not fit u8 (when pushed); record 9 fails the CRC.
+    // next_record: the CRC mismatch before any record.
     let mut r = open();
-    let mut records = 0;
-    let crc_at = loop {
-        match r.next_record() {
-            Ok(Some(_)) => records += 1,
-            Ok(None) => panic!("next_record missed the CRC mismatch"),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(records, 9);
-    assert_eq!(corrupt_location(&crc_at).0, 9, "{crc_at}");
-    assert!(crc_at.to_string().contains("CRC-32 mismatch"), "{crc_at}");
+    let e = r.next_record().unwrap_err();
+    assert!(matches!(e, feedline::Error::BadFile { .. }), "{e:?}");
+    assert!(e.to_string().contains("CRC-32 mismatch"), "{e}");
+    assert!(!r.can_continue());
 
-    // read_chunk, 3 rows at a time: the range error at 3, the CRC at 9.
+    // read_chunk, 3 rows at a time: the same error, no row.
     let mut r = open();
-    let mut errors = Vec::new();
-    let mut rows = 0;
-    loop {
-        let mut chunk = feedline::Chunk::new(&schema);
-        match r.read_chunk(&mut chunk, 3, usize::MAX) {
-            Ok(0) => break,
-            Ok(n) => rows += n,
-            Err(e) => {
-                rows += chunk.len();
-                errors.push((corrupt_location(&e).0, e.to_string()));
-                if !r.can_continue() {
-                    break;
-                }
-            }
-        }
-    }
-    assert_eq!(errors.len(), 2, "{errors:?}");
-    assert_eq!(errors[0].0, 3, "{errors:?}");
-    assert!(errors[0].1.contains("out of range for u8"), "{errors:?}");
-    assert_eq!(errors[1].0, 9, "{errors:?}");
-    assert!(errors[1].1.contains("CRC-32 mismatch"), "{errors:?}");
-    assert_eq!(rows, 8, "rows 0-2 and 4-8");
+    let mut chunk = feedline::Chunk::new(&schema);
+    let e2 = r.read_chunk(&mut chunk, 3, usize::MAX).unwrap_err();
+    assert_eq!(e2.to_string(), e.to_string());
+    assert!(chunk.is_empty());
+    assert!(!r.can_continue());
 }

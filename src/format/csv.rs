@@ -38,8 +38,10 @@ use super::{
     open_stream, source_id, Compression, Format, OpenOptions, RecordReader,
     DEFAULT_MAX_RECORD_BYTES,
 };
-use crate::error::{Error, Location, Result};
-use crate::instance::{BytesList, Record, SourceId, Tensor, Values};
+use crate::error::{Error, Result};
+use crate::provenance::{Location, SourceId};
+use crate::record::Record;
+use crate::values::{BytesList, Tensor, Values};
 
 /// Bytes the csv crate may have buffered beyond the current record.
 const CSV_BUFFER: u64 = 64 << 10;
@@ -124,11 +126,13 @@ impl CsvFormat {
         compression: Compression,
     ) -> Result<impl Iterator<Item = Result<T>>> {
         let path = path.as_ref();
-        let (input, limit) = Limited::open(path, compression, DEFAULT_MAX_RECORD_BYTES)?;
+        let (input, limit, quotes) =
+            Limited::open(path, compression, DEFAULT_MAX_RECORD_BYTES, self.delimiter)?;
         let rdr = self.builder().from_reader(input);
         Ok(Typed {
             it: rdr.into_deserialize::<T>(),
             limit,
+            quotes,
             max: DEFAULT_MAX_RECORD_BYTES,
             source: source_id(path),
             next: 0,
@@ -148,10 +152,12 @@ impl Format for CsvFormat {
     }
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let compression = opts
             .compression
             .unwrap_or_else(|| Compression::from_path(path));
-        let (input, limit) = Limited::open(path, compression, opts.max_record_bytes)?;
+        let (input, limit, quotes) =
+            Limited::open(path, compression, opts.max_record_bytes, self.delimiter)?;
         let mut rdr = self.builder().flexible(true).from_reader(input);
         let source = source_id(path);
         let mut names = Vec::new();
@@ -193,6 +199,8 @@ impl Format for CsvFormat {
             source,
             rdr,
             limit,
+            quotes,
+            lost: None,
             max: opts.max_record_bytes,
             names,
             named: self.has_header,
@@ -217,23 +225,33 @@ impl Format for CsvFormat {
 
 /// A stream that refuses to hand out bytes beyond a moving limit, so that a
 /// record longer than `max_record_bytes` cannot make the csv crate's record
-/// buffer grow without bound.
+/// buffer grow without bound, and that follows the quoting of what it hands
+/// out ([`Quotes`]).
 struct Limited {
     inner: Box<dyn Read + Send>,
     read: u64,
     limit: Arc<AtomicU64>,
+    quotes: Arc<parking_lot::Mutex<Quotes>>,
 }
 
 impl Limited {
-    fn open(path: &Path, compression: Compression, max: u64) -> Result<(Self, Arc<AtomicU64>)> {
+    fn open(
+        path: &Path,
+        compression: Compression,
+        max: u64,
+        delimiter: u8,
+    ) -> Result<(Self, Arc<AtomicU64>, Arc<parking_lot::Mutex<Quotes>>)> {
         let limit = Arc::new(AtomicU64::new(max.saturating_add(CSV_BUFFER)));
+        let quotes = Arc::new(parking_lot::Mutex::new(Quotes::new(delimiter)));
         Ok((
             Limited {
                 inner: open_stream(path, compression)?,
                 read: 0,
                 limit: limit.clone(),
+                quotes: quotes.clone(),
             },
             limit,
+            quotes,
         ))
     }
 }
@@ -243,12 +261,119 @@ impl Read for Limited {
         let limit = self.limit.load(Ordering::Relaxed);
         let room = limit.saturating_sub(self.read);
         if room == 0 {
-            return Err(io::Error::other("a row is longer than max_record_bytes"));
+            let q = self.quotes.lock();
+            return Err(io::Error::other(match q.open_at() {
+                Some(at) => format!(
+                    "a row is longer than max_record_bytes: the quoted field that opens at \
+                     byte {at} is still open (an unterminated quote?)"
+                ),
+                None => "a row is longer than max_record_bytes".to_string(),
+            }));
         }
         let n = buf.len().min(room.min(usize::MAX as u64) as usize);
         let got = self.inner.read(&mut buf[..n])?;
+        let mut q = self.quotes.lock();
+        if got == 0 && !buf.is_empty() {
+            q.end();
+        } else {
+            q.feed(self.read, &buf[..got]);
+        }
         self.read += got as u64;
         Ok(got)
+    }
+}
+
+/// Where the quoting of a CSV stream stands, byte by byte as the csv crate
+/// parses it (its default dialect: `"` quotes a field that starts with it,
+/// `""` inside is one quote, a quote elsewhere is a plain character, CR, LF
+/// or CRLF ends a record): so that a quote still open at the end of the
+/// stream — which the csv crate silently closes there, making the rest of
+/// the file one cell — is found, with where it opened and how many lines it
+/// swallowed.
+#[derive(Debug)]
+pub(crate) struct Quotes {
+    delimiter: u8,
+    state: QuoteState,
+    /// Stream offset of the quote that opened the current quoted field.
+    opened: u64,
+    /// Line ends inside the current quoted field (CRLF counted once).
+    lines: u64,
+    /// The last byte seen ends a line.
+    at_line_end: bool,
+    /// The last byte seen is a CR.
+    after_cr: bool,
+    /// The stream ended inside a quoted field: (where it opened, the lines
+    /// after that line — each a record had the quote been closed).
+    unterminated: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuoteState {
+    /// At the start of a field (or record).
+    FieldStart,
+    /// In a field that did not start with a quote.
+    Unquoted,
+    /// In a quoted field.
+    Quoted,
+    /// Just after a quote in a quoted field: it closes it, unless another
+    /// quote follows (an escaped quote).
+    QuoteInQuoted,
+}
+
+impl Quotes {
+    fn new(delimiter: u8) -> Self {
+        Quotes {
+            delimiter,
+            state: QuoteState::FieldStart,
+            opened: 0,
+            lines: 0,
+            at_line_end: true,
+            after_cr: false,
+            unterminated: None,
+        }
+    }
+
+    /// Follow `bytes`, which start at stream offset `at`.
+    fn feed(&mut self, at: u64, bytes: &[u8]) {
+        use QuoteState::*;
+        for (i, &b) in bytes.iter().enumerate() {
+            let end = b == b'\n' || b == b'\r';
+            self.state = match self.state {
+                FieldStart | Unquoted if end || b == self.delimiter => FieldStart,
+                FieldStart if b == b'"' => {
+                    self.opened = at + i as u64;
+                    self.lines = 0;
+                    Quoted
+                }
+                FieldStart | Unquoted => Unquoted,
+                Quoted if b == b'"' => QuoteInQuoted,
+                Quoted => {
+                    // CRLF is one line end.
+                    if b == b'\r' || (b == b'\n' && !self.after_cr) {
+                        self.lines += 1;
+                    }
+                    Quoted
+                }
+                QuoteInQuoted if b == b'"' => Quoted,
+                QuoteInQuoted if end || b == self.delimiter => FieldStart,
+                QuoteInQuoted => Unquoted,
+            };
+            self.at_line_end = end;
+            self.after_cr = b == b'\r';
+        }
+    }
+
+    /// The stream ended.
+    fn end(&mut self) {
+        if self.state == QuoteState::Quoted && self.unterminated.is_none() {
+            let lines = self.lines - u64::from(self.at_line_end && self.lines > 0);
+            self.unterminated = Some((self.opened, lines));
+        }
+    }
+
+    /// Where the quoted field being read opened, if one is.
+    fn open_at(&self) -> Option<u64> {
+        matches!(self.state, QuoteState::Quoted | QuoteState::QuoteInQuoted).then_some(self.opened)
     }
 }
 
@@ -261,6 +386,9 @@ struct CsvReader {
     source: SourceId,
     rdr: ::csv::Reader<Limited>,
     limit: Arc<AtomicU64>,
+    quotes: Arc<parking_lot::Mutex<Quotes>>,
+    /// After an unterminated quote: the records it swallowed.
+    lost: Option<u64>,
     max: u64,
     /// Field names (from the header, or `c0…` from the first row).
     names: Vec<String>,
@@ -297,6 +425,9 @@ impl CsvReader {
         }
         match self.rdr.read_byte_record(&mut self.rec) {
             Ok(more) => {
+                if more {
+                    self.check_quotes()?;
+                }
                 if more && !self.named {
                     self.names = (0..self.rec.len()).map(|i| format!("c{i}")).collect();
                     self.named = true;
@@ -326,6 +457,36 @@ impl CsvReader {
                 ))
             }
         }
+    }
+}
+
+impl CsvReader {
+    /// The record just read must not be where a quote opens that the file
+    /// never closes: the csv crate ends such a field (and record) at the
+    /// end of the file, so the rest of the file would be one cell. Such a
+    /// record is an error at its offset, naming where the quote opens, and
+    /// the rest of the file is not read (where the writer meant the quote to
+    /// close cannot be known, so no line after it is trusted): the lines it
+    /// swallowed are the records lost ([`RecordReader::records_lost`]).
+    fn check_quotes(&mut self) -> Result<()> {
+        let Some((opened, lines)) = self.quotes.lock().unterminated else {
+            return Ok(());
+        };
+        let location = self.location();
+        let end = self.rdr.position().byte();
+        if opened < location.offset.unwrap_or(0) || opened >= end {
+            return Ok(());
+        }
+        self.dead = true;
+        self.lost = Some(1 + lines);
+        Err(Error::corrupt(
+            location,
+            format!(
+                "unterminated quote: the quoted field that opens at byte {opened} runs to \
+                 the end of the file, so nothing after it can be read: this record and the \
+                 {lines} lines after it are lost"
+            ),
+        ))
     }
 }
 
@@ -401,6 +562,10 @@ impl RecordReader for CsvReader {
     fn can_continue(&self) -> bool {
         !self.dead
     }
+
+    fn records_lost(&self) -> Option<u64> {
+        self.lost
+    }
 }
 
 impl CsvReader {
@@ -439,6 +604,7 @@ pub fn read_typed<T: DeserializeOwned>(
 struct Typed<T> {
     it: ::csv::DeserializeRecordsIntoIter<Limited, T>,
     limit: Arc<AtomicU64>,
+    quotes: Arc<parking_lot::Mutex<Quotes>>,
     max: u64,
     source: SourceId,
     next: u64,
@@ -460,6 +626,20 @@ impl<T: DeserializeOwned> Iterator for Typed<T> {
             pos.saturating_add(self.max).saturating_add(CSV_BUFFER),
             Ordering::Relaxed,
         );
+        if let Some((opened, lines)) = self.quotes.lock().unterminated {
+            if item.is_some() && opened >= before && opened < pos {
+                self.done = true;
+                let location = Location::new(self.source, self.next, Some(before));
+                return Some(Err(Error::corrupt(
+                    location,
+                    format!(
+                        "unterminated quote: the quoted field that opens at byte {opened} runs \
+                         to the end of the file: this record and the {lines} lines after it \
+                         are lost"
+                    ),
+                )));
+            }
+        }
         match item {
             None => {
                 self.done = true;

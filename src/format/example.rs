@@ -17,10 +17,10 @@
 //!   message, a missing feature, a kind or shape mismatch, an out-of-range
 //!   value, protobuf groups, a map entry with repeated key or value fields) it
 //!   rolls the row back and lets the generic path decide, so errors are the
-//!   generic path's errors, word for word. Reading a memory-mapped file, it
-//!   does not copy a `u8` or `bytes` field that is one byte string of at
-//!   least 4 KiB: the row refers to the mapped bytes
-//!   ([`crate::Column::mapped_row`]).
+//!   generic path's errors, word for word. Reading a regular file, it does
+//!   not copy a `u8` or `bytes` field that is one byte string of at least
+//!   32 KiB: the row refers to those bytes in the file
+//!   ([`crate::Column::file_row`]).
 //! - [`encode_example`], [`encode_instance`], [`encode_features_into`]:
 //!   deterministic serialization (keys sorted, numeric lists packed — what
 //!   TensorFlow's deterministic serialization writes).
@@ -32,11 +32,13 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::error::{Error, Location, Result};
-use crate::instance::{
-    Backed, BytesList, Chunk, Instance, Origin, Record, Tensor, Values, MAPPED_MIN_BYTES,
-};
+use crate::backing::{Backed, FILE_ROW_MIN_BYTES};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::provenance::{Location, Origin};
+use crate::record::{Instance, Record};
 use crate::schema::{DType, Schema};
+use crate::values::{BytesList, Tensor, Values};
 
 /// The `tf.train.Example` protobuf messages, as `prost` structs.
 pub mod proto {
@@ -373,8 +375,8 @@ pub struct ExampleDecoder {
     dtypes: Vec<DType>,
     ragged: Vec<bool>,
     /// `u8` and `bytes` fields: a large single-value `bytes_list` may be
-    /// referred to in a mapped input instead of copied.
-    mappable: Vec<bool>,
+    /// left in its file instead of copied.
+    in_file: Vec<bool>,
     /// `accepts[i][kind]`: may a feature of that kind fill field `i`?
     accepts: Vec<[bool; 3]>,
     /// Per record: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`] for each field.
@@ -409,7 +411,7 @@ impl ExampleDecoder {
             lookup: Lookup::new(schema),
             dtypes: fields.iter().map(|f| f.dtype).collect(),
             ragged: fields.iter().map(|f| f.is_ragged()).collect(),
-            mappable: fields
+            in_file: fields
                 .iter()
                 .map(|f| matches!(f.dtype, DType::U8 | DType::Bytes))
                 .collect(),
@@ -448,12 +450,10 @@ impl ExampleDecoder {
         self.decode_into_backed(payload, chunk, location, None)
     }
 
-    /// [`decode_into`](Self::decode_into) of a payload that lies in a
-    /// backing (a memory-mapped file; the payload may be a copy of those
-    /// bytes, [`Backed`] says where they are): a `u8` or `bytes` field
-    /// filled by one byte string of at least [`MAPPED_MIN_BYTES`] refers to
-    /// those bytes of the backing instead of copying them (the chunk keeps
-    /// the backing alive).
+    /// [`decode_into`](Self::decode_into) of a payload read from a file
+    /// ([`Backed`] says where it is): a `u8` or `bytes` field filled by one
+    /// byte string of at least [`FILE_ROW_MIN_BYTES`] refers to those bytes
+    /// of the file instead of copying them (the chunk keeps the file open).
     /// Results and errors are the same.
     #[inline]
     pub(crate) fn decode_into_backed(
@@ -585,7 +585,7 @@ impl ExampleDecoder {
         backing: Option<Backed<'_>>,
     ) -> Fast<()> {
         match backing {
-            Some(b) if self.mappable[i] => self.feature_backed(i, buf, chunk, b),
+            Some(b) if self.in_file[i] => self.feature_backed(i, buf, chunk, b),
             _ => self.feature_owned(i, buf, chunk),
         }
     }
@@ -616,9 +616,9 @@ impl ExampleDecoder {
         backed: Backed<'_>,
     ) -> Fast<()> {
         chunk.rollback_field(i);
-        // The row's bytes as a span (offset, len) of the backing, while the
-        // field is one large byte string there.
-        let mut span: Option<(usize, usize)> = None;
+        // The row's bytes and where they are in the file, while the field
+        // is one large byte string there.
+        let mut span: Option<(usize, &[u8])> = None;
         let state = walk_feature(buf, &self.accepts[i], |kind, list, replace| {
             if replace {
                 chunk.rollback_field(i);
@@ -631,9 +631,8 @@ impl ExampleDecoder {
                         return Ok(true);
                     }
                 }
-                if let Some((off, len)) = span.take() {
+                if let Some((_, first)) = span.take() {
                     // A second list appends to the first: copy both.
-                    let first = &backed.backing.bytes()[off..off + len];
                     match chunk.values_mut(i) {
                         Values::U8(v) => v.extend_from_slice(first),
                         Values::Bytes(v) => v.push(first),
@@ -643,8 +642,8 @@ impl ExampleDecoder {
             }
             append_list(kind, list, chunk.values_mut(i))
         })?;
-        if let (Some((off, len)), PRESENT) = (span, state) {
-            chunk.set_mapped(i, backed.backing, off, len);
+        if let (Some((off, bytes)), PRESENT) = (span, state) {
+            chunk.set_file_row(i, backed.backing, off, bytes);
         }
         self.state[i] = state;
         Ok(())
@@ -659,10 +658,10 @@ impl ExampleDecoder {
 /// unless a later kind replaces it; its lists are only validated. Returns
 /// the field's state: [`ABSENT`], [`PRESENT`] or [`UNUSABLE`].
 #[inline(always)]
-fn walk_feature(
-    buf: &[u8],
+fn walk_feature<'a>(
+    buf: &'a [u8],
     accepts: &[bool; 3],
-    mut append: impl FnMut(Kind, &[u8], bool) -> Fast<bool>,
+    mut append: impl FnMut(Kind, &'a [u8], bool) -> Fast<bool>,
 ) -> Fast<u8> {
     let mut current: Option<Kind> = None;
     let mut poisoned = false;
@@ -711,20 +710,20 @@ fn append_list(kind: Kind, list: &[u8], values: &mut Values) -> Fast<bool> {
 }
 
 /// If a `BytesList` body is exactly one value of at least
-/// [`MAPPED_MIN_BYTES`]: its (offset, len) in the backing.
+/// [`FILE_ROW_MIN_BYTES`]: its offset in the file, and its bytes.
 /// Anything else (several values, other fields, malformed) is `None`, for
 /// [`append_bytes`] to handle as usual.
 #[inline]
-fn single_value_span(list: &[u8], backed: Backed<'_>) -> Option<(usize, usize)> {
+fn single_value_span<'a>(list: &'a [u8], backed: Backed<'_>) -> Option<(usize, &'a [u8])> {
     let mut w = Wire::new(list);
     let Ok((1, WT_LEN)) = w.key() else {
         return None;
     };
     let value = w.bytes().ok()?;
-    if w.more() || value.len() < MAPPED_MIN_BYTES {
+    if w.more() || value.len() < FILE_ROW_MIN_BYTES {
         return None;
     }
-    backed.span_of(value)
+    backed.span_of(value).map(|(off, _)| (off, value))
 }
 
 /// Check that an (unused) `Feature` message decodes: the walk of a field
@@ -1152,7 +1151,7 @@ mod tests {
         let bl = BytesList {
             value: vec![b"ab".to_vec(), vec![]],
         };
-        let mut bytes = crate::instance::BytesList::new();
+        let mut bytes = crate::values::BytesList::new();
         bytes.push(b"ab");
         bytes.push(b"");
         let mut fs: Vec<(&str, FeatureRef<'_>)> = vec![

@@ -49,10 +49,13 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{Error, Location, Result};
-use crate::format::{Format, OpenOptions, RecordReader, Registry};
-use crate::instance::{Chunk, Instance, Origin, Record, SourceId, Tensor, Values};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::format::{check_chunk_budget, Format, OpenOptions, RecordReader, Registry};
+use crate::provenance::{Location, Origin, SourceId};
+use crate::record::{Instance, Record};
 use crate::schema::{DType, Dim, Field, Schema};
+use crate::values::{Tensor, Values};
 
 /// The format's name, and the prefix of generator specs (`gen:NAME`).
 pub const PREFIX: &str = "gen";
@@ -350,6 +353,7 @@ impl Format for GeneratorFormat {
     }
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let name = path.to_string_lossy();
         let Some(source) = self.sources.get(name.as_ref()) else {
             if let Some(f) = &self.fallback {
@@ -432,8 +436,9 @@ impl RecordReader for GeneratorReader {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
         let mut n = 0;
-        while n < max_records && chunk.payload_bytes() < max_bytes {
+        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
             match self.next_item() {
                 None => break,
                 Some((loc, Ok(s))) => {

@@ -39,8 +39,10 @@ use super::{
     open_stream, source_id, Compression, Format, OpenOptions, RecordReader,
     DEFAULT_MAX_RECORD_BYTES,
 };
-use crate::error::{Error, Location, Result};
-use crate::instance::{BytesList, Record, SourceId, Tensor, Values};
+use crate::error::{Error, Result};
+use crate::provenance::{Location, SourceId};
+use crate::record::Record;
+use crate::values::{BytesList, Tensor, Values};
 
 /// The JSON Lines format.
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,6 +58,7 @@ impl Format for JsonlFormat {
     }
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
         let compression = opts
             .compression
             .unwrap_or_else(|| Compression::from_path(path));

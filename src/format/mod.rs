@@ -22,19 +22,22 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
+use crate::chunk::Chunk;
 use crate::error::{Error, Result};
-use crate::instance::{Chunk, Record, SourceId};
-use crate::schema::Schema;
+use crate::provenance::SourceId;
+use crate::record::Record;
 
 pub mod csv;
 pub mod example;
 pub mod generator;
 pub mod jsonl;
 pub mod npy;
+mod registry;
 pub mod tfrecord;
+
+pub use registry::Registry;
 
 /// Stream compression of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -84,11 +87,12 @@ pub struct OpenOptions {
     /// Verify checksums where the format has them (TFRecord CRC-32C).
     pub verify_checksums: bool,
     /// Largest record accepted: a length field is never trusted beyond it
-    /// (nor beyond the bytes left in an uncompressed file).
+    /// (nor beyond the bytes left in an uncompressed file). At least 1
+    /// ([`validate`](Self::validate)).
     pub max_record_bytes: u64,
-    /// Check the CRC of a record whose large byte string is left in the
-    /// memory-mapped file ([`Column::mapped_row`](crate::Column::mapped_row))
-    /// when those bytes are copied out — fused with the copy, so they are
+    /// Check the CRC of a record whose large byte string is left in its
+    /// file ([`Column::file_row`](crate::Column::file_row)) when those bytes
+    /// are copied out — fused with the copy, so they are
     /// read from memory once — instead of when the record is read
     /// ([`RecordReader::read_chunk`] of an uncompressed TFRecord file;
     /// everything else is checked as it is read). The error is the same,
@@ -103,6 +107,32 @@ pub struct OpenOptions {
     /// [`tfrecord`'s large records](crate::format::tfrecord#large-records)).
     /// Default: false.
     pub defer_checksums: bool,
+}
+
+impl OpenOptions {
+    /// Check the settings: `max_record_bytes` must be at least 1 (a cap of
+    /// 0 would refuse every record of every file).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_record_bytes == 0 {
+            return Err(Error::Config(
+                "max_record_bytes must be at least 1, got 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Check a [`RecordReader::read_chunk`] budget: at least one record and
+/// one byte (a budget of 0 would read nothing, and a `0` from `read_chunk`
+/// means the end of the file).
+pub fn check_chunk_budget(max_records: usize, max_bytes: usize) -> Result<()> {
+    if max_records == 0 || max_bytes == 0 {
+        return Err(Error::Config(format!(
+            "a chunk must hold at least 1 record and 1 byte, got max_records {max_records}, \
+             max_bytes {max_bytes}"
+        )));
+    }
+    Ok(())
 }
 
 impl Default for OpenOptions {
@@ -127,17 +157,22 @@ pub trait RecordReader: Send {
     fn next_record(&mut self) -> Result<Option<Record>>;
 
     /// Decode up to `max_records` records (stopping early once the chunk holds
-    /// `max_bytes` of payload) into `chunk`, following the chunk's schema.
-    /// Returns how many were appended; `0` means the end. On `Err`, the
-    /// records decoded before the bad one are in `chunk`.
+    /// `max_bytes` of payload, but never before the first record) into
+    /// `chunk`, following the chunk's schema. Returns how many were
+    /// appended; only `0` means the end of the file — a reader may return
+    /// fewer records than asked at any time (a block or row-group reader
+    /// does), and the caller reads on. On `Err`, the records decoded before
+    /// the bad one are in `chunk`. A budget of 0 records or 0 bytes is an
+    /// [`Error::Config`] ([`check_chunk_budget`]).
     fn read_chunk(
         &mut self,
         chunk: &mut Chunk,
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
         let mut n = 0;
-        while n < max_records && chunk.payload_bytes() < max_bytes {
+        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
             match self.next_record()? {
                 Some(rec) => {
                     chunk.push_record(&rec)?;
@@ -161,6 +196,25 @@ pub trait RecordReader: Send {
     fn len_hint(&self) -> Option<u64> {
         None
     }
+
+    /// After an error with [`can_continue`](Self::can_continue) false: how
+    /// many records the rest of the file held from the bad one on (the bad
+    /// one included), if the format knows — what a reader that skips bad
+    /// records counts as lost instead of one. Default: from
+    /// [`len_hint`](Self::len_hint) and [`next_index`](Self::next_index)
+    /// (which, after such an error, is the bad record's index); `None` if
+    /// unknown (a TFRecord file cannot be framed past a broken frame).
+    fn records_lost(&self) -> Option<u64> {
+        self.len_hint().map(|n| n.saturating_sub(self.next_index()))
+    }
+
+    /// An upper bound on the records left to read, if the format knows one
+    /// without reading (from [`len_hint`](Self::len_hint), or from the bytes
+    /// left and the smallest record): what a reader sizes its next chunk by,
+    /// so that a one-record file does not get a chunk made for a thousand.
+    fn max_records_left(&self) -> Option<u64> {
+        self.len_hint().map(|n| n.saturating_sub(self.next_index()))
+    }
 }
 
 /// A file format.
@@ -173,172 +227,23 @@ pub trait Format: Send + Sync + 'static {
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>>;
 }
 
-/// The formats known to a loader, and the rules that choose among them.
-#[derive(Clone)]
-pub struct Registry {
-    formats: Vec<Arc<dyn Format>>,
-}
-
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.formats.iter().map(|x| x.name()))
-            .finish()
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Self::with_builtin()
-    }
-}
-
-impl Registry {
-    /// No formats at all.
-    pub fn empty() -> Self {
-        Registry {
-            formats: Vec::new(),
-        }
-    }
-
-    /// TFRecord, NPY, NPZ, JSON Lines, CSV and TSV.
-    pub fn with_builtin() -> Self {
-        let mut r = Self::empty();
-        r.register(Arc::new(tfrecord::TfRecordFormat));
-        r.register(Arc::new(npy::NpyFormat));
-        r.register(Arc::new(npy::NpzFormat));
-        r.register(Arc::new(jsonl::JsonlFormat));
-        r.register(Arc::new(csv::CsvFormat::default()));
-        r.register(Arc::new(csv::CsvFormat::tsv()));
-        r
-    }
-
-    /// Add a format; a later one with the same name or extension wins.
-    pub fn register(&mut self, format: Arc<dyn Format>) {
-        self.formats.insert(0, format);
-    }
-
-    /// The format named `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Format>> {
-        self.formats.iter().find(|f| f.name() == name).cloned()
-    }
-
-    /// Names of the registered formats.
-    pub fn names(&self) -> Vec<String> {
-        self.formats.iter().map(|f| f.name().to_string()).collect()
-    }
-
-    /// Choose the format for `spec` (a path, maybe with a `FORMAT:` prefix):
-    /// returns the format, the bare path and the compression the extension implies.
-    pub fn resolve(
-        &self,
-        spec: &str,
-        explicit: Option<&str>,
-    ) -> Result<(Arc<dyn Format>, PathBuf, Compression)> {
-        let unknown = |what: String| Error::UnknownFormat {
-            path: spec.to_string(),
-            what,
-        };
-        if let Some(name) = explicit {
-            let f = self.get(name).ok_or_else(|| {
-                unknown(format!(
-                    "unknown format `{name}` (known: {})",
-                    self.names().join(", ")
-                ))
-            })?;
-            let path = PathBuf::from(spec);
-            let c = Compression::from_path(&path);
-            return Ok((f, path, c));
-        }
-        if let Some((prefix, rest)) = spec.split_once(':') {
-            if let Some(f) = self.get(prefix) {
-                let path = PathBuf::from(rest);
-                let c = Compression::from_path(&path);
-                return Ok((f, path, c));
-            }
-        }
-        let path = PathBuf::from(spec);
-        let c = Compression::from_path(&path);
-        let base = if c == Compression::None {
-            path.clone()
-        } else {
-            path.with_extension("")
-        };
-        let ext = base
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(|e| e.to_ascii_lowercase())
-            .ok_or_else(|| {
-                unknown(
-                    "no extension to choose a format by; add a FORMAT: prefix or pass --format"
-                        .into(),
-                )
-            })?;
-        let f = self
-            .formats
-            .iter()
-            .find(|f| f.extensions().iter().any(|x| *x == ext))
-            .cloned()
-            .ok_or_else(|| {
-                unknown(format!(
-                    "no format for extension `.{ext}` (known: {}); add a FORMAT: prefix or pass --format",
-                    self.names().join(", ")
-                ))
-            })?;
-        Ok((f, path, c))
-    }
-
-    /// Resolve `spec` and open it. An explicit `opts.compression` wins over the extension.
-    pub fn open(
-        &self,
-        spec: &str,
-        explicit: Option<&str>,
-        opts: &OpenOptions,
-    ) -> Result<Box<dyn RecordReader>> {
-        let (f, path, c) = self.resolve(spec, explicit)?;
-        let mut opts = opts.clone();
-        opts.compression.get_or_insert(c);
-        f.open(&path, &opts)
-    }
-
-    /// Read up to `n` records of `spec` and infer a schema from them. A bad
-    /// record ends the sample (the records before it are used); an error
-    /// before any record is returned.
-    pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
-        let mut r = self.open(spec, explicit, &OpenOptions::default())?;
-        let mut recs = Vec::new();
-        while recs.len() < n {
-            match r.next_record() {
-                Ok(Some(rec)) => recs.push(rec),
-                Ok(None) => break,
-                Err(e) if !recs.is_empty() => {
-                    log::warn!(
-                        "schema inferred from the {} records before: {e}",
-                        recs.len()
-                    );
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if recs.is_empty() {
-            return Err(Error::Schema(format!(
-                "{spec}: no records to infer a schema from"
-            )));
-        }
-        Schema::infer(&recs)
-    }
-}
-
 /// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.
 pub fn open_stream(path: &Path, compression: Compression) -> Result<Box<dyn Read + Send>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let buffered = BufReader::with_capacity(1 << 20, file);
-    Ok(match compression {
+    Ok(decompress(Box::new(file), compression))
+}
+
+/// `reader` with a 1 MiB buffer, decompressed as asked.
+pub(crate) fn decompress(
+    reader: Box<dyn Read + Send>,
+    compression: Compression,
+) -> Box<dyn Read + Send> {
+    let buffered = BufReader::with_capacity(1 << 20, reader);
+    match compression {
         Compression::None => Box::new(buffered),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
         Compression::Zlib => Box::new(flate2::bufread::ZlibDecoder::new(buffered)),
-    })
+    }
 }
 
 /// The interned source id of a path.

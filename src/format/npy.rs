@@ -12,14 +12,23 @@
 //! `f8` → f64. A record's [`Tensor`] has the row's shape (`shape[1..]`, `[]`
 //! for a 1-D array).
 //!
-//! Uncompressed `.npy` files and stored npz entries are memory-mapped and
-//! rows are decoded straight from the map; [`RecordReader::read_chunk`]
-//! appends whole blocks of rows to the chunk's columns with one copy.
-//! Compressed `.npy.gz` files and deflated npz entries are read as streams
-//! through a bounded buffer (a Fortran-order array in a stream is loaded
-//! whole, up to `max_record_bytes`). Stored and deflated npz entries have
-//! their CRC-32 checked when they are read from the first row on and
-//! `verify_checksums` is set.
+//! Uncompressed `.npy` files and stored npz entries are read by position
+//! (`pread`, never a memory map: a file shortened while it is read is an
+//! [`Error::Io`] naming it, not a `SIGBUS`), a block of rows at a time into
+//! a reused page-aligned window (a Fortran-order array by one read per
+//! element of a row); [`RecordReader::read_chunk`] decodes whole blocks
+//! into the chunk's columns. Compressed `.npy.gz` files, `.npy` that are
+//! not regular files (a FIFO, a pipe) and deflated npz entries are read as
+//! streams through a bounded buffer (a Fortran-order array in a stream is
+//! loaded whole, up to `max_record_bytes`). An `.npz` must be a regular
+//! file (its directory is at its end).
+//!
+//! With `verify_checksums`, every npz entry's CRC-32 is checked over the
+//! whole entry before any row of the file is read (a deflated entry is
+//! decompressed twice: once for the check, in bounded memory, once for the
+//! rows): a CRC covers its entry as a whole, so a corrupt entry is an
+//! [`Error::BadFile`] naming it, and none of its rows — neither the bad one
+//! nor any other — is delivered.
 //!
 //! ```
 //! use feedline::format::{npy::NpyFormat, Format, OpenOptions};
@@ -40,17 +49,20 @@
 //! assert_eq!(rec.to_json(), serde_json::json!({"v": [7]}));
 //! ```
 
-use std::fs::File;
-use std::io::{self, BufRead, Read};
-use std::path::Path;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::Mmap;
-
-use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
-use crate::error::{Error, Location, Result};
-use crate::instance::{Chunk, Record, SourceId, Tensor, Values};
-use crate::schema::{check_elements, DType};
+use super::{
+    check_chunk_budget, decompress, source_id, Compression, Format, OpenOptions, RecordReader,
+};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::input::{open_input, InputFile, Opened, RangeReader, Window};
+use crate::provenance::{Location, SourceId};
+use crate::record::Record;
+use crate::schema::{check_elements, check_shape, DType};
+use crate::values::{Tensor, Values};
 
 /// The `.npy` format: one array per file, its field named after the file stem.
 #[derive(Clone, Copy, Debug, Default)]
@@ -528,20 +540,29 @@ fn parse_descr(descr: &str) -> std::result::Result<(Kind, bool), String> {
     Ok((kind, little))
 }
 
-/// Read a header from the start of `b` (a whole file or entry): the header
-/// and where the data starts. Errors are messages without the file name.
-fn header_from_bytes(b: &[u8]) -> std::result::Result<Header, String> {
-    let (start, len) = parse_preamble(&b[..b.len().min(12)])?;
-    let end = start
-        .checked_add(len)
-        .filter(|&e| e <= b.len())
-        .ok_or_else(|| {
-            format!(
-                "offset 8: header length {len} runs past the end of the file ({} bytes)",
-                b.len()
-            )
-        })?;
-    parse_header(&b[start..end], start)
+/// Read a header from byte `start` of `file`, where `avail` bytes are (a
+/// whole file or entry): the header text is read only if it fits there.
+/// Errors are messages without the file name.
+fn header_from_file(
+    file: &InputFile,
+    start: u64,
+    avail: u64,
+) -> Result<std::result::Result<Header, String>> {
+    let mut pre = [0u8; 12];
+    let n = avail.min(12) as usize;
+    file.read_at_init(start, &mut pre[..n])?;
+    let (text_start, len) = match parse_preamble(&pre[..n]) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e)),
+    };
+    if (text_start + len) as u64 > avail {
+        return Ok(Err(format!(
+            "offset 8: header length {len} runs past the end of the file ({avail} bytes)"
+        )));
+    }
+    let mut text = vec![0u8; len];
+    file.read_at_init(start + text_start as u64, &mut text)?;
+    Ok(parse_header(&text, text_start))
 }
 
 /// Read a header from a stream; allocation grows with the bytes actually
@@ -675,43 +696,9 @@ fn u8_value(src: &[u8], i: usize, little: bool) -> u64 {
 // Array data sources
 // ---------------------------------------------------------------------------
 
-/// A range of a shared memory map, read as a stream (for deflated entries).
-struct MapSlice {
-    map: Arc<Mmap>,
-    pos: usize,
-    end: usize,
-}
-
-impl Read for MapSlice {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.end - self.pos);
-        buf[..n].copy_from_slice(&self.map[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
-}
-
-impl BufRead for MapSlice {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        Ok(&self.map[self.pos..self.end])
-    }
-
-    fn consume(&mut self, amt: usize) {
-        self.pos = (self.pos + amt).min(self.end);
-    }
-}
-
-/// The CRC-32 a zip entry declares, checked as its bytes are read in order.
-struct EntryCrc {
-    crc: flate2::Crc,
-    /// Bytes of the entry fed so far (mapped entries).
-    covered: usize,
-    expected: u32,
-}
-
 /// C-order rows read in order from a stream, through a bounded buffer.
 struct StreamRows {
-    src: flate2::CrcReader<Box<dyn Read + Send>>,
+    src: Box<dyn Read + Send>,
     buf: Vec<u8>,
     /// Row index of `buf[0]`.
     first: u64,
@@ -719,20 +706,37 @@ struct StreamRows {
     held: usize,
     /// The first row that cannot be read, and why (sticky).
     failure: Option<(u64, String)>,
-    /// Expected CRC-32 of the whole entry, when it is checked.
-    crc: Option<u32>,
     /// The stream was read to its end after the last row.
     finished: bool,
 }
 
 /// Where an array's data lives.
 enum Data {
-    /// In a memory map, from byte `start`.
-    Map { map: Arc<Mmap>, start: usize },
+    /// In a regular file, from byte `start`, read by position through
+    /// `window` (C order) or gathered column by column (Fortran order).
+    File {
+        file: Arc<InputFile>,
+        start: u64,
+        window: Window,
+    },
     /// Loaded whole (a Fortran-order array from a stream).
     Owned(Vec<u8>),
     /// A stream of C-order rows.
     Stream(Box<StreamRows>),
+}
+
+/// Why rows cannot be read.
+enum RowsError {
+    /// Row `.0` is bad or missing: `.1` says how.
+    Row(u64, String),
+    /// The file cannot be read there (it was shortened): an I/O error.
+    Io(Error),
+}
+
+impl From<(u64, String)> for RowsError {
+    fn from((row, what): (u64, String)) -> Self {
+        RowsError::Row(row, what)
+    }
 }
 
 /// One array of a file: its field name, header and data.
@@ -743,10 +747,10 @@ struct Array {
     label: String,
     h: Header,
     data: Data,
-    /// CRC of a stored (mapped) npz entry, checked lazily.
-    map_crc: Option<EntryCrc>,
     /// Scratch for gathered Fortran rows.
     scratch: Vec<u8>,
+    /// Scratch for one column of a Fortran-order block read from a file.
+    column: Vec<u8>,
     /// Scratch for decoding before a conversion.
     conv: Values,
 }
@@ -759,42 +763,35 @@ impl Array {
             label,
             h,
             data,
-            map_crc: None,
             scratch: Vec::new(),
+            column: Vec::new(),
             conv,
         }
     }
 
-    /// Bytes of rows `i..i + k` in C order. `Err((row, what))` names the
-    /// first row that cannot be read.
-    fn rows_bytes(&mut self, i: u64, k: usize) -> std::result::Result<&[u8], (u64, String)> {
+    /// Bytes of rows `i..i + k` in C order, or why the first of them that
+    /// cannot be read cannot.
+    fn rows_bytes(&mut self, i: u64, k: usize) -> std::result::Result<&[u8], RowsError> {
         let h = &self.h;
         let rb = h.row_bytes;
-        if matches!(self.data, Data::Stream(_)) {
-            let Data::Stream(s) = &mut self.data else {
-                unreachable!("checked above")
-            };
-            return s.rows(i, k, rb, h.rows);
-        }
-        match &self.data {
-            Data::Map { map, start } if !h.fortran => {
-                let off = i as usize * rb;
-                let len = k * rb;
-                if let Some(c) = &mut self.map_crc {
-                    check_map_crc(c, map, *start, h, off, len, i, k)?;
-                }
-                Ok(&map[*start + off..*start + off + len])
-            }
-            Data::Map { map, start } => {
-                let data = &map[*start..*start + h.data_bytes as usize];
-                gather_fortran(data, &h.shape, h.kind.size(), i, k, &mut self.scratch);
+        match &mut self.data {
+            Data::Stream(s) => Ok(s.rows(i, k, rb, h.rows)?),
+            Data::File {
+                file,
+                start,
+                window,
+            } if !h.fortran => window
+                .get(file, *start + i * rb as u64, k * rb)
+                .map_err(RowsError::Io),
+            Data::File { file, start, .. } => {
+                gather_fortran_file(file, *start, h, i, k, &mut self.scratch, &mut self.column)
+                    .map_err(RowsError::Io)?;
                 Ok(&self.scratch)
             }
             Data::Owned(data) => {
                 gather_fortran(data, &h.shape, h.kind.size(), i, k, &mut self.scratch);
                 Ok(&self.scratch)
             }
-            Data::Stream(_) => unreachable!("handled above"),
         }
     }
 
@@ -809,39 +806,46 @@ impl Array {
     }
 }
 
-/// Feed the mapped entry's bytes `off..off + len` (relative to the data) to
-/// its CRC when they come next; check it once everything was fed.
-#[allow(clippy::too_many_arguments)]
-fn check_map_crc(
-    c: &mut EntryCrc,
-    map: &Mmap,
-    start: usize,
+/// Gather rows `i..i + k` of a Fortran-order array whose data starts at
+/// byte `start` of `file` into `out`, in C order: one positioned read per
+/// element of a row (the block's values of that element lie together).
+fn gather_fortran_file(
+    file: &InputFile,
+    start: u64,
     h: &Header,
-    off: usize,
-    len: usize,
     i: u64,
     k: usize,
-) -> std::result::Result<(), (u64, String)> {
-    let data_end = h.data_offset + h.data_bytes as usize;
-    let entry_start = start - h.data_offset;
-    // Feed what these rows add past the bytes fed so far. Rows can be asked
-    // for again (a block that failed to convert is re-read row by row), so
-    // the range may start before `covered`: only its new tail counts.
-    let (from, to) = (h.data_offset + off, h.data_offset + off + len);
-    if from <= c.covered && c.covered < to {
-        c.crc
-            .update(&map[entry_start + c.covered..entry_start + to]);
-        c.covered = to;
+    out: &mut Vec<u8>,
+    column: &mut Vec<u8>,
+) -> Result<()> {
+    out.clear();
+    let dims = &h.shape[1..];
+    let (rows, size) = (h.rows, h.kind.size());
+    if h.row_elems == 0 || k == 0 {
+        return Ok(());
     }
-    if i + k as u64 == h.rows && c.covered == data_end && c.crc.sum() != c.expected {
-        return Err((
-            h.rows - 1,
-            format!(
-                "CRC-32 mismatch (stored 0x{:08x}, computed 0x{:08x}) at offset {entry_start}",
-                c.expected,
-                c.crc.sum()
-            ),
-        ));
+    out.resize(k * h.row_bytes, 0);
+    column.resize(k * size, 0);
+    // The element's index over the row dims, first fastest (Fortran order),
+    // and its place in a C-order row.
+    let mut idx = vec![0usize; dims.len()];
+    for c in 0..h.row_elems as u64 {
+        let mut p = 0;
+        for (d, &x) in dims.iter().zip(&idx) {
+            p = p * d + x;
+        }
+        file.read_at_init(start + (c * rows + i) * size as u64, column)?;
+        for (r, v) in column.chunks_exact(size).enumerate() {
+            let at = (r * h.row_elems + p) * size;
+            out[at..at + size].copy_from_slice(v);
+        }
+        for (x, &d) in idx.iter_mut().zip(dims) {
+            *x += 1;
+            if *x < d {
+                break;
+            }
+            *x = 0;
+        }
     }
     Ok(())
 }
@@ -883,14 +887,13 @@ fn gather_fortran(data: &[u8], shape: &[usize], size: usize, i: u64, k: usize, o
 }
 
 impl StreamRows {
-    fn new(src: flate2::CrcReader<Box<dyn Read + Send>>, crc: Option<u32>) -> Self {
+    fn new(src: Box<dyn Read + Send>) -> Self {
         StreamRows {
             src,
             buf: Vec::new(),
             first: 0,
             held: 0,
             failure: None,
-            crc,
             finished: false,
         }
     }
@@ -1007,28 +1010,15 @@ impl StreamRows {
     }
 
     /// After the last row: read to the end of the stream (which checks a
-    /// gzip trailer) and check the entry's CRC-32.
+    /// gzip trailer).
     fn finish(&mut self, total: u64) {
         let last = total.saturating_sub(1);
         match io::copy(&mut (&mut self.src).take(MAX_TRAILING + 1), &mut io::sink()) {
-            Err(e) => {
-                self.failure = Some((last, format!("after the last row: {e}")));
-                return;
-            }
+            Err(e) => self.failure = Some((last, format!("after the last row: {e}"))),
             Ok(n) if n > MAX_TRAILING => {
-                log::warn!("more than {MAX_TRAILING} bytes follow the array data; not checked");
-                return;
+                log::warn!("more than {MAX_TRAILING} bytes follow the array data; not checked")
             }
             Ok(_) => {}
-        }
-        if let Some(expected) = self.crc {
-            let got = self.src.crc().sum();
-            if got != expected {
-                self.failure = Some((
-                    last,
-                    format!("CRC-32 mismatch (stored 0x{expected:08x}, computed 0x{got:08x})"),
-                ));
-            }
         }
     }
 }
@@ -1042,19 +1032,6 @@ fn bad(path: &Path, what: impl Into<String>) -> Error {
         path: path.to_path_buf(),
         what: what.into(),
     }
-}
-
-fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    if len == 0 {
-        return Err(bad(path, "empty file"));
-    }
-    // SAFETY: the map is read-only; as with every memory-mapped reader, a
-    // file truncated by another process while mapped can fault (SIGBUS).
-    // Data files are not expected to change while they are read.
-    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-    Ok(Arc::new(map))
 }
 
 /// The field name of a .npy path: the file name without `.npy` (and
@@ -1114,50 +1091,145 @@ fn load_whole(src: &mut dyn Read, h: &Header, max: u64) -> std::result::Result<V
 }
 
 fn open_npy(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
+    opts.validate()?;
     let compression = opts
         .compression
         .unwrap_or_else(|| Compression::from_path(path));
     let name = stem(path, compression);
-    let array = if compression == Compression::None {
-        let map = map_file(path)?;
-        let h = header_from_bytes(&map).map_err(|w| bad(path, w))?;
-        let avail = (map.len() - h.data_offset) as u64;
-        if h.data_bytes > avail {
-            return Err(bad(
-                path,
-                format!(
-                    "offset {}: shape {:?} of {} needs {} bytes of data, the file has {avail}",
-                    h.data_offset, h.shape, h.descr, h.data_bytes
-                ),
-            ));
+    let array = match (open_input(path)?, compression) {
+        (Opened::Regular(file), Compression::None) => {
+            if file.len() == 0 {
+                return Err(bad(path, "empty file"));
+            }
+            let h = header_from_file(&file, 0, file.len())?.map_err(|w| bad(path, w))?;
+            let avail = file.len() - h.data_offset as u64;
+            if h.data_bytes > avail {
+                return Err(bad(
+                    path,
+                    format!(
+                        "offset {}: shape {:?} of {} needs {} bytes of data, the file has {avail}",
+                        h.data_offset, h.shape, h.descr, h.data_bytes
+                    ),
+                ));
+            }
+            if avail > h.data_bytes {
+                log::warn!(
+                    "{}: {} bytes after the array data are ignored",
+                    path.display(),
+                    avail - h.data_bytes
+                );
+            }
+            let start = h.data_offset as u64;
+            let data = Data::File {
+                file,
+                start,
+                window: Window::new(BLOCK_BYTES),
+            };
+            Array::new(name, String::new(), h, data)
         }
-        if avail > h.data_bytes {
-            log::warn!(
-                "{}: {} bytes after the array data are ignored",
-                path.display(),
-                avail - h.data_bytes
-            );
+        (opened, c) => {
+            let raw: Box<dyn Read + Send> = match opened {
+                Opened::Regular(file) => {
+                    let len = file.len();
+                    Box::new(RangeReader::new(file, 0, len))
+                }
+                Opened::Stream(f) => Box::new(f),
+            };
+            let mut src = decompress(raw, c);
+            let h =
+                header_from_stream(&mut src, opts.max_record_bytes).map_err(|w| bad(path, w))?;
+            let data = if h.fortran && h.shape.len() >= 2 {
+                Data::Owned(
+                    load_whole(&mut src, &h, opts.max_record_bytes).map_err(|w| bad(path, w))?,
+                )
+            } else {
+                Data::Stream(Box::new(StreamRows::new(src)))
+            };
+            Array::new(name, String::new(), h, data)
         }
-        let start = h.data_offset;
-        Array::new(name, String::new(), h, Data::Map { map, start })
-    } else {
-        let mut src = flate2::CrcReader::new(open_stream(path, compression)?);
-        let h = header_from_stream(&mut src, opts.max_record_bytes).map_err(|w| bad(path, w))?;
-        let data = if h.fortran && h.shape.len() >= 2 {
-            Data::Owned(load_whole(&mut src, &h, opts.max_record_bytes).map_err(|w| bad(path, w))?)
-        } else {
-            Data::Stream(Box::new(StreamRows::new(src, None)))
-        };
-        Array::new(name, String::new(), h, data)
     };
-    NpReader::new(path, vec![array], opts, true)
+    NpReader::new(path, vec![array], opts, true, Vec::new())
+}
+
+/// A zip entry's CRC-32, checked over the whole entry before any of its
+/// rows is read: it covers the entry as a whole, so no row of a corrupt
+/// entry can be told apart from the good ones.
+struct EntryCheck {
+    /// `entry `x.npy`: `, for messages.
+    label: String,
+    file: Arc<InputFile>,
+    /// The entry's (compressed) data in the file.
+    start: u64,
+    end: u64,
+    deflated: bool,
+    /// Its uncompressed size, as the archive declares it.
+    size: u64,
+    /// Its CRC-32, as the archive declares it.
+    expected: u32,
+}
+
+impl EntryCheck {
+    /// `Ok(None)` if the entry's CRC-32 holds, `Ok(Some(what))` if it
+    /// does not (or a deflated entry does not decompress to its declared
+    /// size); `Err` if the file cannot be read.
+    fn verify(&self) -> Result<Option<String>> {
+        let computed = if self.deflated {
+            let raw = io::BufReader::new(RangeReader::new(self.file.clone(), self.start, self.end));
+            let mut dec = flate2::CrcReader::new(flate2::bufread::DeflateDecoder::new(raw));
+            let n = match io::copy(
+                &mut (&mut dec).take(self.size.saturating_add(1)),
+                &mut io::sink(),
+            ) {
+                Ok(n) => n,
+                Err(e) => return Ok(Some(format!("cannot be decompressed: {e}"))),
+            };
+            if n != self.size {
+                return Ok(Some(format!(
+                    "decompresses to {}{n} bytes, the archive declares {}",
+                    if n > self.size { "more than " } else { "" },
+                    self.size
+                )));
+            }
+            dec.crc().sum()
+        } else {
+            let mut crc = flate2::Crc::new();
+            let mut buf = vec![0u8; BLOCK_BYTES];
+            let mut at = self.start;
+            while at < self.end {
+                let n = ((self.end - at) as usize).min(buf.len());
+                self.file.read_at_init(at, &mut buf[..n])?;
+                crc.update(&buf[..n]);
+                at += n as u64;
+            }
+            crc.sum()
+        };
+        Ok((computed != self.expected).then(|| {
+            format!(
+                "CRC-32 mismatch (stored 0x{:08x}, computed 0x{computed:08x})",
+                self.expected,
+            )
+        }))
+    }
 }
 
 fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
-    let map = map_file(path)?;
+    opts.validate()?;
+    let file = match open_input(path)? {
+        Opened::Regular(file) => file,
+        Opened::Stream(_) => {
+            return Err(bad(
+                path,
+                "not a regular file (a FIFO, a pipe or a device): an .npz archive is read by \
+                 position (its directory is at its end); copy it to a file first",
+            ))
+        }
+    };
+    if file.len() == 0 {
+        return Err(bad(path, "empty file"));
+    }
     let mut entries = Vec::new();
     {
-        let mut zip = zip::ZipArchive::new(io::Cursor::new(&map[..]))
+        let mut zip = zip::ZipArchive::new(RangeReader::new(file.clone(), 0, file.len()))
             .map_err(|e| bad(path, format!("not a readable zip archive: {e}")))?;
         for i in 0..zip.len() {
             let f = zip
@@ -1172,12 +1244,14 @@ fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
                 f.encrypted(),
                 f.data_start(),
                 f.compressed_size(),
+                f.size(),
                 f.crc32(),
             ));
         }
     }
     let mut arrays: Vec<Array> = Vec::new();
-    for (ename, method, encrypted, data_start, csize, crc) in entries {
+    let mut checks = Vec::new();
+    for (ename, method, encrypted, start, csize, size, crc) in entries {
         let Some(field) = ename.strip_suffix(".npy") else {
             log::warn!(
                 "{}: entry `{ename}` is not a .npy array; skipped",
@@ -1193,101 +1267,64 @@ fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
         if arrays.iter().any(|a| a.name == field) {
             return Err(ebad(format!("a second array named `{field}`")));
         }
-        let start = usize::try_from(data_start).ok();
         let end = start
-            .zip(usize::try_from(csize).ok())
-            .and_then(|(s, n)| s.checked_add(n))
-            .filter(|&e| e <= map.len())
+            .checked_add(csize)
+            .filter(|&e| e <= file.len())
             .ok_or_else(|| {
                 ebad(format!(
-                    "offset {data_start}: {csize} bytes of entry data run past the end of the file ({} bytes)",
-                    map.len()
+                    "offset {start}: {csize} bytes of entry data run past the end of the file ({} bytes)",
+                    file.len()
                 ))
             })?;
-        let start = start.expect("checked");
-        let verify = opts.verify_checksums && opts.start_record == 0;
-        let array = match method {
-            zip::CompressionMethod::Stored => {
-                let bytes = &map[start..end];
-                let h = header_from_bytes(bytes).map_err(ebad)?;
-                let avail = (bytes.len() - h.data_offset) as u64;
-                if h.data_bytes > avail {
-                    return Err(ebad(format!(
-                        "offset {}: shape {:?} of {} needs {} bytes of data, the entry has {avail}",
-                        start + h.data_offset,
-                        h.shape,
-                        h.descr,
-                        h.data_bytes
-                    )));
-                }
-                let mut map_crc = None;
-                if opts.verify_checksums {
-                    let mut c = flate2::Crc::new();
-                    if h.fortran {
-                        c.update(bytes);
-                        if c.sum() != crc {
-                            return Err(ebad(format!(
-                                "offset {start}: CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{:08x})",
-                                c.sum()
-                            )));
-                        }
-                    } else if verify && (h.data_offset as u64 + h.data_bytes) == csize {
-                        c.update(&bytes[..h.data_offset]);
-                        map_crc = Some(EntryCrc {
-                            crc: c,
-                            covered: h.data_offset,
-                            expected: crc,
-                        });
-                    }
-                }
-                let data_off = start + h.data_offset;
-                let mut a = Array::new(
-                    field.to_string(),
-                    label.clone(),
-                    h,
-                    Data::Map {
-                        map: map.clone(),
-                        start: data_off,
-                    },
-                );
-                a.map_crc = map_crc;
-                a
-            }
-            zip::CompressionMethod::Deflated => {
-                let raw = MapSlice {
-                    map: map.clone(),
-                    pos: start,
-                    end,
-                };
-                let dec: Box<dyn Read + Send> = Box::new(flate2::bufread::DeflateDecoder::new(raw));
-                let mut src = flate2::CrcReader::new(dec);
-                let h = header_from_stream(&mut src, opts.max_record_bytes).map_err(ebad)?;
-                let data = if h.fortran && h.shape.len() >= 2 {
-                    let d = load_whole(&mut src, &h, opts.max_record_bytes).map_err(ebad)?;
-                    if opts.verify_checksums {
-                        let mut rest = Vec::new();
-                        let n = (&mut src)
-                            .take(MAX_TRAILING + 1)
-                            .read_to_end(&mut rest)
-                            .map_err(|e| ebad(format!("after the array data: {e}")))?;
-                        if n as u64 <= MAX_TRAILING && src.crc().sum() != crc {
-                            return Err(ebad(format!(
-                                "CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{:08x})",
-                                src.crc().sum()
-                            )));
-                        }
-                    }
-                    Data::Owned(d)
-                } else {
-                    Data::Stream(Box::new(StreamRows::new(src, verify.then_some(crc))))
-                };
-                Array::new(field.to_string(), label.clone(), h, data)
-            }
+        let deflated = match method {
+            zip::CompressionMethod::Stored => false,
+            zip::CompressionMethod::Deflated => true,
             other => {
                 return Err(ebad(format!(
                     "compression method {other:?} is not supported (stored or deflated only)"
                 )))
             }
+        };
+        if opts.verify_checksums {
+            checks.push(EntryCheck {
+                label: label.clone(),
+                file: file.clone(),
+                start,
+                end,
+                deflated,
+                size: if deflated { size } else { csize },
+                expected: crc,
+            });
+        }
+        let array = if deflated {
+            let raw: Box<dyn Read + Send> = Box::new(RangeReader::new(file.clone(), start, end));
+            let raw = io::BufReader::new(raw);
+            let mut src: Box<dyn Read + Send> = Box::new(flate2::bufread::DeflateDecoder::new(raw));
+            let h = header_from_stream(&mut src, opts.max_record_bytes).map_err(ebad)?;
+            let data = if h.fortran && h.shape.len() >= 2 {
+                Data::Owned(load_whole(&mut src, &h, opts.max_record_bytes).map_err(ebad)?)
+            } else {
+                Data::Stream(Box::new(StreamRows::new(src)))
+            };
+            Array::new(field.to_string(), label.clone(), h, data)
+        } else {
+            let h = header_from_file(&file, start, csize)?.map_err(ebad)?;
+            let avail = csize - h.data_offset as u64;
+            if h.data_bytes > avail {
+                return Err(ebad(format!(
+                    "offset {}: shape {:?} of {} needs {} bytes of data, the entry has {avail}",
+                    start + h.data_offset as u64,
+                    h.shape,
+                    h.descr,
+                    h.data_bytes
+                )));
+            }
+            let data = Data::File {
+                file: file.clone(),
+                start: start + h.data_offset as u64,
+                window: Window::new(BLOCK_BYTES),
+            };
+            Array::new(field.to_string(), label.clone(), h, data)
         };
         arrays.push(array);
     }
@@ -1308,7 +1345,7 @@ fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
             ),
         ));
     }
-    NpReader::new(path, arrays, opts, false)
+    NpReader::new(path, arrays, opts, false, checks)
 }
 
 // ---------------------------------------------------------------------------
@@ -1336,10 +1373,21 @@ struct NpReader {
     /// The row that could not be read (when `dead`): later errors name it,
     /// not a row past it that may lie beyond the end of the file.
     dead_row: u64,
+    path: PathBuf,
+    /// Entries whose CRC-32 is still to be checked, before any row is read.
+    unchecked: Vec<EntryCheck>,
+    /// Why an entry failed its check (repeated by every later call).
+    bad_entry: Option<String>,
 }
 
 impl NpReader {
-    fn new(path: &Path, arrays: Vec<Array>, opts: &OpenOptions, single: bool) -> Result<Self> {
+    fn new(
+        path: &Path,
+        arrays: Vec<Array>,
+        opts: &OpenOptions,
+        single: bool,
+        unchecked: Vec<EntryCheck>,
+    ) -> Result<Self> {
         check_row_size(path, &arrays, opts.max_record_bytes)?;
         let rows = arrays[0].h.rows;
         let mut r = NpReader {
@@ -1350,6 +1398,9 @@ impl NpReader {
             single,
             dead: false,
             dead_row: 0,
+            path: path.to_path_buf(),
+            unchecked,
+            bad_entry: None,
         };
         // Position streams now, so that a truncated stream shows at once.
         let next = r.next;
@@ -1368,11 +1419,44 @@ impl NpReader {
         Location::new(self.source, record, offset)
     }
 
-    fn fatal(&mut self, ai: usize, (row, what): (u64, String)) -> Error {
+    fn fatal(&mut self, ai: usize, failure: RowsError, at: u64) -> Error {
         self.dead = true;
-        self.dead_row = row;
-        let label = self.arrays[ai].label.clone();
-        Error::corrupt(self.location(row), format!("{label}{what}"))
+        match failure {
+            RowsError::Row(row, what) => {
+                self.dead_row = row;
+                let label = self.arrays[ai].label.clone();
+                Error::corrupt(self.location(row), format!("{label}{what}"))
+            }
+            RowsError::Io(e) => {
+                self.dead_row = at;
+                e
+            }
+        }
+    }
+
+    /// Before any row is read: check every entry's CRC-32 (once). A
+    /// corrupt entry is a [`Error::BadFile`] naming it, repeated by every
+    /// later call: none of its rows — none of the file's — is delivered.
+    fn check_entries(&mut self) -> Result<()> {
+        if let Some(what) = &self.bad_entry {
+            return Err(bad(&self.path, what.clone()));
+        }
+        while let Some(c) = self.unchecked.pop() {
+            let failed = match c.verify() {
+                Ok(None) => continue,
+                Ok(Some(what)) => format!(
+                    "{}{what}: the whole entry is corrupt, so none of its {} rows is read \
+                     (records {}..{} of the file are lost)",
+                    c.label, self.rows, self.next, self.rows
+                ),
+                Err(e) => format!("{}checking its CRC-32: {e}", c.label),
+            };
+            self.dead = true;
+            self.dead_row = self.next;
+            self.bad_entry = Some(failed.clone());
+            return Err(bad(&self.path, failed));
+        }
+        Ok(())
     }
 
     fn u8_error(&self, ai: usize, record: u64, elem: usize, src: &[u8]) -> Error {
@@ -1388,6 +1472,9 @@ impl NpReader {
     }
 
     fn dead_error(&self) -> Error {
+        if let Some(what) = &self.bad_entry {
+            return bad(&self.path, what.clone());
+        }
         Error::corrupt(
             self.location(self.dead_row),
             "the file cannot be read past an earlier error",
@@ -1406,7 +1493,10 @@ impl NpReader {
                     let a = &self.arrays[ai];
                     let natural = a.h.kind.dtype();
                     let probe = Values::new(natural);
-                    if !probe.convertible_to(f.dtype) || check_elements(f, a.h.row_elems).is_err() {
+                    if !probe.convertible_to(f.dtype)
+                        || check_elements(f, a.h.row_elems).is_err()
+                        || (a.h.row_elems > 0 && check_shape(f, &a.h.shape[1..], natural).is_err())
+                    {
                         return None;
                     }
                     // Empty rows are conformed specially by the generic path.
@@ -1472,6 +1562,7 @@ impl RecordReader for NpReader {
         if self.dead {
             return Err(self.dead_error());
         }
+        self.check_entries()?;
         if self.next >= self.rows {
             return Ok(None);
         }
@@ -1485,7 +1576,7 @@ impl RecordReader for NpReader {
             // Sized by the row's bytes once they were read, not by the
             // header's shape: a stream may end long before the row does.
             let res = match a.rows_bytes(i, 1) {
-                Err(f) => return Err(self.fatal(ai, f)),
+                Err(f) => return Err(self.fatal(ai, f, i)),
                 Ok(src) => {
                     let mut values = Values::with_capacity(kind.dtype(), src.len() / kind.size());
                     match decode(kind, little, src, &mut values) {
@@ -1516,6 +1607,11 @@ impl RecordReader for NpReader {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
+        if self.dead {
+            return Err(self.dead_error());
+        }
+        self.check_entries()?;
         let Some(plan) = self.plan(chunk) else {
             return self.generic(chunk, max_records);
         };
@@ -1548,13 +1644,16 @@ impl RecordReader for NpReader {
                 break;
             }
             let payload = chunk.payload_bytes();
-            if payload >= max_bytes || self.next >= self.rows {
+            if (n > 0 && payload >= max_bytes) || self.next >= self.rows {
                 break;
             }
             let by_bytes = if row_payload == 0 {
                 usize::MAX
             } else {
-                (max_bytes - payload).div_ceil(row_payload)
+                max_bytes
+                    .saturating_sub(payload)
+                    .div_ceil(row_payload)
+                    .max(1)
             };
             let k = (max_records - n)
                 .min(by_bytes)

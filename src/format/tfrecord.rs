@@ -13,34 +13,35 @@
 //! with `mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8`. Files may be GZIP
 //! or ZLIB compressed as a whole.
 //!
-//! The reader memory-maps uncompressed files and parses frames in place
-//! (zero copy); compressed files (and anything that cannot be mapped) are
-//! streamed through [`open_stream`] into one reused
-//! buffer. Payloads are decoded by [`super::example`]: the generic path for
-//! [`RecordReader::next_record`], the schema-driven fast path for
-//! [`RecordReader::read_chunk`]. From a mapped file, a `u8` or `bytes` field
-//! filled by one large byte string (an image, say) is not copied into the
-//! chunk: the row refers to the mapped bytes ([`crate::Column::mapped_row`]),
-//! and collation copies them once, straight into the batch — a row of 32 KiB
-//! or more with `pread` (the kernel copies from the page cache; no page is
-//! mapped, faulted in or released), a shorter one from the map. The chunk
-//! keeps the map alive and counts those bytes as its own; when it is
-//! dropped, the pages the map did fault in leave the resident set
-//! (`MADV_DONTNEED`; the page cache keeps them). A file shortened while
-//! such rows live is an [`Error::Io`] naming it, not a fault.
+//! The reader reads an uncompressed regular file by position (`pread`)
+//! into a reused, page-aligned window of 256 KiB and parses frames in it; a
+//! compressed file, and anything that is not a regular file (a FIFO, a pipe
+//! such as `<(cat x.tfrecord)`, a device), is read as a stream into one
+//! reused buffer. Payloads are decoded by [`super::example`]: the generic
+//! path for [`RecordReader::next_record`], the schema-driven fast path for
+//! [`RecordReader::read_chunk`]. From a regular file, a `u8` or `bytes`
+//! field filled by one byte string of 32 KiB or more (an image, say) is not
+//! copied into the chunk: the row refers to those bytes of the file
+//! ([`crate::Column::file_row`]), and collation reads them once, straight
+//! into the batch (the kernel copies from the page cache). The chunk keeps
+//! the file open and counts those bytes as payload.
+//!
+//! Nothing is memory-mapped: a file shortened while it is read (or while
+//! rows refer to it) gives an [`Error::Io`] naming it ("it was shortened
+//! while being read") where a map would kill the process with `SIGBUS`.
 //!
 //! # Large records
 //!
 //! With the payload CRC deferred ([`OpenOptions::defer_checksums`]), once a
 //! record of 64 KiB or more has been read, the next ones are framed from
-//! their first and last 4 KiB alone, read with `pread`: when the decoded
-//! row's one mapped span covers every byte in between (an image, say), the
-//! decoder never needed those bytes, the row refers to them, and its CRC is
-//! checked on the batch's copy. Any other record (a smaller one, a large
-//! byte string that starts or ends elsewhere, two of them, anything the fast
-//! decoder gives up on, any framing error) is read in the map as before,
-//! with the same rows and errors. So the big bytes are read from memory
-//! once, by the kernel's copy into the batch.
+//! their first and last 4 KiB alone: when the decoded row's one span in the
+//! file covers every byte in between (an image, say), the decoder never
+//! needed those bytes, the row refers to them, and its CRC is checked on
+//! the batch's copy. Any other record (a smaller one, a large byte string
+//! that starts or ends elsewhere, two of them, anything the fast decoder
+//! gives up on, any framing error) is read whole, with the same rows and
+//! errors. So the big bytes are read from memory once, by the kernel's copy
+//! into the batch.
 //!
 //! Errors are [`Error::Corrupt`] with the record index and the byte offset of
 //! the frame in the decompressed stream. After a bad payload CRC or an
@@ -54,27 +55,29 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flate2::write::{GzEncoder, ZlibEncoder};
 
 use super::example::{self, ExampleDecoder};
-use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
-use crate::error::{Error, Location, Result};
-use crate::instance::{
-    Backed, Backing, BackingBytes, Chunk, DeferredCrc, Instance, Origin, Record, SourceId,
-};
+use super::{check_chunk_budget, source_id, Compression, Format, OpenOptions, RecordReader};
+use crate::backing::{Backed, Backing, RowCheck};
+use crate::chunk::Chunk;
+use crate::error::{Error, Result};
+use crate::input::{open_input, Opened, RangeReader, Window};
+use crate::provenance::{Location, Origin, SourceId};
+use crate::record::{Instance, Record};
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
 /// Bytes after the payload: its CRC.
 pub const FOOTER_BYTES: usize = 4;
 
-/// A mapped file's records whose payload is at least this long (once one
+/// A regular file's records whose payload is at least this long (once one
 /// such record has been seen) are framed by reading only their first
 /// [`SPARSE_HEAD`] and last [`SPARSE_TAIL`] bytes from the file, when the
-/// decoded row's one mapped span covers everything in between: that span is
-/// then read straight into the batch (see `READ_MIN_BYTES` in
-/// `instance.rs`), and no page of it is ever mapped.
+/// decoded row's one span in the file covers everything in between: that
+/// span is then read straight into the batch (see `crate::backing`).
 const SPARSE_MIN_BYTES: usize = 64 << 10;
 /// Payload bytes read at the start of a large record.
 const SPARSE_HEAD: usize = 4096;
@@ -131,15 +134,20 @@ impl Format for TfRecordFormat {
 enum Input {
     /// The whole (uncompressed) stream in memory, as bytes.
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
-    /// The whole (uncompressed) file, memory-mapped: chunks may refer to
-    /// its bytes instead of copying them.
-    Mapped(Backing),
-    /// A byte stream (decompressing), read frame by frame into `buf`.
+    /// A regular, uncompressed file, read by position through a window:
+    /// chunks may refer to its bytes instead of copying them.
+    File { file: Backing, window: Window },
+    /// A byte stream (decompressing, or not a regular file), read frame by
+    /// frame into `buf`.
     Stream {
         reader: Box<dyn Read + Send>,
         buf: Vec<u8>,
     },
 }
+
+/// Bytes of a file read into the window at a time (at least): a block of
+/// small records stays in the level-2 cache while it is decoded.
+const WINDOW_BYTES: usize = 256 << 10;
 
 /// A decompressing reader that, like [`TfRecordReader::open`] and
 /// [`TfRecordReader::from_bytes`], takes an empty input for an empty stream
@@ -173,112 +181,6 @@ impl<R: io::BufRead + Send + 'static> Read for Decompress<R> {
     }
 }
 
-/// A memory-mapped file, shared by the reader and the chunks that refer to
-/// it; its large rows are copied out by reading the file.
-struct Mapped {
-    map: memmap2::Mmap,
-    file: File,
-    path: PathBuf,
-}
-
-impl BackingBytes for Mapped {
-    fn bytes(&self) -> &[u8] {
-        &self.map
-    }
-
-    /// `pread` into `dst`: the kernel copies from the page cache and no
-    /// page of the map is touched. A file that shrank since it was mapped
-    /// is an I/O error naming it (where the map would fault).
-    fn read_into(&self, off: usize, dst: &mut [std::mem::MaybeUninit<u8>]) -> Option<Result<()>> {
-        #[cfg(unix)]
-        return Some(
-            pread_exact(&self.file, off as u64, dst).map_err(|e| Error::io(&self.path, e)),
-        );
-        #[cfg(not(unix))]
-        {
-            let _ = (off, dst, &self.file, &self.path);
-            None
-        }
-    }
-
-    /// Drop the pages wholly inside `range` from this process's page tables
-    /// (`MADV_DONTNEED`), so that the resident set holds what live chunks
-    /// refer to, not every page of the file read so far. Pages shared with
-    /// a neighbouring range are kept.
-    fn release(&self, range: std::ops::Range<usize>) {
-        #[cfg(unix)]
-        {
-            const PAGE: usize = 4096;
-            let start = range.start.next_multiple_of(PAGE);
-            let end = range.end.min(self.map.len()) / PAGE * PAGE;
-            if start < end {
-                // SAFETY: the map is a read-only shared mapping of a file:
-                // after MADV_DONTNEED a later access reads the same file
-                // bytes again (from the page cache), so every slice of the
-                // map stays valid and keeps its contents (under the same
-                // assumption as the map itself: the file is not changed
-                // while it is read).
-                let _ = unsafe {
-                    self.map.unchecked_advise_range(
-                        memmap2::UncheckedAdvice::DontNeed,
-                        start,
-                        end - start,
-                    )
-                };
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = range;
-    }
-}
-
-/// Read `dst.len()` bytes of `file` at `off` into `dst`.
-#[cfg(unix)]
-fn pread_exact(file: &File, off: u64, dst: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    let mut done = 0;
-    while done < dst.len() {
-        let at = off + done as u64;
-        let Ok(at_signed) = libc::off_t::try_from(at) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("offset {at} is too large"),
-            ));
-        };
-        let rest = &mut dst[done..];
-        // SAFETY: `rest` is valid for writes of `rest.len()` bytes; `pread`
-        // writes at most that many (initialized) bytes there.
-        let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                rest.as_mut_ptr().cast(),
-                rest.len(),
-                at_signed,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "reading {} bytes at offset {off}: the file ends at byte {at} \
-                         (it was shortened while being read)",
-                        dst.len()
-                    ),
-                ))
-            }
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// A fatal error, kept to be repeated by later calls.
 #[derive(Clone)]
 enum Failure {
@@ -298,7 +200,7 @@ struct Cursor {
     /// Frames still to skip (start_record).
     skip_to: u64,
     verify: bool,
-    /// Leave the payload CRC of a record with one mapped span to be checked
+    /// Leave the payload CRC of a record with one span in the file to be checked
     /// when the span is copied out (`OpenOptions::defer_checksums`).
     defer: bool,
     /// The last record framed was large: try framing the next one sparsely
@@ -348,6 +250,19 @@ impl Cursor {
                 Error::io(&self.path, e)
             }
         }
+    }
+
+    /// Reading the file by position failed (it was shortened, say): an
+    /// I/O error naming it, and nothing after it can be read.
+    #[cold]
+    fn file_fatal(&mut self, e: Error) -> Error {
+        if let Error::Io { source, .. } = &e {
+            self.failed = Some(Failure::Io(source.kind(), source.to_string()));
+        } else {
+            self.failed = Some(Failure::Io(io::ErrorKind::Other, e.to_string()));
+        }
+        self.can_continue = false;
+        e
     }
 
     /// Check a frame header; returns the payload length.
@@ -415,41 +330,205 @@ pub(crate) fn check_payload_crc(loc: &Location, stored: u32, crc: u32) -> Result
     ))
 }
 
-/// The next frame of an in-memory stream, in place.
+/// A record's payload CRC-32C, checked when its one span in the file is copied
+/// out instead of when the record was read, so that its bytes are read from
+/// memory once (copy, then CRC of the copy while it is in cache). The
+/// payload is `prefix ++ span ++ suffix`: the CRC state after the prefix and
+/// the suffix (its bytes when short, else its CRC and length) are kept, so
+/// nothing in the backing is read again but the span.
+#[derive(Clone, Debug)]
+struct DeferredCrc {
+    /// CRC-32C state after the payload bytes before the span.
+    prefix: u32,
+    /// The payload bytes after the span.
+    suffix: Suffix,
+    /// The masked CRC stored in the frame.
+    stored: u32,
+    /// The record, for the error.
+    location: Location,
+}
+
+/// Suffixes up to this long are kept as bytes (appended to the CRC, which
+/// is cheap); longer ones as a CRC to combine (`crc32c_combine` costs
+/// microseconds).
+const INLINE_SUFFIX: usize = 40;
+
+/// The payload bytes after a deferred span.
+#[derive(Clone, Debug)]
+enum Suffix {
+    Bytes { bytes: [u8; INLINE_SUFFIX], len: u8 },
+    Crc { crc: u32, len: usize },
+}
+
+impl DeferredCrc {
+    /// A check of a payload whose bytes before the span have CRC-32C
+    /// (running state) `prefix`, whose bytes after it are `suffix`, and
+    /// whose frame stores the masked CRC `stored`.
+    fn new(prefix: u32, suffix: &[u8], stored: u32, location: Location) -> Self {
+        let suffix = match <u8>::try_from(suffix.len()) {
+            Ok(len) if suffix.len() <= INLINE_SUFFIX => {
+                let mut bytes = [0; INLINE_SUFFIX];
+                bytes[..suffix.len()].copy_from_slice(suffix);
+                Suffix::Bytes { bytes, len }
+            }
+            _ => Suffix::Crc {
+                crc: crc32c::crc32c(suffix),
+                len: suffix.len(),
+            },
+        };
+        DeferredCrc {
+            prefix,
+            suffix,
+            stored,
+            location,
+        }
+    }
+}
+
+impl RowCheck for DeferredCrc {
+    /// Check the payload, given the span's bytes (in the file or a copy of
+    /// them): the error is word for word the one reading would have given.
+    fn verify(&self, span: &[u8]) -> Result<()> {
+        let crc = crc32c::crc32c_append(self.prefix, span);
+        let crc = match &self.suffix {
+            Suffix::Bytes { bytes, len } => crc32c::crc32c_append(crc, &bytes[..*len as usize]),
+            Suffix::Crc { crc: suffix, len } => crc32c::crc32c_combine(crc, *suffix, *len),
+        };
+        check_payload_crc(&self.location, self.stored, crc)
+    }
+}
+
+/// Bytes that frames are read from by position: a stream in memory, or a
+/// regular file through a window.
+trait Frames<'a> {
+    /// Bytes from `pos` to the end.
+    fn left(&self, pos: u64) -> u64;
+    /// The 12 bytes at `pos` (at most [`left`](Self::left)).
+    fn header(&mut self, pos: u64) -> Result<[u8; HEADER_BYTES]>;
+    /// Bytes `pos..pos + n` (`n` at most [`left`](Self::left)).
+    fn take(self, pos: u64, n: usize) -> Result<&'a [u8]>;
+}
+
+impl<'a> Frames<'a> for &'a [u8] {
+    #[inline(always)]
+    fn left(&self, pos: u64) -> u64 {
+        (self.len() as u64).saturating_sub(pos)
+    }
+
+    #[inline(always)]
+    fn header(&mut self, pos: u64) -> Result<[u8; HEADER_BYTES]> {
+        Ok(self[pos as usize..pos as usize + HEADER_BYTES]
+            .try_into()
+            .expect("12 bytes"))
+    }
+
+    #[inline(always)]
+    fn take(self, pos: u64, n: usize) -> Result<&'a [u8]> {
+        Ok(&self[pos as usize..pos as usize + n])
+    }
+}
+
+/// A regular file read through a window.
+struct FileFrames<'a> {
+    file: &'a Backing,
+    window: &'a mut Window,
+}
+
+impl<'a> Frames<'a> for FileFrames<'a> {
+    #[inline(always)]
+    fn left(&self, pos: u64) -> u64 {
+        self.file.len().saturating_sub(pos)
+    }
+
+    #[inline(always)]
+    fn header(&mut self, pos: u64) -> Result<[u8; HEADER_BYTES]> {
+        let h = self.window.get(self.file, pos, HEADER_BYTES)?;
+        Ok(h.try_into().expect("12 bytes"))
+    }
+
+    #[inline(always)]
+    fn take(self, pos: u64, n: usize) -> Result<&'a [u8]> {
+        self.window.get(self.file, pos, n)
+    }
+}
+
+/// A frame read by position.
+struct Frame<'a> {
+    payload: &'a [u8],
+    /// The masked payload CRC stored after it.
+    stored: u32,
+    /// Offset of the payload in the stream.
+    at: u64,
+    loc: Location,
+}
+
+/// Check the header of the frame at the cursor against the bytes left:
+/// its payload length, or the fatal error.
 #[inline(always)]
-fn memory_frame<'a>(
-    data: &'a [u8],
-    cur: &mut Cursor,
-    check: bool,
-) -> Result<Option<(&'a [u8], Location)>> {
-    let rest = data.get(cur.pos as usize..).unwrap_or(&[]);
-    if rest.is_empty() {
+fn frame_len<'a, F: Frames<'a>>(src: &mut F, cur: &mut Cursor) -> Result<Option<u64>> {
+    let left = src.left(cur.pos);
+    if left == 0 {
         return Ok(None);
     }
-    let Some(header) = rest.first_chunk::<HEADER_BYTES>() else {
-        return Err(cur.fatal(format!(
-            "truncated header: {} of {HEADER_BYTES} bytes",
-            rest.len()
-        )));
+    if left < HEADER_BYTES as u64 {
+        return Err(cur.fatal(format!("truncated header: {left} of {HEADER_BYTES} bytes")));
+    }
+    let header = match src.header(cur.pos) {
+        Ok(h) => h,
+        Err(e) => return Err(cur.file_fatal(e)),
     };
-    let len = cur.header(header)?;
-    let left = rest.len() - HEADER_BYTES;
-    if len > left as u64 {
+    let len = cur.header(&header)?;
+    let avail = left - HEADER_BYTES as u64;
+    if len > avail {
         return Err(cur.fatal(format!(
-            "truncated payload: header says {len} bytes, {left} left"
+            "truncated payload: header says {len} bytes, {avail} left"
         )));
     }
-    let len = len as usize;
-    let after = &rest[HEADER_BYTES + len..];
-    let Some(footer) = after.first_chunk::<FOOTER_BYTES>() else {
+    if avail - len < FOOTER_BYTES as u64 {
         return Err(cur.fatal(format!(
             "truncated record: payload CRC has {} of {FOOTER_BYTES} bytes",
-            after.len()
+            avail - len
         )));
+    }
+    Ok(Some(len))
+}
+
+/// The next frame at the cursor (its payload CRC checked if `check` and
+/// the reader verifies), the cursor moved past it.
+#[inline(always)]
+fn frame_at<'a, F: Frames<'a>>(
+    mut src: F,
+    cur: &mut Cursor,
+    check: bool,
+) -> Result<Option<Frame<'a>>> {
+    let Some(len) = frame_len(&mut src, cur)? else {
+        return Ok(None);
     };
-    let payload = &rest[HEADER_BYTES..HEADER_BYTES + len];
-    let loc = cur.finish(payload, *footer, check)?;
-    Ok(Some((payload, loc)))
+    let len = len as usize;
+    let pos = cur.pos;
+    let frame = match src.take(pos, HEADER_BYTES + len + FOOTER_BYTES) {
+        Ok(f) => f,
+        Err(e) => return Err(cur.file_fatal(e)),
+    };
+    let payload = &frame[HEADER_BYTES..HEADER_BYTES + len];
+    let footer: [u8; 4] = frame[HEADER_BYTES + len..].try_into().expect("4 bytes");
+    let loc = cur.finish(payload, footer, check)?;
+    Ok(Some(Frame {
+        payload,
+        stored: u32::from_le_bytes(footer),
+        at: pos + HEADER_BYTES as u64,
+        loc,
+    }))
+}
+
+/// Move past the frame at the cursor, reading its header only. False at
+/// the end.
+fn skip_frame<'a, F: Frames<'a>>(mut src: F, cur: &mut Cursor) -> Result<bool> {
+    let Some(len) = frame_len(&mut src, cur)? else {
+        return Ok(false);
+    };
+    cur.advance(len as usize);
+    Ok(true)
 }
 
 /// Read until `buf` is full or the stream ends; returns the bytes read.
@@ -543,54 +622,48 @@ impl std::fmt::Debug for TfRecordReader {
 
 impl TfRecordReader {
     /// Open a file. Compression: `opts.compression`, else from the extension.
-    /// Uncompressed files are memory-mapped (an empty file needs no map); a
-    /// missing file is an [`Error::Io`] naming the path.
+    /// An uncompressed regular file is read by position (its large rows may
+    /// stay in it, see the [module docs](self)); a compressed file, and
+    /// anything that is not a regular file (a FIFO, a pipe, a device), is
+    /// read as a stream. A missing file is an [`Error::Io`] naming the
+    /// path; an empty regular file has no records.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
+        opts.validate()?;
         let compression = opts
             .compression
             .unwrap_or_else(|| Compression::from_path(path));
         let source = source_id(path);
-        let input = match compression {
-            Compression::None => {
-                let file = File::open(path).map_err(|e| Error::io(path, e))?;
-                let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-                if len == 0 {
+        let input = match (open_input(path)?, compression) {
+            (Opened::Regular(file), Compression::None) => {
+                if file.len() == 0 {
                     Input::Memory(Box::new(Vec::<u8>::new()))
                 } else {
-                    // SAFETY: the map is read-only; like every reader of
-                    // mapped files we rely on the file not being truncated
-                    // while it is read.
-                    match unsafe { memmap2::Mmap::map(&file) } {
-                        Ok(map) => {
-                            #[cfg(unix)]
-                            let _ = map.advise(memmap2::Advice::Sequential);
-                            Input::Mapped(std::sync::Arc::new(Mapped {
-                                map,
-                                file,
-                                path: path.to_path_buf(),
-                            }))
-                        }
-                        Err(e) => {
-                            log::debug!("{}: cannot map ({e}), streaming it", path.display());
-                            Self::stream_input(open_stream(path, Compression::None)?)
-                        }
+                    Input::File {
+                        file,
+                        window: Window::new(WINDOW_BYTES),
                     }
                 }
             }
-            c => {
-                // An empty file is an empty stream, whatever its compression.
-                let empty = std::fs::metadata(path)
-                    .map_err(|e| Error::io(path, e))?
-                    .len()
-                    == 0;
-                if empty {
-                    Input::Memory(Box::new(Vec::<u8>::new()))
-                } else {
-                    Self::stream_input(open_stream(path, c)?)
-                }
+            (Opened::Regular(file), c) => {
+                let len = file.len();
+                Self::stream_input(Self::decompressing(RangeReader::new(file, 0, len), c))
             }
+            (Opened::Stream(f), c) => Self::stream_input(Self::decompressing(f, c)),
         };
         Ok(Self::with_input(input, source, path.to_path_buf(), opts))
+    }
+
+    /// `reader`, buffered and decompressed as `compression` says (an empty
+    /// stream is empty, whatever its compression).
+    fn decompressing(
+        reader: impl Read + Send + 'static,
+        compression: Compression,
+    ) -> Box<dyn Read + Send> {
+        let reader = io::BufReader::with_capacity(1 << 20, reader);
+        match compression {
+            Compression::None => Box::new(reader),
+            c => Box::new(Decompress::Pending(reader, c)),
+        }
     }
 
     /// Read from bytes in memory; `opts.compression` says whether they are
@@ -625,13 +698,9 @@ impl TfRecordReader {
         source: SourceId,
         opts: &OpenOptions,
     ) -> Self {
-        let reader = io::BufReader::with_capacity(1 << 16, reader);
-        let boxed: Box<dyn Read + Send> = match opts.compression.unwrap_or(Compression::None) {
-            Compression::None => Box::new(reader),
-            c => Box::new(Decompress::Pending(reader, c)),
-        };
+        let c = opts.compression.unwrap_or(Compression::None);
         Self::with_input(
-            Self::stream_input(boxed),
+            Self::stream_input(Self::decompressing(reader, c)),
             source,
             PathBuf::from(&*source.name()),
             opts,
@@ -679,7 +748,7 @@ impl TfRecordReader {
     }
 
     /// Before reading: repeat an earlier fatal error, and skip to
-    /// `start_record` (frames only: no payload CRC, no decoding).
+    /// `start_record` (frame headers only: no payload CRC, no decoding).
     #[inline(always)]
     fn prepare(&mut self) -> Result<()> {
         if let Some(f) = &self.cur.failed {
@@ -688,10 +757,10 @@ impl TfRecordReader {
         self.cur.can_continue = false;
         while self.cur.index < self.cur.skip_to {
             let got = match &mut self.input {
-                Input::Memory(data) => {
-                    memory_frame((**data).as_ref(), &mut self.cur, false)?.is_some()
+                Input::Memory(data) => skip_frame((**data).as_ref(), &mut self.cur)?,
+                Input::File { file, window } => {
+                    skip_frame(FileFrames { file, window }, &mut self.cur)?
                 }
-                Input::Mapped(map) => memory_frame(map.bytes(), &mut self.cur, false)?.is_some(),
                 Input::Stream { reader, buf } => {
                     stream_frame(reader.as_mut(), buf, &mut self.cur, false)?.is_some()
                 }
@@ -718,13 +787,30 @@ impl TfRecordReader {
     /// The next record's payload and location.
     pub fn next_frame(&mut self) -> Result<Option<(&[u8], Location)>> {
         self.prepare()?;
-        match &mut self.input {
-            Input::Memory(data) => memory_frame((**data).as_ref(), &mut self.cur, true),
-            Input::Mapped(map) => memory_frame(map.bytes(), &mut self.cur, true),
-            Input::Stream { reader, buf } => {
-                stream_frame(reader.as_mut(), buf, &mut self.cur, true)
+        let frame = match &mut self.input {
+            Input::Memory(data) => {
+                frame_at((**data).as_ref(), &mut self.cur, true)?.map(|f| (f.payload, f.loc))
             }
-        }
+            Input::File { file, window } => {
+                frame_at(FileFrames { file, window }, &mut self.cur, true)?
+                    .map(|f| (f.payload, f.loc))
+            }
+            Input::Stream { reader, buf } => {
+                stream_frame(reader.as_mut(), buf, &mut self.cur, true)?
+            }
+        };
+        Ok(frame)
+    }
+
+    /// An upper bound on the records left, from the bytes left (a frame
+    /// takes at least 16), for a regular file or a buffer.
+    fn records_left_bound(&self) -> Option<u64> {
+        let left = match &self.input {
+            Input::Memory(data) => ((**data).as_ref().len() as u64).saturating_sub(self.cur.pos),
+            Input::File { file, .. } => file.len().saturating_sub(self.cur.pos),
+            Input::Stream { .. } => return None,
+        };
+        Some(left.div_ceil((HEADER_BYTES + FOOTER_BYTES) as u64))
     }
 }
 
@@ -746,6 +832,7 @@ impl RecordReader for TfRecordReader {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
         self.prepare()?;
         let Self {
             input,
@@ -761,46 +848,53 @@ impl RecordReader for TfRecordReader {
         }
         let decoder = decoder.as_mut().expect("just set");
         let mut n = 0;
-        while n < max_records && chunk.payload_bytes() < max_bytes {
-            let (frame, backing) = match input {
-                Input::Mapped(map) if cur.defer => {
-                    let data = map.bytes();
-                    let framed = match cur.sparse {
-                        true => sparse_record(decoder, map, cur, chunk, scratch),
-                        false => Sparse::NotLarge,
+        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
+            match input {
+                Input::File { file, window } if cur.defer => {
+                    if cur.sparse && sparse_record(decoder, file, cur, chunk, scratch)? {
+                        n += 1;
+                        continue;
+                    }
+                    let Some(frame) = frame_at(FileFrames { file, window }, cur, false)? else {
+                        break;
                     };
-                    let (payload, loc) = match framed {
-                        Sparse::Decoded => {
-                            n += 1;
-                            continue;
-                        }
-                        Sparse::Framed { at, len, loc } => (&data[at..at + len], loc),
-                        Sparse::NotLarge => {
-                            let Some((payload, loc)) = memory_frame(data, cur, false)? else {
-                                break;
-                            };
-                            cur.sparse = payload.len() >= SPARSE_MIN_BYTES;
-                            (payload, loc)
-                        }
-                    };
-                    if let Err(e) = decode_deferred(decoder, data, payload, chunk, &loc, map) {
+                    cur.sparse = frame.payload.len() >= SPARSE_MIN_BYTES;
+                    if let Err(e) = decode_deferred(decoder, &frame, chunk, file) {
                         cur.can_continue = true;
                         return Err(e);
                     }
-                    n += 1;
-                    continue;
                 }
-                Input::Memory(data) => (memory_frame((**data).as_ref(), cur, true)?, None),
-                Input::Mapped(map) => (memory_frame(map.bytes(), cur, true)?, Some(&*map)),
+                Input::File { file, window } => {
+                    let Some(f) = frame_at(FileFrames { file, window }, cur, true)? else {
+                        break;
+                    };
+                    let backed = Backed::new(file, f.payload, f.at);
+                    if let Err(e) =
+                        decoder.decode_into_backed(f.payload, chunk, &f.loc, Some(backed))
+                    {
+                        cur.can_continue = true;
+                        return Err(e);
+                    }
+                }
+                Input::Memory(data) => {
+                    let Some(f) = frame_at((**data).as_ref(), cur, true)? else {
+                        break;
+                    };
+                    if let Err(e) = decoder.decode_into_backed(f.payload, chunk, &f.loc, None) {
+                        cur.can_continue = true;
+                        return Err(e);
+                    }
+                }
                 Input::Stream { reader, buf } => {
-                    (stream_frame(reader.as_mut(), buf, cur, true)?, None)
+                    let Some((payload, loc)) = stream_frame(reader.as_mut(), buf, cur, true)?
+                    else {
+                        break;
+                    };
+                    if let Err(e) = decoder.decode_into_backed(payload, chunk, &loc, None) {
+                        cur.can_continue = true;
+                        return Err(e);
+                    }
                 }
-            };
-            let Some((payload, loc)) = frame else { break };
-            let backed = backing.map(|b| Backed::in_place(b, payload));
-            if let Err(e) = decoder.decode_into_backed(payload, chunk, &loc, backed) {
-                cur.can_continue = true;
-                return Err(e);
             }
             n += 1;
         }
@@ -814,38 +908,43 @@ impl RecordReader for TfRecordReader {
     fn can_continue(&self) -> bool {
         self.cur.can_continue
     }
+
+    fn max_records_left(&self) -> Option<u64> {
+        self.records_left_bound()
+    }
 }
 
-/// Decode a payload of the mapped file `data` (its CRC not checked yet) into
-/// `chunk`. A row with exactly one mapped span takes its CRC check along
-/// (done when the span is copied out: the big bytes are read once); any
-/// other row is checked here, before it is committed; a payload the fast
-/// walk gives up on is checked before the generic decode names what is
-/// wrong — so every error is the one checking first would give.
+/// Decode `frame`, a payload of `file` whose CRC is not checked yet, into
+/// `chunk`. A row with exactly one span left in the file takes its CRC
+/// check along (made when the span is copied out: the big bytes are read
+/// once); any other row is checked here, before it is committed; a payload
+/// the fast walk gives up on is checked before the generic decode names
+/// what is wrong — so every error is the one checking first would give.
 fn decode_deferred(
     decoder: &mut ExampleDecoder,
-    data: &[u8],
-    payload: &[u8],
+    frame: &Frame<'_>,
     chunk: &mut Chunk,
-    loc: &Location,
-    map: &Backing,
+    file: &Backing,
 ) -> Result<()> {
-    let start = payload.as_ptr() as usize - data.as_ptr() as usize;
+    let Frame {
+        payload,
+        stored,
+        at,
+        loc,
+    } = frame;
+    let start = *at as usize;
     let end = start + payload.len();
-    let footer = data[end..end + FOOTER_BYTES]
-        .try_into()
-        .expect("memory_frame checked the footer is there");
-    let stored = u32::from_le_bytes(footer);
     let origin = Origin::new(loc.source, loc.record);
-    if decoder.write_row(payload, chunk, Some(Backed::in_place(map, payload))) {
-        match chunk.pending_mapped_span() {
+    if decoder.write_row(payload, chunk, Some(Backed::new(file, payload, *at))) {
+        match chunk.pending_file_span() {
             Some((field, off, len)) if off >= start && off + len <= end => {
-                let prefix = crc32c::crc32c(&data[start..off]);
-                let suffix = &data[off + len..end];
-                chunk.defer_crc(field, DeferredCrc::new(prefix, suffix, stored, loc.clone()));
+                let (a, b) = (off - start, off - start + len);
+                let prefix = crc32c::crc32c(&payload[..a]);
+                let check = DeferredCrc::new(prefix, &payload[b..], *stored, loc.clone());
+                chunk.defer_check(field, Arc::new(check));
             }
             _ => {
-                if let Err(e) = check_payload_crc(loc, stored, crc32c::crc32c(payload)) {
+                if let Err(e) = check_payload_crc(loc, *stored, crc32c::crc32c(payload)) {
                     chunk.rollback_row();
                     return Err(e);
                 }
@@ -856,117 +955,93 @@ fn decode_deferred(
         }
     }
     chunk.rollback_row();
-    check_payload_crc(loc, stored, crc32c::crc32c(payload))?;
+    check_payload_crc(loc, *stored, crc32c::crc32c(payload))?;
     decoder.fallback(payload, chunk, loc)
-}
-
-/// What [`sparse_record`] did with the record at the cursor.
-enum Sparse {
-    /// Not a whole large frame (or it cannot be read): frame it in the map
-    /// (which also names anything wrong with it).
-    NotLarge,
-    /// Framed (the cursor is past it) but not decodable from its first and
-    /// last bytes alone: decode its payload, `len` bytes at `at`, in the map.
-    Framed {
-        at: usize,
-        len: usize,
-        loc: Location,
-    },
-    /// Decoded into `chunk` (the row committed), its CRC due on the copy.
-    Decoded,
 }
 
 /// Frame and decode the large record at the cursor from its first and last
 /// bytes, read from the file (see [`SPARSE_MIN_BYTES`]): when the row's one
-/// mapped span covers all the bytes between (which the decode therefore
-/// never looked at), the row refers to it and carries the payload's CRC, to
-/// be checked on the copy; the rest of the payload was read here. Anything
-/// else goes through the map, with the same rows and errors.
+/// span in the file covers all the bytes between (which the decode
+/// therefore never looked at), the row refers to it and carries the
+/// payload's CRC, to be checked on the copy. True if it did (the row
+/// committed, the cursor past the record); false leaves the cursor and the
+/// chunk as they were, for the record to be read whole (which also names
+/// anything wrong with it).
 fn sparse_record(
     decoder: &mut ExampleDecoder,
-    map: &Backing,
+    file: &Backing,
     cur: &mut Cursor,
     chunk: &mut Chunk,
     scratch: &mut Vec<u8>,
-) -> Sparse {
-    let pos = cur.pos as usize;
-    let left = map.bytes().len().saturating_sub(pos);
-    if left < HEADER_BYTES + SPARSE_MIN_BYTES + FOOTER_BYTES {
-        return Sparse::NotLarge;
+) -> Result<bool> {
+    let pos = cur.pos;
+    let left = file.len().saturating_sub(pos);
+    if left < (HEADER_BYTES + SPARSE_MIN_BYTES + FOOTER_BYTES) as u64 {
+        return Ok(false);
     }
     let head = HEADER_BYTES + SPARSE_HEAD;
     if scratch.len() < head {
         scratch.resize(head, 0);
     }
-    if !read_exact(map, pos, &mut scratch[..head]) {
-        return Sparse::NotLarge;
+    if file.read_at_init(pos, &mut scratch[..head]).is_err() {
+        return Ok(false);
     }
     let h = scratch.first_chunk::<HEADER_BYTES>().expect("read above");
     let len = match parse_header(h, cur.max_record_bytes) {
-        Ok(len) if len <= (left - HEADER_BYTES - FOOTER_BYTES) as u64 => len as usize,
-        _ => return Sparse::NotLarge,
+        Ok(len) if len <= left - (HEADER_BYTES + FOOTER_BYTES) as u64 => len as usize,
+        _ => return Ok(false),
     };
     if len < SPARSE_MIN_BYTES {
-        return Sparse::NotLarge;
+        return Ok(false);
     }
     let total = HEADER_BYTES + len + FOOTER_BYTES;
     if scratch.len() < total {
         scratch.resize(total, 0);
     }
     let tail = HEADER_BYTES + len - SPARSE_TAIL;
-    if !read_exact(map, pos + tail, &mut scratch[tail..total]) {
-        return Sparse::NotLarge;
+    if file
+        .read_at_init(pos + tail as u64, &mut scratch[tail..total])
+        .is_err()
+    {
+        return Ok(false);
     }
     // In tests the hole holds its real bytes, so that a decode reading them
     // would succeed: the count of sparse records then shows exactly which
     // rows the checks below let through (outside tests it holds stale bytes).
     #[cfg(test)]
-    scratch[head..tail].copy_from_slice(&map.bytes()[pos + head..pos + tail]);
-    let loc = cur.advance(len);
-    let at = pos + HEADER_BYTES;
+    file.read_at_init(pos + head as u64, &mut scratch[head..tail])?;
+    let at = pos + HEADER_BYTES as u64;
     let payload = &scratch[HEADER_BYTES..HEADER_BYTES + len];
-    let footer = scratch[HEADER_BYTES + len..total]
-        .try_into()
-        .expect("4 bytes");
-    if decoder.write_row(payload, chunk, Some(Backed::new(map, payload, at))) {
+    let stored = u32::from_le_bytes(
+        scratch[HEADER_BYTES + len..total]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    if decoder.write_row(payload, chunk, Some(Backed::new(file, payload, at))) {
         // The decode read nothing of the hole [SPARSE_HEAD, len - SPARSE_TAIL)
-        // (stale bytes) if the one mapped span covers it: nothing inside a
-        // byte string is read, and nothing else overlaps it.
-        if let Some((field, off, span)) = chunk.pending_mapped_span() {
-            let (a, b) = (
-                off.wrapping_sub(at),
-                off.wrapping_sub(at).wrapping_add(span),
-            );
-            if off >= at && a <= SPARSE_HEAD && b >= len - SPARSE_TAIL && b <= len {
+        // (stale bytes) if the one span in the file covers it: nothing inside
+        // a byte string is read, and nothing else overlaps it.
+        if let Some((field, off, span)) = chunk.pending_file_span() {
+            let a = (off as u64).wrapping_sub(at) as usize;
+            let b = a.wrapping_add(span);
+            if off as u64 >= at && a <= SPARSE_HEAD && b >= len - SPARSE_TAIL && b <= len {
+                let loc = cur.location();
                 let prefix = crc32c::crc32c(&payload[..a]);
-                let stored = u32::from_le_bytes(footer);
                 let check = DeferredCrc::new(prefix, &payload[b..], stored, loc.clone());
-                chunk.defer_crc(field, check);
+                chunk.defer_check(field, Arc::new(check));
                 if chunk
                     .commit_row(Origin::new(loc.source, loc.record))
                     .is_ok()
                 {
+                    cur.advance(len);
                     cur.sparse_records += 1;
-                    return Sparse::Decoded;
+                    return Ok(true);
                 }
             }
         }
     }
     chunk.rollback_row();
-    Sparse::Framed { at, len, loc }
-}
-
-/// Read `dst.len()` bytes of `map`'s file at `off` (false: it cannot).
-fn read_exact(map: &Backing, off: usize, dst: &mut [u8]) -> bool {
-    // SAFETY: the same memory as bytes that may be uninitialized: `read_into`
-    // only writes (initialized) bytes into it.
-    let dst = unsafe {
-        std::slice::from_raw_parts_mut(
-            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
-            dst.len(),
-        )
-    };
-    matches!(map.read_into(off, dst), Some(Ok(())))
+    Ok(false)
 }
 
 enum Sink<W: Write> {
@@ -1090,17 +1165,20 @@ impl<W: Write> TfRecordWriter<W> {
 
 #[cfg(test)]
 mod tests {
-    //! Rows that refer to the mapped file: the same chunks, rows, batches and
+    //! Rows that refer to their file: the same chunks, rows, batches and
     //! errors as the copying path, however the rows mix.
 
     use super::*;
+    use crate::chunk::RowRef;
     use crate::collate::{collate, collate_rows};
     use crate::format::example::{encode_features_into, FeatureRef};
-    use crate::instance::{BytesList, RowRef, Values};
     use crate::schema::{DType, Ragged, Schema};
+    use crate::values::{BytesList, Values};
     use std::sync::Arc;
 
-    const IMG: usize = 5000;
+    /// An image large enough to stay in the file (see `FILE_ROW_MIN_BYTES`),
+    /// too small for its record to be read sparsely.
+    const IMG: usize = 32_800;
 
     fn schema(layout: Ragged) -> Schema {
         schema_with(IMG, layout)
@@ -1127,7 +1205,7 @@ mod tests {
         let img = bytes(i, img_len);
         let half = img_len / 2;
         let two_img: BytesList = [&img[..half], &img[half..]].into_iter().collect();
-        let big = bytes(i + 100, 6000);
+        let big = bytes(i + 100, 33_000);
         let small = bytes(i + 200, 10);
         let two_blob: BytesList = [&big[..100], &small[..]].into_iter().collect();
         let label = [i as i64];
@@ -1195,7 +1273,7 @@ mod tests {
         let path = dir.path().join("mapped.tfrecord");
         std::fs::write(&path, &bytes).unwrap();
         let mapped = TfRecordReader::open(&path, &OpenOptions::default()).unwrap();
-        assert!(matches!(mapped.input, Input::Mapped(_)));
+        assert!(matches!(mapped.input, Input::File { .. }));
         let copied = TfRecordReader::from_bytes(bytes, source_id(&path), &OpenOptions::default());
         [mapped, copied].map(|mut r| {
             let mut chunks = Vec::new();
@@ -1214,7 +1292,7 @@ mod tests {
     }
 
     #[test]
-    fn mapped_rows_read_collate_and_copy_like_owned_ones() {
+    fn file_rows_read_collate_and_copy_like_owned_ones() {
         for layout in [Ragged::Offsets, Ragged::Padded] {
             let schema = schema(layout);
             let [(mapped, e1), (copied, e2)] = both(file_bytes(23, None), &schema, 6);
@@ -1223,19 +1301,19 @@ mod tests {
             assert_eq!(mapped, copied);
             for (m, c) in mapped.iter().zip(&copied) {
                 assert_eq!(m.payload_bytes(), c.payload_bytes());
-                assert!(m.columns()[0].is_mapped() && m.columns()[1].is_mapped());
-                assert!(!c.columns()[0].is_mapped() && !c.columns()[2].is_mapped());
+                assert!(m.columns()[0].has_file_rows() && m.columns()[1].has_file_rows());
+                assert!(!c.columns()[0].has_file_rows() && !c.columns()[2].has_file_rows());
                 for i in 0..m.len() {
                     let record = m.origins()[i].record as usize;
                     // Mapped: one large string; copied: the rest.
-                    let img = m.columns()[0].mapped_row(i).unwrap();
+                    let img = m.columns()[0].file_row(i).unwrap();
                     let one_string = record % 5 != 3 && !falls_back(record);
                     assert_eq!(img.is_some(), one_string, "record {record}");
                     if let Some(img) = img {
-                        assert_eq!(img, &bytes(record, IMG)[..]);
+                        assert_eq!(img, bytes(record, IMG));
                         assert!(m.columns()[0].owned_range(i).is_empty());
                     }
-                    let blob = m.columns()[1].mapped_row(i).unwrap();
+                    let blob = m.columns()[1].file_row(i).unwrap();
                     let one_string = record % 4 == 0 && !falls_back(record);
                     assert_eq!(blob.is_some(), one_string, "record {record}");
                     assert_eq!(m.row(i).unwrap(), c.row(i).unwrap());
@@ -1265,7 +1343,7 @@ mod tests {
     }
 
     #[test]
-    fn mapped_rows_move_between_chunks_and_mix_with_owned_rows() {
+    fn file_rows_move_between_chunks_and_mix_with_owned_rows() {
         let schema = schema(Ragged::Offsets);
         let [(mapped, _), (copied, _)] = both(file_bytes(12, None), &schema, 12);
         let (m, c) = (&mapped[0], &copied[0]);
@@ -1276,8 +1354,8 @@ mod tests {
             picked.extend_rows(m, i, i + 1).unwrap();
             owned.extend_rows(c, i, i + 1).unwrap();
         }
-        assert!(picked.columns()[0].is_mapped());
-        assert!(picked.columns()[0].mapped_row(0).unwrap().is_some());
+        assert!(picked.columns()[0].has_file_rows());
+        assert!(picked.columns()[0].file_row(0).unwrap().is_some());
         assert_eq!(picked, owned);
         // Rows of mapped chunks appended to an owned one are copied.
         let mut mixed = owned.clone();
@@ -1298,7 +1376,7 @@ mod tests {
         owned.commit_rows(inst.origin().source, 99, 1).unwrap();
         assert_eq!(picked, owned);
         assert_eq!(picked.row(7).unwrap(), owned.row(7).unwrap());
-        assert!(picked.columns()[0].mapped_row(7).unwrap().is_none());
+        assert!(picked.columns()[0].file_row(7).unwrap().is_none());
         assert_eq!(
             collate_rows(
                 &schema,
@@ -1316,11 +1394,11 @@ mod tests {
             .unwrap()
         );
         picked.clear();
-        assert!(picked.is_empty() && !picked.columns()[0].is_mapped());
+        assert!(picked.is_empty() && !picked.columns()[0].has_file_rows());
     }
 
     #[test]
-    fn a_bad_mapped_row_is_the_same_error_and_leaves_the_chunk_as_the_copying_path() {
+    fn a_bad_file_row_is_the_same_error_and_leaves_the_chunk_as_the_copying_path() {
         let schema = schema(Ragged::Offsets);
         for bad in [0, 4, 7] {
             let [(mapped, e1), (copied, e2)] = both(file_bytes(10, Some(bad)), &schema, 10);
@@ -1338,7 +1416,7 @@ mod tests {
     /// Every chunk of the file at `path` (and the first error, as text).
     fn read_all(path: &Path, opts: &OpenOptions, schema: &Schema) -> (Vec<Chunk>, Option<String>) {
         let r = TfRecordReader::open(path, opts).unwrap();
-        assert!(matches!(r.input, Input::Mapped(_)));
+        assert!(matches!(r.input, Input::File { .. }));
         read_chunks(r, schema)
     }
 
@@ -1400,7 +1478,7 @@ mod tests {
         // Rows mapped from another file: appending to them copies.
         let other = read_all(&clean_path, &OpenOptions::default(), &schema).0;
         let other = &other[0];
-        assert!(other.columns().iter().any(|c| c.is_mapped()));
+        assert!(other.columns().iter().any(|c| c.has_file_rows()));
         let defer = OpenOptions {
             defer_checksums: true,
             ..OpenOptions::default()
@@ -1454,12 +1532,9 @@ mod tests {
                 assert_eq!(all.unwrap_err().to_string(), e);
                 assert_eq!(c.row(bad).unwrap_err().to_string(), e);
                 let field = (0..schema.len())
-                    .find(|&f| c.columns()[f].mapped_row(bad).is_err())
+                    .find(|&f| c.columns()[f].file_row(bad).is_err())
                     .expect("the row's mapped field fails its check");
-                assert_eq!(
-                    c.columns()[field].mapped_row(bad).unwrap_err().to_string(),
-                    e
-                );
+                assert_eq!(c.columns()[field].file_row(bad).unwrap_err().to_string(), e);
                 let mut into = other.clone();
                 assert_eq!(
                     into.extend_rows(c, bad.saturating_sub(1), bad + 1)
@@ -1597,7 +1672,22 @@ mod tests {
     }
 
     #[test]
-    fn a_file_shortened_under_mapped_rows_is_an_error_naming_it_not_a_fault() {
+    fn a_deferred_crc_costs_no_more_than_the_chunk_bound_allows_a_file_row() {
+        use crate::backing::{DueCheck, FileRows};
+        let row = std::mem::size_of::<Option<(usize, usize)>>()
+            + std::mem::size_of::<usize>()
+            + std::mem::size_of::<Option<DueCheck>>()
+            + std::mem::size_of::<DeferredCrc>()
+            + 2 * std::mem::size_of::<usize>();
+        assert!(
+            row <= FileRows::ROW_BYTES,
+            "{row} > {}",
+            FileRows::ROW_BYTES
+        );
+    }
+
+    #[test]
+    fn a_file_shortened_under_file_rows_is_an_error_naming_it_not_a_fault() {
         let schema = schema_with(LARGE, Ragged::Offsets);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shrinks.tfrecord");

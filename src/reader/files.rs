@@ -9,11 +9,12 @@ use std::sync::Arc;
 use super::{PassIter, Reader};
 use crate::batch::Batch;
 use crate::batcher::{BatchPolicy, Batcher};
+use crate::chunk::Chunk;
 use crate::collate::collate_rows;
 use crate::error::Result;
-use crate::format::{OpenOptions, RecordReader, Registry};
-use crate::instance::{Chunk, Instance};
+use crate::format::{check_chunk_budget, OpenOptions, RecordReader, Registry};
 use crate::plan::{FileTask, PassPlan};
+use crate::record::Instance;
 use crate::schema::Schema;
 use crate::shuffle::{ShuffleBuffer, ShuffleConfig};
 
@@ -60,7 +61,8 @@ pub struct FilesReader {
 /// bad record, yields one `Err` — naming the file, record and offset — and
 /// reading goes on: with the next record if the format can skip the bad one,
 /// else with the next file. Stop at the first error by collecting into a
-/// `Result`.
+/// `Result`. A reader may return a short chunk at any time; only `0` ends a
+/// file (see [`RecordReader::read_chunk`]).
 ///
 /// Files are decoded in chunks of up to [`DEFAULT_CHUNK_ROWS`] rows /
 /// [`DEFAULT_CHUNK_BYTES`] bytes (see [`FilesReader::chunk_size`]); for speed
@@ -80,11 +82,16 @@ pub fn files(registry: Registry, plan: PassPlan, schema: Schema, opts: OpenOptio
 }
 
 impl FilesReader {
-    /// Decode at most `rows` records (≥ 1) or about `bytes` of payload per chunk.
-    pub fn chunk_size(mut self, rows: usize, bytes: usize) -> Self {
-        self.src.chunk_rows = rows.max(1);
-        self.src.chunk_bytes = bytes.max(1);
-        self
+    /// Decode at most `rows` records or about `bytes` of payload per chunk.
+    ///
+    /// # Errors
+    ///
+    /// `rows` or `bytes` is 0 ([`check_chunk_budget`]).
+    pub fn chunk_size(mut self, rows: usize, bytes: usize) -> Result<Self> {
+        check_chunk_budget(rows, bytes)?;
+        self.src.chunk_rows = rows;
+        self.src.chunk_bytes = bytes;
+        Ok(self)
     }
 
     /// Make the next read pass `pass` (to resume a run).
@@ -186,8 +193,6 @@ struct ChunkIter<'a> {
     stashed: Option<crate::Error>,
 }
 
-impl ChunkIter<'_> {}
-
 impl Iterator for ChunkIter<'_> {
     type Item = Result<Chunk>;
 
@@ -210,7 +215,11 @@ impl Iterator for ChunkIter<'_> {
             let step = stride.step.max(1) as usize;
             let rows = self.src.chunk_rows.saturating_mul(step);
             let bytes = self.src.chunk_bytes.saturating_mul(step);
-            let mut chunk = Chunk::with_budget(&self.src.schema, rows, bytes);
+            // Room for no more records than the file can still hold.
+            let room = reader
+                .max_records_left()
+                .map_or(rows, |left| rows.min(left.try_into().unwrap_or(usize::MAX)));
+            let mut chunk = Chunk::with_budget(&self.src.schema, room, bytes);
             match reader.read_chunk(&mut chunk, rows, bytes) {
                 Ok(0) => self.current = None,
                 Ok(_) => {
@@ -289,7 +298,8 @@ pub struct BatchesReader {
 /// 3. flush the batcher (the partial batch, or dropped with `drop_last`).
 ///
 /// Reading errors are yielded in place (`Err`) and the pass goes on, as in
-/// [`files`]. Errors: a batch policy of size or budget 0.
+/// [`files`]. Errors: a batch policy of size or budget 0, a chunk budget of
+/// 0 rows or 0 bytes.
 pub fn batches(
     registry: Registry,
     plan: PassPlan,
@@ -298,14 +308,16 @@ pub fn batches(
     cfg: BatchesConfig,
 ) -> Result<BatchesReader> {
     cfg.policy.validate()?;
+    check_chunk_budget(cfg.chunk_rows, cfg.chunk_bytes)?;
+    opts.validate()?;
     Ok(BatchesReader {
         src: Source {
             registry,
             plan,
             schema,
             opts,
-            chunk_rows: cfg.chunk_rows.max(1),
-            chunk_bytes: cfg.chunk_bytes.max(1),
+            chunk_rows: cfg.chunk_rows,
+            chunk_bytes: cfg.chunk_bytes,
         },
         cfg,
         next_pass: AtomicU64::new(0),

@@ -33,8 +33,9 @@ pub fn generic_read_chunk(
     max_records: usize,
     max_bytes: usize,
 ) -> feedline::Result<usize> {
+    feedline::format::check_chunk_budget(max_records, max_bytes)?;
     let mut n = 0;
-    while n < max_records && chunk.payload_bytes() < max_bytes {
+    while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
         match r.next_record()? {
             Some(rec) => {
                 chunk.push_record(&rec)?;
@@ -78,4 +79,68 @@ pub fn chunk_log(
         }
     }
     log
+}
+
+/// A format that reads another one's files but returns short chunks: at
+/// most `pattern[k % pattern.len()]` records on its `k`-th `read_chunk`
+/// call (each at least 1), as block or row-group readers do. Only `0` ends
+/// a file, so a reader of it must deliver every record.
+pub struct ShortChunks {
+    pub name: &'static str,
+    pub inner: std::sync::Arc<dyn feedline::format::Format>,
+    pub pattern: Vec<usize>,
+}
+
+struct ShortReader {
+    inner: Box<dyn RecordReader>,
+    pattern: Vec<usize>,
+    calls: usize,
+}
+
+impl feedline::format::Format for ShortChunks {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+
+    fn open(
+        &self,
+        path: &std::path::Path,
+        opts: &feedline::format::OpenOptions,
+    ) -> feedline::Result<Box<dyn RecordReader>> {
+        assert!(self.pattern.iter().all(|&k| k > 0));
+        Ok(Box::new(ShortReader {
+            inner: self.inner.open(path, opts)?,
+            pattern: self.pattern.clone(),
+            calls: 0,
+        }))
+    }
+}
+
+impl RecordReader for ShortReader {
+    fn next_record(&mut self) -> feedline::Result<Option<Record>> {
+        self.inner.next_record()
+    }
+
+    fn read_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> feedline::Result<usize> {
+        let k = self.pattern[self.calls % self.pattern.len()];
+        self.calls += 1;
+        self.inner.read_chunk(chunk, max_records.min(k), max_bytes)
+    }
+
+    fn next_index(&self) -> u64 {
+        self.inner.next_index()
+    }
+
+    fn can_continue(&self) -> bool {
+        self.inner.can_continue()
+    }
 }

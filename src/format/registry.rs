@@ -1,0 +1,167 @@
+//! The [`Registry`]: the formats a loader knows and the rules that choose
+//! one for a path (see the [module docs](super)).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{csv, jsonl, npy, tfrecord, Compression, Format, OpenOptions, RecordReader};
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+
+/// The formats known to a loader, and the rules that choose among them.
+#[derive(Clone)]
+pub struct Registry {
+    formats: Vec<Arc<dyn Format>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.formats.iter().map(|x| x.name()))
+            .finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::with_builtin()
+    }
+}
+
+impl Registry {
+    /// No formats at all.
+    pub fn empty() -> Self {
+        Registry {
+            formats: Vec::new(),
+        }
+    }
+
+    /// TFRecord, NPY, NPZ, JSON Lines, CSV and TSV.
+    pub fn with_builtin() -> Self {
+        let mut r = Self::empty();
+        r.register(Arc::new(tfrecord::TfRecordFormat));
+        r.register(Arc::new(npy::NpyFormat));
+        r.register(Arc::new(npy::NpzFormat));
+        r.register(Arc::new(jsonl::JsonlFormat));
+        r.register(Arc::new(csv::CsvFormat::default()));
+        r.register(Arc::new(csv::CsvFormat::tsv()));
+        r
+    }
+
+    /// Add a format; a later one with the same name or extension wins.
+    pub fn register(&mut self, format: Arc<dyn Format>) {
+        self.formats.insert(0, format);
+    }
+
+    /// The format named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Format>> {
+        self.formats.iter().find(|f| f.name() == name).cloned()
+    }
+
+    /// Names of the registered formats.
+    pub fn names(&self) -> Vec<String> {
+        self.formats.iter().map(|f| f.name().to_string()).collect()
+    }
+
+    /// Choose the format for `spec` (a path, maybe with a `FORMAT:` prefix):
+    /// returns the format, the bare path and the compression the extension implies.
+    pub fn resolve(
+        &self,
+        spec: &str,
+        explicit: Option<&str>,
+    ) -> Result<(Arc<dyn Format>, PathBuf, Compression)> {
+        let unknown = |what: String| Error::UnknownFormat {
+            path: spec.to_string(),
+            what,
+        };
+        if let Some(name) = explicit {
+            let f = self.get(name).ok_or_else(|| {
+                unknown(format!(
+                    "unknown format `{name}` (known: {})",
+                    self.names().join(", ")
+                ))
+            })?;
+            let path = PathBuf::from(spec);
+            let c = Compression::from_path(&path);
+            return Ok((f, path, c));
+        }
+        if let Some((prefix, rest)) = spec.split_once(':') {
+            if let Some(f) = self.get(prefix) {
+                let path = PathBuf::from(rest);
+                let c = Compression::from_path(&path);
+                return Ok((f, path, c));
+            }
+        }
+        let path = PathBuf::from(spec);
+        let c = Compression::from_path(&path);
+        let base = if c == Compression::None {
+            path.clone()
+        } else {
+            path.with_extension("")
+        };
+        let ext = base
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase())
+            .ok_or_else(|| {
+                unknown(
+                    "no extension to choose a format by; add a FORMAT: prefix or pass --format"
+                        .into(),
+                )
+            })?;
+        let f = self
+            .formats
+            .iter()
+            .find(|f| f.extensions().iter().any(|x| *x == ext))
+            .cloned()
+            .ok_or_else(|| {
+                unknown(format!(
+                    "no format for extension `.{ext}` (known: {}); add a FORMAT: prefix or pass --format",
+                    self.names().join(", ")
+                ))
+            })?;
+        Ok((f, path, c))
+    }
+
+    /// Resolve `spec` and open it. An explicit `opts.compression` wins over the extension.
+    pub fn open(
+        &self,
+        spec: &str,
+        explicit: Option<&str>,
+        opts: &OpenOptions,
+    ) -> Result<Box<dyn RecordReader>> {
+        opts.validate()?;
+        let (f, path, c) = self.resolve(spec, explicit)?;
+        let mut opts = opts.clone();
+        opts.compression.get_or_insert(c);
+        f.open(&path, &opts)
+    }
+
+    /// Read up to `n` records of `spec` and infer a schema from them. A bad
+    /// record ends the sample (the records before it are used); an error
+    /// before any record is returned.
+    pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
+        let mut r = self.open(spec, explicit, &OpenOptions::default())?;
+        let mut recs = Vec::new();
+        while recs.len() < n {
+            match r.next_record() {
+                Ok(Some(rec)) => recs.push(rec),
+                Ok(None) => break,
+                Err(e) if !recs.is_empty() => {
+                    log::warn!(
+                        "schema inferred from the {} records before: {e}",
+                        recs.len()
+                    );
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if recs.is_empty() {
+            return Err(Error::Schema(format!(
+                "{spec}: no records to infer a schema from"
+            )));
+        }
+        Schema::infer(&recs)
+    }
+}
