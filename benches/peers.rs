@@ -124,8 +124,7 @@ impl Manifest {
         let text = std::fs::read_to_string(&path).map_err(|e| {
             CliError::usage(format!("{}: {e} (run gen_data.py first)", path.display()))
         })?;
-        Self::parse(&text, dir, ds)
-            .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+        Self::parse(&text, dir, ds).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
     }
 
     fn parse(text: &str, dir: &Path, ds: Dataset) -> Result<Self, String> {

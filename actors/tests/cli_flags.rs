@@ -39,7 +39,11 @@ fn every_number_outside_its_range_is_refused_by_flag_value_and_range() {
         (&["run", f, "--chunk-mib"], "17592186044416", "1..=4096"),
         (&["run", f, "--chunk-mib"], "0", "1..=4096"),
         (&["run", f, "--shuffle-mib"], "0", "1..=1048576"),
-        (&["run", f, "--shuffle-mib"], "18446744073709551615", "1..=1048576"),
+        (
+            &["run", f, "--shuffle-mib"],
+            "18446744073709551615",
+            "1..=1048576",
+        ),
         (&["run", f, "--readers"], "0", "1..=256"),
         (&["run", f, "--readers"], "100000", "1..=256"),
         (&["run", f, "--batch"], "0", "1..=1048576"),
@@ -58,10 +62,22 @@ fn every_number_outside_its_range_is_refused_by_flag_value_and_range() {
         (&["run", f, "--step-ms"], "-1", "0..=3600000"),
         (&["run", f, "--step-ms"], "1e300", "0..=3600000"),
         (&["bench", f, "--repeats"], "0", "1..=10000"),
-        (&["bench", f, "--warmup"], "18446744073709551615", "0..=10000"),
+        (
+            &["bench", f, "--warmup"],
+            "18446744073709551615",
+            "0..=10000",
+        ),
         (&["bench", f, "--consumer-sleep-ms"], "inf", "0..=3600000"),
-        (&["gen", "--preset", "small", "--out", &out, "--files"], "0", "1..=65536"),
-        (&["gen", "--preset", "small", "--out", &out, "--records"], "0", "1..=16777216"),
+        (
+            &["gen", "--preset", "small", "--out", &out, "--files"],
+            "0",
+            "1..=65536",
+        ),
+        (
+            &["gen", "--preset", "small", "--out", &out, "--records"],
+            "0",
+            "1..=16777216",
+        ),
     ];
     for (args, value, range) in cases {
         let flag = args.last().unwrap();
@@ -101,10 +117,22 @@ fn a_set_out_of_range_is_refused_by_its_part() {
     let f = &small_files(dir.path(), 1, 20)[0];
     for (set, part) in [
         (format!("a,1,0,{f}"), "READERS \"0\" is not in 1..=256"),
-        (format!("a,1,100000,{f}"), "READERS \"100000\" is not in 1..=256"),
-        (format!("a,NaN,2,{f}"), "WEIGHT NaN must be a positive finite number"),
-        (format!("a,inf,2,{f}"), "WEIGHT inf must be a positive finite number"),
-        (format!("a,-1,2,{f}"), "WEIGHT -1 must be a positive finite number"),
+        (
+            format!("a,1,100000,{f}"),
+            "READERS \"100000\" is not in 1..=256",
+        ),
+        (
+            format!("a,NaN,2,{f}"),
+            "WEIGHT NaN must be a positive finite number",
+        ),
+        (
+            format!("a,inf,2,{f}"),
+            "WEIGHT inf must be a positive finite number",
+        ),
+        (
+            format!("a,-1,2,{f}"),
+            "WEIGHT -1 must be a positive finite number",
+        ),
         ("a,1,2".to_string(), "no files"),
     ] {
         assert_refused(&["run", "--set", &set], &["--set", part]);
@@ -189,7 +217,11 @@ fn assert_trace_refused(run: &[&str], trace: &str, victim: &std::path::Path) {
     let mut args = run.to_vec();
     args.extend(["--trace", trace]);
     assert_refused(&args, &["--trace", "input", "another path"]);
-    assert_eq!(std::fs::read(victim).unwrap(), before, "{args:?} changed the input");
+    assert_eq!(
+        std::fs::read(victim).unwrap(),
+        before,
+        "{args:?} changed the input"
+    );
 }
 
 #[test]
@@ -201,7 +233,11 @@ fn a_trace_onto_an_input_is_refused_before_the_input_is_touched() {
     let glob = format!("{}/*.tfrecord", d.join("data").display());
     // The same path, another spelling of it, a symbolic link to it, and the
     // file reached through a glob.
-    let other = format!("{}/../data/{}", d.join("data").display(), f0.file_name().unwrap().to_string_lossy());
+    let other = format!(
+        "{}/../data/{}",
+        d.join("data").display(),
+        f0.file_name().unwrap().to_string_lossy()
+    );
     let link = d.join("link.tfrecord");
     std::os::unix::fs::symlink(f0, &link).unwrap();
     for trace in [files[0].as_str(), other.as_str(), link.to_str().unwrap()] {
@@ -209,7 +245,11 @@ fn a_trace_onto_an_input_is_refused_before_the_input_is_touched() {
     }
     // A file of a set, a list file, the schema file.
     let set = format!("s,1,1,{}", files[1]);
-    assert_trace_refused(&["run", "--set", &set], &files[1], std::path::Path::new(&files[1]));
+    assert_trace_refused(
+        &["run", "--set", &set],
+        &files[1],
+        std::path::Path::new(&files[1]),
+    );
     let list = d.join("train.list");
     std::fs::write(&list, format!("{}\n", files[0])).unwrap();
     let at_list = format!("@{}", list.display());
@@ -221,10 +261,30 @@ fn a_trace_onto_an_input_is_refused_before_the_input_is_touched() {
     )
     .unwrap();
     let schema_path = schema.to_str().unwrap();
-    assert_trace_refused(&["run", &files[0], "--schema", schema_path], schema_path, &schema);
+    assert_trace_refused(
+        &["run", &files[0], "--schema", schema_path],
+        schema_path,
+        &schema,
+    );
     // Another path is fine.
     let trace = d.join("trace.jsonl");
     let o = feedline(&["run", &glob, "--trace", trace.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&trace).unwrap().lines().count(), 1);
+}
+
+#[test]
+fn the_same_file_given_twice_is_refused_once_naming_both_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = small_files(&dir.path().join("data"), 2, 20);
+    let glob = format!("{}/*.tfrecord", dir.path().join("data").display());
+    for cmd in ["run", "bench"] {
+        let o = feedline(&[cmd, &glob, &files[0]]);
+        assert_no_panic(&o);
+        assert_eq!(code(&o), 1, "{cmd}: {}", stdout(&o));
+        let err = stderr(&o);
+        let said = format!("is given twice, by `{glob}` and by `{}`", files[0]);
+        assert_eq!(err.matches(&said).count(), 1, "{cmd}: {err}");
+        assert!(err.starts_with("feedline: error: "), "{err}");
+    }
 }

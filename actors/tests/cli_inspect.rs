@@ -41,7 +41,11 @@ fn inspect_prints_the_schema_the_loader_infers() {
     for p in &paths {
         for f in loader_schema(p).fields() {
             let line = format!("  {}: {}\n", f.name, f.describe());
-            assert!(text.contains(&line), "{}: `{line}` not in\n{text}", p.display());
+            assert!(
+                text.contains(&line),
+                "{}: `{line}` not in\n{text}",
+                p.display()
+            );
         }
     }
     // The JSON report holds the same schema, in the schema-file format.
@@ -65,7 +69,8 @@ fn every_file_is_reported_whatever_the_others_hold() {
     let missing = dir.path().join("missing.tfrecord");
     let unknown = dir.path().join("notes.xyz");
     std::fs::write(&unknown, b"hello").unwrap();
-    let corrupt = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/corrupt_record3.tfrecord");
+    let corrupt =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/corrupt_record3.tfrecord");
     let paths = [
         good[0].clone(),
         missing.to_string_lossy().into_owned(),
@@ -85,8 +90,16 @@ fn every_file_is_reported_whatever_the_others_hold() {
     for (head, p) in heads.iter().zip(&paths) {
         assert!(head.starts_with(p.as_str()), "{head} is not {p}'s");
     }
-    assert_eq!(text.matches("every record read, every checksum held").count(), 2, "{text}");
-    assert!(text.contains("BAD: ") && text.contains("No such file"), "{text}");
+    assert_eq!(
+        text.matches("every record read, every checksum held")
+            .count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("BAD: ") && text.contains("No such file"),
+        "{text}"
+    );
     assert!(text.contains("record 3, offset 277"), "{text}");
     assert!(text.contains("notes.xyz"), "{text}");
     // The JSON report too.
@@ -112,6 +125,9 @@ fn a_record_that_does_not_fit_the_inferred_schema_is_reported() {
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     let out = stdout(&o);
     assert!(out.contains("  t: [2] i64"), "{out}");
-    assert!(out.contains("DOES NOT FIT") && out.contains("record 64"), "{out}");
+    assert!(
+        out.contains("DOES NOT FIT") && out.contains("record 64"),
+        "{out}"
+    );
     assert!(out.contains("65 records"), "{out}");
 }

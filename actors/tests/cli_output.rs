@@ -28,7 +28,17 @@ fn a_full_disk_on_standard_output_is_an_error_for_every_subcommand() {
         &["cat", f, "--limit", "1"],
         &["inspect", f],
         &["inspect", f, "--json"],
-        &["gen", "--preset", "small", "--out", &out, "--files", "1", "--records", "3"],
+        &[
+            "gen",
+            "--preset",
+            "small",
+            "--out",
+            &out,
+            "--files",
+            "1",
+            "--records",
+            "3",
+        ],
         &["run", f],
         &["run", f, "--json"],
         &["bench", f],
@@ -56,7 +66,17 @@ fn a_full_disk_on_standard_error_is_an_error_too() {
     let out = dir.path().join("gen").to_string_lossy().into_owned();
     // gen says what it wrote on standard error; a usage error goes there too.
     for args in [
-        &["gen", "--preset", "small", "--out", &out, "--files", "1", "--records", "3"][..],
+        &[
+            "gen",
+            "--preset",
+            "small",
+            "--out",
+            &out,
+            "--files",
+            "1",
+            "--records",
+            "3",
+        ][..],
         &["run", "x.tfrecord", "--devices", "0"],
     ] {
         let o = command(args)
@@ -80,7 +100,12 @@ fn a_closed_pipe_ends_the_command_quietly() {
         .spawn()
         .unwrap();
     let mut head = [0u8; 100];
-    child.stdout.as_mut().unwrap().read_exact(&mut head).unwrap();
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
     drop(child.stdout.take()); // as `| head -c 100` does
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{:?}", o.status);
@@ -103,7 +128,10 @@ fn the_help_says_what_the_command_does() {
         "{first}"
     );
     for what in ["training-data files", "feed", "run the loader", "measure"] {
-        assert!(first.contains(what) || help.contains(what), "{what}: {help}");
+        assert!(
+            first.contains(what) || help.contains(what),
+            "{what}: {help}"
+        );
     }
     for sub in ["cat", "inspect", "gen", "run", "bench"] {
         let o = feedline(&[sub, "--help"]);
@@ -118,9 +146,18 @@ fn bench_help_shows_no_harness_option() {
     assert_eq!(code(&o), 0);
     let help = stdout(&o).to_lowercase();
     for harness in ["peers", "manifest", "variant", "result"] {
-        assert!(!help.contains(harness), "`{harness}` in bench --help:\n{help}");
+        assert!(
+            !help.contains(harness),
+            "`{harness}` in bench --help:\n{help}"
+        );
     }
-    for user in ["--repeats", "--warmup", "--json", "--multi-pass", "--single-thread"] {
+    for user in [
+        "--repeats",
+        "--warmup",
+        "--json",
+        "--multi-pass",
+        "--single-thread",
+    ] {
         assert!(help.contains(user), "{user} missing from bench --help");
     }
 }

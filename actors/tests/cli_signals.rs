@@ -66,12 +66,20 @@ fn interrupted_run(sig: i32, name: &str) {
     watchdog.join().unwrap();
 
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(128 + sig), "{:?}: {err}", out.status);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + sig),
+        "{:?}: {err}",
+        out.status
+    );
     assert!(text.ends_with('\n'), "a torn last trace line: {text:?}");
     let mut lines = 0u64;
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("a whole JSON line");
-        assert!(v["records"].as_array().is_some_and(|r| !r.is_empty()), "{line}");
+        assert!(
+            v["records"].as_array().is_some_and(|r| !r.is_empty()),
+            "{line}"
+        );
         lines += 1;
     }
     // The summary counts what the devices took: each has its trace line.

@@ -22,7 +22,10 @@ pub fn bin() -> PathBuf {
 /// command's own default log filter applies).
 pub fn command(args: &[&str]) -> Command {
     let mut c = Command::new(bin());
-    c.args(args).env_remove("RUST_LOG").env_remove("RANK").env_remove("WORLD_SIZE");
+    c.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE");
     c
 }
 
@@ -112,8 +115,8 @@ pub fn image_arrays(n: usize) -> (Vec<u8>, Vec<u8>) {
 /// Write an `.npz` (a stored ZIP of `.npy` entries) at `path`.
 pub fn write_npz(path: &Path, entries: &[(&str, &[u8])]) {
     let mut z = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in entries {
         z.start_file(format!("{name}.npy"), opts).unwrap();
         z.write_all(bytes).unwrap();

@@ -50,7 +50,7 @@ pub struct MeasureArgs {
     #[arg(long, conflicts_with_all = ["readers", "sets", "format", "capacity", "deterministic", "round_robin"])]
     pub single_thread: bool,
     /// Pause this long per batch in the consumer (a slow trainer), milliseconds.
-    #[arg(long, value_parser = millis)]
+    #[arg(long, value_parser = millis, allow_negative_numbers = true)]
     pub consumer_sleep_ms: Option<Duration>,
 }
 

@@ -33,7 +33,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = count(1, MAX_DEVICES))]
     devices: usize,
     /// Milliseconds per batch on each simulated device, 0..=3600000.
-    #[arg(long, default_value = "0", value_parser = millis)]
+    #[arg(long, default_value = "0", value_parser = millis, allow_negative_numbers = true)]
     step_ms: Duration,
     /// Write one JSON line per delivered batch: pass, device, seq and the
     /// (path, record) of every instance. Never one of the inputs.
@@ -204,9 +204,11 @@ fn refuse_an_input(
     let Ok(out_meta) = std::fs::metadata(output) else {
         return Ok(()); // Not there yet: not an input.
     };
-    let mut specs: Vec<String> = expand_inputs(&config.files)?;
-    for set in &config.sets {
-        specs.extend(expand_inputs(&set.files)?);
+    let mut specs = Vec::new();
+    for files in std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files)) {
+        if !files.is_empty() {
+            specs.extend(expand_inputs(files)?);
+        }
     }
     let mut inputs: Vec<PathBuf> = specs
         .iter()
