@@ -49,7 +49,7 @@ struct Args {
     devices: usize,
     /// Milliseconds per batch: one value for all devices, or one per device
     /// (comma-separated, e.g. 2,2,4,8).
-    #[arg(long, default_value = "2")]
+    #[arg(long, default_value = "2", allow_negative_numbers = true)]
     step_ms: String,
     /// Prefetch readers.
     #[arg(long, default_value_t = 2)]
@@ -136,8 +136,13 @@ fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
         n if n == devices => parts,
         n => return Err(format!("--step-ms has {n} values for {devices} devices")),
     };
-    if ms.iter().any(|&m| m.is_nan() || m < 0.0) {
-        return Err("--step-ms must be ≥ 0".into());
+    if let Some(m) = ms
+        .iter()
+        .find(|m| !(m.is_finite() && (0.0..=3_600_000.0).contains(*m)))
+    {
+        return Err(format!(
+            "--step-ms {m} is not in 0..=3600000 (milliseconds)"
+        ));
     }
     Ok(ms
         .into_iter()
@@ -250,19 +255,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         // When each pass was all batched: the first sample that counts it.
         let pass_ends = Arc::new(Mutex::new(Vec::new()));
         let ends = pass_ends.clone();
-        let timeline = Timeline::start(
-            p.stats().clone(),
-            SAMPLE_INTERVAL,
-            move |sample, snap| {
-                let mut ends = ends.lock().unwrap();
-                while (ends.len() as u64) < snap.passes_done {
-                    ends.push(sample.t);
-                }
-                if let Some(b) = b2.lock().unwrap().as_ref() {
-                    b.update(snap);
-                }
-            },
-        );
+        let timeline = Timeline::start(p.stats().clone(), SAMPLE_INTERVAL, move |sample, snap| {
+            let mut ends = ends.lock().unwrap();
+            while (ends.len() as u64) < snap.passes_done {
+                ends.push(sample.t);
+            }
+            if let Some(b) = b2.lock().unwrap().as_ref() {
+                b.update(snap);
+            }
+        });
         let r = p.finished().await;
         let samples = timeline.stop();
         let pass_ends = std::mem::take(&mut *pass_ends.lock().unwrap());

@@ -63,6 +63,19 @@ fn every_example_help_says_what_it_does() {
     }
 }
 
+#[test]
+fn multi_gpu_refuses_a_step_time_out_of_range() {
+    for bad in ["inf", "NaN", "-1", "1e300", "2,inf"] {
+        let o = run("multi_gpu", &["--devices", "2", "--step-ms", bad]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "--step-ms {bad}: {err}");
+        assert!(
+            err.contains("--step-ms") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+}
+
 /// The `<text>` elements of an SVG: (x, y, content).
 fn svg_texts(svg: &str) -> Vec<(f64, f64, String)> {
     let attr = |tag: &str, name: &str| -> f64 {

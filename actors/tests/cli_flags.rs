@@ -288,3 +288,28 @@ fn the_same_file_given_twice_is_refused_once_naming_both_inputs() {
         assert!(err.starts_with("feedline: error: "), "{err}");
     }
 }
+
+#[test]
+fn a_compression_an_npz_cannot_take_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y) = image_arrays(3);
+    let npz = dir.path().join("a.npz");
+    write_npz(&npz, &[("x", &x), ("y", &y)]);
+    let npz = npz.to_str().unwrap();
+    for args in [
+        &["cat", npz, "--compression", "gzip"][..],
+        &["run", npz, "--compression", "zlib"],
+    ] {
+        let o = feedline(args);
+        assert_no_panic(&o);
+        let printed = stdout(&o);
+        assert_eq!(code(&o), 1, "{args:?} printed {} bytes", printed.len());
+        let err = stderr(&o);
+        assert!(
+            err.contains("a.npz") && err.contains("not read through"),
+            "{err}"
+        );
+    }
+    let o = feedline(&["cat", npz, "--compression", "none"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

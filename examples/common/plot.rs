@@ -11,8 +11,8 @@ use std::path::Path;
 use feedline_actors::TimelineSample;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -129,7 +129,10 @@ where
     Ok(())
 }
 
-fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Timeline<'_>) -> PlotResult
+fn draw_timeline<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plot: &Timeline<'_>,
+) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
@@ -191,7 +194,12 @@ where
     }
     draw_pass_ends(&mut chart, plot.pass_ends, 112.0, pass_style)?;
     if !plot.pass_ends.is_empty() {
-        legend.push(LegendEntry::new("end of a pass (all batched)", pass_style, 1, true));
+        legend.push(LegendEntry::new(
+            "end of a pass (all batched)",
+            pass_style,
+            1,
+            true,
+        ));
     }
     draw_legend(&top_legend, &legend)?;
 
@@ -232,7 +240,12 @@ where
     draw_pass_ends(&mut q, plot.pass_ends, y_top, pass_style)?;
     let mut legend = vec![queued, capacity];
     if !plot.pass_ends.is_empty() {
-        legend.push(LegendEntry::new("end of a pass (all batched)", pass_style, 1, true));
+        legend.push(LegendEntry::new(
+            "end of a pass (all batched)",
+            pass_style,
+            1,
+            true,
+        ));
     }
     draw_legend(&bottom_legend, &legend)?;
     Ok(())
@@ -258,7 +271,10 @@ where
         chart.draw_series(std::iter::once(Text::new(
             format!("pass {} ends", k + 1),
             (t, y_top),
-            ("sans-serif", 13).into_font().color(&color).pos(Pos::new(HPos::Right, VPos::Top)),
+            ("sans-serif", 13)
+                .into_font()
+                .color(&color)
+                .pos(Pos::new(HPos::Right, VPos::Top)),
         )))?;
     }
     Ok(())
