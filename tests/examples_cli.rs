@@ -12,23 +12,8 @@ use feedline::format::{OpenOptions, Registry};
 use feedline::gen::{generate, GenOptions, Preset};
 use feedline::Values;
 
-/// target/<profile>/examples/<name>, next to this test's own binary.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} not built (cargo test builds examples)",
-        path.display()
-    );
-    path
-}
+mod examples_common;
+use examples_common::example;
 
 fn run(name: &str, args: &[&str]) -> Output {
     Command::new(example(name)).args(args).output().unwrap()

@@ -13,6 +13,21 @@ use std::process::Stdio;
 
 use cli_common::*;
 
+/// `gen` of a tiny dataset into `out`.
+fn gen_args(out: &str) -> [&str; 9] {
+    [
+        "gen",
+        "--preset",
+        "small",
+        "--out",
+        out,
+        "--files",
+        "1",
+        "--records",
+        "3",
+    ]
+}
+
 fn dev_full() -> Stdio {
     Stdio::from(OpenOptions::new().write(true).open("/dev/full").unwrap())
 }
@@ -28,17 +43,7 @@ fn a_full_disk_on_standard_output_is_an_error_for_every_subcommand() {
         &["cat", f, "--limit", "1"],
         &["inspect", f],
         &["inspect", f, "--json"],
-        &[
-            "gen",
-            "--preset",
-            "small",
-            "--out",
-            &out,
-            "--files",
-            "1",
-            "--records",
-            "3",
-        ],
+        &gen_args(&out),
         &["run", f],
         &["run", f, "--json"],
         &["bench", f],
@@ -66,17 +71,7 @@ fn a_full_disk_on_standard_error_is_an_error_too() {
     let out = dir.path().join("gen").to_string_lossy().into_owned();
     // gen says what it wrote on standard error; a usage error goes there too.
     for args in [
-        &[
-            "gen",
-            "--preset",
-            "small",
-            "--out",
-            &out,
-            "--files",
-            "1",
-            "--records",
-            "3",
-        ][..],
+        &gen_args(&out)[..],
         &["run", "x.tfrecord", "--devices", "0"],
     ] {
         let o = command(args)

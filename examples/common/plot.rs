@@ -147,7 +147,6 @@ where
     let t_end = samples.last().map(|s| s.t).unwrap_or(1.0).max(1e-3);
     let devices = samples.first().map(|s| s.device_busy.len()).unwrap_or(0);
     let x_desc = format!("time since start (s); one sample every {ms:.0} ms");
-    let pass_style = RGBColor(150, 90, 0);
 
     let mut chart = ChartBuilder::on(&top)
         .margin(12)
@@ -192,15 +191,7 @@ where
         ))?;
         legend.push(e);
     }
-    draw_pass_ends(&mut chart, plot.pass_ends, 112.0, pass_style)?;
-    if !plot.pass_ends.is_empty() {
-        legend.push(LegendEntry::new(
-            "end of a pass (all batched)",
-            pass_style,
-            1,
-            true,
-        ));
-    }
+    draw_pass_ends(&mut chart, plot.pass_ends, 112.0, &mut legend)?;
     draw_legend(&top_legend, &legend)?;
 
     let cap = samples
@@ -237,46 +228,44 @@ where
         4,
         capacity.style(),
     ))?;
-    draw_pass_ends(&mut q, plot.pass_ends, y_top, pass_style)?;
     let mut legend = vec![queued, capacity];
-    if !plot.pass_ends.is_empty() {
-        legend.push(LegendEntry::new(
-            "end of a pass (all batched)",
-            pass_style,
-            1,
-            true,
-        ));
-    }
+    draw_pass_ends(&mut q, plot.pass_ends, y_top, &mut legend)?;
     draw_legend(&bottom_legend, &legend)?;
     Ok(())
 }
 
-/// A dashed vertical line at each pass's end, numbered at the top.
+/// A dashed vertical line at each pass's end, numbered at the top, and
+/// its legend entry.
 fn draw_pass_ends<DB: DrawingBackend>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     pass_ends: &[f64],
     y_top: f64,
-    color: RGBColor,
+    legend: &mut Vec<LegendEntry>,
 ) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
+    if pass_ends.is_empty() {
+        return Ok(());
+    }
+    let entry = LegendEntry::new("end of a pass (all batched)", RGBColor(150, 90, 0), 1, true);
     for (k, &t) in pass_ends.iter().enumerate() {
         chart.draw_series(DashedLineSeries::new(
             [(t, 0.0), (t, y_top)],
             5,
             4,
-            color.stroke_width(1),
+            entry.style(),
         ))?;
         chart.draw_series(std::iter::once(Text::new(
             format!("pass {} ends", k + 1),
             (t, y_top),
             ("sans-serif", 13)
                 .into_font()
-                .color(&color)
+                .color(&entry.color)
                 .pos(Pos::new(HPos::Right, VPos::Top)),
         )))?;
     }
+    legend.push(entry);
     Ok(())
 }
 

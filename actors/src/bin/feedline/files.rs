@@ -143,7 +143,7 @@ fn inspect_file(
         let (fmt, bare, _) = registry.resolve(path, format)?;
         report.format = Some(fmt.name().to_string());
         let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
-        report.bytes = meta.is_file().then(|| meta.len());
+        report.bytes = meta.is_file().then_some(meta.len());
         let schema = registry.infer_schema(path, format, SCHEMA_SAMPLE_RECORDS)?;
         let mut fit = Chunk::new(&schema);
         report.schema = Some(schema);

@@ -212,6 +212,57 @@ impl PassResult {
     }
 }
 
+/// The clocks of one pass: wall time from its start, CPU time, and the
+/// RSS sampler; they fill in its [`PassResult`].
+struct PassClock {
+    r: PassResult,
+    sampler: RssSampler,
+    cpu0: f64,
+    t0: Instant,
+}
+
+impl PassClock {
+    /// Start the pass's clocks.
+    fn start() -> Self {
+        PassClock {
+            r: PassResult {
+                rss_before: rss_bytes(),
+                ..PassResult::default()
+            },
+            sampler: RssSampler::start(),
+            cpu0: cpu_seconds(),
+            t0: Instant::now(),
+        }
+    }
+
+    /// The loader is built: start-up time.
+    fn started(&mut self) {
+        self.r.startup = Some(self.t0.elapsed().as_secs_f64());
+    }
+
+    /// A batch arrived: count it, and hand it to the consumer.
+    fn batch(&mut self, b: &Batch, c: &mut impl Consume) {
+        self.r.add(b, self.t0);
+        c.batch(b);
+    }
+
+    /// The last batch is in: the pass's time.
+    fn stop(&mut self) {
+        self.r.seconds = self.t0.elapsed().as_secs_f64();
+    }
+
+    /// Time `teardown`, then the CPU and memory of the whole pass.
+    fn finish(mut self, teardown: impl FnOnce()) -> PassResult {
+        let t1 = Instant::now();
+        teardown();
+        self.r.teardown = t1.elapsed().as_secs_f64();
+        self.r.cpu = cpu_seconds() - self.cpu0;
+        (self.r.peak_rss, self.r.peak_anon, self.r.peak_file) = self.sampler.finish();
+        self.r.process_peak = peak_rss_bytes();
+        self.r
+    }
+}
+
 /// The whole benchmark's settings, resolved.
 pub struct Plan {
     /// The pipeline's settings (inputs expanded, schema settled).
@@ -351,30 +402,16 @@ impl Plan {
         let mut config = self.config.clone();
         // A new pipeline per epoch, a new shuffle each time.
         config.seed = self.config.seed.wrapping_add(pass);
-        let mut r = PassResult {
-            rss_before: rss_bytes(),
-            ..PassResult::default()
-        };
-        let sampler = RssSampler::start();
-        let cpu0 = cpu_seconds();
-        let t0 = Instant::now();
+        let mut clock = PassClock::start();
         let loader = Loader::builder().config(config).build()?;
-        r.startup = Some(t0.elapsed().as_secs_f64());
+        clock.started();
         let mut it = loader.into_iter();
         for d in &mut it {
-            let d = d?;
-            r.add(&d.batch, t0);
-            c.batch(&d.batch);
+            clock.batch(&d?.batch, c);
         }
-        r.seconds = t0.elapsed().as_secs_f64();
-        r.stats = Some(it.stats());
-        let t1 = Instant::now();
-        drop(it);
-        r.teardown = t1.elapsed().as_secs_f64();
-        r.cpu = cpu_seconds() - cpu0;
-        (r.peak_rss, r.peak_anon, r.peak_file) = sampler.finish();
-        r.process_peak = peak_rss_bytes();
-        Ok(r)
+        clock.stop();
+        clock.r.stats = Some(it.stats());
+        Ok(clock.finish(|| drop(it)))
     }
 
     /// One pass of the core crate's single-thread path with the same settings.
@@ -384,13 +421,7 @@ impl Plan {
             .schema
             .clone()
             .ok_or_else(|| CliError::usage("the single-thread path needs a schema"))?;
-        let mut r = PassResult {
-            rss_before: rss_bytes(),
-            ..PassResult::default()
-        };
-        let sampler = RssSampler::start();
-        let cpu0 = cpu_seconds();
-        let t0 = Instant::now();
+        let mut clock = PassClock::start();
         let seed = cfg.seed.wrapping_add(pass);
         let files = PassPlan::new(cfg.files.clone())
             .seed(seed)
@@ -415,20 +446,12 @@ impl Plan {
                 chunk_bytes: cfg.chunk_bytes,
             },
         )?;
-        r.startup = Some(t0.elapsed().as_secs_f64());
+        clock.started();
         for b in reader.read_pass(0) {
-            let b = b?;
-            r.add(&b, t0);
-            c.batch(&b);
+            clock.batch(&b?, c);
         }
-        r.seconds = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        drop(reader);
-        r.teardown = t1.elapsed().as_secs_f64();
-        r.cpu = cpu_seconds() - cpu0;
-        (r.peak_rss, r.peak_anon, r.peak_file) = sampler.finish();
-        r.process_peak = peak_rss_bytes();
-        Ok(r)
+        clock.stop();
+        Ok(clock.finish(|| drop(reader)))
     }
 
     /// All passes through one loader; pass `k` ends at its end-of-pass marker.
