@@ -53,6 +53,7 @@ fn every_number_outside_its_range_is_refused_by_flag_value_and_range() {
         (&["run", f, "--chunk-records"], "0", "1..=1048576"),
         (&["run", f, "--capacity"], "0", "1..=1024"),
         (&["run", f, "--passes"], "0", "1..=1000000000"),
+        (&["run", f, "--passes"], "1000000001", "1..=1000000000"),
         (&["run", f, "--devices"], "0", "1..=256"),
         (&["run", f, "--devices"], "100000", "1..=256"),
         (&["run", f, "--world-size"], "0", "1..=65536"),
@@ -140,7 +141,7 @@ fn a_set_out_of_range_is_refused_by_its_part() {
 }
 
 #[test]
-fn min_pool_beyond_the_pool_or_without_one_is_refused() {
+fn pool_flags_beyond_the_pool_or_without_one_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let f = &small_files(dir.path(), 1, 20)[0];
     assert_refused(
@@ -151,18 +152,30 @@ fn min_pool_beyond_the_pool_or_without_one_is_refused() {
         &["run", f, "--shuffle", "0", "--min-pool", "5"],
         &["--min-pool 5", "--shuffle 0"],
     );
+    assert_refused(
+        &["run", f, "--shuffle", "0", "--shuffle-mib", "64"],
+        &["--shuffle-mib 64", "--shuffle 0"],
+    );
 }
 
 #[test]
 fn flags_a_benchmark_would_ignore_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let f = &small_files(dir.path(), 1, 20)[0];
-    assert_refused(&["bench", f, "--passes", "3"], &["--passes 3", "--repeats"]);
+    // What only a run of simulated devices has is not a benchmark's flag.
+    for flag in [
+        "--passes",
+        "--round-robin",
+        "--devices",
+        "--step-ms",
+        "--trace",
+    ] {
+        assert_refused(&["bench", f, flag, "3"], &[flag]);
+    }
     for flag in [
         &["--readers", "3"][..],
         &["--capacity", "2"],
         &["--deterministic"],
-        &["--round-robin"],
     ] {
         let mut args = vec!["bench", f, "--single-thread"];
         args.extend_from_slice(flag);

@@ -47,7 +47,7 @@ pub struct MeasureArgs {
     /// Time the core crate's single-thread path (`feedline::reader::batches`)
     /// with the same shuffle, batch and chunk settings instead of the actors
     /// (no readers, feed queue, devices or file sets there).
-    #[arg(long, conflicts_with_all = ["readers", "sets", "format", "capacity", "deterministic", "round_robin"])]
+    #[arg(long, conflicts_with_all = ["readers", "sets", "format", "capacity", "deterministic"])]
     pub single_thread: bool,
     /// Pause this long per batch in the consumer (a slow trainer), milliseconds.
     #[arg(long, value_parser = millis, allow_negative_numbers = true)]
@@ -283,16 +283,11 @@ impl Plan {
         files: Option<Vec<String>>,
         schema: Option<Schema>,
     ) -> CliResult<Plan> {
-        if let Some(p) = pipeline.passes {
-            return Err(CliError::usage(format!(
-                "--passes {p} does not apply to a benchmark: it times --warmup + --repeats passes"
-            )));
-        }
         let mut args = pipeline.clone();
         if let Some(files) = files {
             args.files = files;
         }
-        let mut config = args.config(1)?;
+        let mut config = args.config()?;
         if config.schema.is_none() {
             config.schema = schema;
         }

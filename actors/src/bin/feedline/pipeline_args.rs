@@ -13,7 +13,7 @@ use feedline::batcher::BatchPolicy;
 use feedline::format::{Compression, OpenOptions};
 use feedline::plan::{Equalize, Shard};
 use feedline::Schema;
-use feedline_actors::{ErrorPolicy, FeedMode, FileSet, PipelineConfig};
+use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig};
 
 use crate::error::{CliError, CliResult};
 
@@ -30,11 +30,6 @@ pub fn count(min: u64, max: u64) -> impl TypedValueParser<Value = usize> {
     clap::value_parser!(u64)
         .range(min..=max)
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// A whole number in `min..=max`, as u64.
-pub fn count_u64(min: u64, max: u64) -> impl TypedValueParser<Value = u64> {
-    clap::value_parser!(u64).range(min..=max)
 }
 
 /// Milliseconds in `0..=MAX_MILLIS` (no NaN, no infinity, not negative).
@@ -118,21 +113,15 @@ pub struct PipelineArgs {
     /// Instances held before the shuffle draws start, 1..=--shuffle (default: the pool size).
     #[arg(long, value_parser = count(1, 1 << 30))]
     pub min_pool: Option<usize>,
-    /// Byte bound of the shuffle pool, MiB, 1..=1048576.
-    #[arg(long, default_value_t = 256, value_parser = count(1, 1 << 20))]
-    pub shuffle_mib: usize,
-    /// Passes (epochs), 1..=1000000000 (default: 1).
-    #[arg(long, value_parser = count_u64(1, 1_000_000_000))]
-    pub passes: Option<u64>,
+    /// Byte bound of the shuffle pool, MiB, 1..=1048576 (default: 256).
+    #[arg(long, value_parser = count(1, 1 << 20))]
+    pub shuffle_mib: Option<usize>,
     /// Seed of file order and shuffle.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Same batches on every run whatever the reader count and timing.
     #[arg(long)]
     pub deterministic: bool,
-    /// Feed batch k to device k mod D (default: a shared queue).
-    #[arg(long)]
-    pub round_robin: bool,
     /// Feed-queue capacity in batches, 1..=1024.
     #[arg(long, default_value_t = 4, value_parser = count(1, 1024))]
     pub capacity: usize,
@@ -172,8 +161,9 @@ pub struct PipelineArgs {
 }
 
 impl PipelineArgs {
-    /// The pipeline settings these flags ask for, every combination checked.
-    pub fn config(&self, devices: usize) -> CliResult<PipelineConfig> {
+    /// The pipeline settings these flags ask for, every combination
+    /// checked: one pass, one device (the caller sets what it runs).
+    pub fn config(&self) -> CliResult<PipelineConfig> {
         let defaults = PipelineConfig::default();
         if self.files.is_empty() && self.sets.is_empty() {
             return Err(CliError::usage(
@@ -195,6 +185,11 @@ impl PipelineArgs {
         if let (Some(n), OnError::Fail) = (self.max_bad, self.on_error) {
             return Err(CliError::usage(format!(
                 "--max-bad {n} applies only with --on-error skip (with --on-error fail the first bad record stops the run): add --on-error skip"
+            )));
+        }
+        if let (Some(m), 0) = (self.shuffle_mib, self.shuffle) {
+            return Err(CliError::usage(format!(
+                "--shuffle-mib {m} applies only with a shuffle pool (--shuffle 0 does not shuffle): give --shuffle N"
             )));
         }
         if let Some(m) = self.min_pool {
@@ -236,18 +231,11 @@ impl PipelineArgs {
             chunk_bytes: self.chunk_mib << 20,
             shuffle: self.shuffle,
             min_pool: self.min_pool,
-            shuffle_bytes: self.shuffle_mib << 20,
+            shuffle_bytes: self.shuffle_mib.map_or(defaults.shuffle_bytes, |m| m << 20),
             batch: BatchPolicy::Fixed(self.batch),
             drop_last: self.drop_last,
-            passes: self.passes.unwrap_or(defaults.passes),
             seed: self.seed,
             deterministic: self.deterministic,
-            devices,
-            feed: if self.round_robin {
-                FeedMode::RoundRobin
-            } else {
-                FeedMode::Shared
-            },
             capacity: self.capacity,
             error_policy,
             shard: self.shard()?,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::Args;
 use feedline::plan::expand_inputs;
 use feedline_actors::{
-    Delivered, Pipeline, PipelineConfig, PipelineError, StatsSnapshot, TrainStep,
+    Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError, StatsSnapshot, TrainStep,
 };
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -29,6 +29,12 @@ use crate::signals::{self, Interrupt};
 pub struct RunArgs {
     #[command(flatten)]
     pipeline: PipelineArgs,
+    /// Passes (epochs), 1..=1000000000.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    passes: u64,
+    /// Feed batch k to device k mod D (default: a shared queue).
+    #[arg(long)]
+    round_robin: bool,
     /// Simulated devices, 1..=256 (one thread each).
     #[arg(long, default_value_t = 1, value_parser = count(1, MAX_DEVICES))]
     devices: usize,
@@ -118,7 +124,16 @@ enum Outcome {
 pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     // First: every thread started from here on inherits the blocked signals.
     let signals = signals::handle().map_err(CliError::Signals)?;
-    let config = args.pipeline.config(args.devices)?;
+    let config = PipelineConfig {
+        passes: args.passes,
+        devices: args.devices,
+        feed: if args.round_robin {
+            FeedMode::RoundRobin
+        } else {
+            FeedMode::Shared
+        },
+        ..args.pipeline.config()?
+    };
     let trace = match &args.trace {
         Some(path) => {
             refuse_an_input(path, "--trace", &config, args.pipeline.schema.as_deref())?;
