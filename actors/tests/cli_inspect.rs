@@ -131,3 +131,29 @@ fn a_record_that_does_not_fit_the_inferred_schema_is_reported() {
     );
     assert!(out.contains("65 records"), "{out}");
 }
+
+#[test]
+fn a_stream_is_read_once_and_reported_whole() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let file = &small_files(dir.path(), 1, 300)[0];
+    let bytes = std::fs::read(file).unwrap();
+    let mut child = command(&["inspect", "/dev/stdin", "--format", "tfrecord", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&bytes));
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["files"][0];
+    assert_eq!(f["records"], 300, "{f}");
+    assert!(f["bytes"].is_null(), "a stream has no size: {f}");
+    let want = serde_json::to_value(loader_schema(Path::new(file))).unwrap();
+    assert_eq!(f["schema"], want);
+}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use feedline::format::Registry;
 use feedline::gen::{generate, GenOptions, Preset};
-use feedline::{Chunk, Dim, Schema};
+use feedline::{Chunk, Dim, Record, Schema};
 use feedline_actors::SCHEMA_SAMPLE_RECORDS;
 use serde_json::json;
 
@@ -120,63 +120,121 @@ pub fn inspect(args: InspectArgs) -> CliResult<ExitCode> {
     })
 }
 
-/// Read one file to its end: its schema as a loader infers it, what its
-/// records hold, whether they fit that schema, and the first error.
+/// Read one file to its end, once (a stream — a pipe, a FIFO — can be read
+/// only once): its schema as a loader infers it, what its records hold,
+/// whether they fit that schema, and the first error.
 fn inspect_file(
     registry: &Registry,
     path: &str,
     format: Option<&str>,
     opts: &feedline::format::OpenOptions,
 ) -> FileReport {
-    let mut report = FileReport {
-        path: path.to_string(),
-        format: None,
-        records: 0,
-        bytes: None,
-        schema: None,
-        observed: BTreeMap::new(),
-        does_not_fit: None,
-        checksums_ok: false,
-        error: None,
+    let mut insp = Inspection {
+        report: FileReport {
+            path: path.to_string(),
+            format: None,
+            records: 0,
+            bytes: None,
+            schema: None,
+            observed: BTreeMap::new(),
+            does_not_fit: None,
+            checksums_ok: false,
+            error: None,
+        },
+        sample: Vec::new(),
+        fit: None,
     };
     let result = (|| -> feedline::Result<()> {
         let (fmt, bare, _) = registry.resolve(path, format)?;
-        report.format = Some(fmt.name().to_string());
+        insp.report.format = Some(fmt.name().to_string());
         let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
-        report.bytes = meta.is_file().then_some(meta.len());
-        let schema = registry.infer_schema(path, format, SCHEMA_SAMPLE_RECORDS)?;
-        let mut fit = Chunk::new(&schema);
-        report.schema = Some(schema);
+        insp.report.bytes = meta.is_file().then_some(meta.len());
         let mut reader = registry.open(path, format, opts)?;
-        while let Some(rec) = reader.next_record()? {
-            report.records += 1;
-            for (name, t) in &rec.fields {
-                let n = t.values.len();
-                let o = report.observed.entry(name.clone()).or_insert(Observed {
+        let read = (|| {
+            while let Some(rec) = reader.next_record()? {
+                insp.take(rec)?;
+            }
+            Ok(())
+        })();
+        // As a loader's inference: a bad record ends the sample, the
+        // records before it are used.
+        let settled = insp.settle();
+        read.and(settled)
+    })();
+    match result {
+        Ok(()) => insp.report.checksums_ok = true,
+        Err(e) => insp.report.error = Some(e.to_string()),
+    }
+    insp.report
+}
+
+/// One file being read: its report so far, the first records (the sample
+/// a loader infers its schema from, [`SCHEMA_SAMPLE_RECORDS`] of them, by
+/// the same [`Schema::infer`]), then every record checked against that
+/// schema as a loader's chunks check it.
+struct Inspection {
+    report: FileReport,
+    sample: Vec<Record>,
+    fit: Option<Chunk>,
+}
+
+impl Inspection {
+    /// Count and observe one record; infer the schema once the sample is full.
+    fn take(&mut self, rec: Record) -> feedline::Result<()> {
+        self.report.records += 1;
+        for (name, t) in &rec.fields {
+            let n = t.values.len();
+            let o = self
+                .report
+                .observed
+                .entry(name.clone())
+                .or_insert(Observed {
                     min_values: n,
                     max_values: n,
                     records: 0,
                 });
-                o.min_values = o.min_values.min(n);
-                o.max_values = o.max_values.max(n);
-                o.records += 1;
-            }
-            if report.does_not_fit.is_none() {
-                if fit.len() >= 1024 {
-                    fit.clear();
-                }
-                if let Err(e) = fit.push_record(&rec) {
-                    report.does_not_fit = Some(e.to_string());
-                }
-            }
+            o.min_values = o.min_values.min(n);
+            o.max_values = o.max_values.max(n);
+            o.records += 1;
         }
-        report.checksums_ok = true;
+        if self.fit.is_some() {
+            self.check(&rec);
+            return Ok(());
+        }
+        self.sample.push(rec);
+        if self.sample.len() == SCHEMA_SAMPLE_RECORDS {
+            self.settle()?;
+        }
         Ok(())
-    })();
-    if let Err(e) = result {
-        report.error = Some(e.to_string());
     }
-    report
+
+    /// Infer the schema from the sample (if not yet done and there is one)
+    /// and check the sample's records against it.
+    fn settle(&mut self) -> feedline::Result<()> {
+        if self.fit.is_some() || self.sample.is_empty() {
+            return Ok(());
+        }
+        let schema = Schema::infer(&self.sample)?;
+        self.fit = Some(Chunk::new(&schema));
+        self.report.schema = Some(schema);
+        for rec in std::mem::take(&mut self.sample) {
+            self.check(&rec);
+        }
+        Ok(())
+    }
+
+    /// Note the first record that does not fit the schema.
+    fn check(&mut self, rec: &Record) {
+        let (Some(chunk), None) = (&mut self.fit, &self.report.does_not_fit) else {
+            return;
+        };
+        if chunk.len() >= 1024 {
+            chunk.clear();
+        }
+        if let Err(e) = chunk.push_record(rec) {
+            self.report.does_not_fit = Some(e.to_string());
+        }
+    }
 }
 
 fn print_report(r: &FileReport, out: &mut Stdout) -> CliResult<()> {
