@@ -8,6 +8,7 @@
 mod cli_common;
 
 use cli_common::*;
+use feedline::gen::{generate, GenOptions, Preset};
 
 fn fixture(name: &str) -> String {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -213,15 +214,37 @@ fn a_rank_outside_the_world_is_refused_naming_where_it_came_from() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
-#[test]
-fn a_failed_run_says_its_error_once() {
-    let bad = fixture("corrupt_record3.tfrecord");
-    let o = feedline(&["run", &bad, "--shuffle", "0"]);
-    assert_eq!(code(&o), 1);
+/// The run fails with `what` in its error, said once.
+fn assert_fails_saying_once(args: &[&str], what: &str) {
+    let o = feedline(args);
+    assert_eq!(code(&o), 1, "{args:?}");
     let err = stderr(&o);
-    let what = "corrupt_record3.tfrecord: record 3, offset 277";
     assert_eq!(err.matches(what).count(), 1, "{err}");
     assert!(err.starts_with("feedline: error: "), "{err}");
+}
+
+#[test]
+fn a_failed_run_says_its_error_once() {
+    // A bad record among the first (the schema is inferred from the ones before).
+    let bad = fixture("corrupt_record3.tfrecord");
+    assert_fails_saying_once(
+        &["run", &bad, "--shuffle", "0"],
+        "corrupt_record3.tfrecord: record 3, offset 277",
+    );
+    // A bad large record whose CRC is checked as collation copies it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = GenOptions::new(Preset::Large, dir.path());
+    (opts.files, opts.records) = (Some(1), Some(20));
+    let file = generate(&opts).unwrap().remove(0);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    let file = file.to_str().unwrap();
+    assert_fails_saying_once(
+        &["run", file, "--shuffle", "0", "--batch", "4"],
+        "bad payload CRC",
+    );
 }
 
 /// `--trace` at `trace` is refused, naming it, and `victim` keeps its bytes.
