@@ -311,3 +311,29 @@ fn parse_set(spec: &str) -> CliResult<FileSet> {
         .readers(readers as usize)
         .weight(weight))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults the help states for flags left to the library are the library's.
+    #[test]
+    fn stated_defaults_are_the_librarys() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.readers, 2, "--readers says (default: 2)");
+        assert_eq!(
+            d.shuffle_bytes,
+            256 << 20,
+            "--shuffle-mib says (default: 256)"
+        );
+    }
+
+    #[test]
+    fn millis_takes_a_range_of_finite_milliseconds() {
+        assert_eq!(millis("2.5"), Ok(Duration::from_micros(2500)));
+        assert_eq!(millis("0"), Ok(Duration::ZERO));
+        for bad in ["inf", "-inf", "NaN", "-0.5", "3600001", "1e300", "x", ""] {
+            assert!(millis(bad).is_err(), "{bad}");
+        }
+    }
+}
