@@ -21,8 +21,11 @@ use clap::Parser;
 use feedline::gen::{generate, GenOptions, Preset};
 use feedline_actors::{Pipeline, PipelineConfig, PipelineError, Pop, Popped, Stats};
 
-/// Embed feedline in an actix application.
+/// Run feedline inside an actix application: two model-worker actors pull
+/// batches from the pipeline's feed queue while a watcher actor prints its
+/// statistics every 200 ms (a small dataset is generated without --files).
 #[derive(Parser)]
+#[command(name = "actix_embed")]
 struct Args {
     /// Input files (default: a small generated dataset in a temporary directory).
     #[arg(long, num_args = 1..)]

@@ -29,9 +29,11 @@ use feedline_actors::{
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-/// Simulate multi-GPU training fed by feedline.
+/// Feed simulated GPUs from feedline and see whether they are fed: per
+/// device busy and waiting-for-data %, per stage busy %, the bottleneck, and
+/// a timeline plot with --plot (a dataset is generated without --files).
 #[derive(Parser)]
-#[command(about)]
+#[command(name = "multi_gpu")]
 struct Args {
     /// Input files or globs (default: a generated small-preset dataset).
     #[arg(long, num_args = 1..)]
@@ -47,7 +49,7 @@ struct Args {
     devices: usize,
     /// Milliseconds per batch: one value for all devices, or one per device
     /// (comma-separated, e.g. 2,2,4,8).
-    #[arg(long, default_value = "2")]
+    #[arg(long, default_value = "2", allow_negative_numbers = true)]
     step_ms: String,
     /// Prefetch readers.
     #[arg(long, default_value_t = 2)]
@@ -77,6 +79,9 @@ struct Args {
     #[arg(long)]
     plot: Option<PathBuf>,
 }
+
+/// How often the timeline samples the pipeline's statistics.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
 
 fn default_dataset(
     files: usize,
@@ -131,8 +136,13 @@ fn step_times(spec: &str, devices: usize) -> Result<Vec<Duration>, String> {
         n if n == devices => parts,
         n => return Err(format!("--step-ms has {n} values for {devices} devices")),
     };
-    if ms.iter().any(|&m| m.is_nan() || m < 0.0) {
-        return Err("--step-ms must be ≥ 0".into());
+    if let Some(m) = ms
+        .iter()
+        .find(|m| !(m.is_finite() && (0.0..=3_600_000.0).contains(*m)))
+    {
+        return Err(format!(
+            "--step-ms {m} is not in 0..=3600000 (milliseconds)"
+        ));
     }
     Ok(ms
         .into_iter()
@@ -236,29 +246,33 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let plot = args.plot.clone();
 
     let sys = actix::System::new();
-    let (result, snap, samples) = sys.block_on(async move {
+    let (result, snap, samples, pass_ends) = sys.block_on(async move {
         let mut p = Pipeline::start_with_trainers(config, devices)?;
         let bars =
             show_bars.then(|| Bars::new(p.stats().snapshot().devices.len(), pass_records, passes));
         let bars = Arc::new(Mutex::new(bars));
         let b2 = bars.clone();
-        let timeline = Timeline::start(
-            p.stats().clone(),
-            Duration::from_millis(50),
-            move |_, snap| {
-                if let Some(b) = b2.lock().unwrap().as_ref() {
-                    b.update(snap);
-                }
-            },
-        );
+        // When each pass was all batched: the first sample that counts it.
+        let pass_ends = Arc::new(Mutex::new(Vec::new()));
+        let ends = pass_ends.clone();
+        let timeline = Timeline::start(p.stats().clone(), SAMPLE_INTERVAL, move |sample, snap| {
+            let mut ends = ends.lock().unwrap();
+            while (ends.len() as u64) < snap.passes_done {
+                ends.push(sample.t);
+            }
+            if let Some(b) = b2.lock().unwrap().as_ref() {
+                b.update(snap);
+            }
+        });
         let r = p.finished().await;
         let samples = timeline.stop();
+        let pass_ends = std::mem::take(&mut *pass_ends.lock().unwrap());
         if let Some(b) = bars.lock().unwrap().take() {
             b.finish();
         }
         let snap = p.stats().snapshot();
         p.join();
-        Ok::<_, feedline_actors::PipelineError>((r, snap, samples))
+        Ok::<_, feedline_actors::PipelineError>((r, snap, samples, pass_ends))
     })?;
     result?;
     print_report(&snap, &steps);
@@ -269,7 +283,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             args.step_ms,
             snap.bottleneck
         );
-        plot::timeline(&path, &samples, &title)?;
+        plot::timeline(
+            &path,
+            &plot::Timeline {
+                samples: &samples,
+                interval: SAMPLE_INTERVAL,
+                pass_ends: &pass_ends,
+                title: &title,
+            },
+        )?;
         println!("timeline written to {}", path.display());
     }
     Ok(())

@@ -29,9 +29,11 @@ use feedline::format::generator::{append_sample, Sample};
 use feedline::{collate_chunks, Batch, Chunk, DType, Origin, Schema, SourceId, Values};
 use feedline_actors::{FeedHandle, Loader, PushError, StatsSnapshot};
 
-/// Producers push images and labels while simulated devices train.
+/// Push images and labels from user code into a feedline pipeline while
+/// simulated devices train, in two regimes (devices slower, then producers
+/// slower), and see how long each side waited for the other.
 #[derive(Parser)]
-#[command(about)]
+#[command(name = "push_feed")]
 struct Args {
     /// Images each producer makes per regime.
     #[arg(long, default_value_t = 4096)]

@@ -32,8 +32,11 @@ use feedline::gen::{generate, GenOptions, Preset};
 use feedline::{Chunk, Record, SourceId};
 use feedline_actors::{FileSet, Loader};
 
-/// Reader scaling on slow storage.
+/// Scale feedline's readers on slow storage: records/s with 1 to 16 readers
+/// through a wrapper that adds latency per file open and per MiB, then two
+/// file sets mixed 3 : 1, each with its own readers.
 #[derive(Parser)]
+#[command(name = "scaling")]
 struct Args {
     /// Input files (default: a generated small-preset set in a temporary directory).
     #[arg(long, num_args = 1..)]

@@ -1,21 +1,10 @@
 //! Every example runs to completion with small settings and exits 0, and
 //! prints what a user reads: the tables, the bottleneck, the speed-ups.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// target/<profile>/examples/<name>, next to this test's own binary.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} not built (cargo test builds examples)",
-        path.display()
-    );
-    path
-}
+mod examples_common;
+use examples_common::example;
 
 fn run(name: &str, args: &[&str]) -> String {
     let out = Command::new(example(name)).args(args).output().unwrap();

@@ -8,6 +8,10 @@ use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::Schema;
 
+/// Records read from the first readable input file to infer a schema when
+/// none is given (`feedline inspect` prints what this infers, file by file).
+pub const SCHEMA_SAMPLE_RECORDS: usize = 64;
+
 /// What to do with a bad record.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ErrorPolicy {

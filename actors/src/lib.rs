@@ -66,7 +66,7 @@ mod timeline;
 mod trainer;
 mod watch;
 
-pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
+pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy, SCHEMA_SAMPLE_RECORDS};
 pub use crate::error::{PipelineError, PushError};
 pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};

@@ -196,7 +196,8 @@ impl ShuffleBatch {
         match collate(&self.schema, job) {
             Ok(item) => self.out.push_back(item),
             Err(e) => {
-                log::error!("collation failed: {e}");
+                // The pipeline fails with `e`: its caller reports it, once.
+                log::debug!("collation failed: {e}");
                 self.failed = true;
                 self.links.failed.do_send(PipelineFailed(e.into()));
             }

@@ -169,7 +169,8 @@ impl Supervisor {
             return;
         }
         self.failed = true;
-        log::error!("pipeline failed: {e}");
+        // Every consumer and `finished()` get `e`: the caller reports it, once.
+        log::debug!("pipeline failed: {e}");
         if let Some(l) = &self.links {
             l.queue.fail(e.clone());
         }

@@ -3,18 +3,18 @@
 //! from the provenance), passes come in order on every device, and
 //! deterministic runs give identical traces whatever the reader count.
 
+mod cli_common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use feedline::gen::{generate, GenOptions, Preset};
+use cli_common::{npy_bytes, small_files};
 use serde_json::Value;
 
 fn feedline(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_feedline"))
-        .args(args)
-        .output()
-        .expect("run feedline")
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cli_common::feedline(&args)
 }
 
 /// One trace line: pass, device, seq, records.
@@ -43,13 +43,9 @@ fn read_trace(path: &Path) -> Vec<Line> {
 }
 
 fn tfrecord_files(dir: &Path, files: usize, records: usize) -> Vec<(String, u64)> {
-    let mut opts = GenOptions::new(Preset::Small, dir);
-    opts.files = Some(files);
-    opts.records = Some(records);
-    generate(&opts)
-        .unwrap()
+    small_files(dir, files, records)
         .into_iter()
-        .map(|p| (p.to_string_lossy().into_owned(), records as u64))
+        .map(|p| (p, records as u64))
         .collect()
 }
 
@@ -62,19 +58,11 @@ fn npy_files(dir: &Path, counts: &[u64]) -> Vec<(String, u64)> {
             let sub = dir.join(format!("part{f}"));
             std::fs::create_dir_all(&sub).unwrap();
             let path = sub.join("x.npy");
-            let mut header =
-                format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({n}, 2), }}");
-            while (10 + header.len() + 1) % 64 != 0 {
-                header.push(' ');
-            }
-            header.push('\n');
-            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-            bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-            bytes.extend_from_slice(header.as_bytes());
-            for i in 0..n as i64 {
-                bytes.extend_from_slice(&(f as i64).to_le_bytes());
-                bytes.extend_from_slice(&i.to_le_bytes());
-            }
+            let rows: Vec<u8> = (0..n as i64)
+                .flat_map(|i| [(f as i64).to_le_bytes(), i.to_le_bytes()])
+                .flatten()
+                .collect();
+            let bytes = npy_bytes("<i8", &[n as usize, 2], &rows);
             std::fs::write(&path, bytes).unwrap();
             (path.to_string_lossy().into_owned(), n)
         })

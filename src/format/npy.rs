@@ -1214,6 +1214,15 @@ impl EntryCheck {
 
 fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
     opts.validate()?;
+    if let Some(c) = opts.compression.filter(|c| *c != Compression::None) {
+        return Err(bad(
+            path,
+            format!(
+                "an .npz archive is not read through {c:?} compression (its entries carry \
+                 their own); decompress the file first"
+            ),
+        ));
+    }
     let file = match open_input(path)? {
         Opened::Regular(file) => file,
         Opened::Stream(_) => {

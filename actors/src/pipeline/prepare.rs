@@ -7,7 +7,7 @@ use feedline::batcher::{BatchPolicy, Batcher};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
 
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
 use crate::error::PipelineError;
 use crate::file_queue::EqualizeRanks;
 
@@ -206,7 +206,7 @@ fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
     for file in &config.files {
         match config
             .registry
-            .infer_schema(file, config.format.as_deref(), 64)
+            .infer_schema(file, config.format.as_deref(), SCHEMA_SAMPLE_RECORDS)
         {
             Ok(s) => {
                 log::info!("schema inferred from {file}: {s}");

@@ -1,36 +1,19 @@
 //! `cat`, `inspect` and `gen`: the commands that look at files and write them.
 
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use feedline::format::{Compression, OpenOptions, Registry};
+use feedline::format::Registry;
 use feedline::gen::{generate, GenOptions, Preset};
+use feedline::{Chunk, Dim, Record, Schema};
+use feedline_actors::SCHEMA_SAMPLE_RECORDS;
+use serde_json::json;
 
-/// Anything that can fail with a message.
-pub type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-#[derive(Args, Clone)]
-pub struct FormatArgs {
-    /// Format of every file (default: from a FORMAT: prefix or the extension).
-    #[arg(long)]
-    pub format: Option<String>,
-    /// Compression: none, gzip or zlib (default: from the extension).
-    #[arg(long)]
-    pub compression: Option<String>,
-}
-
-impl FormatArgs {
-    pub fn open_options(&self) -> AnyResult<OpenOptions> {
-        let mut opts = OpenOptions::default();
-        if let Some(c) = &self.compression {
-            opts.compression = Some(Compression::parse(c)?);
-        }
-        Ok(opts)
-    }
-}
+use crate::error::{CliError, CliResult};
+use crate::output::{Stderr, Stdout};
+use crate::pipeline_args::{count, FormatArgs};
 
 #[derive(Args)]
 pub struct CatArgs {
@@ -44,35 +27,30 @@ pub struct CatArgs {
     limit: Option<u64>,
 }
 
-pub fn cat(args: CatArgs) -> AnyResult<ExitCode> {
+pub fn cat(args: CatArgs) -> CliResult<ExitCode> {
     let registry = Registry::with_builtin();
     let opts = args.format.open_options()?;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = Stdout::new();
     let mut printed = 0u64;
     for path in &args.paths {
         let mut reader = registry.open(path, args.format.format.as_deref(), &opts)?;
         while args.limit.is_none_or(|l| printed < l) {
             match reader.next_record()? {
                 Some(rec) => {
-                    serde_json::to_writer(&mut out, &rec.to_json())?;
-                    out.write_all(b"\n")?;
+                    writeln!(out, "{}", rec.to_json())?;
                     printed += 1;
                 }
                 None => break,
             }
         }
     }
-    match out.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// Files to inspect.
+    /// Files to inspect (each is reported, whatever the others hold).
     #[arg(required = true)]
     paths: Vec<String>,
     #[command(flatten)]
@@ -82,110 +60,225 @@ pub struct InspectArgs {
     json: bool,
 }
 
+/// What the records of a file held in one field, beyond its schema.
 #[derive(serde::Serialize)]
-struct FieldReport {
-    kind: String,
-    min_len: usize,
-    max_len: usize,
+struct Observed {
+    /// Fewest and most values in a record.
+    min_values: usize,
+    max_values: usize,
+    /// Records that have the field.
     records: u64,
 }
 
+/// One file's report.
 #[derive(serde::Serialize)]
 struct FileReport {
     path: String,
-    format: String,
+    format: Option<String>,
     records: u64,
-    bytes: u64,
-    fields: BTreeMap<String, FieldReport>,
+    /// File size; `None` for a stream (a pipe, a FIFO, a device).
+    bytes: Option<u64>,
+    /// The schema a loader would infer from this file (from its first
+    /// records, as `Loader` does), in the schema-file format.
+    schema: Option<Schema>,
+    /// Per field: what every record read held.
+    observed: BTreeMap<String, Observed>,
+    /// The first record that does not fit the inferred schema.
+    does_not_fit: Option<String>,
+    /// Every record read and every checksum held.
     checksums_ok: bool,
+    /// Why the file could not be read to its end.
     error: Option<String>,
 }
 
-pub fn inspect(args: InspectArgs) -> AnyResult<ExitCode> {
+impl FileReport {
+    fn failed(&self) -> bool {
+        self.error.is_some() || self.does_not_fit.is_some()
+    }
+}
+
+pub fn inspect(args: InspectArgs) -> CliResult<ExitCode> {
     let registry = Registry::with_builtin();
     let opts = args.format.open_options()?;
-    let mut reports = Vec::new();
-    let mut any_bad = false;
-    for path in &args.paths {
-        let (format, bare, _) = registry.resolve(path, args.format.format.as_deref())?;
-        let bytes = std::fs::metadata(&bare)
-            .map_err(|e| feedline::Error::io(&bare, e))?
-            .len();
-        let mut report = FileReport {
-            path: path.clone(),
-            format: format.name().to_string(),
-            records: 0,
-            bytes,
-            fields: BTreeMap::new(),
-            checksums_ok: true,
-            error: None,
-        };
-        let mut reader = registry.open(path, args.format.format.as_deref(), &opts)?;
-        loop {
-            match reader.next_record() {
-                Ok(Some(rec)) => {
-                    report.records += 1;
-                    for (name, t) in &rec.fields {
-                        let n = t.values.len();
-                        let f = report.fields.entry(name.clone()).or_insert(FieldReport {
-                            kind: t.values.dtype().to_string(),
-                            min_len: n,
-                            max_len: n,
-                            records: 0,
-                        });
-                        f.min_len = f.min_len.min(n);
-                        f.max_len = f.max_len.max(n);
-                        f.records += 1;
-                        if f.kind != t.values.dtype().name() && !f.kind.contains('|') {
-                            f.kind = format!("{}|{}", f.kind, t.values.dtype());
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    any_bad = true;
-                    report.checksums_ok = false;
-                    report.error = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        reports.push(report);
-    }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let reports: Vec<FileReport> = (args.paths.iter())
+        .map(|path| inspect_file(&registry, path, args.format.format.as_deref(), &opts))
+        .collect();
+    let mut out = Stdout::new();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "files": reports }))?;
-        writeln!(out)?;
+        let text = serde_json::to_string_pretty(&json!({ "files": reports })).unwrap_or_default();
+        writeln!(out, "{text}")?;
     } else {
         for r in &reports {
-            writeln!(
-                out,
-                "{} ({}): {} records, {} bytes",
-                r.path, r.format, r.records, r.bytes
-            )?;
-            for (name, f) in &r.fields {
-                let shape = if f.min_len == f.max_len && f.records == r.records {
-                    format!("[{}]", f.min_len)
-                } else {
-                    format!(
-                        "[?] (length {}..={}, in {} records)",
-                        f.min_len, f.max_len, f.records
-                    )
-                };
-                writeln!(out, "  {name}: {} {shape}", f.kind)?;
-            }
-            match &r.error {
-                None => writeln!(out, "  every record read, every checksum held")?,
-                Some(e) => writeln!(out, "  BAD: {e}")?,
-            }
+            print_report(r, &mut out)?;
         }
     }
-    Ok(if any_bad {
+    out.finish()?;
+    Ok(if reports.iter().any(FileReport::failed) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Read one file to its end, once (a stream — a pipe, a FIFO — can be read
+/// only once): its schema as a loader infers it, what its records hold,
+/// whether they fit that schema, and the first error.
+fn inspect_file(
+    registry: &Registry,
+    path: &str,
+    format: Option<&str>,
+    opts: &feedline::format::OpenOptions,
+) -> FileReport {
+    let mut insp = Inspection {
+        report: FileReport {
+            path: path.to_string(),
+            format: None,
+            records: 0,
+            bytes: None,
+            schema: None,
+            observed: BTreeMap::new(),
+            does_not_fit: None,
+            checksums_ok: false,
+            error: None,
+        },
+        sample: Vec::new(),
+        fit: None,
+    };
+    let result = (|| -> feedline::Result<()> {
+        let (fmt, bare, _) = registry.resolve(path, format)?;
+        insp.report.format = Some(fmt.name().to_string());
+        let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
+        insp.report.bytes = meta.is_file().then_some(meta.len());
+        let mut reader = registry.open(path, format, opts)?;
+        let read = (|| {
+            while let Some(rec) = reader.next_record()? {
+                insp.take(rec)?;
+            }
+            Ok(())
+        })();
+        // As a loader's inference: a bad record ends the sample, the
+        // records before it are used.
+        let settled = insp.settle();
+        read.and(settled)
+    })();
+    match result {
+        Ok(()) => insp.report.checksums_ok = true,
+        Err(e) => insp.report.error = Some(e.to_string()),
+    }
+    insp.report
+}
+
+/// One file being read: its report so far, the first records (the sample
+/// a loader infers its schema from, [`SCHEMA_SAMPLE_RECORDS`] of them, by
+/// the same [`Schema::infer`]), then every record checked against that
+/// schema as a loader's chunks check it.
+struct Inspection {
+    report: FileReport,
+    sample: Vec<Record>,
+    fit: Option<Chunk>,
+}
+
+impl Inspection {
+    /// Count and observe one record; infer the schema once the sample is full.
+    fn take(&mut self, rec: Record) -> feedline::Result<()> {
+        self.report.records += 1;
+        for (name, t) in &rec.fields {
+            let n = t.values.len();
+            let o = self
+                .report
+                .observed
+                .entry(name.clone())
+                .or_insert(Observed {
+                    min_values: n,
+                    max_values: n,
+                    records: 0,
+                });
+            o.min_values = o.min_values.min(n);
+            o.max_values = o.max_values.max(n);
+            o.records += 1;
+        }
+        if self.fit.is_some() {
+            self.check(&rec);
+            return Ok(());
+        }
+        self.sample.push(rec);
+        if self.sample.len() == SCHEMA_SAMPLE_RECORDS {
+            self.settle()?;
+        }
+        Ok(())
+    }
+
+    /// Infer the schema from the sample (if not yet done and there is one)
+    /// and check the sample's records against it.
+    fn settle(&mut self) -> feedline::Result<()> {
+        if self.fit.is_some() || self.sample.is_empty() {
+            return Ok(());
+        }
+        let schema = Schema::infer(&self.sample)?;
+        self.fit = Some(Chunk::new(&schema));
+        self.report.schema = Some(schema);
+        for rec in std::mem::take(&mut self.sample) {
+            self.check(&rec);
+        }
+        Ok(())
+    }
+
+    /// Note the first record that does not fit the schema.
+    fn check(&mut self, rec: &Record) {
+        let (Some(chunk), None) = (&mut self.fit, &self.report.does_not_fit) else {
+            return;
+        };
+        if chunk.len() >= 1024 {
+            chunk.clear();
+        }
+        if let Err(e) = chunk.push_record(rec) {
+            self.report.does_not_fit = Some(e.to_string());
+        }
+    }
+}
+
+fn print_report(r: &FileReport, out: &mut Stdout) -> CliResult<()> {
+    let bytes = r
+        .bytes
+        .map_or_else(|| "a stream".to_string(), |b| format!("{b} bytes"));
+    writeln!(
+        out,
+        "{} ({}): {} records, {bytes}",
+        r.path,
+        r.format.as_deref().unwrap_or("format unknown"),
+        r.records
+    )?;
+    if let Some(schema) = &r.schema {
+        for f in schema.fields() {
+            let mut line = format!("  {}: {}", f.name, f.describe());
+            if let Some(o) = r.observed.get(&f.name) {
+                if f.shape.first() == Some(&Dim::Var) {
+                    line.push_str(&format!(
+                        " (ragged: {}..={} values per record)",
+                        o.min_values, o.max_values
+                    ));
+                }
+                if o.records < r.records {
+                    line.push_str(&format!(" (in {} of {} records)", o.records, r.records));
+                }
+            }
+            writeln!(out, "{line}")?;
+        }
+        writeln!(
+            out,
+            "  (the schema a loader infers from this file's first {SCHEMA_SAMPLE_RECORDS} records)"
+        )?;
+    }
+    if let Some(e) = &r.does_not_fit {
+        writeln!(
+            out,
+            "  DOES NOT FIT the inferred schema: {e} (declare the field's shape in a --schema file)"
+        )?;
+    }
+    match &r.error {
+        None => writeln!(out, "  every record read, every checksum held"),
+        Some(e) => writeln!(out, "  BAD: {e}"),
+    }
 }
 
 #[derive(Args)]
@@ -196,18 +289,18 @@ pub struct GenArgs {
     /// Directory to write into (created if missing).
     #[arg(long)]
     out: PathBuf,
-    /// Number of files (default: 32 small, 16 large).
-    #[arg(long)]
+    /// Number of files, 1..=65536 (default: 32 small, 16 large).
+    #[arg(long, value_parser = count(1, 65_536))]
     files: Option<usize>,
-    /// Records per file (default: 32,768 small, 512 large).
-    #[arg(long)]
+    /// Records per file, 1..=16777216 (default: 32,768 small, 512 large).
+    #[arg(long, value_parser = count(1, 1 << 24))]
     records: Option<usize>,
     /// Seed: the same seed writes the same bytes.
     #[arg(long, default_value_t = 20240601)]
     seed: u64,
 }
 
-pub fn gen(args: GenArgs) -> AnyResult<ExitCode> {
+pub fn gen(args: GenArgs) -> CliResult<ExitCode> {
     let start = std::time::Instant::now();
     let paths = generate(&GenOptions {
         preset: args.preset,
@@ -216,18 +309,26 @@ pub fn gen(args: GenArgs) -> AnyResult<ExitCode> {
         records: args.records,
         seed: args.seed,
     })?;
-    let bytes: u64 = paths
-        .iter()
-        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-        .sum();
-    eprintln!(
+    let mut bytes = 0u64;
+    for p in &paths {
+        bytes += std::fs::metadata(p)
+            .map_err(|source| CliError::File {
+                path: p.clone(),
+                source,
+            })?
+            .len();
+    }
+    writeln!(
+        Stderr,
         "wrote {} files, {:.1} MB in {:.2} s",
         paths.len(),
         bytes as f64 / 1e6,
         start.elapsed().as_secs_f64()
-    );
+    )?;
+    let mut out = Stdout::new();
     for p in paths {
-        println!("{}", p.display());
+        writeln!(out, "{}", p.display())?;
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

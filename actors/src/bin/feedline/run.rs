@@ -1,189 +1,48 @@
 //! `feedline run`: the actor pipeline with simulated devices, a summary, and
-//! an optional provenance trace of every delivered batch.
+//! an optional provenance trace of every delivered batch — written a whole
+//! line at a time, never over one of the run's inputs. SIGINT and SIGTERM
+//! stop the run cleanly: the pipeline is stopped, the trace finished, the
+//! summary printed with what was done, and the exit code is 130 or 143.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use feedline::batcher::BatchPolicy;
-use feedline::plan::Shard;
-use feedline::Schema;
+use feedline::plan::expand_inputs;
 use feedline_actors::{
-    Delivered, ErrorPolicy, FeedMode, FileSet, Pipeline, PipelineConfig, SimulatedDevice,
-    StatsSnapshot, TrainStep,
+    Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError, StatsSnapshot, TrainStep,
 };
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use parking_lot::Mutex;
 
-use crate::files::{AnyResult, FormatArgs};
-
-/// The pipeline's knobs, shared by `run` and `bench`.
-#[derive(Args, Clone)]
-pub struct PipelineArgs {
-    /// Input files, glob patterns or list files (@train.list); FORMAT: prefixes allowed.
-    pub files: Vec<String>,
-    #[command(flatten)]
-    pub format: FormatArgs,
-    /// Schema file (JSON or TOML); default: inferred from the first file.
-    #[arg(long)]
-    pub schema: Option<PathBuf>,
-    /// Prefetch readers.
-    #[arg(long, default_value_t = 2)]
-    pub readers: usize,
-    /// A file set mixed with the others by weight, with its own readers, as
-    /// NAME,WEIGHT,READERS,FILE[,FILE…] (files: paths, globs, @lists);
-    /// repeat for each set, instead of FILES and --readers.
-    #[arg(long = "set", value_name = "NAME,WEIGHT,READERS,FILES")]
-    pub sets: Vec<String>,
-    /// Batch size.
-    #[arg(long, default_value_t = 256)]
-    pub batch: usize,
-    /// Shuffle pool in instances (0: no shuffle).
-    #[arg(long, default_value_t = 10_000)]
-    pub shuffle: usize,
-    /// Instances held before the shuffle draws start (default: the pool size).
-    #[arg(long)]
-    pub min_pool: Option<usize>,
-    /// Byte bound of the shuffle pool, MiB.
-    #[arg(long, default_value_t = 256)]
-    pub shuffle_mib: usize,
-    /// Passes (epochs).
-    #[arg(long, default_value_t = 1)]
-    pub passes: u64,
-    /// Seed of file order and shuffle.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Same batches on every run whatever the reader count and timing.
-    #[arg(long)]
-    pub deterministic: bool,
-    /// Feed batch k to device k mod D (default: a shared queue).
-    #[arg(long)]
-    pub round_robin: bool,
-    /// Feed-queue capacity in batches.
-    #[arg(long, default_value_t = 4)]
-    pub capacity: usize,
-    /// Drop each pass's last partial batch.
-    #[arg(long)]
-    pub drop_last: bool,
-    /// Instances per chunk.
-    #[arg(long, default_value_t = 1024)]
-    pub chunk_records: usize,
-    /// Byte bound of a chunk, MiB (a chunk ends at whichever bound it reaches first)
-    #[arg(long, default_value_t = 1)]
-    pub chunk_mib: usize,
-    /// Data-parallel rank (default: $RANK or 0).
-    #[arg(long)]
-    pub rank: Option<usize>,
-    /// Data-parallel world size (default: $WORLD_SIZE or 1).
-    #[arg(long)]
-    pub world_size: Option<usize>,
-    /// What to do with a bad record: fail or skip.
-    #[arg(long, default_value = "fail")]
-    pub on_error: String,
-    /// With --on-error skip: fail once more than N records were skipped.
-    #[arg(long)]
-    pub max_bad: Option<u64>,
-    /// Same batch count on every rank: off, drop or pad.
-    #[arg(long, default_value = "off")]
-    pub equalize: String,
-    /// Skip CRC checks (says so in the output).
-    #[arg(long)]
-    pub no_checksums: bool,
-    /// Check each TFRecord CRC as the record is read (default: a record whose
-    /// large bytes stay in the mapped file is checked as those bytes are
-    /// copied into its batch, so they are read from memory once; with
-    /// `--on-error skip` the readers always check as they read).
-    #[arg(long)]
-    pub crc_on_read: bool,
-}
-
-impl PipelineArgs {
-    pub fn config(&self, devices: usize) -> AnyResult<PipelineConfig> {
-        let mut shard = Shard::from_env()?;
-        if let Some(r) = self.rank {
-            shard.rank = r;
-        }
-        if let Some(w) = self.world_size {
-            shard.world_size = w;
-        }
-        if shard.rank >= shard.world_size {
-            return Err(format!(
-                "rank {} must be below world size {}",
-                shard.rank, shard.world_size
-            )
-            .into());
-        }
-        let error_policy = match self.on_error.as_str() {
-            "fail" => ErrorPolicy::Fail,
-            "skip" => ErrorPolicy::Skip {
-                max_bad: self.max_bad,
-                max_bad_fraction: None,
-            },
-            other => return Err(format!("--on-error {other}: expected fail or skip").into()),
-        };
-        let equalize = match self.equalize.as_str() {
-            "off" => feedline::plan::Equalize::Off,
-            "drop" => feedline::plan::Equalize::Drop,
-            "pad" => feedline::plan::Equalize::Pad,
-            other => return Err(format!("--equalize {other}: expected off, drop or pad").into()),
-        };
-        if self.chunk_mib == 0 {
-            return Err("--chunk-mib must be at least 1".into());
-        }
-        let mut open = self.format.open_options()?;
-        open.verify_checksums = !self.no_checksums;
-        open.defer_checksums = !self.crc_on_read;
-        let sets = self
-            .sets
-            .iter()
-            .map(|s| parse_set(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(PipelineConfig {
-            files: self.files.clone(),
-            sets,
-            format: self.format.format.clone(),
-            open,
-            schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
-            readers: self.readers,
-            chunk_records: self.chunk_records,
-            chunk_bytes: self.chunk_mib << 20,
-            shuffle: self.shuffle,
-            min_pool: self.min_pool,
-            shuffle_bytes: self.shuffle_mib << 20,
-            batch: BatchPolicy::Fixed(self.batch),
-            drop_last: self.drop_last,
-            passes: self.passes,
-            seed: self.seed,
-            deterministic: self.deterministic,
-            devices,
-            feed: if self.round_robin {
-                FeedMode::RoundRobin
-            } else {
-                FeedMode::Shared
-            },
-            capacity: self.capacity,
-            error_policy,
-            shard,
-            equalize,
-            ..PipelineConfig::default()
-        })
-    }
-}
+use crate::error::{CliError, CliResult};
+use crate::output::{Stderr, Stdout};
+use crate::pipeline_args::{count, millis, PipelineArgs, MAX_DEVICES};
+use crate::signals::{self, Interrupt};
 
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pipeline: PipelineArgs,
-    /// Simulated devices.
-    #[arg(long, default_value_t = 1)]
+    /// Passes (epochs), 1..=1000000000.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    passes: u64,
+    /// Feed batch k to device k mod D (default: a shared queue).
+    #[arg(long)]
+    round_robin: bool,
+    /// Simulated devices, 1..=256 (one thread each).
+    #[arg(long, default_value_t = 1, value_parser = count(1, MAX_DEVICES))]
     devices: usize,
-    /// Milliseconds per batch on each simulated device.
-    #[arg(long, default_value_t = 0.0)]
-    step_ms: f64,
+    /// Milliseconds per batch on each simulated device, 0..=3600000.
+    #[arg(long, default_value = "0", value_parser = millis, allow_negative_numbers = true)]
+    step_ms: Duration,
     /// Write one JSON line per delivered batch: pass, device, seq and the
-    /// (path, record) of every instance.
+    /// (path, record) of every instance. Never one of the inputs.
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Print the summary as JSON.
@@ -191,134 +50,244 @@ pub struct RunArgs {
     json: bool,
 }
 
-type Trace = Arc<Mutex<BufWriter<File>>>;
-
-struct TracingDevice {
-    sim: SimulatedDevice,
-    trace: Option<Trace>,
+/// The trace file: one whole JSON line per delivered batch, flushed as written.
+struct Trace {
+    path: PathBuf,
+    out: Mutex<BufWriter<File>>,
 }
 
-impl TrainStep for TracingDevice {
+impl Trace {
+    fn create(path: &Path) -> CliResult<Trace> {
+        let file = File::create(path).map_err(|source| CliError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Trace {
+            path: path.to_path_buf(),
+            out: Mutex::new(BufWriter::new(file)),
+        })
+    }
+
+    /// Append the line of batch `d` on `device`.
+    fn write(&self, device: usize, d: &Delivered) -> std::io::Result<()> {
+        let records: Vec<(Arc<str>, u64)> = (d.batch.origins().iter())
+            .map(|o| (o.source.name(), o.record))
+            .collect();
+        let mut line =
+            serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records})
+                .to_string();
+        line.push('\n');
+        let mut out = self.out.lock();
+        out.write_all(line.as_bytes())?;
+        out.flush()
+    }
+
+    fn finish(&self) -> CliResult<()> {
+        self.out.lock().flush().map_err(|source| CliError::File {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// A simulated device: traces each batch, then takes `step_time` over it (a
+/// wait that a signal cuts short).
+struct Device {
+    step_time: Duration,
+    trace: Option<Arc<Trace>>,
+    interrupt: Arc<Interrupt>,
+}
+
+impl TrainStep for Device {
     fn step(&mut self, device: usize, d: &Delivered) -> Result<(), String> {
         if let Some(t) = &self.trace {
-            let records: Vec<(std::sync::Arc<str>, u64)> = d
-                .batch
-                .origins()
-                .iter()
-                .map(|o| (o.source.name(), o.record))
-                .collect();
-            let line = serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records});
-            let mut w = t.lock().map_err(|_| "trace writer poisoned".to_string())?;
-            serde_json::to_writer(&mut *w, &line).map_err(|e| e.to_string())?;
-            w.write_all(b"\n").map_err(|e| e.to_string())?;
+            t.write(device, d)
+                .map_err(|e| format!("trace {}: {e}", t.path.display()))?;
         }
-        self.sim.step(device, d)
+        // Touch the batch as a device copy would.
+        std::hint::black_box(d.batch.payload_bytes());
+        if !self.step_time.is_zero() {
+            self.interrupt.wait(self.step_time);
+        }
+        Ok(())
     }
 }
 
-/// `NAME,WEIGHT,READERS,FILE[,FILE…]` of `--set`.
-fn parse_set(spec: &str) -> Result<FileSet, String> {
-    let bad = |what: &str| format!("--set {spec:?}: {what} (expected NAME,WEIGHT,READERS,FILES)");
-    let mut parts = spec.split(',');
-    let name = parts
-        .next()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| bad("no name"))?;
-    let weight: f64 = parts
-        .next()
-        .and_then(|w| w.trim().parse().ok())
-        .ok_or_else(|| bad("WEIGHT is not a number"))?;
-    let readers: usize = parts
-        .next()
-        .and_then(|r| r.trim().parse().ok())
-        .ok_or_else(|| bad("READERS is not a whole number"))?;
-    let files: Vec<String> = parts.filter(|f| !f.is_empty()).map(String::from).collect();
-    if files.is_empty() {
-        return Err(bad("no files"));
-    }
-    Ok(FileSet::new(name, files).readers(readers).weight(weight))
+/// How a run ended.
+enum Outcome {
+    /// To the end, or with the pipeline's error.
+    Finished(Result<(), PipelineError>),
+    /// Stopped by this signal.
+    Interrupted(i32),
 }
 
-pub fn run(args: RunArgs) -> AnyResult<ExitCode> {
-    if args.pipeline.files.is_empty() && args.pipeline.sets.is_empty() {
-        return Err("no input files (give files, globs or @list)".into());
-    }
-    let config = args.pipeline.config(args.devices)?;
-    let trace: Option<Trace> = match &args.trace {
-        Some(p) => Some(Arc::new(Mutex::new(BufWriter::new(
-            File::create(p).map_err(|e| feedline::Error::io(p, e))?,
-        )))),
+pub fn run(args: RunArgs) -> CliResult<ExitCode> {
+    // First: every thread started from here on inherits the blocked signals.
+    let signals = signals::handle().map_err(CliError::Signals)?;
+    let config = PipelineConfig {
+        passes: args.passes,
+        devices: args.devices,
+        feed: if args.round_robin {
+            FeedMode::RoundRobin
+        } else {
+            FeedMode::Shared
+        },
+        ..args.pipeline.config()?
+    };
+    let trace = match &args.trace {
+        Some(path) => {
+            refuse_an_input(path, "--trace", &config, args.pipeline.schema.as_deref())?;
+            Some(Arc::new(Trace::create(path)?))
+        }
         None => None,
     };
-    let step_time = Duration::from_secs_f64(args.step_ms.max(0.0) / 1000.0);
-    let steps: Vec<TracingDevice> = (0..args.devices.max(1))
-        .map(|_| TracingDevice {
-            sim: SimulatedDevice { step_time },
+    let steps: Vec<Device> = (0..args.devices)
+        .map(|_| Device {
+            step_time: args.step_ms,
             trace: trace.clone(),
+            interrupt: signals.interrupt.clone(),
         })
         .collect();
-    let (result, snap) = run_pipeline(config, steps)?;
+    let (outcome, snap) = run_pipeline(config, steps, signals.first)?;
     if let Some(t) = &trace {
-        t.lock().map_err(|_| "trace writer poisoned")?.flush()?;
+        t.finish()?;
     }
+    let mut out = Stdout::new();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap)?);
+        let text = serde_json::to_string_pretty(&snap).unwrap_or_default();
+        writeln!(out, "{text}")?;
     } else {
-        print_summary(&snap);
+        print_summary(&snap, &mut out)?;
     }
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) => {
-            eprintln!("feedline: error: {e}");
-            Ok(ExitCode::FAILURE)
+    out.finish()?;
+    match outcome {
+        Outcome::Finished(Ok(())) => Ok(ExitCode::SUCCESS),
+        Outcome::Finished(Err(e)) => Err(e.into()),
+        Outcome::Interrupted(sig) => {
+            let delivered: u64 = snap.devices.iter().map(|d| d.batches).sum();
+            writeln!(
+                Stderr,
+                "feedline: interrupted by {}: stopped after {delivered} batches delivered to the devices{}",
+                signals::name(sig),
+                if trace.is_some() {
+                    "; the trace has a whole line for each of them"
+                } else {
+                    ""
+                }
+            )?;
+            Ok(ExitCode::from(signals::exit_code(sig)))
         }
     }
 }
 
-/// Run the pipeline with these trainers to the end; the outcome and the stats.
-pub fn run_pipeline<S: TrainStep>(
+/// Run the pipeline with these devices until it ends or a signal arrives;
+/// how it ended and its statistics.
+fn run_pipeline(
     config: PipelineConfig,
-    steps: Vec<S>,
-) -> AnyResult<(Result<(), feedline_actors::PipelineError>, StatsSnapshot)> {
+    steps: Vec<Device>,
+    signal: oneshot::Receiver<i32>,
+) -> CliResult<(Outcome, StatsSnapshot)> {
     let sys = actix::System::new();
     let out = sys.block_on(async move {
         let mut p = Pipeline::start_with_trainers(config, steps)?;
-        let r = p.finished().await;
-        let snap = p.stats().snapshot();
+        let outcome = match select(Box::pin(p.finished()), signal).await {
+            Either::Left((r, _)) => Outcome::Finished(r),
+            Either::Right((Ok(sig), _)) => {
+                p.stop();
+                Outcome::Interrupted(sig)
+            }
+            // The signal thread is gone (it never ends): wait for the run.
+            Either::Right((Err(_), finished)) => Outcome::Finished(finished.await),
+        };
+        // After the join: every batch a device took (and traced) is counted.
+        let stats = p.stats().clone();
         p.join();
-        Ok::<_, feedline_actors::PipelineError>((r, snap))
+        Ok::<_, PipelineError>((outcome, stats.snapshot()))
     })?;
     Ok(out)
 }
 
-pub fn print_summary(s: &StatsSnapshot) {
-    println!(
+/// Refuse an output path that is one of the run's inputs (a data file, a
+/// list file, the schema file), compared by device and inode — before the
+/// output is opened, which would truncate it.
+fn refuse_an_input(
+    output: &Path,
+    flag: &str,
+    config: &PipelineConfig,
+    schema: Option<&Path>,
+) -> CliResult<()> {
+    let Ok(out_meta) = std::fs::metadata(output) else {
+        return Ok(()); // Not there yet: not an input.
+    };
+    let mut specs = Vec::new();
+    for files in std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files)) {
+        if !files.is_empty() {
+            specs.extend(expand_inputs(files)?);
+        }
+    }
+    let mut inputs: Vec<PathBuf> = specs
+        .iter()
+        .map(
+            |s| match config.registry.resolve(s, config.format.as_deref()) {
+                Ok((_, bare, _)) => bare,
+                Err(_) => PathBuf::from(s),
+            },
+        )
+        .collect();
+    let lists = (config.files.iter())
+        .chain(config.sets.iter().flat_map(|s| &s.files))
+        .filter_map(|f| f.strip_prefix('@'));
+    inputs.extend(lists.map(PathBuf::from));
+    inputs.extend(schema.map(Path::to_path_buf));
+    for input in inputs {
+        if std::fs::metadata(&input).is_ok_and(|m| same_file(&m, &out_meta)) {
+            return Err(CliError::usage(format!(
+                "{flag} {}: that is the input {}; writing it would destroy it: give another path",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether two files' metadata are of the same file (device and inode).
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {
+    writeln!(
+        out,
         "{} records, {} batches, {} passes in {:.3} s: {:.0} records/s",
         s.readers.records, s.batches, s.passes_done, s.elapsed_s, s.readers.records_per_s
-    );
-    println!("device  batches  records   busy%  waiting%");
+    )?;
+    writeln!(out, "device  batches  records   busy%  waiting%")?;
     for d in &s.devices {
         let total = (d.busy_s + d.waiting_s).max(1e-12);
-        println!(
+        writeln!(
+            out,
             "{:>6} {:>8} {:>8} {:>7.1} {:>9.1}",
             d.device,
             d.batches,
             d.records,
             100.0 * d.busy_s / total,
             100.0 * d.waiting_s / total
-        );
+        )?;
     }
     if s.bad_records > 0 {
-        println!("skipped bad records: {}", s.bad_records);
+        writeln!(out, "skipped bad records: {}", s.bad_records)?;
     }
     if s.equalize_dropped + s.equalize_padded > 0 {
-        println!(
+        writeln!(
+            out,
             "ranks equalized: {} instances dropped, {} repeated as padding",
             s.equalize_dropped, s.equalize_padded
-        );
+        )?;
     }
     if s.reader_restarts > 0 {
-        println!("readers replaced: {}", s.reader_restarts);
+        writeln!(out, "readers replaced: {}", s.reader_restarts)?;
     }
-    println!("{}", s.summary_line());
+    writeln!(out, "{}", s.summary_line())
 }

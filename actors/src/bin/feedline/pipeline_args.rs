@@ -1,0 +1,339 @@
+//! The pipeline's flags, shared by `run` and `bench` (and the peers
+//! harness adapter in `benches/`), and the one place that checks them: every
+//! number has a stated range (a value outside it is refused by name, value
+//! and range before anything starts), and every flag that would be silently
+//! ignored in combination with another is an error that says what to do.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::TypedValueParser;
+use clap::{Args, ValueEnum};
+use feedline::batcher::BatchPolicy;
+use feedline::format::{Compression, OpenOptions};
+use feedline::plan::{Equalize, Shard};
+use feedline::Schema;
+use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig};
+
+use crate::error::{CliError, CliResult};
+
+/// Most prefetch readers (one OS thread each), in all and per `--set`.
+pub const MAX_READERS: u64 = 256;
+/// Most devices (one OS thread each) a run simulates.
+pub const MAX_DEVICES: u64 = 256;
+/// Longest simulated step or consumer pause, milliseconds (an hour).
+pub const MAX_MILLIS: f64 = 3_600_000.0;
+
+/// A whole number in `min..=max`; clap's error names the flag, the value
+/// and the range ("0 is not in 1..=256").
+pub fn count(min: u64, max: u64) -> impl TypedValueParser<Value = usize> {
+    clap::value_parser!(u64)
+        .range(min..=max)
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Milliseconds in `0..=MAX_MILLIS` (no NaN, no infinity, not negative).
+pub fn millis(text: &str) -> Result<Duration, String> {
+    let ms: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number of milliseconds (expected 0..={MAX_MILLIS})"))?;
+    if !(ms.is_finite() && (0.0..=MAX_MILLIS).contains(&ms)) {
+        return Err(format!("{ms} is not in 0..={MAX_MILLIS} (milliseconds)"));
+    }
+    Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// How files are read: their format and compression.
+#[derive(Args, Clone, Debug)]
+pub struct FormatArgs {
+    /// Format of every file (default: from a FORMAT: prefix or the extension).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Compression: none, gzip or zlib (default: from the extension).
+    #[arg(long)]
+    pub compression: Option<String>,
+}
+
+impl FormatArgs {
+    /// The open options these flags ask for.
+    pub fn open_options(&self) -> CliResult<OpenOptions> {
+        let mut opts = OpenOptions::default();
+        if let Some(c) = &self.compression {
+            opts.compression = Some(Compression::parse(c)?);
+        }
+        Ok(opts)
+    }
+}
+
+/// What to do with a bad record (`--on-error`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnError {
+    /// Stop the run with the error (file, record, offset).
+    Fail,
+    /// Skip the record, count it and go on (see --max-bad).
+    Skip,
+}
+
+/// Whether ranks are made to deliver as many batches (`--equalize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EqualizeArg {
+    /// Each rank delivers what it has.
+    Off,
+    /// Every rank keeps as many instances as the smallest.
+    Drop,
+    /// Every rank repeats its own instances up to the largest.
+    Pad,
+}
+
+/// The pipeline's knobs.
+#[derive(Args, Clone, Debug)]
+pub struct PipelineArgs {
+    /// Input files, glob patterns or list files (@train.list); FORMAT: prefixes allowed.
+    pub files: Vec<String>,
+    #[command(flatten)]
+    pub format: FormatArgs,
+    /// Schema file (JSON or TOML); default: inferred from the first file.
+    #[arg(long)]
+    pub schema: Option<PathBuf>,
+    /// Prefetch readers, 1..=256 (default: 2; with --set, each set gives its own).
+    #[arg(long, value_parser = count(1, MAX_READERS))]
+    pub readers: Option<usize>,
+    /// A file set mixed with the others by weight, with its own readers, as
+    /// NAME,WEIGHT,READERS,FILE[,FILE…] (files: paths, globs, @lists);
+    /// repeat for each set, instead of FILES and --readers.
+    #[arg(long = "set", value_name = "NAME,WEIGHT,READERS,FILES")]
+    pub sets: Vec<String>,
+    /// Batch size, 1..=1048576.
+    #[arg(long, default_value_t = 256, value_parser = count(1, 1 << 20))]
+    pub batch: usize,
+    /// Shuffle pool in instances, 0..=1073741824 (0: no shuffle).
+    #[arg(long, default_value_t = 10_000, value_parser = count(0, 1 << 30))]
+    pub shuffle: usize,
+    /// Instances held before the shuffle draws start, 1..=--shuffle (default: the pool size).
+    #[arg(long, value_parser = count(1, 1 << 30))]
+    pub min_pool: Option<usize>,
+    /// Byte bound of the shuffle pool, MiB, 1..=1048576 (default: 256).
+    #[arg(long, value_parser = count(1, 1 << 20))]
+    pub shuffle_mib: Option<usize>,
+    /// Seed of file order and shuffle.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Same batches on every run whatever the reader count and timing.
+    #[arg(long)]
+    pub deterministic: bool,
+    /// Feed-queue capacity in batches, 1..=1024.
+    #[arg(long, default_value_t = 4, value_parser = count(1, 1024))]
+    pub capacity: usize,
+    /// Drop each pass's last partial batch.
+    #[arg(long)]
+    pub drop_last: bool,
+    /// Instances per chunk, 1..=1048576.
+    #[arg(long, default_value_t = 1024, value_parser = count(1, 1 << 20))]
+    pub chunk_records: usize,
+    /// Byte bound of a chunk, MiB, 1..=4096 (a chunk ends at whichever bound it reaches first).
+    #[arg(long, default_value_t = 1, value_parser = count(1, 4096))]
+    pub chunk_mib: usize,
+    /// Data-parallel rank, 0..=65535, below the world size (default: $RANK or 0).
+    #[arg(long, value_parser = count(0, 65_535))]
+    pub rank: Option<usize>,
+    /// Data-parallel world size, 1..=65536 (default: $WORLD_SIZE or 1).
+    #[arg(long, value_parser = count(1, 65_536))]
+    pub world_size: Option<usize>,
+    /// What to do with a bad record.
+    #[arg(long, value_enum, default_value_t = OnError::Fail)]
+    pub on_error: OnError,
+    /// With --on-error skip: fail once more than N records were skipped.
+    #[arg(long)]
+    pub max_bad: Option<u64>,
+    /// Same batch count on every rank.
+    #[arg(long, value_enum, default_value_t = EqualizeArg::Off)]
+    pub equalize: EqualizeArg,
+    /// Skip CRC checks (says so in the output).
+    #[arg(long)]
+    pub no_checksums: bool,
+    /// Check each TFRecord CRC as the record is read (default: a record whose
+    /// large bytes are read straight into its batch is checked as those
+    /// bytes are copied, so they are read once; with `--on-error skip` the
+    /// readers always check as they read).
+    #[arg(long, conflicts_with = "no_checksums")]
+    pub crc_on_read: bool,
+}
+
+impl PipelineArgs {
+    /// The pipeline settings these flags ask for, every combination
+    /// checked: one pass, one device (the caller sets what it runs).
+    pub fn config(&self) -> CliResult<PipelineConfig> {
+        let defaults = PipelineConfig::default();
+        if self.files.is_empty() && self.sets.is_empty() {
+            return Err(CliError::usage(
+                "no input files: give files, globs or @lists, or --set",
+            ));
+        }
+        if !self.files.is_empty() && !self.sets.is_empty() {
+            return Err(CliError::usage(format!(
+                "give input files or --set, not both ({} files and {} --set): put the files in a set of their own",
+                self.files.len(),
+                self.sets.len()
+            )));
+        }
+        if let (Some(n), false) = (self.readers, self.sets.is_empty()) {
+            return Err(CliError::usage(format!(
+                "--readers {n} does not apply with --set: each set gives its own readers (NAME,WEIGHT,READERS,FILES)"
+            )));
+        }
+        if let (Some(n), OnError::Fail) = (self.max_bad, self.on_error) {
+            return Err(CliError::usage(format!(
+                "--max-bad {n} applies only with --on-error skip (with --on-error fail the first bad record stops the run): add --on-error skip"
+            )));
+        }
+        if let (Some(m), 0) = (self.shuffle_mib, self.shuffle) {
+            return Err(CliError::usage(format!(
+                "--shuffle-mib {m} applies only with a shuffle pool (--shuffle 0 does not shuffle): give --shuffle N"
+            )));
+        }
+        if let Some(m) = self.min_pool {
+            if self.shuffle == 0 {
+                return Err(CliError::usage(format!(
+                    "--min-pool {m} applies only with a shuffle pool (--shuffle 0 does not shuffle): give --shuffle N"
+                )));
+            }
+            if m > self.shuffle {
+                return Err(CliError::usage(format!(
+                    "--min-pool {m} is more than the pool holds (--shuffle {}): give at most {}",
+                    self.shuffle, self.shuffle
+                )));
+            }
+        }
+        let error_policy = match self.on_error {
+            OnError::Fail => ErrorPolicy::Fail,
+            OnError::Skip => ErrorPolicy::Skip {
+                max_bad: self.max_bad,
+                max_bad_fraction: None,
+            },
+        };
+        let mut open = self.format.open_options()?;
+        open.verify_checksums = !self.no_checksums;
+        open.defer_checksums = !self.crc_on_read;
+        let sets = self
+            .sets
+            .iter()
+            .map(|s| parse_set(s))
+            .collect::<CliResult<Vec<_>>>()?;
+        Ok(PipelineConfig {
+            files: self.files.clone(),
+            sets,
+            format: self.format.format.clone(),
+            open,
+            schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
+            readers: self.readers.unwrap_or(defaults.readers),
+            chunk_records: self.chunk_records,
+            chunk_bytes: self.chunk_mib << 20,
+            shuffle: self.shuffle,
+            min_pool: self.min_pool,
+            shuffle_bytes: self.shuffle_mib.map_or(defaults.shuffle_bytes, |m| m << 20),
+            batch: BatchPolicy::Fixed(self.batch),
+            drop_last: self.drop_last,
+            seed: self.seed,
+            deterministic: self.deterministic,
+            capacity: self.capacity,
+            error_policy,
+            shard: self.shard()?,
+            equalize: match self.equalize {
+                EqualizeArg::Off => Equalize::Off,
+                EqualizeArg::Drop => Equalize::Drop,
+                EqualizeArg::Pad => Equalize::Pad,
+            },
+            ..defaults
+        })
+    }
+
+    /// This process's shard: the flags, else $RANK and $WORLD_SIZE (the
+    /// core's [`Shard::from_vars`] parses and checks them; a message that
+    /// names a variable says which values came from flags).
+    fn shard(&self) -> CliResult<Shard> {
+        let env = |name: &str| std::env::var(name).ok();
+        let rank = self.rank.map(|r| r.to_string()).or_else(|| env("RANK"));
+        let world = (self.world_size.map(|w| w.to_string())).or_else(|| env("WORLD_SIZE"));
+        Shard::from_vars(rank.as_deref(), world.as_deref()).map_err(|e| {
+            let from_flags: Vec<&str> = [
+                self.rank.map(|_| "RANK from --rank"),
+                self.world_size.map(|_| "WORLD_SIZE from --world-size"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if from_flags.is_empty() {
+                CliError::from(e)
+            } else {
+                CliError::usage(format!("{e} ({})", from_flags.join(", ")))
+            }
+        })
+    }
+}
+
+/// `NAME,WEIGHT,READERS,FILE[,FILE…]` of `--set`.
+fn parse_set(spec: &str) -> CliResult<FileSet> {
+    let bad = |what: String| {
+        CliError::usage(format!(
+            "--set {spec:?}: {what} (expected NAME,WEIGHT,READERS,FILES)"
+        ))
+    };
+    let mut parts = spec.split(',');
+    let name = parts
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad("no name".into()))?;
+    let weight_text = parts.next().unwrap_or("").trim();
+    let weight: f64 = weight_text
+        .parse()
+        .map_err(|_| bad(format!("WEIGHT {weight_text:?} is not a number")))?;
+    if !(weight.is_finite() && weight > 0.0) {
+        return Err(bad(format!(
+            "WEIGHT {weight_text} must be a positive finite number"
+        )));
+    }
+    let readers_text = parts.next().unwrap_or("").trim();
+    let readers = readers_text
+        .parse::<u64>()
+        .ok()
+        .filter(|r| (1..=MAX_READERS).contains(r))
+        .ok_or_else(|| {
+            bad(format!(
+                "READERS {readers_text:?} is not in 1..={MAX_READERS}"
+            ))
+        })?;
+    let files: Vec<String> = parts.filter(|f| !f.is_empty()).map(String::from).collect();
+    if files.is_empty() {
+        return Err(bad("no files".into()));
+    }
+    Ok(FileSet::new(name, files)
+        .readers(readers as usize)
+        .weight(weight))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults the help states for flags left to the library are the library's.
+    #[test]
+    fn stated_defaults_are_the_librarys() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.readers, 2, "--readers says (default: 2)");
+        assert_eq!(
+            d.shuffle_bytes,
+            256 << 20,
+            "--shuffle-mib says (default: 256)"
+        );
+    }
+
+    #[test]
+    fn millis_takes_a_range_of_finite_milliseconds() {
+        assert_eq!(millis("2.5"), Ok(Duration::from_micros(2500)));
+        assert_eq!(millis("0"), Ok(Duration::ZERO));
+        for bad in ["inf", "-inf", "NaN", "-0.5", "3600001", "1e300", "x", ""] {
+            assert!(millis(bad).is_err(), "{bad}");
+        }
+    }
+}
