@@ -8,6 +8,8 @@ use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::Schema;
 
+use crate::guard::FaultPlan;
+
 /// Records read from the first readable input file to infer a schema when
 /// none is given (`feedline inspect` prints what this infers, file by file).
 pub const SCHEMA_SAMPLE_RECORDS: usize = 64;
@@ -180,6 +182,10 @@ pub struct PipelineConfig {
     /// pushes, its instances named after this source (e.g. `"push"`). The
     /// stream is one pass; readers and sharding do not apply.
     pub push: Option<String>,
+    /// Panics to inject into the stages' handlers (tests of the failure
+    /// paths; empty by default).
+    #[doc(hidden)]
+    pub faults: FaultPlan,
 }
 
 impl Default for PipelineConfig {
@@ -222,6 +228,7 @@ impl Default for PipelineConfig {
             stall_timeout: Some(std::time::Duration::from_secs(60)),
             on_stall: StallPolicy::Retry,
             push: None,
+            faults: FaultPlan::default(),
         }
     }
 }

@@ -143,6 +143,13 @@ impl LoaderBuilder {
         max_attempts: u32 => max_attempts;
     }
 
+    /// Panics to inject into the stages' handlers (tests of the failure paths).
+    #[doc(hidden)]
+    pub fn inject_faults(mut self, faults: crate::FaultPlan) -> Self {
+        self.config.faults = faults;
+        self
+    }
+
     /// Replace every setting.
     pub fn config(mut self, config: PipelineConfig) -> Self {
         self.config = config;
