@@ -190,7 +190,14 @@ impl PrefetchReader {
     fn read_one(&mut self, ctx: &mut Context<Self>) {
         let cfg = self.config.clone();
         let cur = self.current.as_mut().expect("a current file");
-        let mut chunk = Chunk::with_budget(&self.schema, cfg.chunk_records, cfg.chunk_bytes);
+        // Room for what the file can still hold: a one-record file does not
+        // get a chunk made for `chunk_records`.
+        let rows = (cur.reader.max_records_left())
+            .map_or(cfg.chunk_records, |left| {
+                left.min(cfg.chunk_records as u64) as usize
+            })
+            .max(1);
+        let mut chunk = Chunk::with_budget(&self.schema, rows, cfg.chunk_bytes);
         let t0 = Instant::now();
         self.watch.enter(self.recorder.now_ns());
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -206,8 +213,9 @@ impl PrefetchReader {
                 self.panicked(ctx, task, panic_text(panic));
             }
             Ok(Ok(n)) => {
-                let end =
-                    n == 0 || (n < cfg.chunk_records && chunk.payload_bytes() < cfg.chunk_bytes);
+                // Only an empty read ends a file (a block or row-group reader
+                // returns short chunks), or a reader that knows none is left.
+                let end = n == 0 || cur.reader.max_records_left() == Some(0);
                 self.send_chunk(ctx, chunk, end);
             }
             Ok(Err(e)) => {
