@@ -44,7 +44,7 @@ use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
     BatchMsg, BatchQueue, ChunkAck, ChunkMsg, Delivered, PassEvent, PassFlushed, QueueItem,
-    Shutdown,
+    Shutdown, StreamQueued,
 };
 use crate::recorder::ShuffleRecorder;
 use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
@@ -57,6 +57,8 @@ use state::{records_of, RecordRef, ShuffleState};
 pub(crate) struct ShuffleLinks {
     /// The last batch of a pass is made.
     pub flushed: Recipient<PassFlushed>,
+    /// Every batch of the last pass is in the closed feed queue.
+    pub queued: Recipient<StreamQueued>,
 }
 
 type Ack = Recipient<ChunkAck>;
@@ -80,6 +82,8 @@ pub(crate) struct ShuffleBatch {
     quota: EqualizeQuota<RowRef>,
     idle_since: Instant,
     failed: bool,
+    /// The feed queue is closed: everything is in it.
+    closed: bool,
     /// Where a failure goes (a panic in any handler, a collation error).
     guard: StageGuard,
 }
@@ -136,6 +140,7 @@ impl ShuffleBatch {
             quota: EqualizeQuota::new(),
             idle_since: Instant::now(),
             failed: false,
+            closed: false,
             guard,
             config,
         }
@@ -229,8 +234,10 @@ impl ShuffleBatch {
                     // the drain failed to collate: then the supervisor fails
                     // them (closing first would end the pass cleanly, and the
                     // error would never reach a consumer).
-                    if close && !self.failed {
+                    if close && !self.failed && !self.closed {
+                        self.closed = true;
                         self.queue.close();
+                        self.links.queued.do_send(StreamQueued);
                     }
                 }
                 Ok(Pushed::Full(room)) => {

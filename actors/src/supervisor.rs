@@ -21,7 +21,8 @@ use crate::config::{PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, TrainerDone,
+    BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, StreamQueued,
+    TrainerDone,
 };
 use crate::recorder::SupervisorRecorder;
 use crate::stats::Stats;
@@ -70,6 +71,8 @@ pub(crate) struct Supervisor {
     trainers_left: usize,
     done: Option<oneshot::Sender<Result<(), PipelineError>>>,
     failed: bool,
+    /// Every batch is in the closed feed queue: a stop leaves it to the consumers.
+    queued: bool,
     guard: StageGuard,
 }
 
@@ -98,6 +101,7 @@ impl Supervisor {
             trainers_left: trainers,
             done: Some(done),
             failed: false,
+            queued: false,
             guard,
         }
     }
@@ -244,9 +248,16 @@ impl Supervisor {
         if done >= self.config.passes {
             // Readers have nothing more to do.
             self.stop_readers();
-            if self.trainers_left == 0 {
-                self.resolve(Ok(()));
-            }
+        }
+    }
+
+    /// Without trainers the pipeline's work is done once every batch is
+    /// in the feed queue (the end-of-pass drain is collated as the queue
+    /// takes it, so that is later than the last pass's flush).
+    fn on_stream_queued(&mut self) {
+        self.queued = true;
+        if self.trainers_left == 0 {
+            self.resolve(Ok(()));
         }
     }
 
@@ -266,8 +277,12 @@ impl Supervisor {
     fn shutdown(&mut self, ctx: &mut Context<Self>) {
         self.stop_producers();
         if let Some(l) = self.links.take() {
-            l.queue.fail(PipelineError::Stopped);
-            l.feed.do_send(Shutdown);
+            // Once every batch is queued the consumers take the rest and
+            // the end of data (the feed queue's actor lives on with the system).
+            if !self.queued || self.failed {
+                l.queue.fail(PipelineError::Stopped);
+                l.feed.do_send(Shutdown);
+            }
         }
         self.resolve(Err(PipelineError::Stopped));
         ctx.stop();
@@ -334,6 +349,13 @@ impl Handler<PassFlushed> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: PassFlushed, ctx: &mut Context<Self>) {
         guarded(self, ctx, "PassFlushed", |me, _| me.on_pass_flushed(msg));
+    }
+}
+
+impl Handler<StreamQueued> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: StreamQueued, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "StreamQueued", |me, _| me.on_stream_queued());
     }
 }
 

@@ -310,3 +310,58 @@ fn a_panic_in_the_push_source_stops_producers_and_consumers() {
     let refused = producer.join().unwrap().expect("a push refused");
     assert!(refused.contains("push source"), "{refused}");
 }
+
+#[test]
+fn without_trainers_finished_waits_for_the_last_drain_and_a_stop_then_loses_nothing() {
+    for round_robin in [false, true] {
+        // The pool holds whole passes: every batch comes from the end-of-pass
+        // drain, which reaches the one-batch lanes only as consumers pop.
+        let config = PipelineConfig {
+            shuffle: 10_000,
+            devices: 2,
+            ..config(2, round_robin)
+        };
+        let (seen, ends) = bounded(async move {
+            let mut p = Pipeline::start(config).unwrap();
+            let consumers: Vec<_> = (0..2)
+                .map(|consumer| {
+                    let feed = p.feed();
+                    let (tx, rx) = futures::channel::oneshot::channel();
+                    actix::spawn(async move {
+                        let mut got = Vec::new();
+                        let end = loop {
+                            match feed.send(Pop { consumer }).await.expect("answered") {
+                                Ok(Popped::Batch(d)) => got.push((d.pass, ids(&d))),
+                                Ok(Popped::EndOfPass(_)) => {}
+                                Ok(Popped::EndOfData) => break Ok(()),
+                                Err(e) => break Err(e),
+                            }
+                        };
+                        let _ = tx.send((got, end));
+                    });
+                    rx
+                })
+                .collect();
+            p.finished().await.expect("finished");
+            // The embedder stops right away: nothing already made is lost.
+            p.stop();
+            let mut seen = Vec::new();
+            let mut ends = Vec::new();
+            for rx in consumers {
+                let (got, end) = rx.await.expect("a consumer's result");
+                seen.extend(got);
+                ends.push(end);
+            }
+            p.join();
+            (seen, ends)
+        });
+        for end in ends {
+            end.unwrap_or_else(|e| panic!("round robin {round_robin}: a consumer got {e}"));
+        }
+        let mut per_pass = std::collections::BTreeMap::new();
+        for (pass, ids) in seen {
+            per_pass.entry(pass).or_insert_with(Vec::new).extend(ids);
+        }
+        common::assert_exactly_once(&per_pass, &common::all_ids(&[90, 70, 55, 40], &[]), 2);
+    }
+}

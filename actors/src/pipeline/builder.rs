@@ -103,6 +103,7 @@ pub(crate) fn build<S: TrainStep>(
         let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
         let links = ShuffleLinks {
             flushed: supervisor.clone().recipient(),
+            queued: supervisor.clone().recipient(),
         };
         let recorder = recorders.shuffle();
         let guard = guard.named("shuffle stage");
