@@ -67,7 +67,10 @@ mod timeline;
 mod trainer;
 mod watch;
 
-pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy, SCHEMA_SAMPLE_RECORDS};
+pub use crate::config::{
+    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, MAX_DEVICES, MAX_READERS,
+    SCHEMA_SAMPLE_RECORDS,
+};
 pub use crate::error::{PipelineError, PushError};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;

@@ -137,7 +137,13 @@ impl PrefetchReader {
             return;
         }
         if self.current.is_none() {
-            let Some(task) = self.queues.steal() else {
+            // Stealing checks the fence, atomically with the watchdog's fencing.
+            let queues = self.queues.clone();
+            let stolen = match self.watch.take_task(|| queues.steal()) {
+                Ok(t) => t,
+                Err(_) => return self.abandon(ctx),
+            };
+            let Some(task) = stolen else {
                 self.mark_idle();
                 self.links.idle.do_send(ReaderIdle {
                     reader: self.id,
@@ -146,7 +152,6 @@ impl PrefetchReader {
                 return;
             };
             self.mark_busy();
-            self.watch.lock().task = Some(task.clone());
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
