@@ -80,6 +80,7 @@ pub use crate::pipeline::Pipeline;
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
+    MAX_SKIPPED_LISTED,
 };
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
