@@ -257,3 +257,80 @@ fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() 
         assert_eq!(s.reader_stalls, 1, "det {det}: one reader fenced");
     }
 }
+
+/// Every open blocks until `release` is set (then reads the synthetic file).
+struct OpenBlocks {
+    inner: SynthFormat,
+    release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl feedline::format::Format for OpenBlocks {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        opts: &feedline::format::OpenOptions,
+    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
+        let (m, c) = &*self.release;
+        let mut released = m.lock().unwrap();
+        while !*released {
+            released = c.wait(released).unwrap();
+        }
+        drop(released);
+        self.inner.open(path, opts)
+    }
+}
+
+#[test]
+fn a_stalled_first_input_fails_start_up_instead_of_hanging() {
+    for infer in [true, false] {
+        let synth = SynthFormat::with_files(&[10, 10]).build();
+        let specs = synth.specs();
+        let release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)> =
+            Default::default();
+        let mut registry = feedline::format::Registry::with_builtin();
+        registry.register(std::sync::Arc::new(OpenBlocks {
+            inner: synth,
+            release: release.clone(),
+        }));
+        let mut b = Loader::builder()
+            .registry(registry)
+            .files(specs)
+            .stall_timeout(Some(Duration::from_millis(200)));
+        if !infer {
+            // The schema is given; equalizing ranks counts the records.
+            b = b
+                .schema(SynthFormat::schema())
+                .shard(0, 2)
+                .equalize(feedline::plan::Equalize::Drop)
+                .batch(2);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(b.build().map(drop));
+        });
+        let built = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("hang: start-up never ended");
+        let (m, c) = &*release;
+        *m.lock().unwrap() = true;
+        c.notify_all();
+        match built {
+            Err(PipelineError::ReaderStuck { file, .. }) => {
+                assert!(file.starts_with("synth:f0"), "{file}");
+                let what = if infer {
+                    "inferring the schema"
+                } else {
+                    "counting its records"
+                };
+                assert!(file.contains(what), "{file}");
+            }
+            other => panic!("infer {infer}: expected a stall error, got {other:?}"),
+        }
+    }
+}
