@@ -146,6 +146,19 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
             return bad(format!("file set {:?}: the inputs name no files", set.name));
         }
     }
+    // Each set's inputs are checked for repeats as they expand; a file in
+    // two sets would be delivered twice a pass too.
+    let mut owner = std::collections::HashMap::new();
+    for set in &config.sets {
+        for f in &set.files {
+            if let Some(first) = owner.insert(f.as_str(), set.name.as_str()) {
+                return bad(format!(
+                    "{f} is in file sets {first:?} and {:?}: it would be read twice a pass",
+                    set.name
+                ));
+            }
+        }
+    }
     config.files = config.sets.iter().flat_map(|s| s.files.clone()).collect();
     config.readers = config.sets.iter().map(|s| s.readers).sum();
     Ok(())
