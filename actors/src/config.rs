@@ -33,7 +33,10 @@ pub enum ErrorPolicy {
     Skip {
         /// Fail once more than this many records were skipped.
         max_bad: Option<u64>,
-        /// Fail once more than this fraction of the records read were skipped.
+        /// Fail once more than this fraction of a pass's records were
+        /// skipped (bad ones included in the count; judged at the end of
+        /// each pass, so the same run passes or fails whatever the reader
+        /// count).
         max_bad_fraction: Option<f64>,
     },
 }

@@ -303,6 +303,11 @@ impl ShuffleBatch {
     fn end_pass(&mut self, pass: u64) {
         let left = self.intake.end_pass(pass);
         self.take(left);
+        if let Some(e) = self.too_many_bad(pass) {
+            self.failed = true;
+            self.guard.fail(e);
+            return;
+        }
         // The drain is collated as the feed queue takes it (`undefer`).
         self.drain.set_drawing(true);
         self.buffer.set_draining(true);
@@ -348,6 +353,29 @@ impl ShuffleBatch {
         self.numbering.start_pass(pass + 1);
         self.pass_records = 0;
         self.buffer.start_pass(pass + 1);
+    }
+
+    /// The skip policy's `max_bad_fraction`, judged at the end of `pass` on
+    /// its records: every file of the pass was read, so the verdict is the
+    /// same whatever the reader count and the timing.
+    fn too_many_bad(&self, pass: u64) -> Option<PipelineError> {
+        let crate::config::ErrorPolicy::Skip {
+            max_bad_fraction: Some(f),
+            ..
+        } = self.config.error_policy
+        else {
+            return None;
+        };
+        let (bad, last) = self.recorder.bad_in_pass(pass)?;
+        let read = self.pass_records + bad;
+        (bad as f64 > f * read as f64).then(|| PipelineError::TooManyBad {
+            bad,
+            budget: format!(
+                "{:.3}% of the records of a pass ({read} records in pass {pass})",
+                f * 100.0
+            ),
+            last,
+        })
     }
 
     /// Queue a ready-made (pushed) batch with the stage's own: numbered and
