@@ -225,6 +225,12 @@ pub trait Format: Send + Sync + 'static {
     fn extensions(&self) -> &[&str];
     /// Open `path` (already stripped of any prefix).
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>>;
+
+    /// The schema the file declares, for a format whose files carry one
+    /// (Parquet); `None` (the default): infer it from sample records.
+    fn infer_schema(&self, _path: &Path) -> Option<Result<crate::schema::Schema>> {
+        None
+    }
 }
 
 /// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.

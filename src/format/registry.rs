@@ -137,10 +137,16 @@ impl Registry {
         f.open(&path, &opts)
     }
 
-    /// Read up to `n` records of `spec` and infer a schema from them. A bad
+    /// The schema `spec`'s file declares, if its format has one
+    /// ([`Format::infer_schema`]); otherwise read up to `n` records of
+    /// `spec` and infer a schema from them. A bad
     /// record ends the sample (the records before it are used); an error
     /// before any record is returned.
     pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
+        let (f, path, _) = self.resolve(spec, explicit)?;
+        if let Some(declared) = f.infer_schema(&path) {
+            return declared;
+        }
         let mut r = self.open(spec, explicit, &OpenOptions::default())?;
         let mut recs = Vec::new();
         while recs.len() < n {
