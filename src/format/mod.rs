@@ -34,6 +34,7 @@ pub mod example;
 pub mod generator;
 pub mod jsonl;
 pub mod npy;
+pub mod parquet;
 mod registry;
 pub mod tfrecord;
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{csv, jsonl, npy, tfrecord, Compression, Format, OpenOptions, RecordReader};
+use super::{csv, jsonl, npy, parquet, tfrecord, Compression, Format, OpenOptions, RecordReader};
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 
@@ -36,7 +36,7 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, JSON Lines, CSV and TSV.
+    /// TFRecord, NPY, NPZ, JSON Lines, CSV, TSV and Parquet.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -45,6 +45,7 @@ impl Registry {
         r.register(Arc::new(jsonl::JsonlFormat));
         r.register(Arc::new(csv::CsvFormat::default()));
         r.register(Arc::new(csv::CsvFormat::tsv()));
+        r.register(Arc::new(parquet::ParquetFormat));
         r
     }
 
