@@ -37,6 +37,7 @@ pub mod npy;
 pub mod parquet;
 mod registry;
 pub mod tfrecord;
+pub mod wds;
 
 pub use registry::Registry;
 

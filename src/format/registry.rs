@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{csv, jsonl, npy, parquet, tfrecord, Compression, Format, OpenOptions, RecordReader};
+use super::{
+    csv, jsonl, npy, parquet, tfrecord, wds, Compression, Format, OpenOptions, RecordReader,
+};
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 
@@ -36,7 +38,7 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, JSON Lines, CSV, TSV and Parquet.
+    /// TFRecord, NPY, NPZ, JSON Lines, CSV, TSV, Parquet and WebDataset tar.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -46,6 +48,7 @@ impl Registry {
         r.register(Arc::new(csv::CsvFormat::default()));
         r.register(Arc::new(csv::CsvFormat::tsv()));
         r.register(Arc::new(parquet::ParquetFormat));
+        r.register(Arc::new(wds::WdsFormat));
         r
     }
 
