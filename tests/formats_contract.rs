@@ -72,7 +72,8 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
             .set_max_row_group_row_count(Some(5))
             .build();
         let file = std::fs::File::create(&parquet).unwrap();
-        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
     }

@@ -39,7 +39,11 @@ fn cat_prints_what_pyarrow_reads() {
 #[test]
 fn cat_prints_what_webdataset_reads() {
     let want = expected("wds.expected.jsonl");
-    let out = feedline(&["cat", &fixture("wds-000000.tar"), &fixture("wds-000001.tar")]);
+    let out = feedline(&[
+        "cat",
+        &fixture("wds-000000.tar"),
+        &fixture("wds-000001.tar"),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json_lines(&stdout(&out)), want);
     let out = feedline(&["cat", &fixture("wds-gz-000000.tar.gz")]);
@@ -64,13 +68,23 @@ fn inspect_shows_the_parquet_and_webdataset_schemas() {
     let out = feedline(&["inspect", &fixture("pq_table.snappy.parquet")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    for part in ["(parquet): 10 records", "tokens: [?] i64", "x: [3] f32", "grid: [2, 2] i32"] {
+    for part in [
+        "(parquet): 10 records",
+        "tokens: [?] i64",
+        "x: [3] f32",
+        "grid: [2, 2] i32",
+    ] {
         assert!(text.contains(part), "{text}");
     }
     let out = feedline(&["inspect", &fixture("wds-000000.tar")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    for part in ["(wds): 7 records", "cls: [] i64", "jpg: [] bytes", "__key__: [] bytes"] {
+    for part in [
+        "(wds): 7 records",
+        "cls: [] i64",
+        "jpg: [] bytes",
+        "__key__: [] bytes",
+    ] {
         assert!(text.contains(part), "{text}");
     }
 }

@@ -104,5 +104,7 @@ fn parquet_nulls_are_skipped_and_named_under_the_skip_policy() {
         .collect();
     at.sort();
     assert_eq!(at, vec![(2, true), (4, true)]);
-    assert!(skipped.iter().all(|s| s.source.ends_with("pq_nulls.parquet")));
+    assert!(skipped
+        .iter()
+        .all(|s| s.source.ends_with("pq_nulls.parquet")));
 }
