@@ -58,6 +58,42 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
         "x.tsv",
         csv_to_tsv(&std::fs::read_to_string(&csv).unwrap()).as_bytes(),
     );
+    let parquet = dir.join("x.parquet");
+    {
+        use arrow_array::builder::{FixedSizeListBuilder, Int64Builder};
+        let mut xs = FixedSizeListBuilder::new(Int64Builder::new(), 2);
+        for i in 0..N as i64 {
+            xs.values().append_slice(&[i, i]);
+            xs.append(true);
+        }
+        let xs: arrow_array::ArrayRef = std::sync::Arc::new(xs.finish());
+        let batch = arrow_array::RecordBatch::try_from_iter([("x", xs)]).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(5))
+            .build();
+        let file = std::fs::File::create(&parquet).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let wds = dir.join("x.tar");
+    {
+        let mut b = tar::Builder::new(std::fs::File::create(&wds).unwrap());
+        for i in 0..N {
+            let text = i.to_string();
+            let mut h = tar::Header::new_ustar();
+            h.set_size(text.len() as u64);
+            h.set_cksum();
+            b.append_data(&mut h, format!("k{i:03}.cls"), text.as_bytes())
+                .unwrap();
+        }
+        b.finish().unwrap();
+    }
+    let cls = Schema::builder()
+        .field("cls", DType::I64, [])
+        .build()
+        .unwrap();
     let mut reg = Registry::with_builtin();
     let mut gens = GeneratorFormat::new();
     gens.add(GeneratorSource::new("x", || {
@@ -73,6 +109,8 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
         (s(&jsonl), x.clone()),
         (s(&csv), y.clone()),
         (s(&tsv), y),
+        (s(&parquet), x.clone()),
+        (s(&wds), cls),
         ("gen:x".to_string(), x),
     ];
     (reg, files)

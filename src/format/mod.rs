@@ -34,8 +34,10 @@ pub mod example;
 pub mod generator;
 pub mod jsonl;
 pub mod npy;
+pub mod parquet;
 mod registry;
 pub mod tfrecord;
+pub mod wds;
 
 pub use registry::Registry;
 
@@ -225,6 +227,12 @@ pub trait Format: Send + Sync + 'static {
     fn extensions(&self) -> &[&str];
     /// Open `path` (already stripped of any prefix).
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>>;
+
+    /// The schema the file declares, for a format whose files carry one
+    /// (Parquet); `None` (the default): infer it from sample records.
+    fn infer_schema(&self, _path: &Path) -> Option<Result<crate::schema::Schema>> {
+        None
+    }
 }
 
 /// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{csv, jsonl, npy, tfrecord, Compression, Format, OpenOptions, RecordReader};
+use super::{
+    csv, jsonl, npy, parquet, tfrecord, wds, Compression, Format, OpenOptions, RecordReader,
+};
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 
@@ -36,7 +38,7 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, JSON Lines, CSV and TSV.
+    /// TFRecord, NPY, NPZ, JSON Lines, CSV, TSV, Parquet and WebDataset tar.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -45,6 +47,8 @@ impl Registry {
         r.register(Arc::new(jsonl::JsonlFormat));
         r.register(Arc::new(csv::CsvFormat::default()));
         r.register(Arc::new(csv::CsvFormat::tsv()));
+        r.register(Arc::new(parquet::ParquetFormat));
+        r.register(Arc::new(wds::WdsFormat));
         r
     }
 
@@ -137,10 +141,16 @@ impl Registry {
         f.open(&path, &opts)
     }
 
-    /// Read up to `n` records of `spec` and infer a schema from them. A bad
+    /// The schema `spec`'s file declares, if its format has one
+    /// ([`Format::infer_schema`]); otherwise read up to `n` records of
+    /// `spec` and infer a schema from them. A bad
     /// record ends the sample (the records before it are used); an error
     /// before any record is returned.
     pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
+        let (f, path, _) = self.resolve(spec, explicit)?;
+        if let Some(declared) = f.infer_schema(&path) {
+            return declared;
+        }
         let mut r = self.open(spec, explicit, &OpenOptions::default())?;
         let mut recs = Vec::new();
         while recs.len() < n {
