@@ -68,6 +68,7 @@ pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
 pub use values::{BytesList, Tensor, Values};
 
 pub mod batcher;
+pub mod checkpoint;
 pub mod feed_queue;
 pub mod gen;
 pub mod plan;

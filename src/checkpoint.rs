@@ -1,0 +1,1093 @@
+//! The checkpoint model (issue 17): what a loader's position mid-pass is
+//! made of, as plain serde values — provenance, not data. It owns the
+//! [`Checkpoint`] record and its JSON form, its atomic save and checked
+//! load, the fingerprints of the inputs and of the order-fixing settings
+//! (with errors saying what changed, old vs new), re-reading records by
+//! reference ([`reread`]), and the elastic merge and split of the records
+//! left in a pass among a new number of ranks ([`split_remainder`]).
+//!
+//! References are encoded compactly: a checkpoint holds one table of source
+//! names and every reference names its source by its index there
+//! ([`RefList`] keeps an order — the shuffle pool's slot order —,
+//! [`RecordRanges`] a sorted set of record ranges).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::format::{OpenOptions, Registry};
+use crate::{Origin, Record, SourceId};
+
+/// The version of the checkpoint format this build writes and reads.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// What went wrong saving, loading or resuming from a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Reading or writing the checkpoint file (or a data file's metadata).
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a checkpoint: empty, cut short or not valid JSON.
+    #[error("{}: not a valid checkpoint: {what}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        what: String,
+    },
+    /// The checkpoint was written by another format version.
+    #[error("{}: checkpoint format version {found}, this build reads version {expected}", path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// The input files differ from those the checkpoint was taken on.
+    #[error("the inputs changed since the checkpoint: {}", changes.join("; "))]
+    InputsChanged {
+        /// One line per change: which file, old vs new.
+        changes: Vec<String>,
+    },
+    /// A setting that fixes the order differs from the checkpoint's.
+    #[error("setting `{name}` changed since the checkpoint: was {old}, now {new}")]
+    SettingChanged {
+        /// The setting.
+        name: String,
+        /// Its value in the checkpoint (`(unset)` if absent).
+        old: String,
+        /// Its value now (`(unset)` if absent).
+        new: String,
+    },
+    /// A reference names a source index outside the checkpoint's source table.
+    #[error(
+        "checkpoint: reference to source #{index}, but the checkpoint names {sources} source(s)"
+    )]
+    BadSourceIndex {
+        /// The index.
+        index: u32,
+        /// How many sources the table holds.
+        sources: usize,
+    },
+    /// A referenced record is not in its file any more (the file is shorter).
+    #[error("{source_name}: record {record} is referenced by the checkpoint but the file ends at record {end}")]
+    MissingRecord {
+        /// The file.
+        source_name: String,
+        /// The referenced record.
+        record: u64,
+        /// The number of records the file has.
+        end: u64,
+    },
+    /// Merging or splitting checkpoints: they do not belong together.
+    #[error("cannot merge the checkpoints: {0}")]
+    Merge(String),
+    /// Reading a referenced record failed.
+    #[error(transparent)]
+    Read(#[from] crate::Error),
+}
+
+/// Result with a [`CheckpointError`].
+pub type CheckpointResult<T> = std::result::Result<T, CheckpointError>;
+
+/// An ordered list of record references (source index, record), stored as
+/// two parallel columns so a 10,000-row pool stays ~100 KiB of JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefList {
+    /// Index of each reference's source in [`Checkpoint::sources`].
+    pub sources: Vec<u32>,
+    /// Record index of each reference.
+    pub records: Vec<u64>,
+}
+
+impl RefList {
+    /// The references of `origins`, interning their sources in `table`.
+    pub fn encode(origins: &[Origin], table: &mut SourceTable) -> Self {
+        let mut list = RefList::default();
+        for o in origins {
+            list.sources.push(table.index(o.source));
+            list.records.push(o.record);
+        }
+        list
+    }
+
+    /// The origins, their sources named by `table`. A length mismatch of the
+    /// two columns or an index outside the table is an error.
+    pub fn decode(&self, table: &[String]) -> CheckpointResult<Vec<Origin>> {
+        if self.sources.len() != self.records.len() {
+            return Err(CheckpointError::Merge(format!(
+                "reference list has {} sources but {} records",
+                self.sources.len(),
+                self.records.len()
+            )));
+        }
+        let ids = intern_table(table);
+        self.sources
+            .iter()
+            .zip(&self.records)
+            .map(|(&s, &r)| {
+                ids.get(s as usize).map(|&id| Origin::new(id, r)).ok_or(
+                    CheckpointError::BadSourceIndex {
+                        index: s,
+                        sources: table.len(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Number of references.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+fn intern_table(table: &[String]) -> Vec<SourceId> {
+    table.iter().map(|n| SourceId::intern(n)).collect()
+}
+
+/// The source names a checkpoint refers to, each once, in first-use order.
+#[derive(Clone, Debug, Default)]
+pub struct SourceTable {
+    names: Vec<String>,
+    index: HashMap<SourceId, u32>,
+}
+
+impl SourceTable {
+    /// The index of `source`, adding it on first use.
+    pub fn index(&mut self, source: SourceId) -> u32 {
+        let names = &mut self.names;
+        *self.index.entry(source).or_insert_with(|| {
+            names.push(source.name().to_string());
+            (names.len() - 1) as u32
+        })
+    }
+
+    /// The names, by index.
+    pub fn into_names(self) -> Vec<String> {
+        self.names
+    }
+}
+
+/// A set of record indices of one source as sorted, disjoint, non-adjacent
+/// half-open ranges `[start, end)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RecordRanges(Vec<[u64; 2]>);
+
+impl RecordRanges {
+    /// The ranges covering `records` (any order, duplicates allowed).
+    pub fn from_records(records: impl IntoIterator<Item = u64>) -> Self {
+        let mut v: Vec<u64> = records.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        let mut ranges: Vec<[u64; 2]> = Vec::new();
+        for r in v {
+            match ranges.last_mut() {
+                Some(last) if last[1] == r => last[1] = r + 1,
+                _ => ranges.push([r, r + 1]),
+            }
+        }
+        RecordRanges(ranges)
+    }
+
+    /// The record indices, ascending.
+    pub fn records(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().flat_map(|&[s, e]| s..e)
+    }
+
+    /// How many records.
+    pub fn count(&self) -> u64 {
+        self.0.iter().map(|&[s, e]| e.saturating_sub(s)).sum()
+    }
+
+    /// True if `record` is in the set.
+    pub fn contains(&self, record: u64) -> bool {
+        let i = self.0.partition_point(|&[_, e]| e <= record);
+        self.0.get(i).is_some_and(|&[s, _]| s <= record)
+    }
+
+    /// The ranges.
+    pub fn ranges(&self) -> &[[u64; 2]] {
+        &self.0
+    }
+}
+
+/// A data file's identity at checkpoint time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStamp {
+    /// The path as the loader was given it.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch (`None` where
+    /// the platform has none).
+    pub mtime_ns: Option<u64>,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now.
+    pub fn of(path: &str) -> CheckpointResult<Self> {
+        let meta = std::fs::metadata(path).map_err(|source| CheckpointError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as u64);
+        Ok(FileStamp {
+            path: path.to_string(),
+            size: meta.len(),
+            mtime_ns,
+        })
+    }
+}
+
+/// The fingerprint of the inputs: every data file's path, size and
+/// modification time, in the loader's file order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFingerprint {
+    /// The files.
+    pub files: Vec<FileStamp>,
+}
+
+impl InputFingerprint {
+    /// Stamp `paths` now.
+    pub fn of<S: AsRef<str>>(paths: &[S]) -> CheckpointResult<Self> {
+        Ok(InputFingerprint {
+            files: paths
+                .iter()
+                .map(|p| FileStamp::of(p.as_ref()))
+                .collect::<CheckpointResult<_>>()?,
+        })
+    }
+
+    /// `Ok` when `now` has the same files, sizes and times as `self` (the
+    /// checkpoint's); otherwise an error listing every change.
+    pub fn check_unchanged(&self, now: &InputFingerprint) -> CheckpointResult<()> {
+        let old: BTreeMap<&str, &FileStamp> =
+            self.files.iter().map(|f| (f.path.as_str(), f)).collect();
+        let new: BTreeMap<&str, &FileStamp> =
+            now.files.iter().map(|f| (f.path.as_str(), f)).collect();
+        let mut changes = Vec::new();
+        for (path, o) in &old {
+            match new.get(path) {
+                None => changes.push(format!(
+                    "{path}: in the checkpoint's inputs, not in the inputs now"
+                )),
+                Some(n) => {
+                    if o.size != n.size {
+                        changes.push(format!(
+                            "{path}: size was {} bytes, now {} bytes",
+                            o.size, n.size
+                        ));
+                    }
+                    if o.mtime_ns != n.mtime_ns {
+                        changes.push(format!(
+                            "{path}: modification time was {}, now {}",
+                            show_mtime(o.mtime_ns),
+                            show_mtime(n.mtime_ns)
+                        ));
+                    }
+                }
+            }
+        }
+        for path in new.keys().filter(|p| !old.contains_key(*p)) {
+            changes.push(format!(
+                "{path}: a new input, not in the checkpoint's inputs"
+            ));
+        }
+        if changes.is_empty() {
+            let old_order: Vec<&str> = self.files.iter().map(|f| f.path.as_str()).collect();
+            let new_order: Vec<&str> = now.files.iter().map(|f| f.path.as_str()).collect();
+            if old_order != new_order {
+                changes.push(format!(
+                    "file order was [{}], now [{}]",
+                    old_order.join(", "),
+                    new_order.join(", ")
+                ));
+            }
+        }
+        if changes.is_empty() {
+            Ok(())
+        } else {
+            Err(CheckpointError::InputsChanged { changes })
+        }
+    }
+}
+
+fn show_mtime(ns: Option<u64>) -> String {
+    match ns {
+        Some(ns) => format!("{}.{:09} s", ns / 1_000_000_000, ns % 1_000_000_000),
+        None => "(unknown)".to_string(),
+    }
+}
+
+/// The settings that fix the order of a pass (seed, shuffle, batch policy,
+/// deterministic, world size, shard_by, sets and weights, transforms…), by
+/// name, as their displayed values. Whoever builds the loader decides which
+/// settings go in (one place: the builder); this type compares them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SettingsFingerprint(BTreeMap<String, String>);
+
+impl SettingsFingerprint {
+    /// An empty fingerprint.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With setting `name` = `value`.
+    pub fn with(mut self, name: &str, value: impl fmt::Display) -> Self {
+        self.0.insert(name.to_string(), value.to_string());
+        self
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// `Ok` when `now` equals `self` (the checkpoint's) on every setting
+    /// but those in `except` (an elastic resume excepts `rank` and
+    /// `world_size`); otherwise the first changed setting, old vs new.
+    pub fn check_compatible(
+        &self,
+        now: &SettingsFingerprint,
+        except: &[&str],
+    ) -> CheckpointResult<()> {
+        let names: BTreeSet<&String> = self.0.keys().chain(now.0.keys()).collect();
+        for name in names {
+            if except.contains(&name.as_str()) {
+                continue;
+            }
+            let old = self.0.get(name);
+            let new = now.0.get(name);
+            if old != new {
+                let show = |v: Option<&String>| v.cloned().unwrap_or_else(|| "(unset)".to_string());
+                return Err(CheckpointError::SettingChanged {
+                    name: name.clone(),
+                    old: show(old),
+                    new: show(new),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where one file of the pass stands: the records before `next_record` are
+/// accepted (delivered, pending or in the pool); `done` when all are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileProgress {
+    /// Index of the file in [`Checkpoint::sources`].
+    pub source: u32,
+    /// The first record not yet accepted.
+    pub next_record: u64,
+    /// True when the file is read to its end.
+    pub done: bool,
+}
+
+/// A batch emitted by the shuffle stage but not consumed at checkpoint
+/// time: re-read and delivered first on resume, in `seq` order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingBatch {
+    /// The pass it belongs to.
+    pub pass: u64,
+    /// Its sequence number in the pass.
+    pub seq: u64,
+    /// Its rows, in batch order.
+    pub rows: RefList,
+}
+
+/// The shuffle stage's RNG state: seed, stream and word position (ChaCha).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RngState {
+    /// The seed.
+    pub seed: u64,
+    /// The stream.
+    pub stream: u64,
+    /// The word position (as a decimal string: JSON numbers stop at 2^64).
+    pub word_pos: String,
+}
+
+/// A loader's position: the provenance of everything consumed so far,
+/// enough to go on from exactly there. See the module doc.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Format version ([`CHECKPOINT_VERSION`]).
+    pub version: u32,
+    /// How many batches of this run the checkpoint covers.
+    pub batches: u64,
+    /// The pass in progress (0-based).
+    pub pass: u64,
+    /// The next batch sequence number the shuffle stage will emit.
+    pub next_seq: u64,
+    /// The rank that took it and the world size then.
+    pub rank: u32,
+    /// The world size.
+    pub world_size: u32,
+    /// Source names; references name a source by its index here.
+    pub sources: Vec<String>,
+    /// The inputs' fingerprint.
+    pub inputs: InputFingerprint,
+    /// The order-fixing settings.
+    pub settings: SettingsFingerprint,
+    /// The shuffle RNG, when shuffling.
+    pub rng: Option<RngState>,
+    /// The shuffle pool's rows, in slot order.
+    pub pool: RefList,
+    /// The batcher's partial batch.
+    pub partial: RefList,
+    /// Batches emitted but not consumed, in seq order.
+    pub pending: Vec<PendingBatch>,
+    /// Per file of the pass, where its accepted prefix ends.
+    pub files: Vec<FileProgress>,
+    /// The reorder window's next expected (set, file, chunk).
+    pub reorder_next: Option<[u64; 3]>,
+    /// File-set mix counters (rows drawn per set).
+    pub mix_drawn: Vec<u64>,
+    /// Equalize: rows drawn and pad rows so far.
+    pub quota: Option<[u64; 2]>,
+    /// Records skipped under the skip policy, per source index.
+    pub skipped: BTreeMap<u32, RecordRanges>,
+}
+
+impl Checkpoint {
+    /// The JSON form.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a checkpoint is plain data")
+    }
+
+    /// Parse the JSON form; `path` names the origin in errors.
+    pub fn from_json(text: &str, path: &Path) -> CheckpointResult<Self> {
+        if text.trim().is_empty() {
+            return Err(CheckpointError::Corrupt {
+                path: path.into(),
+                what: "the file is empty (a torn or unfinished write?)".into(),
+            });
+        }
+        // The version first, so a newer format says so rather than failing on a field.
+        #[derive(Deserialize)]
+        struct Head {
+            version: u32,
+        }
+        let head: Head = serde_json::from_str(text).map_err(|e| corrupt(path, &e))?;
+        if head.version != CHECKPOINT_VERSION {
+            return Err(CheckpointError::Version {
+                path: path.into(),
+                found: head.version,
+                expected: CHECKPOINT_VERSION,
+            });
+        }
+        let cp: Checkpoint = serde_json::from_str(text).map_err(|e| corrupt(path, &e))?;
+        cp.check_refs()?;
+        Ok(cp)
+    }
+
+    fn check_refs(&self) -> CheckpointResult<()> {
+        let n = self.sources.len();
+        let lists = std::iter::once(&self.pool)
+            .chain(std::iter::once(&self.partial))
+            .chain(self.pending.iter().map(|p| &p.rows));
+        for list in lists {
+            list.decode(&self.sources)?;
+        }
+        let indices = self
+            .files
+            .iter()
+            .map(|f| f.source)
+            .chain(self.skipped.keys().copied());
+        for index in indices {
+            if index as usize >= n {
+                return Err(CheckpointError::BadSourceIndex { index, sources: n });
+            }
+        }
+        Ok(())
+    }
+
+    /// Write to `path` atomically: a temporary file in the same directory,
+    /// fsynced, renamed over `path`, then the directory fsynced — a crash at
+    /// any moment leaves the previous checkpoint or this one, never a torn file.
+    pub fn save_atomic(&self, path: &Path) -> CheckpointResult<()> {
+        save_atomic(path, self.to_json().as_bytes())
+    }
+
+    /// Read and check the checkpoint at `path`.
+    pub fn load(path: &Path) -> CheckpointResult<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
+            path: path.into(),
+            source,
+        })?;
+        Self::from_json(&text, path)
+    }
+}
+
+fn corrupt(path: &Path, e: &serde_json::Error) -> CheckpointError {
+    let what = if e.is_eof() {
+        format!("{e} (the file is cut short: a torn write?)")
+    } else {
+        e.to_string()
+    };
+    CheckpointError::Corrupt {
+        path: path.into(),
+        what,
+    }
+}
+
+/// Write `bytes` to `path` atomically (temp file in the same directory,
+/// fsync, rename, fsync of the directory).
+pub fn save_atomic(path: &Path, bytes: &[u8]) -> CheckpointResult<()> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| CheckpointError::Io { path: p, source }
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().ok_or_else(|| CheckpointError::Io {
+        path: path.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        #[cfg(unix)]
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&dir))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Re-read the records `wanted` refers to, each file once: its needed
+/// indices sorted, opened at the smallest, read in order keeping only the
+/// needed records and stopping after the largest. Memory: the needed
+/// records only. Returns the records in `wanted`'s order (a reference
+/// given twice gets its record twice).
+pub fn reread(
+    registry: &Registry,
+    wanted: &[Origin],
+    opts: &OpenOptions,
+) -> CheckpointResult<Vec<Record>> {
+    let mut by_source: BTreeMap<SourceId, Vec<u64>> = BTreeMap::new();
+    for o in wanted {
+        by_source.entry(o.source).or_default().push(o.record);
+    }
+    let mut found: HashMap<Origin, Record> = HashMap::with_capacity(wanted.len());
+    for (source, mut records) in by_source {
+        records.sort_unstable();
+        records.dedup();
+        let name = source.name();
+        let open = OpenOptions {
+            start_record: records[0],
+            ..opts.clone()
+        };
+        let mut reader = registry.open(&name, None, &open)?;
+        let mut need = records.iter().copied().peekable();
+        while let Some(&next) = need.peek() {
+            let index = reader.next_index();
+            match reader.next_record()? {
+                None => {
+                    return Err(CheckpointError::MissingRecord {
+                        source_name: name.to_string(),
+                        record: next,
+                        end: index,
+                    })
+                }
+                Some(rec) if index == next => {
+                    need.next();
+                    found.insert(Origin::new(source, index), rec);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(wanted.iter().map(|o| found[o].clone()).collect())
+}
+
+/// Records of one source from `first` on in steps of `step` (below `end`
+/// when known): a rank's share of an unread file suffix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progression {
+    /// The source (index into the checkpoint's source table).
+    pub source: u32,
+    /// The first record.
+    pub first: u64,
+    /// The step between records (≥ 1).
+    pub step: u64,
+    /// The end (exclusive), when known.
+    pub end: Option<u64>,
+}
+
+impl Progression {
+    /// The `k`-th member.
+    fn nth(&self, k: u64) -> u64 {
+        self.first + k * self.step
+    }
+
+    /// The members of `self` with position ≡ `part` (mod `parts`).
+    fn split(&self, part: u64, parts: u64) -> Progression {
+        Progression {
+            source: self.source,
+            first: self.nth(part),
+            step: self.step * parts,
+            end: self.end,
+        }
+    }
+
+    /// The members, when the end is known or `len` bounds the source.
+    pub fn members(&self, len: u64) -> impl Iterator<Item = u64> {
+        let end = self.end.unwrap_or(len).min(len);
+        (self.first..end).step_by(self.step as usize)
+    }
+}
+
+/// What remains of a pass on one rank (or of a merged job): single records
+/// (pool, partial batch, pending batches), in a fixed order, and unread
+/// file suffixes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remainder {
+    /// Single records.
+    pub records: RefList,
+    /// Unread suffixes.
+    pub suffixes: Vec<Progression>,
+}
+
+/// Merge the remainders of all old ranks (their source tables unified into
+/// `table`) and split them among `world` new ranks: the single records are
+/// permuted by `seed` and dealt round-robin (counts differ by at most one),
+/// each suffix is split by stride. Pure and deterministic for (remainders,
+/// world, seed); every remaining record goes to exactly one new rank.
+pub fn split_remainder(
+    remainders: &[(Vec<String>, Remainder)],
+    world: u32,
+    seed: u64,
+) -> CheckpointResult<(Vec<String>, Vec<Remainder>)> {
+    if world == 0 {
+        return Err(CheckpointError::Merge("the new world size is 0".into()));
+    }
+    let mut table = SourceTable::default();
+    let mut singles: Vec<Origin> = Vec::new();
+    let mut suffixes: Vec<(SourceId, Progression)> = Vec::new();
+    for (names, rem) in remainders {
+        singles.extend(rem.records.decode(names)?);
+        for p in &rem.suffixes {
+            let name = names
+                .get(p.source as usize)
+                .ok_or(CheckpointError::BadSourceIndex {
+                    index: p.source,
+                    sources: names.len(),
+                })?;
+            if p.step == 0 {
+                return Err(CheckpointError::Merge(format!(
+                    "{name}: suffix with step 0"
+                )));
+            }
+            suffixes.push((SourceId::intern(name), p.clone()));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for o in &singles {
+        if !seen.insert((o.source.name(), o.record)) {
+            return Err(CheckpointError::Merge(format!(
+                "{}: record {} is held by two checkpoints",
+                o.source, o.record
+            )));
+        }
+    }
+    // A canonical order first, so the result does not depend on the order
+    // the checkpoints were given in.
+    singles.sort_by_key(|o| (o.source.name(), o.record));
+    suffixes.sort_by_key(|(source, p)| (source.name(), p.first, p.step));
+    singles.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let mut shares = vec![Vec::new(); world as usize];
+    for (i, o) in singles.into_iter().enumerate() {
+        shares[i % world as usize].push(o);
+    }
+    let mut out: Vec<Remainder> = shares
+        .iter()
+        .map(|s| Remainder {
+            records: RefList::encode(s, &mut table),
+            suffixes: Vec::new(),
+        })
+        .collect();
+    for (source, p) in &suffixes {
+        let index = table.index(*source);
+        for (rank, rem) in out.iter_mut().enumerate() {
+            let mut part = p.split(rank as u64, world as u64);
+            part.source = index;
+            rem.suffixes.push(part);
+        }
+    }
+    Ok((table.into_names(), out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(pool: usize) -> Checkpoint {
+        let mut table = SourceTable::default();
+        let origins: Vec<Origin> = (0..pool)
+            .map(|i| {
+                Origin::new(
+                    SourceId::intern(&format!("/data/part-{:05}.tfrecord", i % 64)),
+                    (i as u64 * 7919) % 100_000,
+                )
+            })
+            .collect();
+        let pool_refs = RefList::encode(&origins, &mut table);
+        let partial = RefList::encode(&origins[..3], &mut table);
+        Checkpoint {
+            version: CHECKPOINT_VERSION,
+            batches: 17,
+            pass: 1,
+            next_seq: 20,
+            rank: 0,
+            world_size: 1,
+            sources: table.into_names(),
+            inputs: InputFingerprint::default(),
+            settings: SettingsFingerprint::new().with("seed", 7),
+            rng: Some(RngState {
+                seed: 7,
+                stream: 0,
+                word_pos: u128::MAX.to_string(),
+            }),
+            pool: pool_refs,
+            partial,
+            pending: vec![PendingBatch {
+                pass: 1,
+                seq: 18,
+                rows: RefList {
+                    sources: vec![0, 1],
+                    records: vec![5, 6],
+                },
+            }],
+            files: vec![FileProgress {
+                source: 0,
+                next_record: 100,
+                done: false,
+            }],
+            reorder_next: Some([0, 3, 9]),
+            mix_drawn: vec![10, 20],
+            quota: Some([30, 1]),
+            skipped: BTreeMap::from([(1, RecordRanges::from_records([3, 4, 5, 9]))]),
+        }
+    }
+
+    #[test]
+    fn json_round_trip_and_size_of_a_10000_pool() {
+        let cp = sample(10_000);
+        let json = cp.to_json();
+        assert!(json.len() <= 1 << 20, "{} bytes", json.len());
+        let back = Checkpoint::from_json(&json, Path::new("cp.json")).unwrap();
+        assert_eq!(back, cp);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["batches"].as_u64(), Some(17));
+    }
+
+    #[test]
+    fn record_ranges_are_compact_and_exact() {
+        let r = RecordRanges::from_records([9, 3, 4, 5, 4, 12, 10]);
+        assert_eq!(r.ranges(), &[[3, 6], [9, 11], [12, 13]]);
+        assert_eq!(r.records().collect::<Vec<_>>(), vec![3, 4, 5, 9, 10, 12]);
+        assert_eq!(r.count(), 6);
+        assert!(r.contains(10) && !r.contains(11) && !r.contains(0) && !r.contains(13));
+    }
+
+    #[test]
+    fn save_atomic_then_load_and_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cp.json");
+        let cp = sample(50);
+        cp.save_atomic(&path).unwrap();
+        assert_eq!(Checkpoint::load(&path).unwrap(), cp);
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        let json = cp.to_json();
+        std::fs::write(&path, &json[..json.len() / 2]).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(e.contains("cp.json") && e.contains("torn write"), "{e}");
+
+        std::fs::write(&path, "").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(e.contains("empty"), "{e}");
+
+        std::fs::write(&path, "{\"version\": 1, \"batches\": \"x\"}").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("not a valid checkpoint") && e.contains("line 1"),
+            "{e}"
+        );
+
+        std::fs::write(&path, json.replacen("\"version\":1", "\"version\":99", 1)).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("version 99") && e.contains("reads version 1"),
+            "{e}"
+        );
+
+        let mut bad = cp.clone();
+        bad.pool.sources[0] = 1000;
+        std::fs::write(&path, bad.to_json()).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(e.contains("source #1000"), "{e}");
+
+        let e = Checkpoint::load(&dir.path().join("absent.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("absent.json"), "{e}");
+    }
+
+    #[test]
+    fn input_fingerprint_names_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.jsonl");
+        let b = dir.path().join("b.jsonl");
+        std::fs::write(&a, "{}\n").unwrap();
+        std::fs::write(&b, "{}\n").unwrap();
+        let (a, b) = (
+            a.to_str().unwrap().to_string(),
+            b.to_str().unwrap().to_string(),
+        );
+        let old = InputFingerprint::of(&[a.clone(), b.clone()]).unwrap();
+        old.check_unchanged(&InputFingerprint::of(&[a.clone(), b.clone()]).unwrap())
+            .unwrap();
+        std::fs::write(&b, "{}\n{}\n").unwrap();
+        let e = old
+            .check_unchanged(&InputFingerprint::of(&[a.clone(), b.clone()]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{b}: size was 3 bytes, now 6 bytes")),
+            "{e}"
+        );
+        let e = old
+            .check_unchanged(&InputFingerprint::of(std::slice::from_ref(&a)).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "{b}: in the checkpoint's inputs, not in the inputs now"
+            )),
+            "{e}"
+        );
+        let mut reordered = old.clone();
+        reordered.files.reverse();
+        let e = old.check_unchanged(&reordered).unwrap_err().to_string();
+        assert!(e.contains("file order was"), "{e}");
+        let e = InputFingerprint::of(&[format!("{a}.absent")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.jsonl.absent"), "{e}");
+    }
+
+    #[test]
+    fn settings_fingerprint_names_the_setting_old_and_new() {
+        let old = SettingsFingerprint::new()
+            .with("seed", 1)
+            .with("world_size", 3)
+            .with("batch_size", 32);
+        let new = old.clone().with("batch_size", 64);
+        let e = old.check_compatible(&new, &[]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "setting `batch_size` changed since the checkpoint: was 32, now 64"
+        );
+        let elastic = old.clone().with("world_size", 2);
+        old.check_compatible(&elastic, &["world_size"]).unwrap();
+        assert!(old.check_compatible(&elastic, &[]).is_err());
+        let e = old
+            .check_compatible(&old.clone().with("transforms", "crop"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("was (unset), now crop"), "{e}");
+    }
+
+    #[test]
+    fn reread_returns_the_referenced_records_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut names = Vec::new();
+        for f in 0..2 {
+            let path = dir.path().join(format!("f{f}.jsonl"));
+            let text: String = (0..40)
+                .map(|i| format!("{{\"v\": {}}}\n", f * 1000 + i))
+                .collect();
+            std::fs::write(&path, text).unwrap();
+            names.push(path.to_str().unwrap().to_string());
+        }
+        let (s0, s1) = (SourceId::intern(&names[0]), SourceId::intern(&names[1]));
+        let wanted = vec![
+            Origin::new(s1, 39),
+            Origin::new(s0, 7),
+            Origin::new(s1, 2),
+            Origin::new(s0, 7),
+            Origin::new(s0, 30),
+        ];
+        let got = reread(&Registry::with_builtin(), &wanted, &OpenOptions::default()).unwrap();
+        let locs: Vec<(SourceId, u64)> = got
+            .iter()
+            .map(|r| (r.location.source, r.location.record))
+            .collect();
+        let want: Vec<(SourceId, u64)> = wanted.iter().map(|o| (o.source, o.record)).collect();
+        assert_eq!(locs, want);
+        let v = |r: &Record| r.to_json()["v"].to_string();
+        let values: Vec<String> = got.iter().map(v).collect();
+        assert_eq!(values, ["[1039]", "[7]", "[1002]", "[7]", "[30]"]);
+
+        let e = reread(
+            &Registry::with_builtin(),
+            &[Origin::new(s0, 40)],
+            &OpenOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("record 40") && e.contains("ends at record 40"),
+            "{e}"
+        );
+    }
+
+    fn enumerate(
+        table: &[String],
+        rem: &Remainder,
+        lens: &HashMap<String, u64>,
+    ) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = rem
+            .records
+            .decode(table)
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.source.name().to_string(), o.record))
+            .collect();
+        for p in &rem.suffixes {
+            let name = &table[p.source as usize];
+            out.extend(p.members(lens[name]).map(|r| (name.clone(), r)));
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Old ranks hold disjoint remainders (singles and strided suffixes
+        /// of a file of known length); merged and split among W′ new
+        /// ranks, every record goes to exactly one new rank, singles are
+        /// balanced, and the split is the same whatever the old ranks' order.
+        #[test]
+        fn split_is_exactly_once_and_deterministic(
+            seed in any::<u64>(),
+            old_world in 1u32..5,
+            new_world in 1u32..5,
+            files in 1usize..4,
+            len in 1u64..60,
+            cut in prop::collection::vec(0u64..60, 1..4),
+        ) {
+            let lens: HashMap<String, u64> =
+                (0..files).map(|f| (format!("/split/f{f}"), len)).collect();
+            // File f: records before cut[f] are "read" — dealt to old ranks as
+            // singles —, the rest is a suffix split by stride among old ranks.
+            let mut olds: Vec<(Vec<String>, Remainder)> = Vec::new();
+            let mut expected = Vec::new();
+            for rank in 0..old_world as u64 {
+                let mut table = SourceTable::default();
+                let mut singles = Vec::new();
+                let mut suffixes = Vec::new();
+                for f in 0..files {
+                    let name = format!("/split/f{f}");
+                    let id = SourceId::intern(&name);
+                    let c = cut[f % cut.len()].min(len);
+                    for r in (0..c).filter(|r| r % old_world as u64 == rank) {
+                        singles.push(Origin::new(id, r));
+                    }
+                    let index = table.index(id);
+                    if c + rank < len {
+                        suffixes.push(Progression { source: index, first: c + rank, step: old_world as u64, end: None });
+                    }
+                }
+                let rem = Remainder { records: RefList::encode(&singles, &mut table), suffixes };
+                let names = table.into_names();
+                expected.extend(enumerate(&names, &rem, &lens));
+                olds.push((names, rem));
+            }
+            let (table, shares) = split_remainder(&olds, new_world, seed).unwrap();
+            prop_assert_eq!(shares.len(), new_world as usize);
+            let mut got: Vec<(String, u64)> = shares.iter().flat_map(|s| enumerate(&table, s, &lens)).collect();
+            let singles: Vec<usize> = shares.iter().map(|s| s.records.len()).collect();
+            prop_assert!(singles.iter().max().unwrap() - singles.iter().min().unwrap() <= 1);
+            let before = got.len();
+            got.sort();
+            got.dedup();
+            prop_assert_eq!(before, got.len(), "a record given twice");
+            expected.sort();
+            prop_assert_eq!(&got, &expected);
+            let mut reversed = olds.clone();
+            reversed.reverse();
+            let again = split_remainder(&reversed, new_world, seed).unwrap();
+            let canon = |(t, s): &(Vec<String>, Vec<Remainder>)| -> Vec<Vec<(String, u64)>> {
+                s.iter().map(|r| enumerate(t, r, &lens)).collect()
+            };
+            prop_assert_eq!(canon(&again), canon(&(table, shares)));
+        }
+    }
+
+    #[test]
+    fn split_refuses_overlap_and_world_zero() {
+        let id = SourceId::intern("/split/overlap");
+        let mut t = SourceTable::default();
+        let rem = Remainder {
+            records: RefList::encode(&[Origin::new(id, 4)], &mut t),
+            suffixes: vec![],
+        };
+        let names = t.into_names();
+        let e = split_remainder(
+            &[(names.clone(), rem.clone()), (names.clone(), rem.clone())],
+            2,
+            0,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/split/overlap: record 4 is held by two checkpoints"),
+            "{e}"
+        );
+        let e = split_remainder(&[(names, rem)], 0, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("world size is 0"), "{e}");
+    }
+}
