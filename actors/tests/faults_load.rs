@@ -159,3 +159,30 @@ fn a_slow_consumer_keeps_instances_in_flight_within_the_bound() {
     assert_exactly_once(&got, &want, 1);
     assert!(worst > 0);
 }
+
+#[test]
+fn a_chunk_of_many_small_batches_waits_in_the_pool_not_collated() {
+    // One chunk of 64 records makes 64 one-record batches: the shuffle
+    // stage collates at most a queue's worth (capacity × lanes) ahead.
+    let counts = [640u64, 320];
+    for (devices, round_robin) in [(1, false), (3, true)] {
+        let (b, want) = builder(&counts);
+        let loader = b
+            .readers(2)
+            .chunk_records(64)
+            .shuffle(0)
+            .batch(1)
+            .capacity(2)
+            .devices(devices)
+            .round_robin(round_robin)
+            .passes(2)
+            .build()
+            .unwrap();
+        let stats = loader.stats_handle();
+        assert_exactly_once(&consume(loader, devices), &want, 2);
+        let peak = stats.snapshot().shuffle_waiting_peak;
+        let room = 2 * if round_robin { devices as u64 } else { 1 };
+        assert!(peak <= room, "{peak} batches waited, more than {room}");
+        assert!(peak > 0);
+    }
+}
