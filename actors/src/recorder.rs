@@ -153,6 +153,11 @@ impl ShuffleRecorder {
         self.c.shuffle.idle_ns.fetch_add(ns(d), Relaxed);
     }
 
+    /// `n` collated batches wait for room in the feed queue.
+    pub fn waiting(&self, n: usize) {
+        self.c.waiting_peak.fetch_max(n as u64, Relaxed);
+    }
+
     /// Time spent waiting for room in the feed queue.
     pub fn blocked(&self, d: Duration) {
         self.c.shuffle.blocked_ns.fetch_add(ns(d), Relaxed);

@@ -74,8 +74,14 @@ pub(crate) struct ShuffleBatch {
     recorder: ShuffleRecorder,
     numbering: BatchNumbering,
     pass_records: u64,
-    /// Collated items waiting for room in their lanes, in order.
+    /// Collated items waiting for room in their lanes, in order: at most a
+    /// queue's worth ([`room`](Self::room)) but for the end-of-pass markers.
     out: VecDeque<(usize, QueueItem)>,
+    /// Chunks taken (acknowledged) but not yet in the pool: each goes in
+    /// once the pool has drawn all it can after the one before — held here
+    /// while a queue's worth of batches waits, so the draws are the same
+    /// whatever the feed queue's pace.
+    pending: VecDeque<Arc<Chunk>>,
     drain: EndOfPassDrain<RowRef>,
     /// Which chunks are taken, in what order (reorder window, file-set mix).
     intake: ChunkIntake<Arc<Chunk>, Ack>,
@@ -135,6 +141,7 @@ impl ShuffleBatch {
             recorder,
             pass_records: 0,
             out: VecDeque::new(),
+            pending: VecDeque::new(),
             drain: EndOfPassDrain::new(),
             intake,
             quota: EqualizeQuota::new(),
@@ -160,7 +167,7 @@ impl ShuffleBatch {
         }
     }
 
-    /// Put a chunk's instances into the pool and make every batch that can be made.
+    /// Put a chunk's instances into the pool.
     fn accept(&mut self, chunk: Arc<Chunk>) {
         if chunk.is_empty() {
             return;
@@ -169,12 +176,37 @@ impl ShuffleBatch {
         self.recorder
             .chunk_taken(chunk.len() as u64, chunk.payload_bytes() as u64);
         self.buffer.push_chunk(chunk);
-        self.draw();
     }
 
-    /// Draw every row the pool gives now into batches.
+    /// Draw, and take the pending chunks into the pool one by one as it
+    /// has drawn all it can — until a queue's worth of batches waits.
+    fn fill(&mut self) {
+        loop {
+            self.draw();
+            if !self.drain.is_drawing() && self.out.len() >= self.room() {
+                return;
+            }
+            let Some(chunk) = self.pending.pop_front() else {
+                return;
+            };
+            self.accept(chunk);
+        }
+    }
+
+    /// Batches the feed queue can hold: what the stage collates ahead of it
+    /// at most (a capacity per lane), so that one message — a chunk of many
+    /// small batches — cannot make it hold more than one queue's worth.
+    fn room(&self) -> usize {
+        self.numbering.lanes().count() * self.config.capacity.max(1)
+    }
+
+    /// Draw the rows the pool gives now into batches, until a queue's worth
+    /// of collated batches waits (the rest stays in the pool, drawn as the
+    /// queue takes them: [`flush_out`](Self::flush_out)); the end-of-pass
+    /// drain draws all, its batches collated later.
     fn draw(&mut self) {
-        while self.buffer.can_draw() {
+        let room = self.room();
+        while self.buffer.can_draw() && (self.drain.is_drawing() || self.out.len() < room) {
             let Some(row) = self.buffer.draw() else { break };
             match self.quota.draw(self.numbering.pass(), row) {
                 Drawn::Keep(row) => self.batch_row(row),
@@ -226,9 +258,12 @@ impl ShuffleBatch {
         }
         loop {
             self.undefer();
+            self.recorder.waiting(self.out.len());
             match self.queue.push(&mut self.out) {
                 // Room for all: collate the next part of the drain.
                 Ok(Pushed::All) if !self.drain.is_empty() && !self.failed => continue,
+                // Room for all: draw what the pool held back.
+                Ok(Pushed::All) if !self.failed && self.draw_held() => continue,
                 Ok(Pushed::All) => {
                     // Every item is in: close the lanes — unless a batch of
                     // the drain failed to collate: then the supervisor fails
@@ -261,6 +296,16 @@ impl ShuffleBatch {
         }
     }
 
+    /// Draw the rows held back in the pool while a queue's worth waited;
+    /// true if batches were made.
+    fn draw_held(&mut self) -> bool {
+        if self.drain.is_drawing() || (!self.buffer.can_draw() && self.pending.is_empty()) {
+            return false;
+        }
+        self.timed(|me| me.fill());
+        !self.out.is_empty()
+    }
+
     /// Account the time since the stage last had work as idle.
     fn idle_ends(&mut self) {
         self.recorder.idle(self.idle_since.elapsed());
@@ -277,7 +322,7 @@ impl ShuffleBatch {
     /// Collate the drain's next batches, as many as the feed queue could
     /// take now (a capacity per lane), with the markers between them.
     fn undefer(&mut self) {
-        let room = self.numbering.lanes().count() * self.config.capacity.max(1);
+        let room = self.room();
         while self.out.len() < room && !self.failed {
             match self.drain.pop() {
                 Some(Pending::Job(job)) => self.timed(|me| me.collate_out(job)),
@@ -295,21 +340,20 @@ impl ShuffleBatch {
         for ack in d.acks {
             ack.do_send(ChunkAck);
         }
-        for chunk in d.take {
-            self.accept(chunk);
-        }
+        self.pending.extend(d.take);
+        self.fill();
     }
 
     fn end_pass(&mut self, pass: u64) {
         let left = self.intake.end_pass(pass);
+        // The drain is collated as the feed queue takes it (`undefer`).
+        self.drain.set_drawing(true);
         self.take(left);
         if let Some(e) = self.too_many_bad(pass) {
             self.failed = true;
             self.guard.fail(e);
             return;
         }
-        // The drain is collated as the feed queue takes it (`undefer`).
-        self.drain.set_drawing(true);
         self.buffer.set_draining(true);
         self.draw();
         self.buffer.set_draining(false);
@@ -456,6 +500,7 @@ impl Supervised for ShuffleBatch {
     fn panicked(&mut self, ctx: &mut Context<Self>, _: &PipelineError) {
         self.failed = true;
         self.intake.clear();
+        self.pending.clear();
         ctx.stop();
     }
 }
@@ -500,6 +545,7 @@ impl Handler<Shutdown> for ShuffleBatch {
         guarded(self, ctx, "Shutdown", |me, ctx| {
             // Withheld acknowledgements go with their chunks.
             me.intake.clear();
+            me.pending.clear();
             ctx.stop();
         });
     }

@@ -105,6 +105,8 @@ pub(crate) struct Counters {
     pub bad_records: AtomicU64,
     /// Per pass: records skipped, and the last one's error.
     pub bad_by_pass: Mutex<std::collections::BTreeMap<u64, (u64, Arc<feedline::Error>)>>,
+    /// The most collated batches the shuffle stage held waiting for room.
+    pub waiting_peak: AtomicU64,
 }
 
 impl Counters {
@@ -128,6 +130,7 @@ impl Counters {
             skipped: Mutex::new(Vec::new()),
             bad_records: AtomicU64::new(0),
             bad_by_pass: Mutex::new(Default::default()),
+            waiting_peak: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +260,7 @@ impl Stats {
             feed_queue_mean_depth: i.queue.mean(),
             feed_queue_depth: i.queue.now(),
             feed_queue_capacity: i.queue.capacity(),
+            shuffle_waiting_peak: i.waiting_peak.load(Relaxed),
             devices,
             passes_done: i.passes_done.load(Relaxed),
             first_batch_s: match i.first_batch_ns.load(Relaxed) {
@@ -355,6 +359,10 @@ pub struct StatsSnapshot {
     pub feed_queue_depth: u64,
     /// Feed queue capacity (per lane).
     pub feed_queue_capacity: u64,
+    /// The most collated batches the shuffle stage held at once waiting for
+    /// room in the feed queue: at most a capacity per lane (the stated
+    /// memory bound's "one queue more").
+    pub shuffle_waiting_peak: u64,
     /// Per device.
     pub devices: Vec<DeviceSnapshot>,
     /// Passes completed.

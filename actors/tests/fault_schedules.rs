@@ -411,12 +411,8 @@ fn check(seed: u64) {
             ctx()
         ),
         None => {
-            assert!(
-                faults.fired().is_empty(),
-                "{}: {:?} fired, no error",
-                ctx(),
-                faults.fired()
-            );
+            // A fault may fire after the end of data (an idle reader's
+            // last message): the run is then complete, and checked so.
             assert!(
                 !s.must_fail() || dropped_early,
                 "{}: ended without the error",

