@@ -6,6 +6,7 @@ use feedline::batcher::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
+use feedline::transform::Transforms;
 use feedline::Schema;
 
 /// Records read from the first readable input file to infer a schema when
@@ -34,6 +35,30 @@ impl ErrorPolicy {
             max_bad: None,
             max_bad_fraction: None,
         }
+    }
+
+    /// The budget that `bad` skipped records out of `read` exceed, said as
+    /// configured; `None` within it (and always under `Fail`, which skips none).
+    pub(crate) fn exceeded(&self, bad: u64, read: u64) -> Option<String> {
+        let ErrorPolicy::Skip {
+            max_bad,
+            max_bad_fraction,
+        } = self
+        else {
+            return None;
+        };
+        let over_count = max_bad.is_some_and(|m| bad > m);
+        let over_fraction =
+            max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
+        if !(over_count || over_fraction) {
+            return None;
+        }
+        Some(match (max_bad, max_bad_fraction) {
+            (Some(m), Some(f)) => format!("{m} records or {:.3}%", f * 100.0),
+            (Some(m), None) => format!("{m} records"),
+            (None, Some(f)) => format!("{:.3}% of records read", f * 100.0),
+            (None, None) => unreachable!("a budget was exceeded"),
+        })
     }
 }
 
@@ -180,6 +205,10 @@ pub struct PipelineConfig {
     /// pushes, its instances named after this source (e.g. `"push"`). The
     /// stream is one pass; readers and sharding do not apply.
     pub push: Option<String>,
+    /// User work in the pipeline: a record filter / map on the readers, a
+    /// per-instance map on `transforms.workers` transform workers after the
+    /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
+    pub transforms: Transforms,
 }
 
 impl Default for PipelineConfig {
@@ -222,6 +251,7 @@ impl Default for PipelineConfig {
             stall_timeout: Some(std::time::Duration::from_secs(60)),
             on_stall: StallPolicy::Retry,
             push: None,
+            transforms: Transforms::default(),
         }
     }
 }

@@ -247,10 +247,7 @@ impl PrefetchReader {
                 });
                 false
             }
-            ErrorPolicy::Skip {
-                max_bad,
-                max_bad_fraction,
-            } => {
+            ErrorPolicy::Skip { .. } => {
                 log::warn!(
                     "skipping {}: {e}",
                     if rest_of_file {
@@ -267,16 +264,7 @@ impl PrefetchReader {
                     e.to_string(),
                 ));
                 let read = self.recorder.records_sent() + bad;
-                let over_count = max_bad.is_some_and(|m| bad > m);
-                let over_fraction =
-                    max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
-                if over_count || over_fraction {
-                    let budget = match (max_bad, max_bad_fraction) {
-                        (Some(m), Some(f)) => format!("{m} records or {:.3}%", f * 100.0),
-                        (Some(m), None) => format!("{m} records"),
-                        (None, Some(f)) => format!("{:.3}% of records read", f * 100.0),
-                        (None, None) => unreachable!("a budget was exceeded"),
-                    };
+                if let Some(budget) = self.config.error_policy.exceeded(bad, read) {
                     self.links.failed.do_send(FileFailed {
                         task: task.clone(),
                         reader: self.id,
@@ -356,6 +344,14 @@ impl PrefetchReader {
         }
         let cur = self.current.as_mut().expect("a current file");
         let chunk = cur.task.task.stride.filter(chunk);
+        // The record filter / map, on this reader's own records only.
+        let (chunk, failed) = match &self.config.transforms.records {
+            None => (chunk, Vec::new()),
+            Some(stage) => match stage.apply(chunk) {
+                Ok(staged) => (staged.chunk, staged.failed),
+                Err(e) => (Chunk::new(&self.schema), vec![e]),
+            },
+        };
         let n = chunk.len() as u64;
         cur.delivered = cur.reader.next_index();
         cur.records_sent += n;
@@ -379,6 +375,17 @@ impl PrefetchReader {
         self.in_flight += 1;
         self.links.chunks.do_send(msg);
         drop(st);
+        if !failed.is_empty() {
+            let task = cur.task.clone();
+            for e in failed {
+                let loc = e.location().cloned();
+                let record = loc.as_ref().map_or(task.start_record, |l| l.record);
+                if !self.bad_record(ctx, &task, loc.as_ref(), record, false, e) {
+                    // The pipeline fails: read no further.
+                    return;
+                }
+            }
+        }
         if !last {
             ctx.notify(Next);
         }

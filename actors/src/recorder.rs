@@ -71,6 +71,12 @@ impl Recorders {
     }
 }
 
+/// Note a skipped record; how many were skipped, all stages together.
+fn skip(c: &Counters, rec: SkippedRecord) -> u64 {
+    c.skipped.lock().push(rec);
+    c.bad_records.fetch_add(1, Relaxed) + 1
+}
+
 /// What readers record.
 #[derive(Clone)]
 pub(crate) struct ReaderRecorder {
@@ -96,8 +102,7 @@ impl ReaderRecorder {
 
     /// A bad record was skipped; returns how many were, all readers together.
     pub fn skipped(&self, rec: SkippedRecord) -> u64 {
-        self.c.skipped.lock().push(rec);
-        self.c.bad_records.fetch_add(1, Relaxed) + 1
+        skip(&self.c, rec)
     }
 
     /// Records sent so far, all readers together.
@@ -118,6 +123,13 @@ pub(crate) struct ShuffleRecorder {
 }
 
 impl ShuffleRecorder {
+    /// An instance whose transform failed was skipped; returns how many
+    /// records were skipped, everywhere together, and how many were read.
+    pub fn skipped(&self, rec: SkippedRecord) -> (u64, u64) {
+        let bad = skip(&self.c, rec);
+        (bad, self.c.readers.records.load(Relaxed) + bad)
+    }
+
     /// A chunk arrived (taken now or held): the stall diagnosis says how long ago.
     pub fn chunk_received(&self) {
         self.c.last_chunk_ns.store(self.c.now_ns(), Relaxed);

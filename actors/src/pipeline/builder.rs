@@ -34,6 +34,7 @@ use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, S
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
 use crate::watch::ReaderWatch;
+use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
 /// A started pipeline: what its handles ([`Pipeline`](crate::Pipeline),
@@ -77,6 +78,12 @@ pub(crate) fn build<S: TrainStep>(
         batcher,
         equalize,
     } = prepare(config)?;
+    let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
+    // The batches' schema: the transforms' output when it is known now.
+    let schema = transformer
+        .as_ref()
+        .and_then(|t| t.output_schema())
+        .unwrap_or(schema);
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
@@ -100,6 +107,7 @@ pub(crate) fn build<S: TrainStep>(
         let recorder = recorders.shuffle();
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
             ShuffleBatch::new(config, schema, batcher, queue, links, recorder)
+                .with_transformer(transformer)
         })
     };
 

@@ -82,6 +82,9 @@ fn settle(
     if let BatchPolicy::Fixed(0) = config.batch {
         return bad("batch size must be at least 1");
     }
+    if config.transforms.instance.is_some() && config.transforms.workers == 0 {
+        return bad("transform workers must be at least 1");
+    }
     if config.push.is_some() {
         if !config.sets.is_empty() {
             return bad("push mode reads no file sets");
