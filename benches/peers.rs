@@ -8,7 +8,9 @@
 //! count, sum of the labels, probe sum: each record exactly once), and
 //! prints one `RESULT {json}` line per pass as its `run_passes` does.
 //!
-//! It is an example target (`[[example]] peers_adapter`, source here) so
+//! It is an example target (`[[example]] peers_adapter`, its crate root
+//! `benches/peers_main.rs`; its unit tests below run from
+//! `tests/peers_adapter.rs`) so
 //! that `cargo build --release --example peers_adapter` puts it at a fixed
 //! path (`target/release/examples/peers_adapter`) for the jobs file, in the
 //! release profile the command itself is built with; the user's `feedline
@@ -26,23 +28,10 @@ use clap::{Parser, ValueEnum};
 use feedline::{Batch, Schema};
 use serde_json::{json, Map, Value};
 
-#[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/error.rs"]
-mod error;
-#[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/measure.rs"]
-mod measure;
-#[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/output.rs"]
-mod output;
-#[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/pipeline_args.rs"]
-mod pipeline_args;
-
-use error::{CliError, CliResult};
-use measure::{Consume, MeasureArgs, PassResult, Plan};
-use output::{Stderr, Stdout};
-use pipeline_args::PipelineArgs;
+use crate::error::{CliError, CliResult};
+use crate::measure::{Consume, MeasureArgs, PassResult, Plan};
+use crate::output::{Stderr, Stdout};
+use crate::pipeline_args::PipelineArgs;
 
 /// Run feedline in the peers' benchmark harness: dataset A or B of its
 /// gen_data.py, every pass timed as `feedline bench` times it, checked
@@ -343,7 +332,7 @@ fn result_object(
     r: &PassResult,
     check: &str,
 ) -> Value {
-    use measure::round;
+    use crate::measure::round;
     let (phase, run) = plan.phase(i);
     let mib = (1u64 << 20) as f64;
     let mut m = Map::new();
@@ -446,7 +435,7 @@ fn run(args: Args) -> CliResult<bool> {
     Ok(all_ok)
 }
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match run(Args::parse()) {
         Ok(true) => ExitCode::SUCCESS,

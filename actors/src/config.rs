@@ -9,9 +9,20 @@ use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::transform::Transforms;
 use feedline::Schema;
 
+use crate::error::PipelineError;
+use crate::guard::FaultPlan;
+
 /// Records read from the first readable input file to infer a schema when
 /// none is given (`feedline inspect` prints what this infers, file by file).
 pub const SCHEMA_SAMPLE_RECORDS: usize = 64;
+
+/// The most prefetch readers a pipeline starts (all file sets together):
+/// each is an OS thread, so more is refused.
+pub const MAX_READERS: usize = 1024;
+
+/// The most devices a pipeline feeds: each has a lane in round-robin mode
+/// and, driven by trainers, an OS thread, so more is refused.
+pub const MAX_DEVICES: usize = 1024;
 
 /// What to do with a bad record.
 #[derive(Clone, Debug, PartialEq)]
@@ -209,6 +220,10 @@ pub struct PipelineConfig {
     /// per-instance map on `transforms.workers` transform workers after the
     /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
     pub transforms: Transforms,
+    /// Panics to inject into the stages' handlers (tests of the failure
+    /// paths; empty by default).
+    #[doc(hidden)]
+    pub faults: FaultPlan,
 }
 
 impl Default for PipelineConfig {
@@ -252,11 +267,111 @@ impl Default for PipelineConfig {
             on_stall: StallPolicy::Retry,
             push: None,
             transforms: Transforms::default(),
+            faults: FaultPlan::default(),
         }
     }
 }
 
 impl PipelineConfig {
+    /// Check every setting — the one place that does — before anything
+    /// starts: an error names the setting, its value and what it must be.
+    /// `passes(0)` is refused (a pipeline of no passes would only end).
+    pub fn check(&self) -> Result<(), PipelineError> {
+        let bad = |m: String| Err(PipelineError::Config(m));
+        let at_least_1 = [
+            ("passes", self.passes),
+            ("chunk_records", self.chunk_records as u64),
+            ("chunk_bytes", self.chunk_bytes as u64),
+            ("chunks_in_flight", self.chunks_in_flight as u64),
+            ("shuffle_bytes", self.shuffle_bytes as u64),
+            ("capacity", self.capacity as u64),
+            ("devices", self.devices as u64),
+            ("max_attempts", u64::from(self.max_attempts)),
+        ];
+        for (name, v) in at_least_1 {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1, not 0"));
+            }
+        }
+        if self.deterministic && self.reorder_window == 0 {
+            return bad(
+                "reorder_window must be at least 1 byte in deterministic mode, not 0".into(),
+            );
+        }
+        if self.devices > MAX_DEVICES {
+            return bad(format!(
+                "devices must be at most {MAX_DEVICES}, not {}",
+                self.devices
+            ));
+        }
+        if self.sets.is_empty() && self.push.is_none() {
+            if self.readers == 0 {
+                return bad("readers must be at least 1, not 0".into());
+            }
+            if self.readers > MAX_READERS {
+                return bad(format!(
+                    "readers must be at most {MAX_READERS}, not {}",
+                    self.readers
+                ));
+            }
+        }
+        for set in &self.sets {
+            if set.readers == 0 {
+                return bad(format!(
+                    "file set {:?}: readers must be at least 1, not 0",
+                    set.name
+                ));
+            }
+            if !(set.weight.is_finite() && set.weight > 0.0) {
+                return bad(format!(
+                    "file set {:?}: weight must be a positive number, not {}",
+                    set.name, set.weight
+                ));
+            }
+        }
+        if self.transforms.instance.is_some() {
+            if self.transforms.workers == 0 {
+                return bad("transform workers must be at least 1, not 0".into());
+            }
+            if self.transforms.workers > MAX_READERS {
+                return bad(format!(
+                    "transform workers must be at most {MAX_READERS}, not {}",
+                    self.transforms.workers
+                ));
+            }
+        }
+        let set_readers: usize = self.sets.iter().map(|s| s.readers).sum();
+        if set_readers > MAX_READERS {
+            return bad(format!(
+                "the file sets' readers must be at most {MAX_READERS} together, not {set_readers}"
+            ));
+        }
+        if let Some(t) = self.stall_timeout {
+            if t.is_zero() {
+                return bad("stall_timeout must be more than 0 (None: never)".into());
+            }
+        }
+        let Shard { rank, world_size } = self.shard;
+        if world_size == 0 || rank >= world_size {
+            return bad(format!(
+                "shard: rank must be below world_size, at least 1 (rank {rank} of {world_size})"
+            ));
+        }
+        if let ErrorPolicy::Skip {
+            max_bad_fraction: Some(f),
+            ..
+        } = self.error_policy
+        {
+            if !(0.0..=1.0).contains(&f) {
+                return bad(format!("max_bad_fraction must be within 0..=1, not {f}"));
+            }
+        }
+        self.batch.validate().map_err(|e| match e {
+            feedline::Error::Config(m) => PipelineError::Config(m),
+            e => e.into(),
+        })
+    }
+
     /// Upper bound of the payload bytes the pipeline holds, for records of
     /// `record_bytes`:
     /// - chunks: each reader's unacknowledged chunks plus the one it reads;

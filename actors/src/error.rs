@@ -44,7 +44,22 @@ pub enum PipelineError {
         /// How long it has made no progress.
         stuck: Duration,
     },
-    /// A trainer's step failed or panicked.
+    /// A stage panicked — in its own code or in user code it called (a
+    /// cost function, a training step or hook, a generator, a format).
+    #[error("{stage} panicked handling {handling}: {message}")]
+    Panicked {
+        /// The stage (`"shuffle stage"`, `"reader 2"`, `"trainer of device 1"`, …).
+        stage: Arc<str>,
+        /// What it was handling (a message, an event).
+        handling: Arc<str>,
+        /// The panic message.
+        message: Arc<str>,
+    },
+    /// Ranks cannot be given the same number of batches (`Equalize`): the
+    /// very mismatch that hangs collective operations, so the pipeline stops.
+    #[error("cannot equalize ranks: {0}")]
+    Equalize(String),
+    /// A trainer's step failed.
     #[error("device {device}: trainer failed: {message}")]
     Trainer {
         /// The device.

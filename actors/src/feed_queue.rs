@@ -15,6 +15,7 @@ use actix::prelude::*;
 use feedline::feed_queue::{Answer, Reply};
 
 use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::recorder::DeviceClock;
 
@@ -23,6 +24,7 @@ pub(crate) struct FeedQueueActor {
     queue: BatchQueue,
     /// Per consumer, when the queue runs their clocks.
     clocks: Option<Vec<DeviceClock>>,
+    guard: StageGuard,
 }
 
 impl FeedQueueActor {
@@ -30,10 +32,18 @@ impl FeedQueueActor {
     /// `clocks[c]` for its `Pop`s. Its mailbox is made large: control
     /// messages and pops must never be held back; the real bound is the
     /// queue's capacity.
-    pub(crate) fn start(queue: BatchQueue, clocks: Option<Vec<DeviceClock>>) -> Addr<Self> {
+    pub(crate) fn start(
+        queue: BatchQueue,
+        clocks: Option<Vec<DeviceClock>>,
+        guard: StageGuard,
+    ) -> Addr<Self> {
         FeedQueueActor::create(move |ctx| {
             ctx.set_mailbox_capacity(4096);
-            FeedQueueActor { queue, clocks }
+            FeedQueueActor {
+                queue,
+                clocks,
+                guard,
+            }
         })
     }
 }
@@ -107,12 +117,18 @@ impl Actor for FeedQueueActor {
 impl Handler<Pop> for FeedQueueActor {
     type Result = PopReply;
 
-    fn handle(&mut self, msg: Pop, _: &mut Context<Self>) -> PopReply {
-        PopReply {
+    fn handle(&mut self, msg: Pop, ctx: &mut Context<Self>) -> PopReply {
+        let reply = guarded(self, ctx, "Pop", |me, _| PopReply {
+            queue: me.queue.clone(),
+            consumer: msg.consumer,
+            clock: (me.clocks.as_ref()).and_then(|c| c.get(msg.consumer).cloned()),
+        });
+        // After a panic the queue has failed: the pop is answered with that.
+        reply.unwrap_or_else(|| PopReply {
             queue: self.queue.clone(),
             consumer: msg.consumer,
-            clock: (self.clocks.as_ref()).and_then(|c| c.get(msg.consumer).cloned()),
-        }
+            clock: None,
+        })
     }
 }
 
@@ -120,7 +136,13 @@ impl Handler<Shutdown> for FeedQueueActor {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        ctx.stop();
+        guarded(self, ctx, "Shutdown", |_, ctx| ctx.stop());
+    }
+}
+
+impl Supervised for FeedQueueActor {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
     }
 }
 
@@ -163,7 +185,8 @@ mod tests {
         let stats = recorders.stats();
         System::new().block_on(async move {
             let q = BatchQueue::new(FeedMode::Shared.lanes(1), 2).unwrap();
-            let addr = FeedQueueActor::start(q.clone(), Some(vec![recorders.device(0)]));
+            let guard = StageGuard::new("feed queue", q.clone(), None, Default::default());
+            let addr = FeedQueueActor::start(q.clone(), Some(vec![recorders.device(0)]), guard);
             // A pop parked on the empty lane whose requester goes away.
             let req = Box::pin(addr.send(Pop { consumer: 0 }));
             let delay = futures_timer::Delay::new(Duration::from_millis(30));

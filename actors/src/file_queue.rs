@@ -15,6 +15,8 @@ use std::sync::Arc;
 use actix::prelude::*;
 use feedline::plan::{equalized_counts, Equalize, PassPlan};
 
+use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
     FileDone, PassEvent, ReadTask, ReaderIdle, Requeue, Shutdown, StartPasses, Wake,
 };
@@ -57,6 +59,7 @@ pub(crate) struct FileQueue {
     /// Where the pass stands, told to the shuffle stage.
     shuffle: Recipient<PassEvent>,
     equalize: Option<EqualizeRanks>,
+    guard: StageGuard,
 }
 
 impl FileQueue {
@@ -66,6 +69,7 @@ impl FileQueue {
         passes: u64,
         shuffle: Recipient<PassEvent>,
         equalize: Option<EqualizeRanks>,
+        guard: StageGuard,
     ) -> Self {
         FileQueue {
             sets,
@@ -75,14 +79,15 @@ impl FileQueue {
             idle: Vec::new(),
             shuffle,
             equalize,
+            guard,
         }
     }
 
     /// Tell the shuffle stage this rank's share of `pass`, from every rank's
-    /// records in it.
-    fn send_quota(&self, pass: u64) {
+    /// records in it; false if ranks cannot be equalized (the pipeline failed).
+    fn send_quota(&self, pass: u64) -> bool {
         let Some(eq) = &self.equalize else {
-            return;
+            return true;
         };
         // Equalizing is refused with several sets (pipeline::prepare).
         let plan = &self.sets[0].plan;
@@ -112,14 +117,22 @@ impl FileQueue {
                     keep: mine.keep,
                     pad: mine.pad,
                 });
+                true
             }
-            Err(e) => log::error!("pass {pass}: cannot equalize ranks {per_rank:?}: {e}"),
+            Err(e) => {
+                self.guard.fail(PipelineError::Equalize(format!(
+                    "pass {pass}: ranks have {per_rank:?} records: {e}"
+                )));
+                false
+            }
         }
     }
 
     fn start_pass(&mut self, pass: u64) {
         self.pass = pass;
-        self.send_quota(pass);
+        if !self.send_quota(pass) {
+            return;
+        }
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
             let tasks = sq.plan.tasks(pass);
@@ -174,22 +187,8 @@ impl FileQueue {
     }
 }
 
-impl Actor for FileQueue {
-    type Context = Context<Self>;
-}
-
-impl Handler<StartPasses> for FileQueue {
-    type Result = ();
-    fn handle(&mut self, _: StartPasses, _: &mut Context<Self>) {
-        if self.passes > 0 {
-            self.start_pass(0);
-        }
-    }
-}
-
-impl Handler<ReaderIdle> for FileQueue {
-    type Result = ();
-    fn handle(&mut self, msg: ReaderIdle, _: &mut Context<Self>) {
+impl FileQueue {
+    fn on_reader_idle(&mut self, msg: ReaderIdle) {
         if self.queues_of_reader(msg.reader).has_work() {
             msg.wake.do_send(Wake);
             return;
@@ -198,11 +197,8 @@ impl Handler<ReaderIdle> for FileQueue {
             self.idle.push((msg.reader, msg.wake));
         }
     }
-}
 
-impl Handler<FileDone> for FileQueue {
-    type Result = ();
-    fn handle(&mut self, msg: FileDone, _: &mut Context<Self>) {
+    fn on_file_done(&mut self, msg: FileDone) {
         if msg.task.task.pass != self.pass {
             log::error!(
                 "file {} of pass {} reported done during pass {}",
@@ -231,22 +227,67 @@ impl Handler<FileDone> for FileQueue {
             self.pass_drained();
         }
     }
+
+    fn stop(&mut self, ctx: &mut Context<Self>) {
+        for s in &self.sets {
+            s.queues.clear();
+        }
+        ctx.stop();
+    }
+}
+
+impl Actor for FileQueue {
+    type Context = Context<Self>;
+}
+
+impl Supervised for FileQueue {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
+    }
+
+    fn panicked(&mut self, ctx: &mut Context<Self>, _: &PipelineError) {
+        self.stop(ctx);
+    }
+}
+
+impl Handler<StartPasses> for FileQueue {
+    type Result = ();
+    fn handle(&mut self, _: StartPasses, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "StartPasses", |me, _| {
+            if me.passes > 0 {
+                me.start_pass(0);
+            }
+        });
+    }
+}
+
+impl Handler<ReaderIdle> for FileQueue {
+    type Result = ();
+    fn handle(&mut self, msg: ReaderIdle, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "ReaderIdle", |me, _| me.on_reader_idle(msg));
+    }
+}
+
+impl Handler<FileDone> for FileQueue {
+    type Result = ();
+    fn handle(&mut self, msg: FileDone, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "FileDone", |me, _| me.on_file_done(msg));
+    }
 }
 
 impl Handler<Requeue> for FileQueue {
     type Result = ();
-    fn handle(&mut self, msg: Requeue, _: &mut Context<Self>) {
-        self.sets[msg.0.set].queues.retries.push(msg.0);
-        self.wake_all();
+    fn handle(&mut self, msg: Requeue, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "Requeue", |me, _| {
+            me.sets[msg.0.set].queues.retries.push(msg.0);
+            me.wake_all();
+        });
     }
 }
 
 impl Handler<Shutdown> for FileQueue {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        for s in &self.sets {
-            s.queues.clear();
-        }
-        ctx.stop();
+        guarded(self, ctx, "Shutdown", |me, ctx| me.stop(ctx));
     }
 }

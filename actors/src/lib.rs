@@ -51,6 +51,7 @@ mod config;
 mod error;
 mod feed_queue;
 mod file_queue;
+mod guard;
 mod loader;
 mod messages;
 mod panic;
@@ -68,6 +69,8 @@ mod watch;
 
 pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy, SCHEMA_SAMPLE_RECORDS};
 pub use crate::error::{PipelineError, PushError};
+#[doc(hidden)]
+pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::pipeline::Pipeline;

@@ -184,6 +184,12 @@ pub(crate) struct PassFlushed {
     pub records: u64,
 }
 
+/// Shuffle-batch → supervisor: every batch of the last pass is in the feed
+/// queue, which is closed (without trainers, `finished()` resolves now).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StreamQueued;
+
 /// Any stage → supervisor: the pipeline cannot go on; every consumer gets
 /// this error. The one failure path of the pipeline.
 #[derive(Message)]

@@ -86,8 +86,10 @@ impl Pipeline {
     }
 
     /// Resolves when the trainers have consumed all data (or, without
-    /// trainers, when the last pass is flushed), or with the error that
-    /// stopped the pipeline. Can be taken once.
+    /// trainers, when every batch of the last pass is in the feed queue:
+    /// a [`stop`](Self::stop) after that leaves the consumers the rest and
+    /// the end of data), or with the error that stopped the pipeline. Can
+    /// be taken once.
     pub fn finished(&mut self) -> impl std::future::Future<Output = Result<(), PipelineError>> {
         let rx = self.running.done.take();
         async move {
@@ -98,7 +100,9 @@ impl Pipeline {
         }
     }
 
-    /// Ask every actor to stop. Consumers get [`PipelineError::Stopped`].
+    /// Ask every actor to stop. Consumers get [`PipelineError::Stopped`] —
+    /// unless every batch is already in the feed queue (`finished()`
+    /// resolved): then they get the rest and the end of data.
     pub fn stop(&self) {
         self.running.stop.do_send(Shutdown);
     }

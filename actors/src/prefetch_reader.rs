@@ -19,6 +19,7 @@ use feedline::{Chunk, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
     ChunkAck, ChunkMsg, FileDone, FileFailed, Next, ReadTask, ReaderIdle, Shutdown, Wake,
 };
@@ -63,10 +64,12 @@ pub(crate) struct PrefetchReader {
     in_flight: usize,
     idle_since: Option<Instant>,
     stopped: bool,
+    guard: StageGuard,
 }
 
 impl PrefetchReader {
     /// Reader `id`, stealing from `queues`, watched through `watch`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: usize,
         config: Arc<PipelineConfig>,
@@ -75,6 +78,7 @@ impl PrefetchReader {
         links: ReaderLinks,
         recorder: ReaderRecorder,
         watch: Arc<ReaderWatch>,
+        guard: StageGuard,
     ) -> Self {
         PrefetchReader {
             id,
@@ -88,6 +92,7 @@ impl PrefetchReader {
             in_flight: 0,
             idle_since: Some(Instant::now()),
             stopped: false,
+            guard,
         }
     }
 
@@ -185,7 +190,14 @@ impl PrefetchReader {
     fn read_one(&mut self, ctx: &mut Context<Self>) {
         let cfg = self.config.clone();
         let cur = self.current.as_mut().expect("a current file");
-        let mut chunk = Chunk::with_budget(&self.schema, cfg.chunk_records, cfg.chunk_bytes);
+        // Room for what the file can still hold: a one-record file does not
+        // get a chunk made for `chunk_records`.
+        let rows = (cur.reader.max_records_left())
+            .map_or(cfg.chunk_records, |left| {
+                left.min(cfg.chunk_records as u64) as usize
+            })
+            .max(1);
+        let mut chunk = Chunk::with_budget(&self.schema, rows, cfg.chunk_bytes);
         let t0 = Instant::now();
         self.watch.enter(self.recorder.now_ns());
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -201,8 +213,9 @@ impl PrefetchReader {
                 self.panicked(ctx, task, panic_text(panic));
             }
             Ok(Ok(n)) => {
-                let end =
-                    n == 0 || (n < cfg.chunk_records && chunk.payload_bytes() < cfg.chunk_bytes);
+                // Only an empty read ends a file (a block or row-group reader
+                // returns short chunks), or a reader that knows none is left.
+                let end = n == 0 || cur.reader.max_records_left() == Some(0);
                 self.send_chunk(ctx, chunk, end);
             }
             Ok(Err(e)) => {
@@ -435,35 +448,53 @@ impl Actor for PrefetchReader {
     }
 }
 
+impl Supervised for PrefetchReader {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
+    }
+
+    fn panicked(&mut self, ctx: &mut Context<Self>, _: &PipelineError) {
+        self.stopped = true;
+        self.current = None;
+        ctx.stop();
+    }
+}
+
 impl Handler<Next> for PrefetchReader {
     type Result = ();
     fn handle(&mut self, _: Next, ctx: &mut Context<Self>) {
-        self.step(ctx);
+        guarded(self, ctx, "Next", |me, ctx| me.step(ctx));
     }
 }
 
 impl Handler<ChunkAck> for PrefetchReader {
     type Result = ();
     fn handle(&mut self, _: ChunkAck, ctx: &mut Context<Self>) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.after_ack(ctx);
+        guarded(self, ctx, "ChunkAck", |me, ctx| {
+            me.in_flight = me.in_flight.saturating_sub(1);
+            me.after_ack(ctx);
+        });
     }
 }
 
 impl Handler<Wake> for PrefetchReader {
     type Result = ();
     fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
-        if self.current.is_none() && self.in_flight == 0 {
-            self.step(ctx);
-        }
+        guarded(self, ctx, "Wake", |me, ctx| {
+            if me.current.is_none() && me.in_flight == 0 {
+                me.step(ctx);
+            }
+        });
     }
 }
 
 impl Handler<Shutdown> for PrefetchReader {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        self.stopped = true;
-        self.current = None;
-        ctx.stop();
+        guarded(self, ctx, "Shutdown", |me, ctx| {
+            me.stopped = true;
+            me.current = None;
+            ctx.stop();
+        });
     }
 }

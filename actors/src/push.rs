@@ -58,6 +58,7 @@ use feedline::{Batch, Schema};
 
 use crate::config::PipelineConfig;
 use crate::error::PushError;
+use crate::guard::StageGuard;
 use crate::messages::{BatchMsg, ChunkMsg, PassEvent, PushBatch, PushSample};
 use crate::recorder::ReaderRecorder;
 use intake::{Shared, Wait};
@@ -161,9 +162,10 @@ impl FeedHandle {
         schema: &Schema,
         links: PushLinks,
         recorder: ReaderRecorder,
+        guard: StageGuard,
     ) -> FeedHandle {
         FeedHandle {
-            shared: intake::start(name, config, schema, links, recorder),
+            shared: intake::start(name, config, schema, links, recorder, guard),
         }
     }
 

@@ -48,9 +48,10 @@ use feedline::{collate_rows, Chunk, RowRef, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchMsg, BatchQueue, ChunkAck, ChunkMsg, Delivered, PassEvent, PassFlushed, PipelineFailed,
-    QueueItem, Shutdown,
+    BatchMsg, BatchQueue, ChunkAck, ChunkMsg, Delivered, PassEvent, PassFlushed, QueueItem,
+    Shutdown, StreamQueued,
 };
 use crate::recorder::ShuffleRecorder;
 use crate::stats::SkippedRecord;
@@ -64,8 +65,8 @@ use state::{records_of, RecordRef, ShuffleState};
 pub(crate) struct ShuffleLinks {
     /// The last batch of a pass is made.
     pub flushed: Recipient<PassFlushed>,
-    /// The pipeline cannot go on.
-    pub failed: Recipient<PipelineFailed>,
+    /// Every batch of the last pass is in the closed feed queue.
+    pub queued: Recipient<StreamQueued>,
 }
 
 type Ack = Recipient<ChunkAck>;
@@ -89,6 +90,10 @@ pub(crate) struct ShuffleBatch {
     quota: EqualizeQuota<RowRef>,
     idle_since: Instant,
     failed: bool,
+    /// The feed queue is closed: everything is in it.
+    closed: bool,
+    /// Where a failure goes (a panic in any handler, a collation error).
+    guard: StageGuard,
     /// The transforms after the draw (instance map, batch map), if any.
     transformer: Option<BatchTransformer>,
 }
@@ -124,6 +129,7 @@ impl ShuffleBatch {
         queue: BatchQueue,
         links: ShuffleLinks,
         recorder: ShuffleRecorder,
+        guard: StageGuard,
     ) -> Self {
         let sets = (config.sets.iter())
             .map(|s| (s.name.clone(), s.weight))
@@ -144,6 +150,8 @@ impl ShuffleBatch {
             quota: EqualizeQuota::new(),
             idle_since: Instant::now(),
             failed: false,
+            closed: false,
+            guard,
             transformer: None,
             config,
         }
@@ -267,7 +275,7 @@ impl ShuffleBatch {
                 // The pipeline fails with `e`: its caller reports it, once.
                 log::debug!("collation failed: {e}");
                 self.failed = true;
-                self.links.failed.do_send(PipelineFailed(e));
+                self.guard.fail(e);
             }
         }
     }
@@ -293,17 +301,21 @@ impl ShuffleBatch {
                     // the drain failed to collate: then the supervisor fails
                     // them (closing first would end the pass cleanly, and the
                     // error would never reach a consumer).
-                    if close && !self.failed {
+                    if close && !self.failed && !self.closed {
+                        self.closed = true;
                         self.queue.close();
+                        self.links.queued.do_send(StreamQueued);
                     }
                 }
                 Ok(Pushed::Full(room)) => {
                     let t0 = Instant::now();
                     ctx.wait(room.into_actor(self).map(move |_, act, ctx| {
-                        act.recorder.blocked(t0.elapsed());
                         // Waiting for the queue is not waiting for input; a
                         // cancelled wait (the queue failed) shows in the next push.
-                        act.flush_out(ctx, close);
+                        guarded(act, ctx, "room in the feed queue", |act, ctx| {
+                            act.recorder.blocked(t0.elapsed());
+                            act.flush_out(ctx, close);
+                        });
                     }));
                 }
                 Ok(Pushed::Closed) | Err(_) => {
@@ -370,7 +382,11 @@ impl ShuffleBatch {
                     self.batch_row(row);
                 }
             }
-            Err(e) => log::error!("{e}"),
+            Err(e) => {
+                self.failed = true;
+                self.guard.fail(PipelineError::Equalize(e.to_string()));
+                return;
+            }
         }
         if let Some(rows) = self.batcher.flush() {
             self.emit(rows);
@@ -410,16 +426,9 @@ impl ShuffleBatch {
             .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
         self.recorder.batch_made();
     }
-}
 
-impl Actor for ShuffleBatch {
-    type Context = Context<Self>;
-}
-
-impl Handler<ChunkMsg> for ShuffleBatch {
-    type Result = ();
-
-    fn handle(&mut self, msg: ChunkMsg, ctx: &mut Context<Self>) {
+    /// A reader's (or the push source's) chunk.
+    fn on_chunk(&mut self, msg: ChunkMsg, ctx: &mut Context<Self>) {
         self.recorder.idle(self.idle_since.elapsed());
         self.recorder.chunk_received();
         let t0 = Instant::now();
@@ -443,12 +452,9 @@ impl Handler<ChunkMsg> for ShuffleBatch {
         self.recorder.busy(t0.elapsed());
         self.flush_out(ctx, false);
     }
-}
 
-impl Handler<PassEvent> for ShuffleBatch {
-    type Result = ();
-
-    fn handle(&mut self, msg: PassEvent, ctx: &mut Context<Self>) {
+    /// Where a pass stands.
+    fn on_pass_event(&mut self, msg: PassEvent, ctx: &mut Context<Self>) {
         let pass = self.numbering.pass();
         match msg {
             PassEvent::Quota { pass, keep, pad } => self.quota.set(Share { pass, keep, pad }),
@@ -477,17 +483,52 @@ impl Handler<PassEvent> for ShuffleBatch {
     }
 }
 
+impl Actor for ShuffleBatch {
+    type Context = Context<Self>;
+}
+
+impl Supervised for ShuffleBatch {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
+    }
+
+    fn panicked(&mut self, ctx: &mut Context<Self>, _: &PipelineError) {
+        self.failed = true;
+        self.intake.clear();
+        ctx.stop();
+    }
+}
+
+impl Handler<ChunkMsg> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: ChunkMsg, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "ChunkMsg", |me, ctx| me.on_chunk(msg, ctx));
+    }
+}
+
+impl Handler<PassEvent> for ShuffleBatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: PassEvent, ctx: &mut Context<Self>) {
+        let handling = format!("{msg:?}");
+        guarded(self, ctx, &handling, |me, ctx| me.on_pass_event(msg, ctx));
+    }
+}
+
 impl Handler<BatchMsg> for ShuffleBatch {
     type Result = ();
 
     fn handle(&mut self, msg: BatchMsg, ctx: &mut Context<Self>) {
-        self.recorder.idle(self.idle_since.elapsed());
-        if self.failed {
-            return;
-        }
-        msg.ack.do_send(ChunkAck);
-        self.enqueue_ready(msg.batch);
-        self.flush_out(ctx, false);
+        guarded(self, ctx, "BatchMsg", |me, ctx| {
+            me.recorder.idle(me.idle_since.elapsed());
+            if me.failed {
+                return;
+            }
+            msg.ack.do_send(ChunkAck);
+            me.enqueue_ready(msg.batch);
+            me.flush_out(ctx, false);
+        });
     }
 }
 
@@ -495,8 +536,10 @@ impl Handler<Shutdown> for ShuffleBatch {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        // Withheld acknowledgements go with their chunks.
-        self.intake.clear();
-        ctx.stop();
+        guarded(self, ctx, "Shutdown", |me, ctx| {
+            // Withheld acknowledgements go with their chunks.
+            me.intake.clear();
+            ctx.stop();
+        });
     }
 }

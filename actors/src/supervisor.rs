@@ -19,8 +19,10 @@ use futures::channel::oneshot;
 
 use crate::config::{PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, TrainerDone,
+    BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, StreamQueued,
+    TrainerDone,
 };
 use crate::recorder::SupervisorRecorder;
 use crate::stats::Stats;
@@ -69,6 +71,9 @@ pub(crate) struct Supervisor {
     trainers_left: usize,
     done: Option<oneshot::Sender<Result<(), PipelineError>>>,
     failed: bool,
+    /// Every batch is in the closed feed queue: a stop leaves it to the consumers.
+    queued: bool,
+    guard: StageGuard,
 }
 
 impl Supervisor {
@@ -84,6 +89,7 @@ impl Supervisor {
         start_reader: ReaderFactory,
         trainers: usize,
         done: oneshot::Sender<Result<(), PipelineError>>,
+        guard: StageGuard,
     ) -> Self {
         Supervisor {
             config,
@@ -95,6 +101,8 @@ impl Supervisor {
             trainers_left: trainers,
             done: Some(done),
             failed: false,
+            queued: false,
+            guard,
         }
     }
 
@@ -202,23 +210,8 @@ impl Supervisor {
     }
 }
 
-impl Actor for Supervisor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        for id in 0..self.readers.len() {
-            self.start_reader(id, ReaderThread::Same);
-        }
-        if let Some(t) = self.config.stall_timeout {
-            let every = (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-            ctx.run_interval(every, |act, _| act.watchdog());
-        }
-    }
-}
-
-impl Handler<FileFailed> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, msg: FileFailed, _: &mut Context<Self>) {
+impl Supervisor {
+    fn on_file_failed(&mut self, msg: FileFailed) {
         if self.failed {
             return;
         }
@@ -242,18 +235,8 @@ impl Handler<FileFailed> for Supervisor {
         }
         self.start_reader(msg.reader, ReaderThread::Same);
     }
-}
 
-impl Handler<PipelineFailed> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, msg: PipelineFailed, _: &mut Context<Self>) {
-        self.fail(msg.0);
-    }
-}
-
-impl Handler<PassFlushed> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, msg: PassFlushed, _: &mut Context<Self>) {
+    fn on_pass_flushed(&mut self, msg: PassFlushed) {
         let done = self.recorder.pass_done();
         log::info!(
             "pass {} done: {} records in {} batches; {}",
@@ -265,16 +248,20 @@ impl Handler<PassFlushed> for Supervisor {
         if done >= self.config.passes {
             // Readers have nothing more to do.
             self.stop_readers();
-            if self.trainers_left == 0 {
-                self.resolve(Ok(()));
-            }
         }
     }
-}
 
-impl Handler<TrainerDone> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, msg: TrainerDone, _: &mut Context<Self>) {
+    /// Without trainers the pipeline's work is done once every batch is
+    /// in the feed queue (the end-of-pass drain is collated as the queue
+    /// takes it, so that is later than the last pass's flush).
+    fn on_stream_queued(&mut self) {
+        self.queued = true;
+        if self.trainers_left == 0 {
+            self.resolve(Ok(()));
+        }
+    }
+
+    fn on_trainer_done(&mut self, msg: TrainerDone) {
         if let Some(e) = msg.error {
             if !matches!(e, PipelineError::Stopped) || !self.failed {
                 log::debug!("device {} ended: {e}", msg.device);
@@ -286,17 +273,102 @@ impl Handler<TrainerDone> for Supervisor {
             self.resolve(Ok(()));
         }
     }
+
+    fn shutdown(&mut self, ctx: &mut Context<Self>) {
+        self.stop_producers();
+        if let Some(l) = self.links.take() {
+            // Once every batch is queued the consumers take the rest and
+            // the end of data (the feed queue's actor lives on with the system).
+            if !self.queued || self.failed {
+                l.queue.fail(PipelineError::Stopped);
+                l.feed.do_send(Shutdown);
+            }
+        }
+        self.resolve(Err(PipelineError::Stopped));
+        ctx.stop();
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        guarded(self, ctx, "start", |me, ctx| {
+            for id in 0..me.readers.len() {
+                me.start_reader(id, ReaderThread::Same);
+            }
+            if let Some(t) = me.config.stall_timeout {
+                let every = (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                ctx.run_interval(every, |act, ctx| {
+                    guarded(act, ctx, "the stall watchdog", |act, _| act.watchdog());
+                });
+            }
+        });
+    }
+}
+
+impl Supervised for Supervisor {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
+    }
+
+    /// The supervisor itself panicked (the guard failed the lanes): stop
+    /// the producers and resolve `finished()` with the error.
+    fn panicked(&mut self, ctx: &mut Context<Self>, e: &PipelineError) {
+        self.fail(e.clone());
+        ctx.stop();
+    }
+}
+
+impl Drop for Supervisor {
+    /// Gone before the pipeline ended (its system stopped, or a panic got
+    /// past the guard): nobody may wait forever on the lanes or `finished()`.
+    fn drop(&mut self) {
+        if self.done.is_some() {
+            self.guard.fail(PipelineError::Stopped);
+            self.resolve(Err(PipelineError::Stopped));
+        }
+    }
+}
+
+impl Handler<FileFailed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: FileFailed, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "FileFailed", |me, _| me.on_file_failed(msg));
+    }
+}
+
+impl Handler<PipelineFailed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PipelineFailed, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "PipelineFailed", |me, _| me.fail(msg.0));
+    }
+}
+
+impl Handler<PassFlushed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PassFlushed, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "PassFlushed", |me, _| me.on_pass_flushed(msg));
+    }
+}
+
+impl Handler<StreamQueued> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: StreamQueued, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "StreamQueued", |me, _| me.on_stream_queued());
+    }
+}
+
+impl Handler<TrainerDone> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: TrainerDone, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "TrainerDone", |me, _| me.on_trainer_done(msg));
+    }
 }
 
 impl Handler<Shutdown> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        self.stop_producers();
-        if let Some(l) = self.links.take() {
-            l.queue.fail(PipelineError::Stopped);
-            l.feed.do_send(Shutdown);
-        }
-        self.resolve(Err(PipelineError::Stopped));
-        ctx.stop();
+        guarded(self, ctx, "Shutdown", |me, ctx| me.shutdown(ctx));
     }
 }

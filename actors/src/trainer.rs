@@ -5,20 +5,21 @@
 //! The step is the user's [`TrainStep`]; [`SimulatedDevice`] sleeps for a
 //! step time, to see whether a loader keeps devices fed before renting them.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use actix::prelude::*;
 use feedline::feed_queue::PopNow;
 
 use crate::error::PipelineError;
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Popped, Take, TrainerDone};
-use crate::panic::panic_text;
 use crate::recorder::DeviceClock;
 
 /// A device's training step: what a trainer does with each batch.
 pub trait TrainStep: Send + Unpin + 'static {
-    /// Run one step on `batch`. An `Err` stops the pipeline with that message.
+    /// Run one step on `batch`. An `Err` stops the pipeline with that
+    /// message; so does a panic (as [`PipelineError::Panicked`], naming the
+    /// device's trainer and the batch), here and in the hooks below.
     fn step(&mut self, device: usize, batch: &Delivered) -> Result<(), String>;
 
     /// Called when the device has had every batch of `pass` it will get.
@@ -53,6 +54,7 @@ pub(crate) struct Trainer<S: TrainStep> {
     queue: BatchQueue,
     done: Recipient<TrainerDone>,
     clock: DeviceClock,
+    guard: StageGuard,
 }
 
 impl<S: TrainStep> Trainer<S> {
@@ -63,6 +65,7 @@ impl<S: TrainStep> Trainer<S> {
         queue: BatchQueue,
         done: Recipient<TrainerDone>,
         clock: DeviceClock,
+        guard: StageGuard,
     ) -> Self {
         Trainer {
             device,
@@ -70,6 +73,7 @@ impl<S: TrainStep> Trainer<S> {
             queue,
             done,
             clock,
+            guard,
         }
     }
 
@@ -82,7 +86,7 @@ impl<S: TrainStep> Trainer<S> {
             PopNow::Ready(r) => ctx.notify(Take(r)),
             PopNow::Later(rx) => {
                 ctx.spawn(rx.into_actor(self).map(|res, act, ctx| {
-                    act.on_popped(res.unwrap_or(Err(PipelineError::Stopped)), ctx);
+                    act.take(res.unwrap_or(Err(PipelineError::Stopped)), ctx);
                 }));
             }
         }
@@ -96,6 +100,17 @@ impl<S: TrainStep> Trainer<S> {
         ctx.stop();
     }
 
+    /// Handle a popped item under the guard, named after what it is.
+    fn take(&mut self, popped: Result<Popped, PipelineError>, ctx: &mut Context<Self>) {
+        let handling = match &popped {
+            Ok(Popped::Batch(d)) => format!("step on batch {} of pass {}", d.seq, d.pass),
+            Ok(Popped::EndOfPass(p)) => format!("end of pass {p}"),
+            Ok(Popped::EndOfData) => "end of data".to_string(),
+            Err(_) => "the pipeline's failure".to_string(),
+        };
+        guarded(self, ctx, &handling, |me, ctx| me.on_popped(popped, ctx));
+    }
+
     fn on_popped(&mut self, popped: Result<Popped, PipelineError>, ctx: &mut Context<Self>) {
         match popped {
             Ok(Popped::Batch(d)) => {
@@ -103,22 +118,17 @@ impl<S: TrainStep> Trainer<S> {
                 // Ask for the next batch before working on this one; the
                 // device waits for it only from the step's end on.
                 self.request(ctx);
-                let device = self.device;
-                let step = &mut self.step;
-                let result = catch_unwind(AssertUnwindSafe(|| step.step(device, &d)));
+                let result = self.step.step(self.device, &d);
                 self.clock.wait_begins();
-                let message = match result {
-                    Ok(Ok(())) => return,
-                    Ok(Err(m)) => m,
-                    Err(p) => panic_text(p),
-                };
-                self.finish(
-                    ctx,
-                    Some(PipelineError::Trainer {
-                        device: self.device,
-                        message,
-                    }),
-                );
+                if let Err(message) = result {
+                    self.finish(
+                        ctx,
+                        Some(PipelineError::Trainer {
+                            device: self.device,
+                            message,
+                        }),
+                    );
+                }
             }
             Ok(Popped::EndOfPass(p)) => {
                 self.clock.item_arrives(None);
@@ -139,7 +149,7 @@ impl<S: TrainStep> Handler<Take> for Trainer<S> {
     type Result = ();
 
     fn handle(&mut self, msg: Take, ctx: &mut Context<Self>) {
-        self.on_popped(msg.0, ctx);
+        self.take(msg.0, ctx);
     }
 }
 
@@ -147,6 +157,12 @@ impl<S: TrainStep> Actor for Trainer<S> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.request(ctx);
+        guarded(self, ctx, "start", |me, ctx| me.request(ctx));
+    }
+}
+
+impl<S: TrainStep> Supervised for Trainer<S> {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
     }
 }

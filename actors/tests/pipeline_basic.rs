@@ -53,3 +53,45 @@ fn deterministic_runs_are_identical_across_reader_counts() {
     assert_eq!(a, b);
     assert_eq!(a, c);
 }
+
+#[path = "../../tests/format_helpers/mod.rs"]
+mod format_helpers;
+
+#[test]
+fn readers_read_on_after_short_chunks() {
+    // `read_chunk` returns at most 3, 1, 2, … records: only 0 ends a file.
+    let counts = [20u64, 1, 7, 33];
+    let synth = SynthFormat::with_files(&counts).build();
+    let specs: Vec<String> = synth
+        .specs()
+        .iter()
+        .map(|s| s.replace("synth:", "short:"))
+        .collect();
+    let mut registry = feedline::format::Registry::with_builtin();
+    registry.register(std::sync::Arc::new(format_helpers::ShortChunks {
+        name: "short",
+        inner: std::sync::Arc::new(synth),
+        pattern: vec![3, 1, 2],
+    }));
+    for readers in [1, 3] {
+        let loader = feedline_actors::Loader::builder()
+            .registry(registry.clone())
+            .files(specs.clone())
+            .schema(SynthFormat::schema())
+            .readers(readers)
+            .chunk_records(16)
+            .batch(5)
+            .passes(2)
+            .build()
+            .unwrap();
+        let mut per_pass = std::collections::BTreeMap::new();
+        for d in loader {
+            let d = d.unwrap();
+            per_pass
+                .entry(d.pass)
+                .or_insert_with(Vec::new)
+                .extend(ids(&d));
+        }
+        assert_exactly_once(&per_pass, &all_ids(&counts, &[]), 2);
+    }
+}

@@ -98,3 +98,101 @@ fn off_keeps_every_instance() {
         .sum();
     assert_eq!(total as u64, counts.iter().sum::<u64>());
 }
+
+/// The first error of a loader run (a bounded wait per batch).
+fn first_error(loader: feedline_actors::Loader) -> Option<feedline_actors::PipelineError> {
+    let mut loader = loader;
+    loop {
+        match loader.next_timeout(std::time::Duration::from_secs(30))? {
+            Ok(_) => continue,
+            Err(e @ feedline_actors::PipelineError::Timeout { .. }) => panic!("hang: {e}"),
+            Err(e) => return Some(e),
+        }
+    }
+}
+
+#[test]
+fn padding_a_rank_with_no_records_fails_the_pipeline() {
+    // Rank 1's one file is empty: no rank can pad like the others.
+    for rank in 0..2 {
+        let loader = synth_loader(SynthFormat::with_files(&[10, 0]).build())
+            .shard(rank, 2)
+            .shard_by(ShardBy::File)
+            .shuffle_files(false)
+            .equalize(Equalize::Pad)
+            .batch(4)
+            .build()
+            .unwrap();
+        match first_error(loader) {
+            Some(feedline_actors::PipelineError::Equalize(m)) => {
+                assert!(m.contains("rank 1 has no instances"), "{m}");
+                assert!(m.contains("[10, 0]"), "{m}");
+            }
+            other => panic!("rank {rank}: expected an equalize error, got {other:?}"),
+        }
+    }
+}
+
+/// The synthetic format, but a file named in `shrink` has no records from
+/// its second opening on (the first is the loader's count): a file that
+/// changed between counting and reading.
+struct Shrinking {
+    inner: SynthFormat,
+    shrink: &'static str,
+    opened: std::sync::atomic::AtomicU32,
+}
+
+impl feedline::format::Format for Shrinking {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        opts: &feedline::format::OpenOptions,
+    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
+        let mut opts = opts.clone();
+        if path.to_string_lossy() == self.shrink
+            && self
+                .opened
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                > 0
+        {
+            opts.start_record = u64::MAX;
+        }
+        self.inner.open(path, &opts)
+    }
+}
+
+#[test]
+fn padding_with_nothing_to_repeat_fails_the_pipeline() {
+    let synth = SynthFormat::with_files(&[5, 10]).build();
+    let specs = synth.specs();
+    let mut registry = feedline::format::Registry::with_builtin();
+    registry.register(std::sync::Arc::new(Shrinking {
+        inner: synth,
+        shrink: "f0",
+        opened: Default::default(),
+    }));
+    // Rank 0 counted 5 records in f0 and pads 5 to rank 1's 10, but reads none.
+    let loader = feedline_actors::Loader::builder()
+        .registry(registry)
+        .files(specs)
+        .schema(SynthFormat::schema())
+        .shard(0, 2)
+        .shard_by(ShardBy::File)
+        .shuffle_files(false)
+        .equalize(Equalize::Pad)
+        .batch(4)
+        .build()
+        .unwrap();
+    match first_error(loader) {
+        Some(feedline_actors::PipelineError::Equalize(m)) => {
+            assert!(m.contains("none to repeat"), "{m}")
+        }
+        other => panic!("expected an equalize error, got {other:?}"),
+    }
+}

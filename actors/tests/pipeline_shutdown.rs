@@ -174,7 +174,10 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
     });
     drop(sys);
     match result {
-        Err(PipelineError::Trainer { device: 0, message }) => assert!(message.contains("exploded")),
+        Err(PipelineError::Panicked { stage, message, .. }) => {
+            assert_eq!(&*stage, "trainer of device 0");
+            assert!(message.contains("exploded"));
+        }
         other => panic!("unexpected {other:?}"),
     }
     assert!(

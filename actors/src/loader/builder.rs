@@ -21,6 +21,10 @@ use crate::push::FeedHandle;
 pub struct LoaderBuilder {
     config: PipelineConfig,
     generators: Vec<GeneratorSource>,
+    /// `.shard()` (or `.config()`) was called: the environment is not read.
+    shard_given: bool,
+    /// `.shard_from_env(false)`: never read `RANK`/`WORLD_SIZE`.
+    ignore_env_shard: bool,
 }
 
 macro_rules! setter {
@@ -75,9 +79,22 @@ impl LoaderBuilder {
         self
     }
 
-    /// Shard for data-parallel rank `rank` of `world_size`.
+    /// Shard for data-parallel rank `rank` of `world_size` (checked at
+    /// [`build`](Self::build): `rank < world_size`). Without it the shard
+    /// comes from the environment variables `RANK` and `WORLD_SIZE` (as
+    /// `torchrun` sets them), when set — see [`shard_from_env`](Self::shard_from_env).
     pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
         self.config.shard = Shard { rank, world_size };
+        self.shard_given = true;
+        self
+    }
+
+    /// Read the shard from `RANK`/`WORLD_SIZE` when [`shard`](Self::shard)
+    /// is not called (true, the default), or never (false: one process
+    /// reads all the data whatever the environment says). Invalid values
+    /// are an error at [`build`](Self::build) naming the variable.
+    pub fn shard_from_env(mut self, yes: bool) -> Self {
+        self.ignore_env_shard = !yes;
         self
     }
 
@@ -238,9 +255,17 @@ impl LoaderBuilder {
         self
     }
 
-    /// Replace every setting.
+    /// Panics to inject into the stages' handlers (tests of the failure paths).
+    #[doc(hidden)]
+    pub fn inject_faults(mut self, faults: crate::FaultPlan) -> Self {
+        self.config.faults = faults;
+        self
+    }
+
+    /// Replace every setting (the shard included: the environment is not read).
     pub fn config(mut self, config: PipelineConfig) -> Self {
         self.config = config;
+        self.shard_given = true;
         self
     }
 
@@ -317,9 +342,25 @@ impl LoaderBuilder {
         Ok((loader, feed))
     }
 
-    /// The settings with the generator sources registered.
+    /// The settings with the shard from the environment (unless given or
+    /// opted out of) and the generator sources registered.
     fn finish(self) -> Result<PipelineConfig, PipelineError> {
         let mut config = self.config;
+        if !self.shard_given && !self.ignore_env_shard {
+            let var = |name: &str| std::env::var(name).ok();
+            let (rank, world) = (var("RANK"), var("WORLD_SIZE"));
+            if rank.is_some() || world.is_some() {
+                config.shard = Shard::from_vars(rank.as_deref(), world.as_deref())
+                    .map_err(|e| PipelineError::Config(format!("{e} (from the environment; LoaderBuilder::shard_from_env(false) ignores it)")))?;
+                log::info!(
+                    "data-parallel shard from the environment: rank {} of {} (RANK={}, WORLD_SIZE={}; .shard() or .shard_from_env(false) overrides)",
+                    config.shard.rank,
+                    config.shard.world_size,
+                    rank.as_deref().unwrap_or("unset"),
+                    world.as_deref().unwrap_or("unset"),
+                );
+            }
+        }
         if self.generators.is_empty() {
             return Ok(config);
         }

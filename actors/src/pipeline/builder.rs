@@ -25,6 +25,7 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueueActor;
 use crate::file_queue::{FileQueue, SetQueue};
+use crate::guard::StageGuard;
 use crate::messages::{BatchQueue, StartPasses};
 use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
 use crate::push::{FeedHandle, PushLinks};
@@ -93,20 +94,28 @@ pub(crate) fn build<S: TrainStep>(
     // The supervisor's address first: every stage reports to it.
     let supervisor_ctx = Context::<Supervisor>::new();
     let supervisor = supervisor_ctx.address();
+    // Every stage's guard fails the lanes and tells the supervisor.
+    let guard = StageGuard::new(
+        "supervisor",
+        queue.clone(),
+        Some(supervisor.clone().recipient()),
+        config.faults.clone(),
+    );
 
     let clocks =
         account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
-    let feed = FeedQueueActor::start(queue.clone(), clocks);
+    let feed = FeedQueueActor::start(queue.clone(), clocks, guard.named("feed queue"));
 
     let shuffle = {
         let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
         let links = ShuffleLinks {
             flushed: supervisor.clone().recipient(),
-            failed: supervisor.clone().recipient(),
+            queued: supervisor.clone().recipient(),
         };
         let recorder = recorders.shuffle();
+        let guard = guard.named("shuffle stage");
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            ShuffleBatch::new(config, schema, batcher, queue, links, recorder)
+            ShuffleBatch::new(config, schema, batcher, queue, links, recorder, guard)
                 .with_transformer(transformer)
         })
     };
@@ -129,6 +138,7 @@ pub(crate) fn build<S: TrainStep>(
         config.passes,
         shuffle.clone().recipient(),
         equalize,
+        guard.named("file queue"),
     )
     .start();
 
@@ -146,6 +156,7 @@ pub(crate) fn build<S: TrainStep>(
         reader_links,
         &recorders,
         &arbiters,
+        &guard,
     );
     let links = SupervisorLinks {
         requeue: file_queue.clone().recipient(),
@@ -162,13 +173,15 @@ pub(crate) fn build<S: TrainStep>(
         start_reader,
         steps.len(),
         done_tx,
+        StageGuard::new("supervisor", queue.clone(), None, config.faults.clone()),
     ));
 
     for (device, step) in steps.into_iter().enumerate() {
         let (queue, done) = (queue.clone(), supervisor.clone().recipient());
         let clock = recorders.device(device);
+        let guard = guard.named(format!("trainer of device {device}"));
         Trainer::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            Trainer::new(device, step, queue, done, clock)
+            Trainer::new(device, step, queue, done, clock, guard)
         });
     }
 
@@ -185,6 +198,7 @@ pub(crate) fn build<S: TrainStep>(
                 &schema,
                 links,
                 recorders.reader(),
+                guard.named(format!("push source {name}")),
             ))
         }
         None => {
@@ -207,6 +221,7 @@ pub(crate) fn build<S: TrainStep>(
 
 /// Starts reader `id`'s incarnations: on the reader's own arbiter, or on a
 /// fresh one when the last incarnation is stuck in its thread.
+#[allow(clippy::too_many_arguments)]
 fn reader_factory(
     config: &Arc<PipelineConfig>,
     schema: &Schema,
@@ -215,8 +230,9 @@ fn reader_factory(
     links: ReaderLinks,
     recorders: &Recorders,
     arbiters: &Arbiters,
+    guard: &StageGuard,
 ) -> ReaderFactory {
-    let (config, schema) = (config.clone(), schema.clone());
+    let (config, schema, guard) = (config.clone(), schema.clone(), guard.clone());
     let (recorders, arbiters) = (recorders.clone(), arbiters.clone());
     let mut threads: Vec<Option<ArbiterHandle>> = vec![None; reader_set.len()];
     Box::new(move |id, thread| {
@@ -231,13 +247,14 @@ fn reader_factory(
         let watch = Arc::new(ReaderWatch::default());
         recorders.watch_reader(id, watch.clone());
         let (config, schema, links) = (config.clone(), schema.clone(), links.clone());
+        let guard = guard.named(format!("reader {id}"));
         let (queues, recorder, w) = (
             queues[reader_set[id]].clone(),
             recorders.reader(),
             watch.clone(),
         );
         let reader = PrefetchReader::start_in_arbiter(&arbiter, move |_| {
-            PrefetchReader::new(id, config, schema, queues, links, recorder, w)
+            PrefetchReader::new(id, config, schema, queues, links, recorder, w, guard)
         });
         ReaderHandle {
             stop: reader.recipient(),

@@ -67,24 +67,7 @@ fn settle(
     mut config: PipelineConfig,
 ) -> Result<(PipelineConfig, Schema, Vec<PassPlan>), PipelineError> {
     let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
-    if config.readers == 0 && config.sets.is_empty() {
-        return bad("readers must be at least 1");
-    }
-    if config.devices == 0 {
-        return bad("devices must be at least 1");
-    }
-    if config.capacity == 0 {
-        return bad("capacity must be at least 1");
-    }
-    if config.chunk_records == 0 || config.chunks_in_flight == 0 {
-        return bad("chunk_records and chunks_in_flight must be at least 1");
-    }
-    if let BatchPolicy::Fixed(0) = config.batch {
-        return bad("batch size must be at least 1");
-    }
-    if config.transforms.instance.is_some() && config.transforms.workers == 0 {
-        return bad("transform workers must be at least 1");
-    }
+    config.check()?;
     if config.push.is_some() {
         if !config.sets.is_empty() {
             return bad("push mode reads no file sets");
@@ -155,18 +138,6 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     for set in &mut config.sets {
         if !names.insert(set.name.clone()) {
             return bad(format!("two file sets are named {:?}", set.name));
-        }
-        if set.readers == 0 {
-            return bad(format!(
-                "file set {:?}: readers must be at least 1",
-                set.name
-            ));
-        }
-        if !(set.weight.is_finite() && set.weight > 0.0) {
-            return bad(format!(
-                "file set {:?}: weight must be a positive number, not {}",
-                set.name, set.weight
-            ));
         }
         if !set.files.is_empty() {
             set.files = expand_inputs(&set.files)?;

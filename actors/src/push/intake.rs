@@ -18,6 +18,7 @@ use super::check::check_batch;
 use super::{PushLinks, PushStats};
 use crate::config::PipelineConfig;
 use crate::error::{PipelineError, PushError};
+use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchMsg, ChunkAck, ChunkMsg, PassEvent, PushBatch, PushSample};
 use crate::recorder::ReaderRecorder;
 
@@ -383,6 +384,7 @@ pub(super) fn start(
     schema: &Schema,
     links: PushLinks,
     recorder: ReaderRecorder,
+    guard: StageGuard,
 ) -> Arc<Shared> {
     let mut slot = None;
     let credits = config.chunks_in_flight.max(1);
@@ -416,7 +418,7 @@ pub(super) fn start(
             next_batch: AtomicU64::new(0),
         });
         slot = Some(shared.clone());
-        PushIntake { shared }
+        PushIntake { shared, guard }
     });
     slot.expect("set by create")
 }
@@ -425,6 +427,7 @@ pub(super) fn start(
 /// serves pushes from actors, and notices when the pipeline is gone.
 pub(crate) struct PushIntake {
     shared: Arc<Shared>,
+    guard: StageGuard,
 }
 
 impl Actor for PushIntake {
@@ -432,12 +435,28 @@ impl Actor for PushIntake {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(POLL, |act, ctx| {
-            if !act.shared.links.chunks.connected() {
-                let mut st = act.shared.state.lock();
-                act.shared.stop(&mut st, PipelineError::Stopped);
-                ctx.stop();
-            }
+            guarded(act, ctx, "its check of the pipeline", |act, ctx| {
+                if !act.shared.links.chunks.connected() {
+                    let mut st = act.shared.state.lock();
+                    act.shared.stop(&mut st, PipelineError::Stopped);
+                    ctx.stop();
+                }
+            });
         });
+    }
+}
+
+impl Supervised for PushIntake {
+    fn guard(&self) -> &StageGuard {
+        &self.guard
+    }
+
+    /// Producers waiting for room get the failure too.
+    fn panicked(&mut self, ctx: &mut Context<Self>, e: &PipelineError) {
+        let mut st = self.shared.state.lock();
+        self.shared.stop(&mut st, e.clone());
+        drop(st);
+        ctx.stop();
     }
 }
 
@@ -450,60 +469,96 @@ impl Drop for PushIntake {
 
 impl Handler<ChunkAck> for PushIntake {
     type Result = ();
-    fn handle(&mut self, _: ChunkAck, _: &mut Context<Self>) {
-        let mut st = self.shared.state.lock();
-        st.credits += 1;
-        self.shared.pump(&mut st);
+    fn handle(&mut self, _: ChunkAck, ctx: &mut Context<Self>) {
+        guarded(self, ctx, "ChunkAck", |me, _| {
+            let mut st = me.shared.state.lock();
+            st.credits += 1;
+            me.shared.pump(&mut st);
+        });
     }
 }
 
-impl Handler<PushSample> for PushIntake {
-    type Result = ResponseFuture<Result<(), PushError<Sample>>>;
-
-    fn handle(&mut self, msg: PushSample, _: &mut Context<Self>) -> Self::Result {
+impl PushIntake {
+    /// Check an instance and park it until there is room; the answer comes on the receiver.
+    fn park_instance(&mut self, sample: &Sample) -> Result<Parking, PushError<()>> {
         let sh = &self.shared;
-        let sample = msg.0;
-        let row = match sh.conform(&sample) {
+        let row = match sh.conform(sample) {
             Ok(row) => row,
             Err(e) => {
                 sh.state.lock().stats.refused += 1;
-                return Box::pin(async move { Err(PushError::Invalid(Box::new(e), sample)) });
+                return Err(PushError::Invalid(Box::new(e), ()));
             }
         };
         let mut st = sh.state.lock();
         if let Some(e) = Shared::closed_error(&st, ()) {
             st.stats.refused += 1;
-            return Box::pin(async move { Err(e.map(|()| sample)) });
+            return Err(e);
         }
         let (tx, rx) = oneshot::channel();
         st.parked.push_back(Parked::Instance(row, tx));
         sh.pump(&mut st);
-        Box::pin(answered(rx, move || sample))
+        Ok(rx)
+    }
+
+    /// Check a batch and park it until there is room.
+    fn park_batch(&mut self, batch: &Arc<Batch>) -> Result<Parking, PushError<()>> {
+        let sh = &self.shared;
+        let index = sh.next_batch.fetch_add(1, Relaxed);
+        if let Err(e) = check_batch(&sh.schema, batch, sh.source, index) {
+            sh.state.lock().stats.refused += 1;
+            return Err(PushError::Invalid(Box::new(e), ()));
+        }
+        let mut st = sh.state.lock();
+        if let Some(e) = Shared::closed_error(&st, ()) {
+            st.stats.refused += 1;
+            return Err(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        st.parked.push_back(Parked::Batch(batch.clone(), tx));
+        sh.pump(&mut st);
+        Ok(rx)
+    }
+
+    /// The answer to an actor's push, from what parking it gave (`None`:
+    /// the intake panicked; the pipeline failed).
+    fn answer<T: 'static>(
+        &self,
+        parked: Option<Result<Parking, PushError<()>>>,
+        item: impl FnOnce() -> T + 'static,
+    ) -> ResponseFuture<Result<(), PushError<T>>> {
+        match parked {
+            Some(Ok(rx)) => Box::pin(answered(rx, item)),
+            Some(Err(e)) => Box::pin(async move { Err(e.map(|()| item())) }),
+            None => {
+                let e =
+                    (self.shared.state.lock().stopped.clone()).unwrap_or(PipelineError::Stopped);
+                Box::pin(async move { Err(PushError::Stopped(e, item())) })
+            }
+        }
+    }
+}
+
+/// Where a parked push's answer comes.
+type Parking = oneshot::Receiver<Result<(), PushError<()>>>;
+
+impl Handler<PushSample> for PushIntake {
+    type Result = ResponseFuture<Result<(), PushError<Sample>>>;
+
+    fn handle(&mut self, msg: PushSample, ctx: &mut Context<Self>) -> Self::Result {
+        let sample = msg.0;
+        let parked = guarded(self, ctx, "PushSample", |me, _| me.park_instance(&sample));
+        self.answer(parked, move || sample)
     }
 }
 
 impl Handler<PushBatch> for PushIntake {
     type Result = ResponseFuture<Result<(), PushError<Batch>>>;
 
-    fn handle(&mut self, msg: PushBatch, _: &mut Context<Self>) -> Self::Result {
-        let sh = &self.shared;
-        let batch = msg.0;
-        let index = sh.next_batch.fetch_add(1, Relaxed);
-        if let Err(e) = check_batch(&sh.schema, &batch, sh.source, index) {
-            sh.state.lock().stats.refused += 1;
-            return Box::pin(async move { Err(PushError::Invalid(Box::new(e), batch)) });
-        }
-        let mut st = sh.state.lock();
-        if let Some(e) = Shared::closed_error(&st, ()) {
-            st.stats.refused += 1;
-            return Box::pin(async move { Err(e.map(|()| batch)) });
-        }
-        let batch = Arc::new(batch);
-        let (tx, rx) = oneshot::channel();
-        st.parked.push_back(Parked::Batch(batch.clone(), tx));
-        sh.pump(&mut st);
-        Box::pin(answered(rx, move || {
+    fn handle(&mut self, msg: PushBatch, ctx: &mut Context<Self>) -> Self::Result {
+        let batch = Arc::new(msg.0);
+        let parked = guarded(self, ctx, "PushBatch", |me, _| me.park_batch(&batch));
+        self.answer(parked, move || {
             Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone())
-        }))
+        })
     }
 }

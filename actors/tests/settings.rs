@@ -1,0 +1,129 @@
+//! Every setting is checked in one place before anything starts: a bad
+//! value is a `Config` error that names the setting and the value.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{synth_loader, SynthFormat};
+use feedline_actors::{BatchPolicy, ErrorPolicy, FileSet, LoaderBuilder, PipelineError};
+
+fn base() -> LoaderBuilder {
+    synth_loader(SynthFormat::with_files(&[10, 10]).build())
+}
+
+fn refused(name: &str, b: LoaderBuilder, words: &[&str]) {
+    match b.build() {
+        Err(PipelineError::Config(m)) => {
+            for w in words {
+                assert!(m.contains(w), "{name}: {m:?} does not say {w:?}");
+            }
+        }
+        Err(e) => panic!("{name}: expected a Config error, got {e}"),
+        Ok(_) => panic!("{name}: accepted"),
+    }
+}
+
+#[test]
+fn bad_settings_are_refused_naming_the_setting() {
+    let cases: Vec<(&str, LoaderBuilder, &[&str])> = vec![
+        ("passes 0", base().passes(0), &["passes", "0"]),
+        (
+            "shard 2 of 2",
+            base().shard(2, 2),
+            &["shard", "rank 2 of 2"],
+        ),
+        (
+            "shard 0 of 0",
+            base().shard(0, 0),
+            &["shard", "rank 0 of 0"],
+        ),
+        (
+            "chunk_bytes 0",
+            base().chunk_bytes(0),
+            &["chunk_bytes", "0"],
+        ),
+        (
+            "chunk_records 0",
+            base().chunk_records(0),
+            &["chunk_records"],
+        ),
+        (
+            "chunks_in_flight 0",
+            base().chunks_in_flight(0),
+            &["chunks_in_flight"],
+        ),
+        (
+            "shuffle_bytes 0",
+            base().shuffle_bytes(0),
+            &["shuffle_bytes"],
+        ),
+        ("capacity 0", base().capacity(0), &["capacity"]),
+        ("devices 0", base().devices(0), &["devices", "0"]),
+        (
+            "devices 100000",
+            base().devices(100_000),
+            &["devices", "1024", "100000"],
+        ),
+        ("readers 0", base().readers(0), &["readers", "0"]),
+        (
+            "readers 100000",
+            base().readers(100_000),
+            &["readers", "1024", "100000"],
+        ),
+        ("max_attempts 0", base().max_attempts(0), &["max_attempts"]),
+        (
+            "stall_timeout 0",
+            base().stall_timeout(Some(Duration::ZERO)),
+            &["stall_timeout"],
+        ),
+        (
+            "reorder_window 0",
+            base().deterministic(true).reorder_window(0),
+            &["reorder_window"],
+        ),
+        (
+            "max_bad_fraction 1.5",
+            base().error_policy(ErrorPolicy::Skip {
+                max_bad: None,
+                max_bad_fraction: Some(1.5),
+            }),
+            &["max_bad_fraction", "1.5"],
+        ),
+        (
+            "max_bad_fraction NaN",
+            base().error_policy(ErrorPolicy::Skip {
+                max_bad: None,
+                max_bad_fraction: Some(f64::NAN),
+            }),
+            &["max_bad_fraction", "NaN"],
+        ),
+        ("batch 0", base().batch(0), &["batch"]),
+        (
+            "budget 0",
+            base().batch_policy(BatchPolicy::Budget {
+                max_cost: 0,
+                cost: std::sync::Arc::new(|_, _| 1),
+            }),
+            &["budget"],
+        ),
+        (
+            "set readers 0",
+            synth_loader(SynthFormat::with_files(&[3]).build())
+                .config(Default::default())
+                .file_set(FileSet::new("a", ["synth:f0"]).readers(0)),
+            &["\"a\"", "readers"],
+        ),
+        (
+            "set readers 2000",
+            synth_loader(SynthFormat::with_files(&[3]).build())
+                .config(Default::default())
+                .file_set(FileSet::new("a", ["synth:f0"]).readers(1000))
+                .file_set(FileSet::new("b", ["synth:f0"]).readers(1000)),
+            &["1024", "2000"],
+        ),
+    ];
+    for (name, b, words) in cases {
+        refused(name, b, words);
+    }
+}
