@@ -380,10 +380,17 @@ impl PipelineConfig {
     ///   by one chunk per held row, whichever is less;
     /// - the end-of-pass drain, which collates what the pool held;
     /// - batches: the queue, one being pushed, and per device one in use and
-    ///   one requested ahead.
+    ///   one requested ahead;
+    /// - with an instance map ([`transforms`](Self::transforms)): the batch
+    ///   being transformed — its outputs are written into the batch, so a
+    ///   decoded instance exists only there. The pool, chunks and drain hold
+    ///   the *encoded* records; give `record_bytes` as the larger of a
+    ///   record's encoded and transformed size (the batches hold the latter).
     ///
-    /// Memory-mapped input files count in RSS too (file-backed, reclaimable
-    /// pages) and are not in this bound.
+    /// Not in the bound: each transform worker's own working memory (for an
+    /// image, its decoded region — at most width × height × 3 bytes — and
+    /// the resampling rows), and memory-mapped input files' file-backed,
+    /// reclaimable pages.
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunk = (self.chunk_bytes + record_bytes).min(self.chunk_records.max(1) * record_bytes);
         let chunks = self.readers * (self.chunks_in_flight + 1) * chunk;
@@ -403,6 +410,11 @@ impl PipelineConfig {
         } else {
             0
         };
-        chunks + pool + drain + batches * batch * record_bytes + reorder
+        let transforming = if self.transforms.instance.is_some() {
+            batch * record_bytes
+        } else {
+            0
+        };
+        chunks + pool + drain + batches * batch * record_bytes + reorder + transforming
     }
 }

@@ -317,3 +317,53 @@ fn zero_transform_workers_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_slow_consumer_keeps_instances_in_flight_within_the_bound_with_a_map() {
+    let counts = [3000u64, 3000, 3000];
+    let (readers, in_flight, chunk, pool, capacity, batch, workers) =
+        (3usize, 2usize, 64usize, 400usize, 2usize, 32usize, 3usize);
+    // Each instance grows 64-fold on the workers (x [4] → y [256]).
+    let loader = synth_loader(SynthFormat::with_files(&counts).build())
+        .readers(readers)
+        .workers(workers)
+        .map(|inst: Instance, ctx: &mut TransformCtx| {
+            let id = inst.get("id")?.as_i64().ok_or("id")?[0];
+            let y: Vec<f32> = (0..256).map(|_| ctx.rng().gen()).collect();
+            Ok::<_, BoxError>(Sample::new().with("id", Values::I64(vec![id]), []).with(
+                "y",
+                Values::F32(y),
+                [256],
+            ))
+        })
+        .chunks_in_flight(in_flight)
+        .chunk_records(chunk)
+        .shuffle(pool)
+        .capacity(capacity)
+        .batch(batch)
+        .build()
+        .unwrap();
+    let stats = loader.stats_handle();
+    // chunks in flight (+ the one being read) × chunk + pool (+ one chunk of
+    // overshoot) + queue × batch + one batch being transformed and pushed +
+    // one being consumed: the map adds no buffer of its own.
+    let bound = (readers * (in_flight + 1) * chunk + pool + chunk + (capacity + 2) * batch) as u64;
+    let mut consumed = 0u64;
+    let mut worst = 0u64;
+    for (i, d) in loader.into_iter().enumerate() {
+        let d = d.unwrap();
+        assert_eq!(d.batch.f32("y").unwrap().shape()[1], 256);
+        consumed += d.batch.len() as u64;
+        if i < 60 {
+            std::thread::sleep(std::time::Duration::from_millis(3)); // far slower than the readers
+        }
+        let read = stats.snapshot().readers.records;
+        worst = worst.max(read.saturating_sub(consumed));
+        assert!(
+            read - consumed.min(read) <= bound,
+            "{read} read, {consumed} consumed, bound {bound}"
+        );
+    }
+    assert_eq!(consumed, 9000);
+    assert!(worst > 0);
+}
