@@ -367,3 +367,22 @@ fn a_slow_consumer_keeps_instances_in_flight_within_the_bound_with_a_map() {
     assert_eq!(consumed, 9000);
     assert!(worst > 0);
 }
+
+#[test]
+fn a_declared_output_schema_is_the_batches_and_the_readers_keep_the_inputs() {
+    let declared = feedline::Schema::builder()
+        .field("id", feedline::DType::I64, [])
+        .field("y", feedline::DType::F32, [2])
+        .build()
+        .unwrap();
+    let loader = synth_loader(SynthFormat::with_files(&COUNTS).build())
+        .map(noisy_map(&[], &[]))
+        .output_schema(declared.clone())
+        .batch(9)
+        .build()
+        .unwrap();
+    assert!(loader.schema().same(&declared), "{}", loader.schema());
+    let (per_pass, err) = ids_per_pass(loader);
+    assert!(err.is_none(), "{err:?}");
+    assert_exactly_once(&per_pass, &all_ids(&COUNTS, &[]), 1);
+}

@@ -80,11 +80,12 @@ pub(crate) fn build<S: TrainStep>(
         equalize,
     } = prepare(config)?;
     let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
-    // The batches' schema: the transforms' output when it is known now.
-    let schema = transformer
+    // The batches' schema: the transforms' output when it is known now
+    // (the stages read and pool instances of `schema`, the input's).
+    let batch_schema = transformer
         .as_ref()
         .and_then(|t| t.output_schema())
-        .unwrap_or(schema);
+        .unwrap_or_else(|| schema.clone());
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
@@ -212,7 +213,7 @@ pub(crate) fn build<S: TrainStep>(
         queue,
         recorders,
         config,
-        schema,
+        schema: batch_schema,
         arbiters,
         done: Some(done_rx),
         push,
