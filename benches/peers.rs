@@ -520,7 +520,7 @@ mod tests {
     use feedline::{collate, Chunk, Instance, Origin, SourceId, Values};
 
     fn batch_a(rows: &[(Vec<f32>, i64)]) -> Batch {
-        let schema = Dataset::A.schema();
+        let schema = Dataset::A.schema().unwrap();
         let mut chunk = Chunk::new(&schema);
         for (i, (x, y)) in rows.iter().enumerate() {
             let o = Origin::new(SourceId::intern("mem-a"), i as u64);
@@ -560,7 +560,7 @@ mod tests {
 
     #[test]
     fn checker_b_probes_first_and_last_byte_of_each_image() {
-        let schema = Dataset::B.schema();
+        let schema = Dataset::B.schema().unwrap();
         let per = feedline::gen::LARGE_IMAGE_BYTES;
         let mut chunk = Chunk::new(&schema);
         for (i, (first, last, label)) in [(3u8, 250u8, 5i64), (200, 1, 10)].iter().enumerate() {

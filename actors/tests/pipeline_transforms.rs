@@ -309,8 +309,7 @@ fn zero_transform_workers_are_refused() {
         .map(noisy_map(&[], &[]))
         .workers(0)
         .build()
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(
         err.to_string()
             .contains("transform workers must be at least 1"),

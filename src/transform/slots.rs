@@ -133,7 +133,6 @@ mod tests {
             .copy_from(&Values::I64(vec![1, 2, 3]), 0..3)
             .unwrap_err()
             .contains("i64 values for a slot of f32"));
-        drop(slot);
         assert_eq!(buf, [2.0, 3.0, 4.0]);
     }
 
