@@ -34,7 +34,10 @@ pub enum ErrorPolicy {
     Skip {
         /// Fail once more than this many records were skipped.
         max_bad: Option<u64>,
-        /// Fail once more than this fraction of the records read were skipped.
+        /// Fail once more than this fraction of a pass's records were
+        /// skipped (bad ones included in the count; judged at the end of
+        /// each pass, so the same run passes or fails whatever the reader
+        /// count).
         max_bad_fraction: Option<f64>,
     },
 }
@@ -48,28 +51,17 @@ impl ErrorPolicy {
         }
     }
 
-    /// The budget that `bad` skipped records out of `read` exceed, said as
-    /// configured; `None` within it (and always under `Fail`, which skips none).
-    pub(crate) fn exceeded(&self, bad: u64, read: u64) -> Option<String> {
-        let ErrorPolicy::Skip {
-            max_bad,
-            max_bad_fraction,
-        } = self
-        else {
-            return None;
-        };
-        let over_count = max_bad.is_some_and(|m| bad > m);
-        let over_fraction =
-            max_bad_fraction.is_some_and(|f| bad as f64 > f * read as f64 && bad > 0);
-        if !(over_count || over_fraction) {
-            return None;
+    /// The count budget that `bad` skipped records exceed, said as
+    /// configured; `None` within it (and always under `Fail`, which skips
+    /// none). The fraction (`max_bad_fraction`) is judged per pass, at its
+    /// end, by the shuffle stage.
+    pub(crate) fn count_exceeded(&self, bad: u64) -> Option<String> {
+        match self {
+            ErrorPolicy::Skip {
+                max_bad: Some(m), ..
+            } if bad > *m => Some(format!("{m} records")),
+            _ => None,
         }
-        Some(match (max_bad, max_bad_fraction) {
-            (Some(m), Some(f)) => format!("{m} records or {:.3}%", f * 100.0),
-            (Some(m), None) => format!("{m} records"),
-            (None, Some(f)) => format!("{:.3}% of records read", f * 100.0),
-            (None, None) => unreachable!("a budget was exceeded"),
-        })
     }
 }
 

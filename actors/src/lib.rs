@@ -67,7 +67,10 @@ mod timeline;
 mod trainer;
 mod watch;
 
-pub use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy, SCHEMA_SAMPLE_RECORDS};
+pub use crate::config::{
+    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, MAX_DEVICES, MAX_READERS,
+    SCHEMA_SAMPLE_RECORDS,
+};
 pub use crate::error::{PipelineError, PushError};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;
@@ -77,6 +80,7 @@ pub use crate::pipeline::Pipeline;
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
+    MAX_SKIPPED_LISTED,
 };
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};

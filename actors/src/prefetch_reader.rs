@@ -137,7 +137,13 @@ impl PrefetchReader {
             return;
         }
         if self.current.is_none() {
-            let Some(task) = self.queues.steal() else {
+            // Stealing checks the fence, atomically with the watchdog's fencing.
+            let queues = self.queues.clone();
+            let stolen = match self.watch.take_task(|| queues.steal()) {
+                Ok(t) => t,
+                Err(_) => return self.abandon(ctx),
+            };
+            let Some(task) = stolen else {
                 self.mark_idle();
                 self.links.idle.do_send(ReaderIdle {
                     reader: self.id,
@@ -146,7 +152,6 @@ impl PrefetchReader {
                 return;
             };
             self.mark_busy();
-            self.watch.lock().task = Some(task.clone());
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
@@ -170,7 +175,7 @@ impl PrefetchReader {
                     let loc = e.location().cloned();
                     let start = task.start_record;
                     self.current = None;
-                    if self.bad_record(ctx, &task, loc.as_ref(), start, true, e) {
+                    if self.bad_record(&task, loc.as_ref(), start, true, 1, e) {
                         // Skipped: the file contributes nothing more; close it properly.
                         self.send_last_empty(ctx, task);
                     }
@@ -222,16 +227,25 @@ impl PrefetchReader {
                 // Send what was decoded before the bad record, then apply the policy.
                 let can_continue = cur.reader.can_continue();
                 let next = cur.reader.next_index();
+                // The records skipped: one, or the rest of the file when
+                // the format knows how many it held.
+                let lost = if can_continue {
+                    1
+                } else {
+                    cur.reader.records_lost().unwrap_or(1).max(1)
+                };
                 let task = cur.task.clone();
                 if !chunk.is_empty() {
                     self.send_chunk(ctx, chunk, false);
                 }
                 let loc = e.location().cloned();
-                if self.bad_record(ctx, &task, loc.as_ref(), next, !can_continue, e) {
+                if self.bad_record(&task, loc.as_ref(), next, !can_continue, lost, e) {
                     if !can_continue {
                         self.finish_file(ctx);
-                    } else {
+                    } else if self.skip_past(next) {
                         ctx.notify(Next);
+                    } else {
+                        self.abandon(ctx);
                     }
                 } else {
                     self.current = None;
@@ -240,14 +254,35 @@ impl PrefetchReader {
         }
     }
 
-    /// Apply the error policy to a bad record. True: skipped, go on.
+    /// A bad record was skipped and reading goes on at `next`: a retry of
+    /// the file (after a panic or a stall) starts there too, so the record
+    /// is not read — and counted — twice. False if the watchdog fenced
+    /// this reader.
+    fn skip_past(&mut self, next: u64) -> bool {
+        let mut st = self.watch.lock();
+        if st.fenced {
+            return false;
+        }
+        if let Some(cur) = self.current.as_mut() {
+            cur.delivered = next;
+            cur.task.start_record = next;
+            st.task = Some(cur.task.clone());
+        }
+        true
+    }
+
+    /// Apply the error policy to a bad record (`lost`: the records it
+    /// costs). True: skipped, go on. The count budget (`max_bad`) is judged
+    /// here; the fraction (`max_bad_fraction`) at the end of each pass, on
+    /// the pass's records, by the shuffle stage — so the verdict does not
+    /// depend on the reader count or the timing.
     fn bad_record(
         &mut self,
-        _ctx: &mut Context<Self>,
         task: &ReadTask,
         loc: Option<&feedline::Location>,
         record: u64,
         rest_of_file: bool,
+        lost: u64,
         e: feedline::Error,
     ) -> bool {
         match &self.config.error_policy {
@@ -269,28 +304,31 @@ impl PrefetchReader {
                         "a bad record"
                     }
                 );
-                let bad = self.recorder.skipped(SkippedRecord::new(
+                let e = Arc::new(e);
+                let skipped = SkippedRecord::new(
                     loc,
                     &task.task.file,
                     record,
                     rest_of_file,
+                    lost,
                     e.to_string(),
-                ));
-                let read = self.recorder.records_sent() + bad;
-                if let Some(budget) = self.config.error_policy.exceeded(bad, read) {
-                    self.links.failed.do_send(FileFailed {
-                        task: task.clone(),
-                        reader: self.id,
-                        error: PipelineError::TooManyBad {
-                            bad,
-                            budget,
-                            last: Arc::new(e),
-                        },
-                        panicked: false,
-                    });
-                    false
-                } else {
-                    true
+                );
+                let bad = self.recorder.skipped(skipped, task.task.pass, e.clone());
+                match self.config.error_policy.count_exceeded(bad) {
+                    Some(budget) => {
+                        self.links.failed.do_send(FileFailed {
+                            task: task.clone(),
+                            reader: self.id,
+                            error: PipelineError::TooManyBad {
+                                bad,
+                                budget,
+                                last: e,
+                            },
+                            panicked: false,
+                        });
+                        false
+                    }
+                    None => true,
                 }
             }
         }
@@ -393,7 +431,7 @@ impl PrefetchReader {
             for e in failed {
                 let loc = e.location().cloned();
                 let record = loc.as_ref().map_or(task.start_record, |l| l.record);
-                if !self.bad_record(ctx, &task, loc.as_ref(), record, false, e) {
+                if !self.bad_record(&task, loc.as_ref(), record, false, 1, e) {
                     // The pipeline fails: read no further.
                     return;
                 }

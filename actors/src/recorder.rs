@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use feedline::feed_queue::DepthGauge;
 
-use crate::stats::{ns, Counters, SkippedRecord, Stats};
+use crate::stats::{ns, Counters, SkippedRecord, Stats, MAX_SKIPPED_LISTED};
 use crate::watch::ReaderWatch;
 
 /// Makes the recorders of one pipeline, and its [`Stats`].
@@ -71,10 +71,24 @@ impl Recorders {
     }
 }
 
-/// Note a skipped record; how many were skipped, all stages together.
-fn skip(c: &Counters, rec: SkippedRecord) -> u64 {
-    c.skipped.lock().push(rec);
-    c.bad_records.fetch_add(1, Relaxed) + 1
+/// Records were skipped in `pass` (`rec.records` of them: one, or the rest
+/// of a file), by a reader or by the transforms; returns how many were, all
+/// stages together. The list keeps the first [`MAX_SKIPPED_LISTED`].
+fn skip(c: &Counters, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+    let n = rec.records;
+    {
+        let mut list = c.skipped.lock();
+        if list.len() < MAX_SKIPPED_LISTED {
+            list.push(rec);
+        }
+    }
+    {
+        let mut by_pass = c.bad_by_pass.lock();
+        let e = by_pass.entry(pass).or_insert((0, error.clone()));
+        e.0 += n;
+        e.1 = error;
+    }
+    c.bad_records.fetch_add(n, Relaxed) + n
 }
 
 /// What readers record.
@@ -100,14 +114,11 @@ impl ReaderRecorder {
         self.c.readers.idle_ns.fetch_add(ns(d), Relaxed);
     }
 
-    /// A bad record was skipped; returns how many were, all readers together.
-    pub fn skipped(&self, rec: SkippedRecord) -> u64 {
-        skip(&self.c, rec)
-    }
-
-    /// Records sent so far, all readers together.
-    pub fn records_sent(&self) -> u64 {
-        self.c.readers.records.load(Relaxed)
+    /// Records were skipped in `pass` (`rec.records` of them: one, or the
+    /// rest of a file); returns how many were, all readers together. The
+    /// list keeps the first [`MAX_SKIPPED_LISTED`].
+    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+        skip(&self.c, rec, pass, error)
     }
 
     /// Nanoseconds since the pipeline started (the watchdog's clock).
@@ -123,11 +134,15 @@ pub(crate) struct ShuffleRecorder {
 }
 
 impl ShuffleRecorder {
-    /// An instance whose transform failed was skipped; returns how many
-    /// records were skipped, everywhere together, and how many were read.
-    pub fn skipped(&self, rec: SkippedRecord) -> (u64, u64) {
-        let bad = skip(&self.c, rec);
-        (bad, self.c.readers.records.load(Relaxed) + bad)
+    /// An instance whose transform failed was skipped in `pass`; returns
+    /// how many records were skipped, all stages together.
+    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+        skip(&self.c, rec, pass, error)
+    }
+
+    /// Records skipped as bad in `pass` so far, and the last one's error.
+    pub fn bad_in_pass(&self, pass: u64) -> Option<(u64, Arc<feedline::Error>)> {
+        self.c.bad_by_pass.lock().get(&pass).cloned()
     }
 
     /// A chunk arrived (taken now or held): the stall diagnosis says how long ago.

@@ -171,7 +171,7 @@ impl ShuffleBatch {
         };
         let out = t.run(&job.rows, job.pass)?;
         for e in out.failed {
-            self.bad_instance(e)?;
+            self.bad_instance(job.pass, e)?;
         }
         Ok((
             job.lane,
@@ -186,7 +186,7 @@ impl ShuffleBatch {
     /// The error policy on an instance whose transform failed: the
     /// pipeline's error (fail), or skipped, counted and located (skip) —
     /// until the budget is exceeded.
-    fn bad_instance(&self, e: feedline::Error) -> Result<(), PipelineError> {
+    fn bad_instance(&self, pass: u64, e: feedline::Error) -> Result<(), PipelineError> {
         if self.config.error_policy == ErrorPolicy::Fail {
             return Err(e.into());
         }
@@ -196,19 +196,15 @@ impl ShuffleBatch {
             .as_ref()
             .map_or_else(String::new, |l| l.source.name().to_string());
         let record = loc.as_ref().map_or(0, |l| l.record);
-        let (bad, read) = self.recorder.skipped(SkippedRecord::new(
-            loc.as_ref(),
-            &source,
-            record,
-            false,
-            e.to_string(),
-        ));
-        match self.config.error_policy.exceeded(bad, read) {
+        let e = Arc::new(e);
+        let rec = SkippedRecord::new(loc.as_ref(), &source, record, false, 1, e.to_string());
+        let bad = self.recorder.skipped(rec, pass, e.clone());
+        match self.config.error_policy.count_exceeded(bad) {
             None => Ok(()),
             Some(budget) => Err(PipelineError::TooManyBad {
                 bad,
                 budget,
-                last: Arc::new(e),
+                last: e,
             }),
         }
     }
@@ -370,6 +366,11 @@ impl ShuffleBatch {
     fn end_pass(&mut self, pass: u64) {
         let left = self.intake.end_pass(pass);
         self.take(left);
+        if let Some(e) = self.too_many_bad(pass) {
+            self.failed = true;
+            self.guard.fail(e);
+            return;
+        }
         // The drain is collated as the feed queue takes it (`undefer`).
         self.drain.set_drawing(true);
         self.buffer.set_draining(true);
@@ -415,6 +416,29 @@ impl ShuffleBatch {
         self.numbering.start_pass(pass + 1);
         self.pass_records = 0;
         self.buffer.start_pass(pass + 1);
+    }
+
+    /// The skip policy's `max_bad_fraction`, judged at the end of `pass` on
+    /// its records: every file of the pass was read, so the verdict is the
+    /// same whatever the reader count and the timing.
+    fn too_many_bad(&self, pass: u64) -> Option<PipelineError> {
+        let crate::config::ErrorPolicy::Skip {
+            max_bad_fraction: Some(f),
+            ..
+        } = self.config.error_policy
+        else {
+            return None;
+        };
+        let (bad, last) = self.recorder.bad_in_pass(pass)?;
+        let read = self.pass_records + bad;
+        (bad as f64 > f * read as f64).then(|| PipelineError::TooManyBad {
+            bad,
+            budget: format!(
+                "{:.3}% of the records of a pass ({read} records in pass {pass})",
+                f * 100.0
+            ),
+            last,
+        })
     }
 
     /// Queue a ready-made (pushed) batch with the stage's own: numbered and

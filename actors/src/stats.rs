@@ -37,6 +37,10 @@ pub(crate) struct DeviceCounters {
     pub mark_ns: AtomicU64,
 }
 
+/// The skipped records [`Stats::skipped`] lists at most (the first ones);
+/// [`StatsSnapshot::bad_records`] counts all.
+pub const MAX_SKIPPED_LISTED: usize = 1000;
+
 /// A record skipped under the skip policy, with its place and why.
 #[derive(Clone, Debug, Serialize)]
 pub struct SkippedRecord {
@@ -49,6 +53,9 @@ pub struct SkippedRecord {
     pub offset: Option<u64>,
     /// True if the rest of the file from `record` on was unreadable.
     pub rest_of_file: bool,
+    /// Records lost: 1, or for an unreadable rest of a file the records
+    /// it held when the format knows (else 1).
+    pub records: u64,
     /// The error.
     pub error: String,
 }
@@ -59,6 +66,7 @@ impl SkippedRecord {
         source: &str,
         record: u64,
         rest_of_file: bool,
+        records: u64,
         error: String,
     ) -> Self {
         SkippedRecord {
@@ -66,6 +74,7 @@ impl SkippedRecord {
             record: loc.map_or(record, |l| l.record),
             offset: loc.and_then(|l| l.offset),
             rest_of_file,
+            records,
             error,
         }
     }
@@ -91,8 +100,11 @@ pub(crate) struct Counters {
     pub watches: Mutex<Vec<Arc<ReaderWatch>>>,
     /// When (ns since start) the shuffle stage last received a chunk.
     pub last_chunk_ns: AtomicU64,
+    /// The first [`MAX_SKIPPED_LISTED`] skipped records.
     pub skipped: Mutex<Vec<SkippedRecord>>,
     pub bad_records: AtomicU64,
+    /// Per pass: records skipped, and the last one's error.
+    pub bad_by_pass: Mutex<std::collections::BTreeMap<u64, (u64, Arc<feedline::Error>)>>,
 }
 
 impl Counters {
@@ -115,6 +127,7 @@ impl Counters {
             last_chunk_ns: AtomicU64::new(0),
             skipped: Mutex::new(Vec::new()),
             bad_records: AtomicU64::new(0),
+            bad_by_pass: Mutex::new(Default::default()),
         }
     }
 
@@ -194,7 +207,9 @@ impl Stats {
         parts.join("; ")
     }
 
-    /// Every record skipped so far under the skip policy, with its place.
+    /// The records skipped so far under the skip policy, with their
+    /// places: the first [`MAX_SKIPPED_LISTED`] (the snapshot's
+    /// `bad_records` counts all).
     pub fn skipped(&self) -> Vec<SkippedRecord> {
         self.counters.skipped.lock().clone()
     }

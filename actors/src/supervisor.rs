@@ -128,14 +128,12 @@ impl Supervisor {
             if since == 0 || now.saturating_sub(since) < crate::stats::ns(timeout) {
                 continue;
             }
-            let task = {
-                let mut st = watch.lock();
-                if st.fenced {
-                    continue;
-                }
-                st.fenced = true;
-                st.task.take()
+            // Only if it is still inside the call seen (atomic with its
+            // taking a new task: see `watch`).
+            let Some(fenced) = watch.fence_if_stuck(since) else {
+                continue;
             };
+            let task = fenced.task;
             let stuck = Duration::from_nanos(now.saturating_sub(since));
             self.recorder.reader_stalled();
             let (file, record) = task

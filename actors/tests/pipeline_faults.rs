@@ -86,7 +86,10 @@ fn skip_policy_drops_exactly_the_bad_records_and_lists_them() {
     assert!(skipped.iter().any(|s| s.source == "synth:f1"
         && s.record == 60
         && s.rest_of_file
+        && s.records == 30
         && s.offset == Some(6000)));
+    // The unreadable rest of f1 loses the 30 records it held, not one.
+    assert_eq!(stats.snapshot().bad_records, 2 * (1 + 30 + 1));
     assert!(skipped
         .iter()
         .any(|s| s.source == "synth:f0" && s.record == 5 && !s.rest_of_file));

@@ -142,3 +142,195 @@ fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
     );
     assert_the_rest_arrives(loader);
 }
+
+/// The synthetic format, but the first reader of `hold` is held in its
+/// last read (the one that finds the end of the file) until the file is
+/// opened again — by the fresh reader the watchdog gives it to.
+struct HeldAtTheEnd {
+    inner: SynthFormat,
+    hold: &'static str,
+    /// Released by the second opening.
+    latch: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    opened: std::sync::atomic::AtomicU32,
+}
+
+struct HeldReader {
+    inner: Box<dyn feedline::format::RecordReader>,
+    records: u64,
+    latch: Option<std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>>,
+}
+
+impl feedline::format::Format for HeldAtTheEnd {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        opts: &feedline::format::OpenOptions,
+    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
+        let name = path.to_string_lossy().to_string();
+        let mut latch = None;
+        if name == self.hold {
+            if self
+                .opened
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                == 0
+            {
+                latch = Some(self.latch.clone());
+            } else {
+                let (m, c) = &*self.latch;
+                *m.lock().unwrap() = true;
+                c.notify_all();
+            }
+        }
+        Ok(Box::new(HeldReader {
+            inner: self.inner.open(path, opts)?,
+            records: self.inner.files[&name].records,
+            latch,
+        }))
+    }
+}
+
+impl feedline::format::RecordReader for HeldReader {
+    fn next_record(&mut self) -> feedline::Result<Option<feedline::Record>> {
+        if self.inner.next_index() >= self.records {
+            if let Some(latch) = self.latch.take() {
+                let (m, c) = &*latch;
+                let mut released = m.lock().unwrap();
+                while !*released {
+                    released = c.wait(released).unwrap();
+                }
+            }
+        }
+        self.inner.next_record()
+    }
+    fn next_index(&self) -> u64 {
+        self.inner.next_index()
+    }
+}
+
+#[test]
+fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() {
+    for det in [false, true] {
+        let counts = [24u64, 40, 16];
+        let synth = SynthFormat::with_files(&counts).build();
+        let specs = synth.specs();
+        let mut registry = feedline::format::Registry::with_builtin();
+        registry.register(std::sync::Arc::new(HeldAtTheEnd {
+            inner: synth,
+            hold: "f0",
+            latch: Default::default(),
+            opened: Default::default(),
+        }));
+        let loader = feedline_actors::Loader::builder()
+            .registry(registry)
+            .files(specs)
+            .schema(SynthFormat::schema())
+            .batch(10)
+            .shuffle(30)
+            .chunk_records(8)
+            .readers(2)
+            .passes(2)
+            .deterministic(det)
+            .stall_timeout(Some(Duration::from_millis(100)))
+            .build()
+            .unwrap();
+        let stats = loader.stats_handle();
+        let mut per_pass = std::collections::BTreeMap::new();
+        let mut loader = loader;
+        loop {
+            match loader.next_timeout(Duration::from_secs(30)) {
+                None => break,
+                Some(Ok(d)) => per_pass
+                    .entry(d.pass)
+                    .or_insert_with(Vec::new)
+                    .extend(common::ids(&d)),
+                Some(Err(e)) => panic!("det {det}: {e}"),
+            }
+        }
+        common::assert_exactly_once(&per_pass, &all_ids(&counts, &[]), 2);
+        let s = stats.snapshot();
+        assert_eq!(s.reader_stalls, 1, "det {det}: one reader fenced");
+    }
+}
+
+/// Every open blocks until `release` is set (then reads the synthetic file).
+struct OpenBlocks {
+    inner: SynthFormat,
+    release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl feedline::format::Format for OpenBlocks {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        opts: &feedline::format::OpenOptions,
+    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
+        let (m, c) = &*self.release;
+        let mut released = m.lock().unwrap();
+        while !*released {
+            released = c.wait(released).unwrap();
+        }
+        drop(released);
+        self.inner.open(path, opts)
+    }
+}
+
+#[test]
+fn a_stalled_first_input_fails_start_up_instead_of_hanging() {
+    for infer in [true, false] {
+        let synth = SynthFormat::with_files(&[10, 10]).build();
+        let specs = synth.specs();
+        let release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)> =
+            Default::default();
+        let mut registry = feedline::format::Registry::with_builtin();
+        registry.register(std::sync::Arc::new(OpenBlocks {
+            inner: synth,
+            release: release.clone(),
+        }));
+        let mut b = Loader::builder()
+            .registry(registry)
+            .files(specs)
+            .stall_timeout(Some(Duration::from_millis(200)));
+        if !infer {
+            // The schema is given; equalizing ranks counts the records.
+            b = b
+                .schema(SynthFormat::schema())
+                .shard(0, 2)
+                .equalize(feedline::plan::Equalize::Drop)
+                .batch(2);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(b.build().map(drop));
+        });
+        let built = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("hang: start-up never ended");
+        let (m, c) = &*release;
+        *m.lock().unwrap() = true;
+        c.notify_all();
+        match built {
+            Err(PipelineError::ReaderStuck { file, .. }) => {
+                assert!(file.starts_with("synth:f0"), "{file}");
+                let what = if infer {
+                    "inferring the schema"
+                } else {
+                    "counting its records"
+                };
+                assert!(file.contains(what), "{file}");
+            }
+            other => panic!("infer {infer}: expected a stall error, got {other:?}"),
+        }
+    }
+}

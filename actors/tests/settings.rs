@@ -127,3 +127,19 @@ fn bad_settings_are_refused_naming_the_setting() {
         refused(name, b, words);
     }
 }
+
+#[test]
+fn the_same_file_in_two_file_sets_is_refused() {
+    let b = feedline_actors::Loader::builder()
+        .registry(common::synth_registry(
+            SynthFormat::with_files(&[3, 3]).build(),
+        ))
+        .schema(SynthFormat::schema())
+        .file_set(FileSet::new("a", ["synth:f0", "synth:f1"]))
+        .file_set(FileSet::new("b", ["synth:f1"]));
+    refused(
+        "one file, two sets",
+        b,
+        &["synth:f1", "\"a\"", "\"b\"", "twice"],
+    );
+}

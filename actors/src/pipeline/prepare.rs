@@ -146,21 +146,73 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
             return bad(format!("file set {:?}: the inputs name no files", set.name));
         }
     }
+    // Each set's inputs are checked for repeats as they expand; a file in
+    // two sets would be delivered twice a pass too.
+    let mut owner = std::collections::HashMap::new();
+    for set in &config.sets {
+        for f in &set.files {
+            if let Some(first) = owner.insert(f.as_str(), set.name.as_str()) {
+                return bad(format!(
+                    "{f} is in file sets {first:?} and {:?}: it would be read twice a pass",
+                    set.name
+                ));
+            }
+        }
+    }
     config.files = config.sets.iter().flat_map(|s| s.files.clone()).collect();
     config.readers = config.sets.iter().map(|s| s.readers).sum();
     Ok(())
 }
 
+/// Run `work` on `file` before the readers (and their watchdog) exist, with
+/// the stall timeout all the same: a file that makes no progress for that
+/// long is an error naming it and `what` was done, not a start-up that
+/// hangs forever (the thread blocked in I/O is left to end by itself).
+/// The outer error is the stall (or a panic); the inner, `work`'s own.
+fn within_stall_timeout<T: Send + 'static>(
+    config: &PipelineConfig,
+    file: &str,
+    what: &str,
+    work: impl FnOnce() -> Result<T, feedline::Error> + Send + 'static,
+) -> Result<Result<T, feedline::Error>, PipelineError> {
+    let Some(timeout) = config.stall_timeout else {
+        return Ok(work());
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("feedline-prepare".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
+    rx.recv_timeout(timeout).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => PipelineError::ReaderStuck {
+            file: format!("{file} ({what}, before reading started)"),
+            record: 0,
+            stuck: timeout,
+        },
+        std::sync::mpsc::RecvTimeoutError::Disconnected => PipelineError::Panicked {
+            stage: "pipeline start-up".into(),
+            handling: format!("{what} of {file}").into(),
+            message: "(see the log)".into(),
+        },
+    })
+}
+
 /// Records per file (in `config.files` order), for equalizing ranks: the
-/// format's own count where it has one, else a read through the file.
+/// format's own count where it has one, else a read through the file —
+/// each within the stall timeout.
 fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
-    config
-        .files
-        .iter()
-        .map(|f| {
-            let mut r = config
-                .registry
-                .open(f, config.format.as_deref(), &config.open)?;
+    let mut counts = Vec::with_capacity(config.files.len());
+    for f in &config.files {
+        let (registry, format, open, file) = (
+            config.registry.clone(),
+            config.format.clone(),
+            config.open.clone(),
+            f.clone(),
+        );
+        let n = within_stall_timeout(config, f, "counting its records", move || {
+            let mut r = registry.open(&file, format.as_deref(), &open)?;
             if let Some(n) = r.len_hint() {
                 return Ok(n);
             }
@@ -169,8 +221,10 @@ fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
                 n += 1;
             }
             Ok(n)
-        })
-        .collect()
+        })??;
+        counts.push(n);
+    }
+    Ok(counts)
 }
 
 /// Infer the schema from the first file that has a readable record (files
@@ -178,10 +232,11 @@ fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
 fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
     let mut first_error = None;
     for file in &config.files {
-        match config
-            .registry
-            .infer_schema(file, config.format.as_deref(), SCHEMA_SAMPLE_RECORDS)
-        {
+        let (registry, format, f) = (config.registry.clone(), config.format.clone(), file.clone());
+        let inferred = within_stall_timeout(config, file, "inferring the schema", move || {
+            registry.infer_schema(&f, format.as_deref(), SCHEMA_SAMPLE_RECORDS)
+        })?;
+        match inferred {
             Ok(s) => {
                 log::info!("schema inferred from {file}: {s}");
                 return Ok(s);

@@ -195,6 +195,10 @@ impl RecordReader for SynthReader {
     fn can_continue(&self) -> bool {
         !self.dead
     }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.file.records)
+    }
 }
 
 /// A registry with the synthetic format.
