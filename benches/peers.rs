@@ -1,12 +1,15 @@
 //! The peers harness adapter: feedline as one more loader in the peers'
 //! side-by-side benchmark (`/work/shared/peers`, jobs in
-//! `benches/peers-jobs.tsv`). It reads dataset A or B of the harness's
-//! `gen_data.py` — the files and the expected sums from its
-//! `manifest.json` — times passes exactly as `feedline bench` does (the same
-//! code: `measure.rs` and the pipeline flags of the command are included
-//! below), checks every pass as the harness's `common.py` does (record
-//! count, sum of the labels, probe sum: each record exactly once), and
-//! prints one `RESULT {json}` line per pass as its `run_passes` does.
+//! `benches/peers-jobs.tsv`). It reads dataset A, B or C of the harness's
+//! `gen_data.py` / `gen_images.py` — the files and the expected sums from
+//! its `manifest.json` — times passes exactly as `feedline bench` does (the
+//! same code: `measure.rs` and the pipeline flags of the command are
+//! included below, `--transform` and `--workers` too), checks every pass as
+//! the harness's `common.py` does (record count, sum of the labels, probe
+//! sum: each record exactly once; for C also the layout: `f32 [n, 3, 224,
+//! 224]` images whose 4×4 grid of pixels lies in the normalised range, some
+//! negative), and prints one `RESULT {json}` line per pass as its
+//! `run_passes` does.
 //!
 //! It is an example target (`[[example]] peers_adapter`, its crate root
 //! `benches/peers_main.rs`; its unit tests below run from
@@ -40,7 +43,8 @@ use crate::pipeline_args::PipelineArgs;
 #[derive(Parser)]
 #[command(name = "peers_adapter")]
 struct Args {
-    /// The harness's dataset: A (1,048,576 small records) or B (8,192 images).
+    /// The harness's dataset: A (1,048,576 small records), B (8,192 images)
+    /// or C (6,000 JPEGs; give `--transform imagenet-train`).
     #[arg(long, value_enum)]
     dataset: Dataset,
     /// Directory of the harness's data (default: $PEERS_DATA or /tmp/peers/data).
@@ -64,22 +68,34 @@ enum Dataset {
     /// 8,192 × {image: 224×224×3 u8, label: i64}.
     #[value(name = "B")]
     B,
+    /// 6,000 × {image/encoded: JPEG bytes, image/class/label: i64}.
+    #[value(name = "C")]
+    C,
 }
+
+/// C's output layout: ImageNet's mean and standard deviation, and the
+/// normalised range's bounds per channel (±0.02 for resampling's rounding),
+/// as common.py checks them.
+const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 impl Dataset {
     fn name(self) -> &'static str {
         match self {
             Dataset::A => "A",
             Dataset::B => "B",
+            Dataset::C => "C",
         }
     }
 
-    /// The same schema as `feedline gen`'s presets (same field names).
-    fn schema(self) -> Schema {
-        feedline::gen::preset_schema(match self {
-            Dataset::A => feedline::gen::Preset::Small,
-            Dataset::B => feedline::gen::Preset::Large,
-        })
+    /// The same schema as `feedline gen`'s presets (same field names); C's
+    /// as the loader infers it from the files.
+    fn schema(self) -> Option<Schema> {
+        match self {
+            Dataset::A => Some(feedline::gen::preset_schema(feedline::gen::Preset::Small)),
+            Dataset::B => Some(feedline::gen::preset_schema(feedline::gen::Preset::Large)),
+            Dataset::C => None,
+        }
     }
 
     /// The reference settings of the harness (common.py): shuffle, batch.
@@ -87,6 +103,7 @@ impl Dataset {
         match self {
             Dataset::A => (10_000, 256),
             Dataset::B => (1_000, 32),
+            Dataset::C => (1_000, 64),
         }
     }
 }
@@ -170,6 +187,8 @@ struct Checker {
     ds: Dataset,
     sums: Sums,
     error: Option<String>,
+    /// C: grid values below 0 (normalised values have some).
+    negatives: u64,
 }
 
 impl Checker {
@@ -178,6 +197,7 @@ impl Checker {
             ds,
             sums: Sums::default(),
             error: None,
+            negatives: 0,
         }
     }
 
@@ -186,6 +206,7 @@ impl Checker {
         let (feature, label) = match self.ds {
             Dataset::A => ("x", "y"),
             Dataset::B => ("image", "label"),
+            Dataset::C => ("image/encoded", "image/class/label"),
         };
         let labels = batch.i64(label).map_err(|e| e.to_string())?;
         let labels = labels.as_slice().ok_or("labels not contiguous")?;
@@ -220,6 +241,37 @@ impl Checker {
                     .map(|im| im[0] as u128 + im[per - 1] as u128)
                     .sum::<u128>();
             }
+            Dataset::C => {
+                self.sums.probe_sum += labels
+                    .iter()
+                    .map(|&l| (l as i128 * l as i128) as u128)
+                    .sum::<u128>();
+                let img = batch.f32(feature).map_err(|e| e.to_string())?;
+                if img.shape() != [n, 3, 224, 224] {
+                    return Err(format!(
+                        "images f32{:?} != float32[n,3,224,224]",
+                        img.shape()
+                    ));
+                }
+                // A 4×4 grid of pixels per image ([28::56, 28::56]).
+                for im in img.outer_iter() {
+                    for (c, plane) in im.outer_iter().enumerate() {
+                        let lo = (0.0 - IMAGENET_MEAN[c]) / IMAGENET_STD[c] - 0.02;
+                        let hi = (1.0 - IMAGENET_MEAN[c]) / IMAGENET_STD[c] + 0.02;
+                        for y in (28..224).step_by(56) {
+                            for x in (28..224).step_by(56) {
+                                let v = plane[[y, x]];
+                                if !(v.is_finite() && (lo..=hi).contains(&v)) {
+                                    return Err(format!(
+                                        "value {v} outside the normalised range of channel {c}"
+                                    ));
+                                }
+                                self.negatives += u64::from(v < 0.0);
+                            }
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -247,6 +299,9 @@ impl Checker {
                 "probe_sum={}!={}",
                 self.sums.probe_sum, expected.probe_sum
             ));
+        }
+        if self.ds == Dataset::C && self.sums.records > 0 && self.negatives == 0 {
+            bad.push("no_negative_values:not_normalised?".into());
         }
         if bad.is_empty() {
             "ok".into()
@@ -288,6 +343,9 @@ fn variant(plan: &Plan) -> String {
     }
     if plan.measure.multi_pass {
         v.push_str("_multipass");
+    }
+    if config.transforms.instance.is_some() {
+        v.push_str(&format!("_w{}", config.transforms.workers));
     }
     if !config.open.verify_checksums {
         v.push_str("_nocrc");
@@ -383,12 +441,17 @@ fn run(args: Args) -> CliResult<bool> {
     let dir = args.data.clone().unwrap_or_else(|| {
         PathBuf::from(std::env::var("PEERS_DATA").unwrap_or_else(|_| "/tmp/peers/data".into()))
     });
+    if ds == Dataset::C && args.pipeline.transform.transform.is_none() {
+        return Err(CliError::usage(
+            "dataset C is JPEGs: give --transform imagenet-train (its pipeline: decode, RandomResizedCrop 224, flip, normalise to f32 CHW)",
+        ));
+    }
     let man = Manifest::load(&dir, ds)?;
     let plan = Plan::resolve(
         &args.pipeline,
         &args.measure,
         Some(man.files.clone()),
-        Some(ds.schema()),
+        ds.schema(),
     )?;
     let (shuffle, batch) = ds.reference();
     if plan.config.shuffle != shuffle || plan.batch_size() != batch.to_string() {
@@ -457,7 +520,7 @@ mod tests {
     use feedline::{collate, Chunk, Instance, Origin, SourceId, Values};
 
     fn batch_a(rows: &[(Vec<f32>, i64)]) -> Batch {
-        let schema = Dataset::A.schema();
+        let schema = Dataset::A.schema().unwrap();
         let mut chunk = Chunk::new(&schema);
         for (i, (x, y)) in rows.iter().enumerate() {
             let o = Origin::new(SourceId::intern("mem-a"), i as u64);
@@ -497,7 +560,7 @@ mod tests {
 
     #[test]
     fn checker_b_probes_first_and_last_byte_of_each_image() {
-        let schema = Dataset::B.schema();
+        let schema = Dataset::B.schema().unwrap();
         let per = feedline::gen::LARGE_IMAGE_BYTES;
         let mut chunk = Chunk::new(&schema);
         for (i, (first, last, label)) in [(3u8, 250u8, 5i64), (200, 1, 10)].iter().enumerate() {

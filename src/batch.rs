@@ -39,7 +39,7 @@ pub(crate) mod recycle {
     /// Vectors smaller than this are left to the allocator.
     pub const MIN_BYTES: usize = 256 << 10;
     /// Bytes of capacity held at most, all element types together.
-    pub const MAX_BYTES: usize = 32 << 20;
+    pub const MAX_BYTES: usize = 96 << 20;
     /// Vectors held at most per element type.
     pub const MAX_BUFFERS: usize = 8;
 
@@ -191,7 +191,7 @@ pub struct BatchField {
 
 /// A batch of instances: one [`BatchField`] per schema field, plus provenance.
 ///
-/// When a batch is dropped, its large field buffers are kept (up to 32 MiB
+/// When a batch is dropped, its large field buffers are kept (up to 96 MiB
 /// in all) for the next batches that collation makes, so that they need not
 /// be faulted in afresh.
 #[derive(Clone, Debug, PartialEq)]
@@ -419,5 +419,20 @@ mod tests {
         }
         let v: Vec<i32> = recycle::take(ODD / 4);
         assert!(v.is_empty() && v.capacity() >= ODD / 4);
+    }
+
+    #[test]
+    fn an_imagenet_batch_buffer_is_recycled() {
+        // f32 [64, 3, 224, 224] (38.5 MB): the transformed batches of the
+        // ImageNet workload; at 32 MiB it was never kept, and every batch
+        // faulted in 38.5 MB afresh (sys time was a third of the CPU time).
+        // As many bytes, in bool vectors, which no other test recycles.
+        let n = 64 * 3 * 224 * 224 * std::mem::size_of::<f32>();
+        recycle::give(Vec::<bool>::with_capacity(n));
+        assert_eq!(<bool as Recycled>::shelf().lock().len(), 1, "kept");
+        assert!(recycle::held() >= n);
+        let again: Vec<bool> = recycle::take(n);
+        assert_eq!(again.capacity(), n);
+        assert_eq!(<bool as Recycled>::shelf().lock().len(), 0, "taken");
     }
 }

@@ -161,7 +161,7 @@ impl Column {
 
     /// Instance `i`'s elements as owned values (a row left in its file read
     /// and its due check made).
-    fn row_values(&self, i: usize) -> Result<Values> {
+    pub(crate) fn row_values(&self, i: usize) -> Result<Values> {
         if let Some(r) = self.file_row_unchecked(i) {
             let b = r.to_vec()?;
             return Ok(match self.values {

@@ -68,6 +68,27 @@ pub enum Error {
     /// Two composed readers yielded different numbers of instances.
     #[error("compose: readers are not aligned: {0}")]
     NotAligned(String),
+    /// A transform (user code, or a built-in operation) failed or panicked
+    /// on an instance: a bad record.
+    #[error("{location}: transform `{transform}`: {what}")]
+    Transform {
+        /// The instance's source and record.
+        location: Location,
+        /// The transform's name.
+        transform: String,
+        /// What went wrong (a panic says "panicked: …").
+        what: String,
+    },
+    /// A batch map failed or panicked.
+    #[error("batch map on the batch of {rows} instances{}: {what}", first.as_ref().map(|l| format!(" from {l}")).unwrap_or_default())]
+    BatchMap {
+        /// The batch's first instance, if it has any.
+        first: Option<Location>,
+        /// Instances in the batch.
+        rows: usize,
+        /// What went wrong.
+        what: String,
+    },
     /// A worker thread (`buffered`, `xmap`) panicked.
     #[error("worker panicked: {0}")]
     WorkerPanic(String),
@@ -93,7 +114,9 @@ impl Error {
     /// The record location this error is about, if any.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            Error::Corrupt { location, .. } | Error::Field { location, .. } => Some(location),
+            Error::Corrupt { location, .. }
+            | Error::Field { location, .. }
+            | Error::Transform { location, .. } => Some(location),
             _ => None,
         }
     }

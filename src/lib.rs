@@ -74,3 +74,4 @@ pub mod gen;
 pub mod plan;
 pub mod reader;
 pub mod shuffle;
+pub mod transform;

@@ -212,8 +212,57 @@ fn sums(files: &[PathBuf], label: &str, probe: impl Fn(&Values) -> u128) -> (u64
     (n, labels, probes)
 }
 
+/// Workload C's layout: `shards` TFRecords of `per_shard` small JPEGs
+/// (`image/encoded`, `image/class/label` = `i % 7 + 3` for image `i`).
+fn jpeg_shards(dir: &Path, shards: usize, per_shard: usize) -> Vec<PathBuf> {
+    use feedline::format::tfrecord::TfRecordWriter;
+    use feedline::{BytesList, Location, Record, SourceId, Tensor};
+    (0..shards)
+        .map(|s| {
+            let path = dir.join(format!("jpeg-{s:05}.tfrecord"));
+            let mut w = TfRecordWriter::new(
+                std::fs::File::create(&path).unwrap(),
+                feedline::format::Compression::None,
+            );
+            for k in 0..per_shard {
+                let i = s * per_shard + k;
+                let (width, height) = (40 + 3 * k, 30 + 2 * s);
+                let pixels: Vec<u8> = (0..width * height * 3)
+                    .map(|p| ((p * 7 + i * 13) % 251) as u8)
+                    .collect();
+                let mut jpeg = Vec::new();
+                jpeg_encoder::Encoder::new(&mut jpeg, 90)
+                    .encode(
+                        &pixels,
+                        width as u16,
+                        height as u16,
+                        jpeg_encoder::ColorType::Rgb,
+                    )
+                    .unwrap();
+                w.write_example(&Record {
+                    fields: vec![
+                        (
+                            "image/encoded".into(),
+                            Tensor::vector(Values::Bytes(BytesList::from_iter([&jpeg[..]]))),
+                        ),
+                        (
+                            "image/class/label".into(),
+                            Tensor::vector(Values::I64(vec![(i % 7 + 3) as i64])),
+                        ),
+                    ],
+                    location: Location::new(SourceId::intern("written"), k as u64, None),
+                })
+                .unwrap();
+            }
+            w.finish().unwrap();
+            path
+        })
+        .collect()
+}
+
 /// A small harness data directory: datasets A and B in the presets'
-/// layout, and the manifest (with B's label sum off by `b_label_error`).
+/// layout, C's JPEG shards, and the manifest (with B's label sum off by
+/// `b_label_error`).
 fn harness_data(dir: &Path, b_label_error: i128) {
     let make = |preset, files, records| {
         let mut o = GenOptions::new(preset, dir);
@@ -248,9 +297,14 @@ fn harness_data(dir: &Path, b_label_error: i128) {
     };
     let mut b_sums = b_sums;
     b_sums.1 += b_label_error;
+    let c = jpeg_shards(dir, 2, 15);
+    let c_sums = sums(&c, "image/class/label", |_| 0);
+    // C's probe is the sum of label².
+    let c_probe: u128 = (0..30u128).map(|i| (i % 7 + 3) * (i % 7 + 3)).sum();
     let manifest = serde_json::json!({
         "A": entry(&a, a_sums, 64 * 4 + 8),
         "B": entry(&b, b_sums, feedline::gen::LARGE_IMAGE_BYTES as u64 + 8),
+        "C": entry(&c, (c_sums.0, c_sums.1, c_probe), 3 * 224 * 224 * 4 + 8),
     });
     std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
 }
@@ -269,7 +323,7 @@ fn jobs(data: &Path) -> Vec<(String, Vec<String>)> {
                 .map(|a| match a {
                     "$PEERS_DATA" => data.to_string_lossy().into_owned(),
                     "$WARMUP" => "0".into(),
-                    "$REPEATS_A" | "$REPEATS_B" => "1".into(),
+                    "$REPEATS_A" | "$REPEATS_B" | "$REPEATS_C" => "1".into(),
                     other => other.to_string(),
                 })
                 .collect();
@@ -298,11 +352,12 @@ fn the_peers_adapter_runs_every_job_and_checks_each_pass() {
         assert_eq!(r["check"], "ok", "{name}: {r}");
         assert_eq!(r["loader"], "feedline");
         assert_eq!(r["dataset"], &name[..1]);
-        assert_eq!(
-            r["records"],
-            if name.starts_with('A') { 900 } else { 20 },
-            "{name}"
-        );
+        let records = match &name[..1] {
+            "A" => 900,
+            "B" => 20,
+            _ => 30,
+        };
+        assert_eq!(r["records"], records, "{name}");
     }
     // A pass that does not match the manifest fails its check and the job.
     harness_data(dir.path(), 1);

@@ -142,3 +142,29 @@ fn push_feed_runs_and_shows_both_regimes() {
         "{out}"
     );
 }
+
+#[test]
+fn imagenet_decodes_and_augments_on_the_workers() {
+    let out = run(
+        "imagenet",
+        &[
+            "--images",
+            "96",
+            "--shards",
+            "3",
+            "--batch",
+            "32",
+            "--step-ms",
+            "1",
+            "--workers",
+            "2",
+        ],
+    );
+    assert!(out.contains("generated 96 JPEGs in 3 shards"), "{out}");
+    assert!(
+        out.contains("transform: decode,random-resized-crop(224x224"),
+        "{out}"
+    );
+    assert!(out.contains("96 records in 3 batches, 1 passes"), "{out}");
+    assert!(out.contains("bottleneck:"), "{out}");
+}

@@ -6,6 +6,7 @@ use feedline::batcher::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
+use feedline::transform::Transforms;
 use feedline::Schema;
 
 use crate::error::PipelineError;
@@ -47,6 +48,19 @@ impl ErrorPolicy {
         ErrorPolicy::Skip {
             max_bad: None,
             max_bad_fraction: None,
+        }
+    }
+
+    /// The count budget that `bad` skipped records exceed, said as
+    /// configured; `None` within it (and always under `Fail`, which skips
+    /// none). The fraction (`max_bad_fraction`) is judged per pass, at its
+    /// end, by the shuffle stage.
+    pub(crate) fn count_exceeded(&self, bad: u64) -> Option<String> {
+        match self {
+            ErrorPolicy::Skip {
+                max_bad: Some(m), ..
+            } if bad > *m => Some(format!("{m} records")),
+            _ => None,
         }
     }
 }
@@ -194,6 +208,10 @@ pub struct PipelineConfig {
     /// pushes, its instances named after this source (e.g. `"push"`). The
     /// stream is one pass; readers and sharding do not apply.
     pub push: Option<String>,
+    /// User work in the pipeline: a record filter / map on the readers, a
+    /// per-instance map on `transforms.workers` transform workers after the
+    /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
+    pub transforms: Transforms,
     /// Panics to inject into the stages' handlers (tests of the failure
     /// paths; empty by default).
     #[doc(hidden)]
@@ -240,6 +258,7 @@ impl Default for PipelineConfig {
             stall_timeout: Some(std::time::Duration::from_secs(60)),
             on_stall: StallPolicy::Retry,
             push: None,
+            transforms: Transforms::default(),
             faults: FaultPlan::default(),
         }
     }
@@ -302,6 +321,17 @@ impl PipelineConfig {
                 ));
             }
         }
+        if self.transforms.instance.is_some() {
+            if self.transforms.workers == 0 {
+                return bad("transform workers must be at least 1, not 0".into());
+            }
+            if self.transforms.workers > MAX_READERS {
+                return bad(format!(
+                    "transform workers must be at most {MAX_READERS}, not {}",
+                    self.transforms.workers
+                ));
+            }
+        }
         let set_readers: usize = self.sets.iter().map(|s| s.readers).sum();
         if set_readers > MAX_READERS {
             return bad(format!(
@@ -342,10 +372,17 @@ impl PipelineConfig {
     ///   by one chunk per held row, whichever is less;
     /// - the end-of-pass drain, which collates what the pool held;
     /// - batches: the queue, one being pushed, and per device one in use and
-    ///   one requested ahead.
+    ///   one requested ahead;
+    /// - with an instance map ([`transforms`](Self::transforms)): the batch
+    ///   being transformed — its outputs are written into the batch, so a
+    ///   decoded instance exists only there. The pool, chunks and drain hold
+    ///   the *encoded* records; give `record_bytes` as the larger of a
+    ///   record's encoded and transformed size (the batches hold the latter).
     ///
-    /// Memory-mapped input files count in RSS too (file-backed, reclaimable
-    /// pages) and are not in this bound.
+    /// Not in the bound: each transform worker's own working memory (for an
+    /// image, its decoded region — at most width × height × 3 bytes — and
+    /// the resampling rows), and memory-mapped input files' file-backed,
+    /// reclaimable pages.
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunk = (self.chunk_bytes + record_bytes).min(self.chunk_records.max(1) * record_bytes);
         let chunks = self.readers * (self.chunks_in_flight + 1) * chunk;
@@ -365,6 +402,11 @@ impl PipelineConfig {
         } else {
             0
         };
-        chunks + pool + drain + batches * batch * record_bytes + reorder
+        let transforming = if self.transforms.instance.is_some() {
+            batch * record_bytes
+        } else {
+            0
+        };
+        chunks + pool + drain + batches * batch * record_bytes + reorder + transforming
     }
 }

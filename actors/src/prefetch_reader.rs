@@ -295,7 +295,7 @@ impl PrefetchReader {
                 });
                 false
             }
-            ErrorPolicy::Skip { max_bad, .. } => {
+            ErrorPolicy::Skip { .. } => {
                 log::warn!(
                     "skipping {}: {e}",
                     if rest_of_file {
@@ -314,21 +314,21 @@ impl PrefetchReader {
                     e.to_string(),
                 );
                 let bad = self.recorder.skipped(skipped, task.task.pass, e.clone());
-                match max_bad {
-                    Some(m) if bad > *m => {
+                match self.config.error_policy.count_exceeded(bad) {
+                    Some(budget) => {
                         self.links.failed.do_send(FileFailed {
                             task: task.clone(),
                             reader: self.id,
                             error: PipelineError::TooManyBad {
                                 bad,
-                                budget: format!("{m} records"),
+                                budget,
                                 last: e,
                             },
                             panicked: false,
                         });
                         false
                     }
-                    _ => true,
+                    None => true,
                 }
             }
         }
@@ -395,6 +395,14 @@ impl PrefetchReader {
         }
         let cur = self.current.as_mut().expect("a current file");
         let chunk = cur.task.task.stride.filter(chunk);
+        // The record filter / map, on this reader's own records only.
+        let (chunk, failed) = match &self.config.transforms.records {
+            None => (chunk, Vec::new()),
+            Some(stage) => match stage.apply(chunk) {
+                Ok(staged) => (staged.chunk, staged.failed),
+                Err(e) => (Chunk::new(&self.schema), vec![e]),
+            },
+        };
         let n = chunk.len() as u64;
         cur.delivered = cur.reader.next_index();
         cur.records_sent += n;
@@ -418,6 +426,17 @@ impl PrefetchReader {
         self.in_flight += 1;
         self.links.chunks.do_send(msg);
         drop(st);
+        if !failed.is_empty() {
+            let task = cur.task.clone();
+            for e in failed {
+                let loc = e.location().cloned();
+                let record = loc.as_ref().map_or(task.start_record, |l| l.record);
+                if !self.bad_record(&task, loc.as_ref(), record, false, 1, e) {
+                    // The pipeline fails: read no further.
+                    return;
+                }
+            }
+        }
         if !last {
             ctx.notify(Next);
         }

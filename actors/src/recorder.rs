@@ -71,6 +71,26 @@ impl Recorders {
     }
 }
 
+/// Records were skipped in `pass` (`rec.records` of them: one, or the rest
+/// of a file), by a reader or by the transforms; returns how many were, all
+/// stages together. The list keeps the first [`MAX_SKIPPED_LISTED`].
+fn skip(c: &Counters, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+    let n = rec.records;
+    {
+        let mut list = c.skipped.lock();
+        if list.len() < MAX_SKIPPED_LISTED {
+            list.push(rec);
+        }
+    }
+    {
+        let mut by_pass = c.bad_by_pass.lock();
+        let e = by_pass.entry(pass).or_insert((0, error.clone()));
+        e.0 += n;
+        e.1 = error;
+    }
+    c.bad_records.fetch_add(n, Relaxed) + n
+}
+
 /// What readers record.
 #[derive(Clone)]
 pub(crate) struct ReaderRecorder {
@@ -98,20 +118,7 @@ impl ReaderRecorder {
     /// rest of a file); returns how many were, all readers together. The
     /// list keeps the first [`MAX_SKIPPED_LISTED`].
     pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
-        let n = rec.records;
-        {
-            let mut list = self.c.skipped.lock();
-            if list.len() < MAX_SKIPPED_LISTED {
-                list.push(rec);
-            }
-        }
-        {
-            let mut by_pass = self.c.bad_by_pass.lock();
-            let e = by_pass.entry(pass).or_insert((0, error.clone()));
-            e.0 += n;
-            e.1 = error;
-        }
-        self.c.bad_records.fetch_add(n, Relaxed) + n
+        skip(&self.c, rec, pass, error)
     }
 
     /// Nanoseconds since the pipeline started (the watchdog's clock).
@@ -127,6 +134,12 @@ pub(crate) struct ShuffleRecorder {
 }
 
 impl ShuffleRecorder {
+    /// An instance whose transform failed was skipped in `pass`; returns
+    /// how many records were skipped, all stages together.
+    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+        skip(&self.c, rec, pass, error)
+    }
+
     /// Records skipped as bad in `pass` so far, and the last one's error.
     pub fn bad_in_pass(&self, pass: u64) -> Option<(u64, Arc<feedline::Error>)> {
         self.c.bad_by_pass.lock().get(&pass).cloned()

@@ -17,7 +17,13 @@
 //!   collated in a second step; at the end of a pass the pool's last
 //!   batches are collated only as the feed queue takes them.
 //!
-//! Around them the actor owns the core's shuffle buffer and batcher.
+//! Around them the actor owns the core's shuffle buffer and batcher, and —
+//! with transforms — the core's [`BatchTransformer`]: a drawn batch job's
+//! rows go through the instance map on the transform workers (the actor
+//! waits for the batch; its rows are transformed in parallel, straight into
+//! the batch's buffers) and the batch map. A failed instance is a bad record
+//! under the error policy (`bad_instance`): fail with it, or skip it —
+//! counted and located — leaving its batch a row shorter.
 //! Backpressure: while batches wait for room in the feed queue, the actor
 //! processes no further message (`ctx.wait`), so chunks wait in the readers'
 //! unacknowledged windows.
@@ -37,9 +43,10 @@ use actix::prelude::*;
 use feedline::batcher::Batcher;
 use feedline::feed_queue::{Item, Pushed};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
+use feedline::transform::BatchTransformer;
 use feedline::{collate_rows, Chunk, RowRef, Schema};
 
-use crate::config::PipelineConfig;
+use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
@@ -47,6 +54,7 @@ use crate::messages::{
     Shutdown, StreamQueued,
 };
 use crate::recorder::ShuffleRecorder;
+use crate::stats::SkippedRecord;
 use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
 use intake::{Arrival, ChunkIntake, Decided};
 use quota::{Drawn, EqualizeQuota, Share};
@@ -92,6 +100,8 @@ pub(crate) struct ShuffleBatch {
     closed: bool,
     /// Where a failure goes (a panic in any handler, a collation error).
     guard: StageGuard,
+    /// The transforms after the draw (instance map, batch map), if any.
+    transformer: Option<BatchTransformer>,
 }
 
 /// The shuffle buffer of these settings (drawing for pass 0).
@@ -149,7 +159,60 @@ impl ShuffleBatch {
             failed: false,
             closed: false,
             guard,
+            transformer: None,
             config,
+        }
+    }
+
+    /// Make batches through `transformer` (the instance and batch maps).
+    pub(crate) fn with_transformer(mut self, transformer: Option<BatchTransformer>) -> Self {
+        self.transformer = transformer;
+        self
+    }
+
+    /// A batch job made into its queue item: collated, or transformed
+    /// (each failed instance handed to the error policy).
+    fn make(&mut self, job: BatchJob<RowRef>) -> Result<(usize, QueueItem), PipelineError> {
+        let Some(t) = &self.transformer else {
+            return Ok(collate(&self.schema, job)?);
+        };
+        let out = t.run(&job.rows, job.pass)?;
+        for e in out.failed {
+            self.bad_instance(job.pass, e)?;
+        }
+        Ok((
+            job.lane,
+            Item::Batch(Delivered {
+                pass: job.pass,
+                seq: job.seq,
+                batch: Arc::new(out.batch),
+            }),
+        ))
+    }
+
+    /// The error policy on an instance whose transform failed: the
+    /// pipeline's error (fail), or skipped, counted and located (skip) —
+    /// until the budget is exceeded.
+    fn bad_instance(&self, pass: u64, e: feedline::Error) -> Result<(), PipelineError> {
+        if self.config.error_policy == ErrorPolicy::Fail {
+            return Err(e.into());
+        }
+        log::warn!("skipping an instance: {e}");
+        let loc = e.location().cloned();
+        let source = loc
+            .as_ref()
+            .map_or_else(String::new, |l| l.source.name().to_string());
+        let record = loc.as_ref().map_or(0, |l| l.record);
+        let e = Arc::new(e);
+        let rec = SkippedRecord::new(loc.as_ref(), &source, record, false, 1, e.to_string());
+        let bad = self.recorder.skipped(rec, pass, e.clone());
+        match self.config.error_policy.count_exceeded(bad) {
+            None => Ok(()),
+            Some(budget) => Err(PipelineError::TooManyBad {
+                bad,
+                budget,
+                last: e,
+            }),
         }
     }
 
@@ -234,13 +297,13 @@ impl ShuffleBatch {
     }
 
     fn collate_out(&mut self, job: BatchJob<RowRef>) {
-        match collate(&self.schema, job) {
+        match self.make(job) {
             Ok(item) => self.out.push_back(item),
             Err(e) => {
                 // The pipeline fails with `e`: its caller reports it, once.
                 log::debug!("collation failed: {e}");
                 self.failed = true;
-                self.guard.fail(e.into());
+                self.guard.fail(e);
             }
         }
     }

@@ -17,6 +17,7 @@ use crate::plan::{FileTask, PassPlan};
 use crate::record::Instance;
 use crate::schema::Schema;
 use crate::shuffle::{ShuffleBuffer, ShuffleConfig};
+use crate::transform::{BatchTransformer, RecordStage, Transforms};
 
 /// Default rows per chunk read from a file.
 pub const DEFAULT_CHUNK_ROWS: usize = 256;
@@ -277,6 +278,7 @@ impl BatchesConfig {
 pub struct BatchesReader {
     src: Source,
     cfg: BatchesConfig,
+    transforms: Option<TransformStages>,
     next_pass: AtomicU64,
     dropped_rows: AtomicU64,
     oversize: AtomicU64,
@@ -320,13 +322,55 @@ pub fn batches(
             chunk_bytes: cfg.chunk_bytes,
         },
         cfg,
+        transforms: None,
         next_pass: AtomicU64::new(0),
         dropped_rows: AtomicU64::new(0),
         oversize: AtomicU64::new(0),
     })
 }
 
+/// The transforms of a [`BatchesReader`]: the record stage on each chunk
+/// read, the instance and batch maps on each batch drawn.
+struct TransformStages {
+    records: Option<RecordStage>,
+    batches: Option<BatchTransformer>,
+}
+
+impl std::fmt::Debug for TransformStages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransformStages")
+            .field("records", &self.records)
+            .field("batches", &self.batches.is_some())
+            .finish()
+    }
+}
+
 impl BatchesReader {
+    /// Run `transforms` in the pass (this is the reference the actor
+    /// pipeline's transforms reproduce): the record stage on each chunk as
+    /// it is read, before the shuffle buffer; the instance map (on
+    /// `transforms.workers` threads, each instance's RNG drawn from `seed`,
+    /// the pass, its source name and record) and the batch map on each
+    /// batch as it is drawn. A record or instance that fails is yielded as
+    /// an `Err` in its place, before the batch it would have been in, and
+    /// the pass goes on: the batch is that much shorter.
+    pub fn transforms(mut self, transforms: &Transforms, seed: u64) -> Result<Self> {
+        self.transforms = Some(TransformStages {
+            records: transforms.records.clone(),
+            batches: BatchTransformer::new(transforms, &self.src.schema, seed)?,
+        });
+        Ok(self)
+    }
+
+    /// The schema of the batches (with an instance map: declared, or known
+    /// once the first instance has transformed).
+    pub fn output_schema(&self) -> Option<Schema> {
+        match self.transforms.as_ref().and_then(|t| t.batches.as_ref()) {
+            Some(b) => b.output_schema(),
+            None => Some(self.src.schema.clone()),
+        }
+    }
+
     /// Make the next read pass `pass`.
     pub fn start_pass(self, pass: u64) -> Self {
         self.next_pass.store(pass, Ordering::SeqCst);
@@ -361,6 +405,9 @@ impl BatchesReader {
             buf,
             batcher,
             schema: &self.src.schema,
+            pass,
+            errors: std::collections::VecDeque::new(),
+            pending: None,
             exhausted: false,
             finished: false,
             owner: self,
@@ -382,9 +429,50 @@ struct BatchesIter<'a> {
     buf: ShuffleBuffer,
     batcher: Batcher,
     schema: &'a Schema,
+    pass: u64,
+    /// Failed records and instances to yield before what follows them.
+    errors: std::collections::VecDeque<crate::Error>,
+    /// A batch made, to yield after the failures queued before it.
+    pending: Option<Result<Batch>>,
     exhausted: bool,
     finished: bool,
     owner: &'a BatchesReader,
+}
+
+impl BatchesIter<'_> {
+    /// The record stage on a chunk read: its failures queued.
+    fn stage(&mut self, chunk: Chunk) -> Result<Chunk> {
+        match self
+            .owner
+            .transforms
+            .as_ref()
+            .and_then(|t| t.records.as_ref())
+        {
+            None => Ok(chunk),
+            Some(stage) => {
+                let staged = stage.apply(chunk)?;
+                self.errors.extend(staged.failed);
+                Ok(staged.chunk)
+            }
+        }
+    }
+
+    /// Collate (or transform) a batch's rows: failed instances queued.
+    fn make(&mut self, rows: &[crate::chunk::RowRef]) -> Result<Batch> {
+        match self
+            .owner
+            .transforms
+            .as_ref()
+            .and_then(|t| t.batches.as_ref())
+        {
+            None => collate_rows(self.schema, rows),
+            Some(t) => {
+                let out = t.run(rows, self.pass)?;
+                self.errors.extend(out.failed);
+                Ok(out.batch)
+            }
+        }
+    }
 }
 
 impl Iterator for BatchesIter<'_> {
@@ -392,12 +480,22 @@ impl Iterator for BatchesIter<'_> {
 
     fn next(&mut self) -> Option<Result<Batch>> {
         loop {
+            if let Some(e) = self.errors.pop_front() {
+                return Some(Err(e));
+            }
+            if let Some(b) = self.pending.take() {
+                return Some(b);
+            }
             if self.finished {
                 return None;
             }
             if !self.exhausted && self.buf.has_room() {
                 match self.chunks.next() {
-                    Some(Ok(c)) => self.buf.push_chunk(Arc::new(c)),
+                    Some(Ok(c)) => match self.stage(c) {
+                        Ok(c) if c.is_empty() => {}
+                        Ok(c) => self.buf.push_chunk(Arc::new(c)),
+                        Err(e) => return Some(Err(e)),
+                    },
                     Some(Err(e)) => return Some(Err(e)),
                     None => {
                         self.exhausted = true;
@@ -410,7 +508,7 @@ impl Iterator for BatchesIter<'_> {
             // no room (so the buffer holds enough rows to draw): draw.
             if let Some(row) = self.buf.draw() {
                 if let Some(rows) = self.batcher.push(row) {
-                    return Some(collate_rows(self.schema, &rows));
+                    self.pending = Some(self.make(&rows));
                 }
                 continue;
             }
@@ -424,7 +522,9 @@ impl Iterator for BatchesIter<'_> {
             self.owner
                 .oversize
                 .fetch_add(self.batcher.oversize_batches(), Ordering::SeqCst);
-            return last.map(|rows| collate_rows(self.schema, &rows));
+            if let Some(rows) = last {
+                self.pending = Some(self.make(&rows));
+            }
         }
     }
 }

@@ -21,6 +21,7 @@
 //! | [`fused`] | the fused crop-resize-flip-normalise kernel |
 //! | [`spec`] | the `--transform` grammar and presets |
 //! | [`plan`] | a parsed spec: output dtype/shape, running it |
+//! | [`transform`] | [`ImageTransform`]: a plan as feedline's per-instance map |
 //!
 //! Building needs libjpeg-turbo's headers and library (Debian:
 //! `apt-get install -y libjpeg62-turbo-dev`).
@@ -38,6 +39,7 @@ pub mod png;
 pub mod resize;
 pub mod rrc;
 pub mod spec;
+pub mod transform;
 
 pub use decode::{decode, sniff_format, Decoder, ImageFormat, ImageInfo, DEFAULT_MAX_PIXELS};
 pub use error::{Result, VisionError};
@@ -51,3 +53,4 @@ pub use png::PngInfo;
 pub use resize::{resize_box, SourceBox};
 pub use rrc::RandomResizedCrop;
 pub use spec::{SpecError, PRESETS};
+pub use transform::{ImageFields, ImageTransform};

@@ -8,7 +8,8 @@ use feedline::feed_queue::FeedMode;
 use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};
-use feedline::Schema;
+use feedline::transform::{map_fn, BoxError, InstanceMap, TransformCtx};
+use feedline::{Batch, Instance, Schema};
 
 use super::Loader;
 use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
@@ -158,6 +159,100 @@ impl LoaderBuilder {
         on_stall: StallPolicy => on_stall;
         /// Readers that may fail on one file before the pass fails (default 3).
         max_attempts: u32 => max_attempts;
+    }
+
+    /// A per-instance map after the shuffle draw, on the transform
+    /// [`workers`](Self::workers): `f(instance, ctx)` returns the instance's
+    /// new fields (bytes in, `f32 [3, 224, 224]` out, …), with `ctx.rng()`
+    /// seeded from (seed, pass, source name, record) so that augmentations
+    /// do not depend on scheduling. The output schema is
+    /// [declared](Self::output_schema) or inferred from the first instance,
+    /// then checked on every one; an error or a panic in `f` is a bad record
+    /// under the [error policy](Self::error_policy) (see
+    /// [`feedline::transform`]).
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// use feedline::format::generator::Sample;
+    /// use feedline::Values;
+    /// use rand::Rng;
+    /// let loader = Loader::builder()
+    ///     .files(["data/*.jsonl"])
+    ///     .map(|inst, ctx| {
+    ///         let x = inst.get("x")?.as_f32().ok_or("x is not f32")?;
+    ///         let noisy: Vec<f32> = x.iter().map(|v| v + ctx.rng().gen::<f32>()).collect();
+    ///         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+    ///             Sample::new().with("x", Values::F32(noisy.clone()), [noisy.len()]),
+    ///         )
+    ///     })
+    ///     .workers(4)
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn map<F, E>(self, f: F) -> Self
+    where
+        F: Fn(Instance, &mut TransformCtx) -> Result<feedline::format::generator::Sample, E>
+            + Send
+            + Sync
+            + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        self.transform(Arc::new(map_fn(f)))
+    }
+
+    /// A per-instance map of your own type (such as `feedline_vision`'s
+    /// `ImageTransform`, which writes straight into the batch): see [`map`](Self::map).
+    pub fn transform(mut self, map: Arc<dyn InstanceMap>) -> Self {
+        self.config.transforms.instance = Some(map);
+        self
+    }
+
+    /// Transform workers: threads of their own, apart from the readers (default 2).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.config.transforms.workers = n;
+        self
+    }
+
+    /// Declare the instance map's output schema (else inferred from the
+    /// first transformed instance).
+    pub fn output_schema(mut self, schema: Schema) -> Self {
+        self.config.transforms.output_schema = Some(schema);
+        self
+    }
+
+    /// Keep only the records for which `keep` is true, on the readers,
+    /// before the shuffle (after any earlier filter; filters run before
+    /// the record maps). An error or a panic is a bad record.
+    pub fn filter_records<F, E>(mut self, keep: F) -> Self
+    where
+        F: Fn(&Instance) -> Result<bool, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        let stage = self.config.transforms.records.take().unwrap_or_default();
+        self.config.transforms.records = Some(stage.filter(keep));
+        self
+    }
+
+    /// Map each record to another instance of the same schema, on the
+    /// readers, before the shuffle (after the filters and any earlier map).
+    pub fn map_records<F, E>(mut self, f: F) -> Self
+    where
+        F: Fn(Instance) -> Result<Instance, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        let stage = self.config.transforms.records.take().unwrap_or_default();
+        self.config.transforms.records = Some(stage.map(f));
+        self
+    }
+
+    /// A map of each collated batch (after the instance map, if any).
+    pub fn map_batches<F, E>(mut self, f: F) -> Self
+    where
+        F: Fn(Batch) -> Result<Batch, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        self.config.transforms.batch = Some(Arc::new(move |b| f(b).map_err(Into::into)));
+        self
     }
 
     /// Panics to inject into the stages' handlers (tests of the failure paths).

@@ -35,6 +35,7 @@ use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, S
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
 use crate::watch::ReaderWatch;
+use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
 /// A started pipeline: what its handles ([`Pipeline`](crate::Pipeline),
@@ -78,6 +79,13 @@ pub(crate) fn build<S: TrainStep>(
         batcher,
         equalize,
     } = prepare(config)?;
+    let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
+    // The batches' schema: the transforms' output when it is known now
+    // (the stages read and pool instances of `schema`, the input's).
+    let batch_schema = transformer
+        .as_ref()
+        .and_then(|t| t.output_schema())
+        .unwrap_or_else(|| schema.clone());
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
@@ -109,6 +117,7 @@ pub(crate) fn build<S: TrainStep>(
         let guard = guard.named("shuffle stage");
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
             ShuffleBatch::new(config, schema, batcher, queue, links, recorder, guard)
+                .with_transformer(transformer)
         })
     };
 
@@ -204,7 +213,7 @@ pub(crate) fn build<S: TrainStep>(
         queue,
         recorders,
         config,
-        schema,
+        schema: batch_schema,
         arbiters,
         done: Some(done_rx),
         push,

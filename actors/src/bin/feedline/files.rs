@@ -7,13 +7,15 @@ use std::process::ExitCode;
 use clap::Args;
 use feedline::format::Registry;
 use feedline::gen::{generate, GenOptions, Preset};
+use feedline::transform::{InstanceMap, Row, TransformCtx};
 use feedline::{Chunk, Dim, Record, Schema};
 use feedline_actors::SCHEMA_SAMPLE_RECORDS;
+use feedline_vision::ImageTransform;
 use serde_json::json;
 
 use crate::error::{CliError, CliResult};
 use crate::output::{Stderr, Stdout};
-use crate::pipeline_args::{count, FormatArgs};
+use crate::pipeline_args::{count, FormatArgs, TransformArgs};
 
 #[derive(Args)]
 pub struct CatArgs {
@@ -25,6 +27,31 @@ pub struct CatArgs {
     /// Print at most N instances in all.
     #[arg(long)]
     limit: Option<u64>,
+    /// With --transform: the seed of the transforms' random draws (each
+    /// instance's from this seed, pass 0, its file and record, as `run --seed`).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    transform: TransformArgs,
+}
+
+/// `record` through `image`: its image fields decoded (and augmented), the
+/// others as they are — what the model would see of it, in pass 0.
+fn transformed(image: &ImageTransform, record: &Record, seed: u64) -> CliResult<Record> {
+    let schema = Schema::infer([record])?;
+    let mut chunk = Chunk::new(&schema);
+    chunk.push_record(record)?;
+    let origin = chunk.origins()[0];
+    let mut ctx = TransformCtx::new(seed, 0, origin);
+    let sample =
+        image
+            .map(&Row::new(&chunk, 0), &mut ctx)
+            .map_err(|e| feedline::Error::Transform {
+                location: record.location.clone(),
+                transform: image.name(),
+                what: e.to_string(),
+            })?;
+    Ok(sample.into_record(record.location.clone()))
 }
 
 pub fn cat(args: CatArgs) -> CliResult<ExitCode> {
@@ -32,11 +59,22 @@ pub fn cat(args: CatArgs) -> CliResult<ExitCode> {
     let opts = args.format.open_options()?;
     let mut out = Stdout::new();
     let mut printed = 0u64;
+    if args.transform.workers.is_some() {
+        return Err(CliError::usage(
+            "--workers does not apply to cat (it prints instances in file order, on one thread)",
+        ));
+    }
     for path in &args.paths {
         let mut reader = registry.open(path, args.format.format.as_deref(), &opts)?;
+        // Image fields are detected in each file's first record.
+        let image = args.transform.image_transform()?;
         while args.limit.is_none_or(|l| printed < l) {
             match reader.next_record()? {
                 Some(rec) => {
+                    let rec = match &image {
+                        Some(t) => transformed(t, &rec, args.seed)?,
+                        None => rec,
+                    };
                     writeln!(out, "{}", rec.to_json())?;
                     printed += 1;
                 }

@@ -21,6 +21,8 @@ use crate::error::{CliError, CliResult};
 pub const MAX_READERS: u64 = 256;
 /// Most devices (one OS thread each) a run simulates.
 pub const MAX_DEVICES: u64 = 256;
+/// Most transform workers (one OS thread each).
+pub const MAX_WORKERS: u64 = 256;
 /// Longest simulated step or consumer pause, milliseconds (an hour).
 pub const MAX_MILLIS: f64 = 3_600_000.0;
 
@@ -158,6 +160,61 @@ pub struct PipelineArgs {
     /// readers always check as they read).
     #[arg(long, conflicts_with = "no_checksums")]
     pub crc_on_read: bool,
+    #[command(flatten)]
+    pub transform: TransformArgs,
+}
+
+/// The built-in image transforms (`--transform`), shared by `run`, `bench`
+/// and `cat`.
+#[derive(Args, Clone, Debug)]
+pub struct TransformArgs {
+    /// Decode and augment every image field (JPEG or PNG bytes) on the
+    /// transform workers: a preset — `decode` (to u8 [H, W, 3] RGB, grey and
+    /// palette images expanded as PIL's convert("RGB")), `imagenet-train`
+    /// (decode, RandomResizedCrop 224, random horizontal flip, ImageNet
+    /// mean/std to f32 [3, 224, 224]) or `imagenet-eval` — or a chain such as
+    /// `decode,resize(256),center-crop(224),to-f32,chw` (steps: decode,
+    /// random-resized-crop(SIZE[,scale=LO:HI][,ratio=LO:HI]), resize(N|HxW),
+    /// center-crop(N|HxW), flip(P), to-f32, normalize(imagenet|mean=R:G:B,std=R:G:B),
+    /// hwc, chw). Other fields pass through. Each instance's random draws
+    /// come from (--seed, pass, file, record).
+    #[arg(long, value_name = "SPEC")]
+    pub transform: Option<String>,
+    /// Transform workers (threads of their own, apart from the readers),
+    /// 1..=256 (default: 2); needs --transform.
+    #[arg(long, value_parser = count(1, MAX_WORKERS))]
+    pub workers: Option<usize>,
+}
+
+impl TransformArgs {
+    /// The image transform these flags ask for, if any (a spec that does
+    /// not parse is refused with where and what).
+    pub fn image_transform(&self) -> CliResult<Option<feedline_vision::ImageTransform>> {
+        if let (Some(n), None) = (self.workers, &self.transform) {
+            return Err(CliError::usage(format!(
+                "--workers {n} applies only with --transform (the transform workers): give --transform SPEC"
+            )));
+        }
+        let Some(spec) = &self.transform else {
+            return Ok(None);
+        };
+        let plan = feedline_vision::Plan::parse(spec)
+            .map_err(|e| CliError::usage(format!("--transform: {e}")))?;
+        Ok(Some(feedline_vision::ImageTransform::new(
+            plan,
+            feedline_vision::ImageFields::Detect,
+        )))
+    }
+
+    /// The transforms of the pipeline settings.
+    pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
+        let mut t = feedline::transform::Transforms::default();
+        if let Some(image) = self.image_transform()? {
+            t.instance = Some(std::sync::Arc::new(image));
+            t.workers = self.workers.unwrap_or(t.workers);
+        }
+        Ok(t)
+    }
 }
 
 impl PipelineArgs {
@@ -244,6 +301,7 @@ impl PipelineArgs {
                 EqualizeArg::Drop => Equalize::Drop,
                 EqualizeArg::Pad => Equalize::Pad,
             },
+            transforms: self.transform.transforms()?,
             ..defaults
         })
     }

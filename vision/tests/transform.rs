@@ -1,0 +1,210 @@
+//! `ImageTransform` in feedline's single-thread path: a TFRecord of JPEGs
+//! (`image/encoded`, `image/class/label`, as ImageNet's TFRecords are laid
+//! out) through `imagenet-train` and `decode` — pixels equal to the plan run
+//! alone with the instance's RNG, identical for 1, 2 and 4 workers; a corrupt
+//! JPEG is a bad record with its provenance; images of another size than the
+//! first are shape errors naming file, record and field.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use feedline::batcher::BatchPolicy;
+use feedline::format::tfrecord::TfRecordWriter;
+use feedline::format::{Compression, OpenOptions, Registry};
+use feedline::plan::PassPlan;
+use feedline::reader::{batches, BatchesConfig, BatchesReader};
+use feedline::shuffle::ShuffleConfig;
+use feedline::transform::{instance_rng, Transforms};
+use feedline::{BytesList, Error, Location, Record, SourceId, Tensor, Values};
+use feedline_vision::{Decoder, ImageArray, ImageFields, ImageTransform, Plan};
+
+/// A TFRecord of `n` records cycling through `images`; record `bad`'s JPEG
+/// cut in half.
+fn write_tfrecord(path: &Path, images: &[Vec<u8>], n: usize, bad: Option<usize>) {
+    let mut w = TfRecordWriter::new(std::fs::File::create(path).unwrap(), Compression::None);
+    for i in 0..n {
+        let mut jpeg = images[i % images.len()].clone();
+        if Some(i) == bad {
+            jpeg.truncate(jpeg.len() / 2);
+            let half = jpeg.len() / 2;
+            jpeg[half..].fill(0x55);
+        }
+        let record = Record {
+            fields: vec![
+                (
+                    "image/encoded".into(),
+                    Tensor::vector(Values::Bytes(BytesList::from_iter([&jpeg[..]]))),
+                ),
+                (
+                    "image/class/label".into(),
+                    Tensor::vector(Values::I64(vec![i as i64])),
+                ),
+            ],
+            location: Location::new(SourceId::intern("written"), i as u64, None),
+        };
+        w.write_example(&record).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn reader(file: &str, spec: &str, workers: usize, fields: ImageFields) -> BatchesReader {
+    let registry = Registry::with_builtin();
+    let schema = registry.infer_schema(file, None, 64).unwrap();
+    let t = Transforms {
+        instance: Some(Arc::new(ImageTransform::new(
+            Plan::parse(spec).unwrap(),
+            fields,
+        ))),
+        workers,
+        ..Transforms::default()
+    };
+    let cfg = BatchesConfig {
+        shuffle: ShuffleConfig {
+            pool_size: 8,
+            min_pool_size: None,
+            max_bytes: 64 << 20,
+            seed: 4,
+        },
+        ..BatchesConfig::new(BatchPolicy::Fixed(5))
+    };
+    batches(
+        registry,
+        PassPlan::new(vec![file.to_string()]),
+        schema,
+        OpenOptions::default(),
+        cfg,
+    )
+    .unwrap()
+    .transforms(&t, 4)
+    .unwrap()
+}
+
+/// label → pixels, and the errors.
+fn read_all(r: &BatchesReader) -> (BTreeMap<i64, Vec<f32>>, Vec<Error>) {
+    let (mut rows, mut errors) = (BTreeMap::new(), Vec::new());
+    for b in r.read_pass(0) {
+        match b {
+            Ok(b) => {
+                let x = b.f32("image/encoded").unwrap();
+                assert_eq!(&x.shape()[1..], &[3, 224, 224]);
+                for (i, label) in b.i64("image/class/label").unwrap().iter().enumerate() {
+                    let px = x.index_axis(ndarray::Axis(0), i).iter().copied().collect();
+                    assert!(rows.insert(*label, px).is_none());
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    (rows, errors)
+}
+
+#[test]
+fn imagenet_train_pixels_are_the_plans_with_the_instance_rng_for_any_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("train-0.tfrecord");
+    let names = common::jpeg_names();
+    let images: Vec<Vec<u8>> = names.iter().map(|n| common::fixture(n)).collect();
+    write_tfrecord(&file, &images, 23, Some(6));
+    let file = file.to_string_lossy().into_owned();
+    let plan = Plan::parse("imagenet-train").unwrap();
+    let mut runs = Vec::new();
+    for (workers, fields) in [
+        (1, ImageFields::Detect),
+        (2, ImageFields::Named(vec!["image/encoded".into()])),
+        (4, ImageFields::Detect),
+    ] {
+        let (rows, errors) = read_all(&reader(&file, "imagenet-train", workers, fields));
+        // The corrupt JPEG: a bad record with its provenance, never a panic.
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        match &errors[0] {
+            Error::Transform { location, what, .. } => {
+                assert_eq!(
+                    (location.source.name().to_string(), location.record),
+                    (file.clone(), 6)
+                );
+                assert!(what.contains("field `image/encoded`"), "{what}");
+            }
+            other => panic!("{other}"),
+        }
+        assert_eq!(
+            rows.keys().copied().collect::<Vec<_>>(),
+            (0..23).filter(|&i| i != 6).collect::<Vec<_>>()
+        );
+        for (&label, px) in &rows {
+            let mut rng = instance_rng(4, 0, &file, label as u64);
+            let want = plan
+                .run(
+                    &mut Decoder::new(),
+                    &images[label as usize % images.len()],
+                    &mut rng,
+                )
+                .unwrap();
+            let ImageArray::F32(want) = want else {
+                panic!("f32 expected")
+            };
+            assert!(
+                want.iter().copied().eq(px.iter().copied()),
+                "label {label}: pixels differ"
+            );
+        }
+        runs.push(rows);
+    }
+    assert!(runs.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn decode_keeps_the_first_images_shape_and_names_an_image_of_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mixed.tfrecord");
+    // pil_420 and pil_422 are the same size; big_420 is larger.
+    let images: Vec<Vec<u8>> = ["pil_420.jpg", "pil_422.jpg", "big_420.jpg"]
+        .iter()
+        .map(|n| common::fixture(n))
+        .collect();
+    write_tfrecord(&file, &images, 6, None);
+    let file = file.to_string_lossy().into_owned();
+    let r = reader(&file, "decode", 2, ImageFields::Detect);
+    let mut labels = Vec::new();
+    let mut errors = Vec::new();
+    // One batch holding records 0..5 in file order (no shuffle would do; the
+    // pool of 8 holds all 6, and the first instance transformed sets the shape).
+    for b in r.read_pass(0) {
+        match b {
+            Ok(b) => {
+                let x = b.u8("image/encoded").unwrap();
+                assert_eq!(x.shape()[3], 3);
+                labels.extend(b.i64("image/class/label").unwrap().iter().copied());
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let shape = r
+        .output_schema()
+        .unwrap()
+        .field("image/encoded")
+        .unwrap()
+        .describe();
+    assert!(shape.ends_with("u8"), "{shape}");
+    // Whichever size came first, the others are errors naming file, record, field.
+    assert_eq!(labels.len() + errors.len(), 6);
+    assert!(!errors.is_empty());
+    for e in &errors {
+        match e {
+            Error::Field {
+                location,
+                field,
+                expected,
+                actual,
+            } => {
+                assert_eq!(location.source.name().to_string(), file);
+                assert_eq!(field, "image/encoded");
+                assert_eq!(expected, &shape);
+                assert_ne!(actual, expected);
+            }
+            other => panic!("{other}"),
+        }
+    }
+}
