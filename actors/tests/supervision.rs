@@ -76,7 +76,10 @@ fn a_panic_in_any_stage_handler_fails_every_consumer() {
         ("reader", "ChunkAck", 1),
         ("shuffle stage", "ChunkMsg", 4),
         ("shuffle stage", "Ended(0)", 0),
-        ("shuffle stage", "room in the feed queue", 0),
+        // Not here: ("shuffle stage", "room in the feed queue") is reached
+        // only if the consumer falls behind, which a draining consumer does
+        // or not by timing (one miss in 8 full runs on a loaded machine);
+        // the fault-schedule test covers shuffle-stage panics by seed.
         ("supervisor", "PassFlushed", 0),
     ];
     for (stage, handling, after) in points {
