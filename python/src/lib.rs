@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use feedline::batch::{Array, Batch};
+use feedline::{Array, Batch};
 use feedline_actors::{ErrorPolicy, Loader as RustLoader, PipelineError};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyValueError};
@@ -252,6 +252,7 @@ impl PyLoader {
         slf
     }
 
+    #[pyo3(signature = (_t=None, _v=None, _tb=None))]
     fn __exit__(
         &mut self,
         py: Python<'_>,
@@ -265,7 +266,8 @@ impl PyLoader {
 }
 
 #[pymodule]
-fn feedline(m: &Bound<'_, PyModule>) -> PyResult<()> {
+#[pyo3(name = "feedline")]
+fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
