@@ -41,13 +41,51 @@ impl FieldBuffer {
         let f = &self.batch.fields()[self.field];
         let (ptr, typestr, shape, strides, item): (usize, &str, Vec<usize>, Vec<isize>, usize) =
             match &f.data {
-                Array::F32(a) => (a.as_ptr() as usize, "<f4", a.shape().to_vec(), a.strides().to_vec(), 4),
-                Array::F64(a) => (a.as_ptr() as usize, "<f8", a.shape().to_vec(), a.strides().to_vec(), 8),
-                Array::I64(a) => (a.as_ptr() as usize, "<i8", a.shape().to_vec(), a.strides().to_vec(), 8),
-                Array::I32(a) => (a.as_ptr() as usize, "<i4", a.shape().to_vec(), a.strides().to_vec(), 4),
-                Array::U8(a) => (a.as_ptr() as usize, "|u1", a.shape().to_vec(), a.strides().to_vec(), 1),
-                Array::Bool(a) => (a.as_ptr() as usize, "|b1", a.shape().to_vec(), a.strides().to_vec(), 1),
-                Array::Bytes(_) => return Err(PyValueError::new_err("a bytes field has no array view")),
+                Array::F32(a) => (
+                    a.as_ptr() as usize,
+                    "<f4",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    4,
+                ),
+                Array::F64(a) => (
+                    a.as_ptr() as usize,
+                    "<f8",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    8,
+                ),
+                Array::I64(a) => (
+                    a.as_ptr() as usize,
+                    "<i8",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    8,
+                ),
+                Array::I32(a) => (
+                    a.as_ptr() as usize,
+                    "<i4",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    4,
+                ),
+                Array::U8(a) => (
+                    a.as_ptr() as usize,
+                    "|u1",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    1,
+                ),
+                Array::Bool(a) => (
+                    a.as_ptr() as usize,
+                    "|b1",
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                    1,
+                ),
+                Array::Bytes(_) => {
+                    return Err(PyValueError::new_err("a bytes field has no array view"))
+                }
             };
         let d = PyDict::new_bound(py);
         d.set_item("version", 3)?;
@@ -73,22 +111,41 @@ struct PyBatch {
 
 impl PyBatch {
     fn index(&self, key: &str) -> Option<usize> {
-        self.batch.schema().fields().iter().position(|f| f.name == key)
+        self.batch
+            .schema()
+            .fields()
+            .iter()
+            .position(|f| f.name == key)
     }
     fn value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
         let f = &self.batch.fields()[i];
         if let Array::Bytes(b) = &f.data {
             let items: Vec<PyObject> = (0..b.len())
-                .map(|k| pyo3::types::PyBytes::new_bound(py, b.get(k)).into_any().unbind())
+                .map(|k| {
+                    pyo3::types::PyBytes::new_bound(py, b.get(k))
+                        .into_any()
+                        .unbind()
+                })
                 .collect();
             return Ok(PyList::new_bound(py, items).into_any().unbind());
         }
-        let holder = Py::new(py, FieldBuffer { batch: self.batch.clone(), field: i })?;
+        let holder = Py::new(
+            py,
+            FieldBuffer {
+                batch: self.batch.clone(),
+                field: i,
+            },
+        )?;
         let np = py.import_bound("numpy")?;
         Ok(np.call_method1("asarray", (holder,))?.unbind())
     }
     fn names(&self) -> Vec<String> {
-        self.batch.schema().fields().iter().map(|f| f.name.clone()).collect()
+        self.batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
     }
 }
 
@@ -107,7 +164,10 @@ impl PyBatch {
         self.index(key).is_some()
     }
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyList::new_bound(py, self.names()).into_any().iter().map(|i| i.into_any())
+        PyList::new_bound(py, self.names())
+            .into_any()
+            .iter()
+            .map(|i| i.into_any())
     }
     fn keys(&self) -> Vec<String> {
         self.names()
@@ -127,7 +187,13 @@ impl PyBatch {
         self.batch.len()
     }
     fn __repr__(&self) -> String {
-        format!("Batch(pass_={}, seq={}, size={}, fields={:?})", self.pass_, self.seq, self.batch.len(), self.names())
+        format!(
+            "Batch(pass_={}, seq={}, size={}, fields={:?})",
+            self.pass_,
+            self.seq,
+            self.batch.len(),
+            self.names()
+        )
     }
 }
 
@@ -168,11 +234,16 @@ impl PyLoader {
         let policy = match on_error {
             "fail" => {
                 if max_bad.is_some() {
-                    return Err(PyValueError::new_err("max_bad is only meaningful with on_error=\"skip\""));
+                    return Err(PyValueError::new_err(
+                        "max_bad is only meaningful with on_error=\"skip\"",
+                    ));
                 }
                 ErrorPolicy::Fail
             }
-            "skip" => ErrorPolicy::Skip { max_bad, max_bad_fraction: None },
+            "skip" => ErrorPolicy::Skip {
+                max_bad,
+                max_bad_fraction: None,
+            },
             other => {
                 return Err(PyValueError::new_err(format!(
                     "on_error: expected \"fail\" or \"skip\", got {other:?}"
@@ -199,7 +270,9 @@ impl PyLoader {
             }
         };
         let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
-        Ok(PyLoader { inner: Some(loader) })
+        Ok(PyLoader {
+            inner: Some(loader),
+        })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -215,7 +288,11 @@ impl PyLoader {
             match r {
                 None => return Ok(None),
                 Some(Ok(d)) => {
-                    return Ok(Some(PyBatch { batch: d.batch, pass_: d.pass, seq: d.seq }))
+                    return Ok(Some(PyBatch {
+                        batch: d.batch,
+                        pass_: d.pass,
+                        seq: d.seq,
+                    }))
                 }
                 Some(Err(PipelineError::Timeout { .. })) => {
                     if let Err(e) = py.check_signals() {
