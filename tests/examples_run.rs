@@ -168,3 +168,32 @@ fn imagenet_decodes_and_augments_on_the_workers() {
     assert!(out.contains("96 records in 3 batches, 1 passes"), "{out}");
     assert!(out.contains("bottleneck:"), "{out}");
 }
+
+#[test]
+fn text_trains_a_tokenizer_and_batches_by_the_token_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        "text",
+        &[
+            "--docs",
+            "3000",
+            "--files",
+            "3",
+            "--passes",
+            "2",
+            "--max-tokens",
+            "1000",
+            "--readers",
+            "3",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("trained a BPE of "), "{out}");
+    assert!(dir.path().join("tokenizer.json").exists());
+    assert!(
+        out.contains("2 passes: every one of 3000 documents once per pass"),
+        "{out}"
+    );
+    assert!(out.contains("budget 1000 (0 batches over it"), "{out}");
+}
