@@ -1,27 +1,99 @@
 //! The Python module `feedline`: a thin PyO3 layer over
 //! `feedline_actors::Loader`. Batches are exposed as mappings of field name
 //! to numpy arrays that view the batch's Rust buffer (via
-//! `__array_interface__`; the array's base holds the `Arc<Batch>`). The GIL
-//! is released while waiting for a batch, in slices, with signals checked
-//! between slices so Ctrl-C raises KeyboardInterrupt.
+//! `__array_interface__`; the array's base holds the `Arc<Batch>`), of a
+//! small ndarray subclass, `feedline.FeedArray`, that adds DLPack export
+//! ([`dlpack`]). The GIL is released while waiting — for a batch, for room
+//! to push, for threads to stop — in slices, with signals checked between
+//! slices so Ctrl-C raises KeyboardInterrupt. Push-mode loaders
+//! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
 // pyo3 0.22's #[pymethods] expansion converts PyErr into PyErr (clippy's
 // useless_conversion on every PyResult method); the code has none itself.
 #![allow(clippy::useless_conversion)]
 
-use std::sync::Arc;
+mod batch;
+mod dlpack;
+mod feed;
+mod schema;
+mod stats;
+
 use std::time::Duration;
 
-use feedline::{Array, Batch};
-use feedline_actors::{ErrorPolicy, Loader as RustLoader, PipelineError};
+use feedline_actors::{ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineError};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyError, PyValueError};
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyDict, PyModule, PyType};
 
-create_exception!(feedline, FeedlineError, PyException);
+use batch::{FieldBuffer, PyBatch};
+use feed::PyFeed;
+
+create_exception!(
+    feedline,
+    FeedlineError,
+    PyException,
+    "A bad record (with its file, record and offset), or a pipeline failure."
+);
 
 /// How long one wait for a batch lasts before signals are checked.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+static NUMPY: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
+static FEED_ARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+/// The numpy module (imported once).
+pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    NUMPY
+        .get_or_try_init(py, || py.import_bound("numpy").map(Bound::unbind))
+        .map(|m| m.bind(py))
+}
+
+/// `feedline.FeedArray`, the ndarray subclass batches hand out.
+pub(crate) fn feed_array_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    FEED_ARRAY
+        .get(py)
+        .map(|t| t.bind(py))
+        .ok_or_else(|| PyException::new_err("feedline is not initialised"))
+}
+
+/// The ndarray subclass: numpy's behaviour, plus `__dlpack__` that exports
+/// the batch buffer itself (numpy refuses to export read-only arrays to
+/// DLPack < 1.0 consumers such as `torch.from_dlpack`).
+const FEED_ARRAY_SRC: &str = r#"
+import numpy as _np
+
+class FeedArray(_np.ndarray):
+    """A numpy array viewing a feedline batch's buffer (read-only, zero-copy).
+
+    It behaves as numpy.ndarray; ``__dlpack__`` hands the same memory to
+    ``torch.from_dlpack``, ``jax.dlpack.from_dlpack`` or ``numpy.from_dlpack``
+    without a copy, keeping the batch alive until the importer is done.
+    Do not write through such an import: the buffer is shared.
+    """
+
+    __slots__ = ()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"feedline arrays are on the CPU (1, 0), not {dl_device}")
+        if stream is not None and stream != -1:
+            raise BufferError("a CPU array takes no stream")
+        if copy:
+            return _np.array(self).__dlpack__()
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        capsule = _dlpack_capsule(self, versioned)
+        if capsule is None:
+            # Not (or no longer) a view of a batch buffer: numpy's own export.
+            plain = _np.asarray(self)
+            if max_version is None:
+                return plain.__dlpack__()
+            return plain.__dlpack__(max_version=max_version)
+        return capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+"#;
 
 fn to_py_err(e: PipelineError) -> PyErr {
     match e {
@@ -30,173 +102,23 @@ fn to_py_err(e: PipelineError) -> PyErr {
     }
 }
 
-/// One field of a batch, exported to numpy through `__array_interface__`.
-#[pyclass(module = "feedline", frozen)]
-struct FieldBuffer {
-    batch: Arc<Batch>,
-    field: usize,
-}
-
-#[pymethods]
-impl FieldBuffer {
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let f = &self.batch.fields()[self.field];
-        let (ptr, typestr, shape, strides, item): (usize, &str, Vec<usize>, Vec<isize>, usize) =
-            match &f.data {
-                Array::F32(a) => (
-                    a.as_ptr() as usize,
-                    "<f4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::F64(a) => (
-                    a.as_ptr() as usize,
-                    "<f8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I64(a) => (
-                    a.as_ptr() as usize,
-                    "<i8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I32(a) => (
-                    a.as_ptr() as usize,
-                    "<i4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::U8(a) => (
-                    a.as_ptr() as usize,
-                    "|u1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bool(a) => (
-                    a.as_ptr() as usize,
-                    "|b1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bytes(_) => {
-                    return Err(PyValueError::new_err("a bytes field has no array view"))
-                }
-            };
-        let d = PyDict::new_bound(py);
-        d.set_item("version", 3)?;
-        d.set_item("typestr", typestr)?;
-        d.set_item("shape", PyTuple::new_bound(py, shape))?;
-        let byte_strides: Vec<isize> = strides.iter().map(|s| s * item as isize).collect();
-        d.set_item("strides", PyTuple::new_bound(py, byte_strides))?;
-        // Read-only: the buffer is shared (Arc) and may be read by others.
-        d.set_item("data", (ptr, true))?;
-        Ok(d)
-    }
-}
-
-/// A batch: a mapping of field name to numpy array (zero-copy views).
-#[pyclass(module = "feedline", name = "Batch", frozen)]
-struct PyBatch {
-    batch: Arc<Batch>,
-    #[pyo3(get)]
-    pass_: u64,
-    #[pyo3(get)]
-    seq: u64,
-}
-
-impl PyBatch {
-    fn index(&self, key: &str) -> Option<usize> {
-        self.batch
-            .schema()
-            .fields()
-            .iter()
-            .position(|f| f.name == key)
-    }
-    fn value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
-        let f = &self.batch.fields()[i];
-        if let Array::Bytes(b) = &f.data {
-            let items: Vec<PyObject> = (0..b.len())
-                .map(|k| {
-                    pyo3::types::PyBytes::new_bound(py, b.get(k))
-                        .into_any()
-                        .unbind()
-                })
-                .collect();
-            return Ok(PyList::new_bound(py, items).into_any().unbind());
+fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
+    match on_error {
+        "fail" => {
+            if max_bad.is_some() {
+                return Err(PyValueError::new_err(
+                    "max_bad is only meaningful with on_error=\"skip\"",
+                ));
+            }
+            Ok(ErrorPolicy::Fail)
         }
-        let holder = Py::new(
-            py,
-            FieldBuffer {
-                batch: self.batch.clone(),
-                field: i,
-            },
-        )?;
-        let np = py.import_bound("numpy")?;
-        Ok(np.call_method1("asarray", (holder,))?.unbind())
-    }
-    fn names(&self) -> Vec<String> {
-        self.batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name.clone())
-            .collect()
-    }
-}
-
-#[pymethods]
-impl PyBatch {
-    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
-        match self.index(key) {
-            Some(i) => self.value(py, i),
-            None => Err(PyKeyError::new_err(key.to_string())),
-        }
-    }
-    fn __len__(&self) -> usize {
-        self.batch.fields().len()
-    }
-    fn __contains__(&self, key: &str) -> bool {
-        self.index(key).is_some()
-    }
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyList::new_bound(py, self.names())
-            .into_any()
-            .iter()
-            .map(|i| i.into_any())
-    }
-    fn keys(&self) -> Vec<String> {
-        self.names()
-    }
-    /// Provenance: (source, record) of every instance, in batch order.
-    #[getter]
-    fn origins(&self) -> Vec<(String, u64)> {
-        self.batch
-            .origins()
-            .iter()
-            .map(|o| (o.source.to_string(), o.record))
-            .collect()
-    }
-    /// Instances in the batch.
-    #[getter]
-    fn size(&self) -> usize {
-        self.batch.len()
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "Batch(pass_={}, seq={}, size={}, fields={:?})",
-            self.pass_,
-            self.seq,
-            self.batch.len(),
-            self.names()
-        )
+        "skip" => Ok(ErrorPolicy::Skip {
+            max_bad,
+            max_bad_fraction: None,
+        }),
+        other => Err(PyValueError::new_err(format!(
+            "on_error: expected \"fail\" or \"skip\", got {other:?}"
+        ))),
     }
 }
 
@@ -204,6 +126,18 @@ impl PyBatch {
 #[pyclass(module = "feedline", name = "Loader")]
 struct PyLoader {
     inner: Option<RustLoader>,
+    /// `len()`: batches per pass, or why it is not known (computed once).
+    len: Option<Result<u64, String>>,
+}
+
+impl PyLoader {
+    fn start(py: Python<'_>, b: LoaderBuilder) -> PyResult<Self> {
+        let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
+        Ok(PyLoader {
+            inner: Some(loader),
+            len: None,
+        })
+    }
 }
 
 #[pymethods]
@@ -211,7 +145,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
-        max_bad=None, schema=None))]
+        max_bad=None, schema=None, capacity=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -227,32 +161,9 @@ impl PyLoader {
         world_size: Option<usize>,
         on_error: &str,
         max_bad: Option<u64>,
-        schema: Option<PyObject>,
+        schema: Option<Bound<'_, PyAny>>,
+        capacity: Option<usize>,
     ) -> PyResult<Self> {
-        if schema.is_some() {
-            return Err(PyValueError::new_err(
-                "schema=: only None (inferred from the files) is supported by this build",
-            ));
-        }
-        let policy = match on_error {
-            "fail" => {
-                if max_bad.is_some() {
-                    return Err(PyValueError::new_err(
-                        "max_bad is only meaningful with on_error=\"skip\"",
-                    ));
-                }
-                ErrorPolicy::Fail
-            }
-            "skip" => ErrorPolicy::Skip {
-                max_bad,
-                max_bad_fraction: None,
-            },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "on_error: expected \"fail\" or \"skip\", got {other:?}"
-                )))
-            }
-        };
         let mut b = RustLoader::builder()
             .files(files)
             .batch(batch_size)
@@ -262,7 +173,13 @@ impl PyLoader {
             .readers(readers)
             .deterministic(deterministic)
             .drop_last(drop_last)
-            .error_policy(policy);
+            .error_policy(error_policy(on_error, max_bad)?);
+        if let Some(s) = schema.filter(|s| !s.is_none()) {
+            b = b.schema(schema::parse_schema(py, &s)?);
+        }
+        if let Some(c) = capacity {
+            b = b.capacity(c);
+        }
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),
             (None, None) => b.shard_from_env(true),
@@ -272,10 +189,48 @@ impl PyLoader {
                 ))
             }
         };
-        let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
-        Ok(PyLoader {
-            inner: Some(loader),
-        })
+        Self::start(py, b)
+    }
+
+    /// A push-mode loader and its feed: `loader, feed =
+    /// Loader.with_feed(schema=..., batch_size=32, capacity=8)`. The loader
+    /// yields what is pushed through `feed` (one pass), shuffled in a pool
+    /// of `shuffle` instances (default 0: in push order), until
+    /// `feed.close()`.
+    #[staticmethod]
+    #[pyo3(signature = (schema, batch_size=256, capacity=4, shuffle=0, seed=0,
+        deterministic=false, drop_last=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn with_feed(
+        py: Python<'_>,
+        schema: &Bound<'_, PyAny>,
+        batch_size: usize,
+        capacity: usize,
+        shuffle: usize,
+        seed: u64,
+        deterministic: bool,
+        drop_last: bool,
+    ) -> PyResult<(PyLoader, PyFeed)> {
+        let schema = schema::parse_schema(py, schema)?;
+        let b = RustLoader::builder()
+            .schema(schema)
+            .batch(batch_size)
+            .capacity(capacity)
+            .shuffle(shuffle)
+            .seed(seed)
+            .deterministic(deterministic)
+            .drop_last(drop_last)
+            .shard_from_env(false);
+        let (loader, feed) = py
+            .allow_threads(move || b.build_with_feed())
+            .map_err(to_py_err)?;
+        Ok((
+            PyLoader {
+                inner: Some(loader),
+                len: None,
+            },
+            PyFeed::new(feed),
+        ))
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -311,14 +266,40 @@ impl PyLoader {
         }
     }
 
-    /// Counters of the run so far (records, batches, bytes, per-stage figures).
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new_bound(py);
-        if let Some(l) = &self.inner {
-            let s = l.stats();
-            d.set_item("summary", format!("{s:?}"))?;
+    /// Batches per pass for this rank, when the inputs tell their record
+    /// counts (npy/npz, Parquet); else TypeError, as for any unsized iterable.
+    fn __len__(&mut self, py: Python<'_>) -> PyResult<usize> {
+        if self.len.is_none() {
+            let Some(l) = self.inner.as_ref() else {
+                return Err(PyTypeError::new_err("the loader is closed"));
+            };
+            let config = l.config().clone();
+            self.len = Some(py.allow_threads(move || stats::batches_per_pass(&config)));
         }
-        Ok(d)
+        match self.len.as_ref().expect("computed above") {
+            Ok(n) => Ok(*n as usize),
+            Err(why) => Err(PyTypeError::new_err(format!(
+                "this loader has no len(): the batches per pass are not known ({why})"
+            ))),
+        }
+    }
+
+    /// Counters of the run so far: records, batches, bytes, records_per_s,
+    /// per-stage busy/idle fractions under "stages", the bottleneck.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match &self.inner {
+            Some(l) => stats::stats_dict(py, &l.stats()),
+            None => Err(FeedlineError::new_err("the loader is closed")),
+        }
+    }
+
+    /// The schema of the batches, as a dict like `schema=` takes.
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match &self.inner {
+            Some(l) => schema::schema_dict(py, l.schema()),
+            None => Err(FeedlineError::new_err("the loader is closed")),
+        }
     }
 
     /// Stop every thread of the loader (also on `with` exit and when dropped).
@@ -326,6 +307,12 @@ impl PyLoader {
         if let Some(mut l) = self.inner.take() {
             py.allow_threads(move || l.shutdown());
         }
+    }
+
+    /// True once closed (or ended by an error).
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -351,8 +338,23 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
+    m.add_class::<PyFeed>()?;
+    m.add_class::<FieldBuffer>()?;
     m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
     let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;
+    let ns = PyDict::new_bound(py);
+    ns.set_item("__name__", "feedline")?;
+    ns.set_item(
+        "_dlpack_capsule",
+        wrap_pyfunction!(dlpack::dlpack_capsule, m)?,
+    )?;
+    py.run_bound(FEED_ARRAY_SRC, Some(&ns), None)?;
+    let cls = ns
+        .get_item("FeedArray")?
+        .ok_or_else(|| PyException::new_err("FeedArray was not defined"))?;
+    let cls = cls.downcast_into::<PyType>()?;
+    m.add("FeedArray", &cls)?;
+    let _ = FEED_ARRAY.set(py, cls.unbind());
     Ok(())
 }

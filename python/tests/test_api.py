@@ -1,0 +1,396 @@
+"""Tests of schema=, len(), stats(), DLPack, the push feed and Ctrl-C:
+each generates its own data."""
+
+import _thread
+import ctypes
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import feedline
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def make_npz(tmp_path, files=4, rows=50):
+    """files × rows instances; y is a global id 0..files*rows, x = [id]*4."""
+    paths = []
+    for f in range(files):
+        ids = np.arange(f * rows, (f + 1) * rows, dtype=np.int64)
+        x = np.repeat(ids.astype(np.float32)[:, None], 4, axis=1)
+        p = tmp_path / f"part{f}.npz"
+        np.savez(p, x=x, y=ids)
+        paths.append(str(p))
+    return paths
+
+
+SCHEMA = {"x": ("float32", [4]), "y": ("int64", [])}
+
+
+# ---------------------------------------------------------------- schema=
+
+
+def test_schema_given_is_used_and_reported(tmp_path):
+    paths = make_npz(tmp_path)
+    with feedline.Loader(files=paths, batch_size=10, shuffle=0, schema=SCHEMA,
+                         rank=0, world_size=1) as loader:
+        assert loader.schema == {"x": ("float32", [4]), "y": ("int64", [])}
+        ys = []
+        for b in loader:
+            assert b["x"].dtype == np.float32 and b["x"].shape[1:] == (4,)
+            assert b["y"].dtype == np.int64 and b["y"].ndim == 1
+            ys.extend(b["y"].tolist())
+    assert sorted(ys) == list(range(200))
+
+
+def test_schema_accepts_numpy_dtypes_and_ragged_layouts():
+    schema = {"x": (np.float32, (2,)), "t": (np.dtype("int32"), [None], "padded"),
+              "u": ("uint8", [-1, 3]), "s": (bytes, [])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=2)
+    with loader:
+        assert loader.schema == {"x": ("float32", [2]), "t": ("int32", [None], "padded"),
+                                 "u": ("uint8", [None, 3], "offsets"), "s": ("bytes", [])}
+        feed.close()
+
+
+@pytest.mark.parametrize("schema, words", [
+    ({"x": ("float16", [4])}, ["`x`", "float16"]),
+    ({"x": ("nonsense", [4])}, ["`x`", "nonsense"]),
+    ({"x": ("float32", [4, None])}, ["`x`", "first dimension"]),
+    ({"x": ("float32", [-3])}, ["`x`", "non-negative"]),
+    ({"x": ("float32", 4)}, ["`x`", "list of dimensions"]),
+    ({"x": "float32"}, ["`x`", "(dtype, shape)"]),
+    ({"x": ("float32", [None], "zigzag")}, ["`x`", "zigzag"]),
+    ({"x": ("float32", [3], "padded")}, ["`x`", "ragged"]),
+    ({}, ["at least one field"]),
+    ([("x", "float32")], ["dict"]),
+])
+def test_bad_schema_is_a_value_error_naming_the_field(tmp_path, schema, words):
+    paths = make_npz(tmp_path, files=1)
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=paths, schema=schema, rank=0, world_size=1)
+    for w in words:
+        assert w in str(e.value)
+    with pytest.raises(ValueError):
+        feedline.Loader.with_feed(schema=schema)
+
+
+# ---------------------------------------------------------------- len()
+
+
+@pytest.mark.parametrize("drop_last, rank, world, expected", [
+    (False, 0, 1, 13),   # 200 records, batches of 16: 12 full + 1 partial
+    (True, 0, 1, 12),
+    (False, 1, 2, 7),    # 2 files of 50 per rank: 100 records
+])
+def test_len_is_batches_per_pass(tmp_path, drop_last, rank, world, expected):
+    paths = make_npz(tmp_path)
+    with feedline.Loader(files=paths, batch_size=16, shuffle=32, passes=2, drop_last=drop_last,
+                         rank=rank, world_size=world) as loader:
+        assert len(loader) == expected
+        per_pass = {}
+        for b in loader:
+            per_pass[b.pass_] = per_pass.get(b.pass_, 0) + 1
+    assert per_pass == {0: expected, 1: expected}
+
+
+def test_len_unknown_is_a_type_error(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_text("".join('{"y": %d}\n' % i for i in range(10)))
+    with feedline.Loader(files=[str(p)], batch_size=4, shuffle=0, rank=0, world_size=1) as loader:
+        with pytest.raises(TypeError) as e:
+            len(loader)
+        assert "a.jsonl" in str(e.value) and "jsonl" in str(e.value)
+        # list() takes the TypeError as "no length hint".
+        assert sum(b.size for b in list(loader)) == 10
+    loader, feed = feedline.Loader.with_feed(schema={"y": ("int64", [])}, batch_size=4)
+    with loader:
+        with pytest.raises(TypeError) as e:
+            len(loader)
+        assert "pushed" in str(e.value)
+        feed.close()
+
+
+# ---------------------------------------------------------------- stats()
+
+
+def test_stats_are_a_dict_of_sane_numbers(tmp_path):
+    paths = make_npz(tmp_path)
+    with feedline.Loader(files=paths, batch_size=16, shuffle=32, passes=2,
+                         rank=0, world_size=1) as loader:
+        n = sum(b.size for b in loader)
+        s = loader.stats()
+    assert n == 400
+    assert isinstance(s, dict)
+    assert s["records"] == 400 and s["delivered_records"] == 400
+    assert s["batches"] == 26 and s["delivered_batches"] == 26
+    assert s["bytes"] >= 400 * (4 * 4 + 8)
+    assert s["records_per_s"] > 0 and s["elapsed_s"] > 0
+    assert s["passes_done"] == 2 and s["bad_records"] == 0
+    assert s["bottleneck"] in {"devices", "readers", "shuffle/collate", "feed queue"}
+    assert set(s["stages"]) == {"readers", "shuffle_batch", "consumer"}
+    for name, st in s["stages"].items():
+        for k in ("busy", "idle"):
+            assert 0.0 <= st[k] <= 1.0 + 1e-6, (name, k, st[k])
+    assert s["stages"]["readers"]["records"] == 400
+    assert s["stages"]["readers"]["workers"] == 2
+    assert s["stages"]["consumer"]["batches"] == 26
+    assert s["feed_queue"]["capacity"] >= 1
+    with pytest.raises(feedline.FeedlineError):
+        loader.stats()
+
+
+# ---------------------------------------------------------------- DLPack
+
+
+def test_numpy_from_dlpack_shares_memory_and_outlives_everything(tmp_path):
+    paths = make_npz(tmp_path)
+    loader = feedline.Loader(files=paths, batch_size=8, shuffle=0, rank=0, world_size=1)
+    b = next(iter(loader))
+    x = b["x"]
+    assert isinstance(x, np.ndarray) and isinstance(x, feedline.FeedArray)
+    assert x.__dlpack_device__() == (1, 0)
+    d = np.from_dlpack(x)
+    assert np.shares_memory(d, x)
+    assert d.ctypes.data == x.ctypes.data
+    assert d.dtype == np.float32 and d.shape == (8, 4)
+    # A slice exports its own window of the same buffer.
+    s = np.from_dlpack(x[2:6, 1:3])
+    assert np.shares_memory(s, x) and (s == x[2:6, 1:3]).all()
+    y = np.from_dlpack(b["y"])
+    expected = b["y"].astype(np.float32).copy()
+    del b, x
+    loader.close()
+    assert (d[:, 0] == expected).all() and (y.astype(np.float32) == expected).all()
+
+
+class LegacyConsumer:
+    """Asks for a DLPack 0.8 capsule, as torch.from_dlpack does."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, stream=None, **_):
+        return self.arr.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def test_legacy_dlpack_capsule(tmp_path):
+    paths = make_npz(tmp_path)
+    with feedline.Loader(files=paths, batch_size=8, shuffle=0, rank=0, world_size=1) as loader:
+        b = next(iter(loader))
+        x = b["x"]
+        cap = x.__dlpack__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        ptr = get(cap, b"dltensor")
+        # DLTensor: data, device (2 × i32), ndim (i32), dtype (u8, u8, u16), shape*, strides*.
+        data = ctypes.c_void_p.from_address(ptr).value
+        ndim = ctypes.c_int32.from_address(ptr + 16).value
+        code, bits = ctypes.c_uint8.from_address(ptr + 20).value, ctypes.c_uint8.from_address(ptr + 21).value
+        shape_p = ctypes.c_void_p.from_address(ptr + 24).value
+        shape = [ctypes.c_int64.from_address(shape_p + 8 * i).value for i in range(ndim)]
+        assert (data, ndim, code, bits, shape) == (x.ctypes.data, 2, 2, 32, [8, 4])
+        del cap  # not consumed: its destructor frees the tensor
+        d = np.from_dlpack(LegacyConsumer(x))
+        assert np.shares_memory(d, x) and (d == x).all()
+        t = np.from_dlpack(LegacyConsumer(b["y"]))
+        assert t.dtype == np.int64 and (t == b["y"]).all()
+
+
+def test_dlpack_of_a_computed_array_falls_back_to_numpy(tmp_path):
+    paths = make_npz(tmp_path, files=1)
+    with feedline.Loader(files=paths, batch_size=8, shuffle=0, rank=0, world_size=1) as loader:
+        x = next(iter(loader))["x"]
+        z = x * 2
+        d = np.from_dlpack(z)
+        assert (d == x * 2).all() and np.shares_memory(d, z)
+
+
+# ---------------------------------------------------------------- the push feed
+
+
+def test_push_exactly_once_with_a_producer_thread():
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=8, capacity=2)
+    n = 500
+    errors = []
+
+    def produce():
+        try:
+            for i in range(n):
+                feed.push({"x": np.full(4, i, np.float32), "y": i})
+            feed.close()
+        except Exception as e:  # reported below
+            errors.append(e)
+            feed.close()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    ys = []
+    with loader:
+        for b in loader:
+            assert b["x"].shape[1:] == (4,)
+            assert (b["x"][:, 0] == b["y"].astype(np.float32)).all()
+            ys.extend(b["y"].tolist())
+    t.join()
+    assert not errors
+    assert sorted(ys) == list(range(n))
+    assert feed.closed
+
+
+def test_push_batch_arrives_as_pushed():
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4, capacity=4)
+    with loader:
+        xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+        feed.push_batch({"x": xs, "y": np.array([7, 8, 9])})
+        feed.push({"x": np.zeros(4, np.float32), "y": 10})
+        feed.close()
+        got = list(loader)
+    assert [b.size for b in got] == [3, 1]
+    assert (got[0]["x"] == xs).all() and got[0]["y"].tolist() == [7, 8, 9]
+    assert got[1]["y"].tolist() == [10]
+
+
+@pytest.mark.parametrize("item, words", [
+    ({"x": np.ones(3, np.float32), "y": 1}, ["`x`", "[4] float32", "[3] float32"]),
+    ({"x": np.ones(4, np.float64), "y": 1}, ["`x`", "[4] float32", "[4] float64"]),
+    ({"x": np.ones((4, 1), np.float32), "y": 1}, ["`x`", "[4, 1] float32"]),
+    ({"x": np.ones(4, np.float32), "y": 1.5}, ["`y`", "[] int64", "[] float64"]),
+    ({"x": np.ones(4, np.float32), "y": [1, 2]}, ["`y`", "[2] int64"]),
+    ({"x": np.ones(4, np.float32)}, ["`y`", "missing"]),
+    ({"x": np.ones(4, np.float32), "y": 1, "z": 2}, ["`z`", "no field"]),
+])
+def test_push_wrong_fields_raise_and_push_nothing(item, words):
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4)
+    with loader:
+        with pytest.raises(ValueError) as e:
+            feed.push(item)
+        for w in words:
+            assert w in str(e.value), str(e.value)
+        with pytest.raises(ValueError) as e:
+            feed.push_batch({"x": np.ones((2, 4), np.float32), "y": np.array([1, 2, 3])})
+        assert "`y`" in str(e.value)
+        with pytest.raises(ValueError) as e:
+            feed.push_batch({"x": np.ones((2, 5), np.float32), "y": np.array([1, 2])})
+        assert "`x`" in str(e.value) and "[n, 4] float32" in str(e.value)
+        feed.push({"x": [1, 2, 3, 4], "y": 42})  # plain Python values convert
+        feed.close()
+        got = [y for b in loader for y in b["y"].tolist()]
+    assert got == [42]
+
+
+def test_ragged_and_bytes_fields_through_the_feed():
+    schema = {"tok": ("int64", [None]), "pad": ("float32", [None, 2], "padded"),
+              "name": ("bytes", []), "tags": ("bytes", [None])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=3)
+    items = [
+        {"tok": [1, 2, 3], "pad": np.ones((1, 2), np.float32), "name": b"a", "tags": [b"x"]},
+        {"tok": np.array([], np.int64), "pad": np.zeros((3, 2), np.float32), "name": b"bb",
+         "tags": []},
+        {"tok": [4], "pad": np.full((2, 2), 5, np.float32), "name": b"", "tags": [b"y", b"zz"]},
+    ]
+    with loader:
+        for it in items:
+            feed.push(it)
+        feed.close()
+        (b,) = list(loader)
+        # offsets layout: values concatenated + batch+1 offsets
+        assert b["tok"].tolist() == [1, 2, 3, 4]
+        assert b.offsets("tok").tolist() == [0, 3, 3, 4]
+        assert b.lengths("tok") is None
+        assert [v.tolist() for v in b.instance_values("tok")] == [[1, 2, 3], [], [4]]
+        # padded layout: [batch, max, 2] + lengths
+        assert b["pad"].shape == (3, 3, 2)
+        assert b.lengths("pad").tolist() == [1, 3, 2]
+        assert b.offsets("pad") is None
+        assert (b["pad"][0, 1:] == 0).all() and (b["pad"][2, :2] == 5).all()
+        assert [v.shape for v in b.instance_values("pad")] == [(1, 2), (3, 2), (2, 2)]
+        # bytes: a list of bytes per instance; ragged bytes: a list of lists
+        assert b["name"] == [b"a", b"bb", b""]
+        assert b["tags"] == [[b"x"], [], [b"y", b"zz"]]
+
+
+def test_push_batch_with_ragged_and_bytes_fields():
+    schema = {"tok": ("int32", [None]), "name": ("bytes", [])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=8)
+    with loader:
+        feed.push_batch({"tok": [[1], [2, 3]], "name": [b"p", b"q"]})
+        feed.close()
+        (b,) = list(loader)
+    assert b["tok"].tolist() == [1, 2, 3] and b.offsets("tok").tolist() == [0, 1, 3]
+    assert b["name"] == [b"p", b"q"]
+
+
+def test_push_after_close_and_after_loader_close():
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4)
+    feed.close()
+    with pytest.raises(feedline.FeedlineError):
+        feed.push({"x": np.ones(4, np.float32), "y": 1})
+    loader.close()
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4)
+    loader.close()
+    with pytest.raises(feedline.FeedlineError):
+        for i in range(100):  # the stopped pipeline refuses at the latest when full
+            feed.push({"x": np.ones(4, np.float32), "y": i})
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+def interrupt_when(event):
+    def run():
+        event.wait(30)
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_keyboard_interrupt_while_waiting_for_a_batch_stops_the_loader():
+    before = threads()
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4)
+    assert threads() > before
+    waiting = threading.Event()
+    t = interrupt_when(waiting)
+    it = iter(loader)
+    with pytest.raises(KeyboardInterrupt):
+        waiting.set()
+        next(it)  # no data ever comes: only the interrupt ends this
+    t.join(5)
+    assert loader.closed
+    feed.close()
+    del feed
+    assert threads() == before
+
+
+def test_keyboard_interrupt_while_a_push_waits_for_room():
+    before = threads()
+    loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=1, capacity=1)
+    item = {"x": np.ones(4, np.float32), "y": 0}
+
+    def interrupt_once_a_push_waits():
+        # A push that found no room within a wait slice counts as refused
+        # (and tries again): from then on the main thread waits in push().
+        while feed.stats().get("refused", 0) == 0:
+            threading.Event().wait(0.01)
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt_once_a_push_waits, daemon=True)
+    t.start()
+    pushed = 0
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(1_000_000):
+            feed.push(item)
+            pushed += 1
+    t.join(5)
+    assert 0 < pushed < 1_000_000
+    feed.close()
+    loader.close()
+    assert threads() == before
