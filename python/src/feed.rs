@@ -447,6 +447,10 @@ pub struct PyFeed {
     schema: Schema,
     batch_source: SourceId,
     batch_records: AtomicU64,
+    /// Wait slices that ended without room (the Rust counters call them refused).
+    slices: AtomicU64,
+    /// Pushes waiting for room now.
+    waiting: AtomicU64,
 }
 
 impl PyFeed {
@@ -456,6 +460,8 @@ impl PyFeed {
             handle: Mutex::new(handle),
             batch_source: SourceId::intern("push_batch"),
             batch_records: AtomicU64::new(0),
+            slices: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
         }
     }
 
@@ -468,21 +474,36 @@ impl PyFeed {
     }
 
     /// Push with the GIL released, in slices; signals are checked between.
+    /// The slices that end without room are not refusals: they are counted
+    /// apart and taken off the producer counters' `refused`.
     fn push_loop<T: Send>(
+        &self,
         py: Python<'_>,
         mut item: T,
         push: impl Fn(T, Duration) -> Result<(), PushError<T>> + Send + Sync,
     ) -> PyResult<()> {
-        loop {
+        let mut waiting = false;
+        let result = loop {
             match py.allow_threads(|| push(item, PUSH_SLICE)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => break Ok(()),
                 Err(PushError::Timeout(_, back)) | Err(PushError::Full(back)) => {
-                    py.check_signals()?;
+                    self.slices.fetch_add(1, Relaxed);
+                    if !waiting {
+                        waiting = true;
+                        self.waiting.fetch_add(1, Relaxed);
+                    }
+                    if let Err(e) = py.check_signals() {
+                        break Err(e);
+                    }
                     item = back;
                 }
-                Err(e) => return Err(push_error(e)),
+                Err(e) => break Err(push_error(e)),
             }
+        };
+        if waiting {
+            self.waiting.fetch_sub(1, Relaxed);
         }
+        result
     }
 }
 
@@ -494,7 +515,7 @@ impl PyFeed {
     fn push(&self, py: Python<'_>, instance: &Bound<'_, PyAny>) -> PyResult<()> {
         let h = self.handle()?;
         let sample = to_sample(py, &self.schema, instance)?;
-        Self::push_loop(py, sample, |s, t| h.push_timeout(s, t))
+        self.push_loop(py, sample, |s, t| h.push_timeout(s, t))
     }
 
     /// Push a ready-made batch (a dict of field name to an array with one
@@ -509,7 +530,7 @@ impl PyFeed {
             self.batch_source,
             &self.batch_records,
         )?;
-        Self::push_loop(py, b, |b, t| h.push_batch_timeout(b, t))
+        self.push_loop(py, b, |b, t| h.push_batch_timeout(b, t))
     }
 
     /// End the stream: the consumer sees the end after everything pushed;
@@ -528,7 +549,9 @@ impl PyFeed {
         self.lock().is_closed()
     }
 
-    /// Producer counters: instances, batches, refused, blocked_s.
+    /// Producer counters: instances, batches, batch_instances, refused
+    /// (invalid, or the stream closed), blocked_s (time pushes waited for
+    /// room), waiting (pushes waiting for room now).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new_bound(py);
         {
@@ -536,7 +559,9 @@ impl PyFeed {
             d.set_item("instances", s.instances)?;
             d.set_item("batches", s.batches)?;
             d.set_item("batch_instances", s.batch_instances)?;
-            d.set_item("refused", s.refused)?;
+            let slices = self.slices.load(Relaxed);
+            d.set_item("refused", s.refused.saturating_sub(slices))?;
+            d.set_item("waiting", self.waiting.load(Relaxed))?;
             d.set_item("blocked_s", s.blocked.as_secs_f64())?;
         }
         Ok(d)

@@ -17,9 +17,13 @@ mod feed;
 mod schema;
 mod stats;
 
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use feedline_actors::{ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineError};
+use feedline::Schema;
+use feedline_actors::{
+    ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError, Stats,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -123,20 +127,41 @@ fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
 }
 
 /// The loader: iterate it for batches (all passes, in order).
-#[pyclass(module = "feedline", name = "Loader")]
+///
+/// Every method may be called from any thread: the Rust loader sits behind a
+/// mutex that is only ever waited for with the GIL released (a `next()`
+/// holds it for one wait slice at a time), and `stats()`, `schema` and
+/// `len()` do not need it.
+#[pyclass(module = "feedline", name = "Loader", frozen)]
 struct PyLoader {
-    inner: Option<RustLoader>,
+    /// `None` once closed.
+    inner: Mutex<Option<RustLoader>>,
+    stats: Stats,
+    schema: Schema,
+    config: PipelineConfig,
     /// `len()`: batches per pass, or why it is not known (computed once).
-    len: Option<Result<u64, String>>,
+    len: OnceLock<Result<u64, String>>,
 }
 
 impl PyLoader {
+    fn new_running(loader: RustLoader) -> Self {
+        PyLoader {
+            stats: loader.stats_handle(),
+            schema: loader.schema().clone(),
+            config: loader.config().clone(),
+            inner: Mutex::new(Some(loader)),
+            len: OnceLock::new(),
+        }
+    }
+
     fn start(py: Python<'_>, b: LoaderBuilder) -> PyResult<Self> {
         let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
-        Ok(PyLoader {
-            inner: Some(loader),
-            len: None,
-        })
+        Ok(Self::new_running(loader))
+    }
+
+    /// The loader, locked (call with the GIL released).
+    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -224,41 +249,33 @@ impl PyLoader {
         let (loader, feed) = py
             .allow_threads(move || b.build_with_feed())
             .map_err(to_py_err)?;
-        Ok((
-            PyLoader {
-                inner: Some(loader),
-                len: None,
-            },
-            PyFeed::new(feed),
-        ))
+        Ok((PyLoader::new_running(loader), PyFeed::new(feed)))
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
         loop {
-            let Some(loader) = self.inner.as_mut() else {
-                return Ok(None);
-            };
-            let r = py.allow_threads(|| loader.next_timeout(WAIT_SLICE));
+            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
             match r {
-                None => return Ok(None),
-                Some(Ok(d)) => {
+                // Closed, or the end of the data.
+                None | Some(None) => return Ok(None),
+                Some(Some(Ok(d))) => {
                     return Ok(Some(PyBatch {
                         batch: d.batch,
                         pass_: d.pass,
                         seq: d.seq,
                     }))
                 }
-                Some(Err(PipelineError::Timeout { .. })) => {
+                Some(Some(Err(PipelineError::Timeout { .. }))) => {
                     if let Err(e) = py.check_signals() {
                         self.close(py);
                         return Err(e);
                     }
                 }
-                Some(Err(e)) => {
+                Some(Some(Err(e))) => {
                     self.close(py);
                     return Err(to_py_err(e));
                 }
@@ -268,15 +285,15 @@ impl PyLoader {
 
     /// Batches per pass for this rank, when the inputs tell their record
     /// counts (npy/npz, Parquet); else TypeError, as for any unsized iterable.
-    fn __len__(&mut self, py: Python<'_>) -> PyResult<usize> {
-        if self.len.is_none() {
-            let Some(l) = self.inner.as_ref() else {
-                return Err(PyTypeError::new_err("the loader is closed"));
-            };
-            let config = l.config().clone();
-            self.len = Some(py.allow_threads(move || stats::batches_per_pass(&config)));
-        }
-        match self.len.as_ref().expect("computed above") {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let len = match self.len.get() {
+            Some(l) => l,
+            None => {
+                let l = py.allow_threads(|| stats::batches_per_pass(&self.config));
+                self.len.get_or_init(|| l)
+            }
+        };
+        match len {
             Ok(n) => Ok(*n as usize),
             Err(why) => Err(PyTypeError::new_err(format!(
                 "this loader has no len(): the batches per pass are not known ({why})"
@@ -287,32 +304,31 @@ impl PyLoader {
     /// Counters of the run so far: records, batches, bytes, records_per_s,
     /// per-stage busy/idle fractions under "stages", the bottleneck.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        match &self.inner {
-            Some(l) => stats::stats_dict(py, &l.stats()),
-            None => Err(FeedlineError::new_err("the loader is closed")),
-        }
+        stats::stats_dict(py, &self.stats.snapshot())
     }
 
     /// The schema of the batches, as a dict like `schema=` takes.
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        match &self.inner {
-            Some(l) => schema::schema_dict(py, l.schema()),
-            None => Err(FeedlineError::new_err("the loader is closed")),
-        }
+        schema::schema_dict(py, &self.schema)
     }
 
-    /// Stop every thread of the loader (also on `with` exit and when dropped).
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(mut l) = self.inner.take() {
-            py.allow_threads(move || l.shutdown());
-        }
+    /// Stop every thread of the loader (also on `with` exit and when
+    /// dropped). From another thread, a `next()` waiting there returns
+    /// within a wait slice and ends the iteration.
+    fn close(&self, py: Python<'_>) {
+        py.allow_threads(|| {
+            let taken = self.lock().take();
+            if let Some(mut l) = taken {
+                l.shutdown();
+            }
+        });
     }
 
-    /// True once closed (or ended by an error).
+    /// True once closed (or ended by an error or Ctrl-C).
     #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        py.allow_threads(|| self.lock().is_none())
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -321,7 +337,7 @@ impl PyLoader {
 
     #[pyo3(signature = (_t=None, _v=None, _tb=None))]
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         _t: Option<PyObject>,
         _v: Option<PyObject>,
