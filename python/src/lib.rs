@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
 
-use batch::{FieldBuffer, PyBatch};
+use batch::PyBatch;
 use feed::PyFeed;
 
 create_exception!(
@@ -97,6 +97,13 @@ class FeedArray(_np.ndarray):
 
     def __dlpack_device__(self):
         return (1, 0)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # Results of computations own fresh memory: plain arrays (and
+        # scalars for full reductions), not views of a batch.
+        if return_scalar:
+            return arr[()]
+        return arr if type(arr) is _np.ndarray else arr.view(_np.ndarray)
 "#;
 
 fn to_py_err(e: PipelineError) -> PyErr {
@@ -355,7 +362,6 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;
-    m.add_class::<FieldBuffer>()?;
     m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
     let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;

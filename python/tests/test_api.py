@@ -202,11 +202,15 @@ def test_legacy_dlpack_capsule(tmp_path):
         assert t.dtype == np.int64 and (t == b["y"]).all()
 
 
-def test_dlpack_of_a_computed_array_falls_back_to_numpy(tmp_path):
+def test_computed_arrays_are_plain_numpy(tmp_path):
     paths = make_npz(tmp_path, files=1)
     with feedline.Loader(files=paths, batch_size=8, shuffle=0, rank=0, world_size=1) as loader:
         x = next(iter(loader))["x"]
+        assert not x.flags.writeable
+        assert type(x[1:]) is feedline.FeedArray  # a view of the batch stays one
         z = x * 2
+        assert type(z) is np.ndarray and not np.shares_memory(z, x)
+        assert isinstance(x.sum(), np.float32)
         d = np.from_dlpack(z)
         assert (d == x * 2).all() and np.shares_memory(d, z)
 
