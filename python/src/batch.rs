@@ -1,6 +1,6 @@
 //! Batches as Python sees them: [`PyBatch`], a read-only mapping of field
 //! name to numpy array, and [`FieldBuffer`], the object each array views
-//! (through `__array_interface__`) that holds the batch's `Arc<Batch>` — so
+//! (through `__array_struct__`, or `__array_interface__`) that holds the batch's `Arc<Batch>` — so
 //! the Rust buffer lives as long as any array (or DLPack importer) uses it.
 //!
 //! Layouts, as the schema says:
@@ -15,11 +15,15 @@
 //!
 //! `batch.instance_values(name)` splits any field per instance.
 
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use feedline::{Array, Batch, DType};
 use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::{feed_array_type, numpy};
@@ -31,67 +35,120 @@ pub struct FieldBuffer {
     pub field: usize,
 }
 
+/// The layout of field `field` of `batch`: data pointer, numpy typestr,
+/// shape, strides in bytes, element size.
+type Layout = (usize, &'static str, Vec<usize>, Vec<isize>, usize);
+
+fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
+    fn of<T>(a: &feedline_actors::ndarray::ArrayD<T>, typestr: &'static str) -> Layout {
+        let item = std::mem::size_of::<T>();
+        let strides = a.strides().iter().map(|s| s * item as isize).collect();
+        (
+            a.as_ptr() as usize,
+            typestr,
+            a.shape().to_vec(),
+            strides,
+            item,
+        )
+    }
+    Ok(match &batch.fields()[field].data {
+        Array::F32(a) => of(a, "<f4"),
+        Array::F64(a) => of(a, "<f8"),
+        Array::I64(a) => of(a, "<i8"),
+        Array::I32(a) => of(a, "<i4"),
+        Array::U8(a) => of(a, "|u1"),
+        Array::Bool(a) => of(a, "|b1"),
+        Array::Bytes(_) => return Err(PyValueError::new_err("a bytes field has no array view")),
+    })
+}
+
+/// numpy's `PyArrayInterface` (the C side of the array interface).
+#[repr(C)]
+struct ArrayStruct {
+    two: c_int,
+    nd: c_int,
+    typekind: c_char,
+    itemsize: c_int,
+    flags: c_int,
+    shape: *mut isize,
+    strides: *mut isize,
+    data: *mut c_void,
+    descr: *mut ffi::PyObject,
+}
+
+/// An `ArrayStruct` with the shape and strides it points to; the capsule's
+/// pointer is to its first field.
+#[repr(C)]
+struct ArrayStructBox {
+    iface: ArrayStruct,
+    shape: Vec<isize>,
+    strides: Vec<isize>,
+}
+
+const NPY_ALIGNED: c_int = 0x0100;
+const NPY_NOTSWAPPED: c_int = 0x0200;
+
+unsafe extern "C" fn free_array_struct(capsule: *mut ffi::PyObject) {
+    // SAFETY: the capsule was made by `__array_struct__` around a boxed
+    // `ArrayStructBox` and is freed once, by this destructor.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
+        if !p.is_null() {
+            drop(Box::from_raw(p as *mut ArrayStructBox));
+        }
+    }
+}
+
 #[pymethods]
 impl FieldBuffer {
+    /// The array interface, C side (what numpy reads first: no dict to
+    /// build and parse). Read-only (no WRITEABLE flag): the buffer is shared.
+    #[getter]
+    fn __array_struct__(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let (ptr, typestr, shape, strides, item) = layout(&self.batch, self.field)?;
+        let mut b = Box::new(ArrayStructBox {
+            iface: ArrayStruct {
+                two: 2,
+                nd: shape.len() as c_int,
+                typekind: typestr.as_bytes()[1] as c_char,
+                itemsize: item as c_int,
+                flags: NPY_ALIGNED | NPY_NOTSWAPPED,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                data: ptr as *mut c_void,
+                descr: std::ptr::null_mut(),
+            },
+            shape: shape.iter().map(|&n| n as isize).collect(),
+            strides,
+        });
+        b.iface.shape = b.shape.as_mut_ptr();
+        b.iface.strides = b.strides.as_mut_ptr();
+        let raw = Box::into_raw(b);
+        // SAFETY: the capsule owns `raw` and frees it in its destructor.
+        unsafe {
+            let cap = ffi::PyCapsule_New(
+                raw as *mut c_void,
+                std::ptr::null(),
+                Some(free_array_struct),
+            );
+            if cap.is_null() {
+                drop(Box::from_raw(raw));
+            }
+            PyObject::from_owned_ptr_or_err(py, cap)
+        }
+    }
+
+    /// The array interface, Python side (for consumers that read only it).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let f = &self.batch.fields()[self.field];
-        let (ptr, typestr, shape, strides, item): (usize, &str, Vec<usize>, Vec<isize>, usize) =
-            match &f.data {
-                Array::F32(a) => (
-                    a.as_ptr() as usize,
-                    "<f4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::F64(a) => (
-                    a.as_ptr() as usize,
-                    "<f8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I64(a) => (
-                    a.as_ptr() as usize,
-                    "<i8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I32(a) => (
-                    a.as_ptr() as usize,
-                    "<i4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::U8(a) => (
-                    a.as_ptr() as usize,
-                    "|u1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bool(a) => (
-                    a.as_ptr() as usize,
-                    "|b1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bytes(_) => {
-                    return Err(PyValueError::new_err("a bytes field has no array view"))
-                }
-            };
+        let (ptr, typestr, shape, strides, _) = layout(&self.batch, self.field)?;
         let d = PyDict::new_bound(py);
-        d.set_item("version", 3)?;
-        d.set_item("typestr", typestr)?;
-        d.set_item("shape", PyTuple::new_bound(py, shape))?;
-        let byte_strides: Vec<isize> = strides.iter().map(|s| s * item as isize).collect();
-        d.set_item("strides", PyTuple::new_bound(py, byte_strides))?;
+        d.set_item(intern!(py, "version"), 3)?;
+        d.set_item(intern!(py, "typestr"), typestr)?;
+        d.set_item(intern!(py, "shape"), PyTuple::new_bound(py, shape))?;
+        d.set_item(intern!(py, "strides"), PyTuple::new_bound(py, strides))?;
         // Read-only: the buffer is shared (Arc) and may be read by others.
-        d.set_item("data", (ptr, true))?;
+        d.set_item(intern!(py, "data"), (ptr, true))?;
         Ok(d)
     }
 }
@@ -106,6 +163,8 @@ pub struct PyBatch {
     /// The batch's number within its pass, from 0.
     #[pyo3(get)]
     pub seq: u64,
+    /// Each field's value, made at its first access (the same object after).
+    values: Vec<GILOnceCell<PyObject>>,
 }
 
 fn usize_array(py: Python<'_>, v: &[usize]) -> PyResult<PyObject> {
@@ -114,6 +173,19 @@ fn usize_array(py: Python<'_>, v: &[usize]) -> PyResult<PyObject> {
 }
 
 impl PyBatch {
+    /// A delivered batch.
+    pub fn new(batch: Arc<Batch>, pass_: u64, seq: u64) -> Self {
+        let values = (0..batch.fields().len())
+            .map(|_| GILOnceCell::new())
+            .collect();
+        PyBatch {
+            batch,
+            pass_,
+            seq,
+            values,
+        }
+    }
+
     fn index(&self, key: &str) -> PyResult<usize> {
         self.batch
             .schema()
@@ -121,8 +193,14 @@ impl PyBatch {
             .ok_or_else(|| PyKeyError::new_err(key.to_string()))
     }
 
-    /// The array (or list of bytes) of field `i`.
+    /// The array (or list of bytes) of field `i` (made once).
     fn value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        self.values[i]
+            .get_or_try_init(py, || self.make_value(py, i))
+            .map(|v| v.clone_ref(py))
+    }
+
+    fn make_value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
         let f = &self.batch.fields()[i];
         if let Array::Bytes(_) = &f.data {
             return self.bytes_value(py, i);

@@ -14,7 +14,7 @@ use feedline::{Array, Batch};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::batch::FieldBuffer;
 
@@ -139,6 +139,16 @@ fn find_buffer<'py>(arr: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Field
         }
         if let Ok(b) = obj.downcast::<FieldBuffer>() {
             return Ok(Some(b.clone()));
+        }
+        // numpy keeps (object, capsule) as the base of an array made through
+        // `__array_struct__`.
+        if let Ok(t) = obj.downcast::<PyTuple>() {
+            for item in t.iter() {
+                if let Ok(b) = item.downcast::<FieldBuffer>() {
+                    return Ok(Some(b.clone()));
+                }
+            }
+            return Ok(None);
         }
         match obj.getattr("base") {
             Ok(next) => obj = next,

@@ -269,13 +269,7 @@ impl PyLoader {
             match r {
                 // Closed, or the end of the data.
                 None | Some(None) => return Ok(None),
-                Some(Some(Ok(d))) => {
-                    return Ok(Some(PyBatch {
-                        batch: d.batch,
-                        pass_: d.pass,
-                        seq: d.seq,
-                    }))
-                }
+                Some(Some(Ok(d))) => return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq))),
                 Some(Some(Err(PipelineError::Timeout { .. }))) => {
                     if let Err(e) = py.check_signals() {
                         self.close(py);
