@@ -3,25 +3,27 @@ deep-learning trainers: zero-copy numpy batches from a Rust pipeline)."""
 
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
-DType = Union[str, type, np.dtype[Any]]
+__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray"]
+
+_DType = Union[str, type, np.dtype[Any]]
 """numpy's names: "float32", "float64", "int64", "int32", "uint8", "bool", or "bytes"."""
 
-Dim = Optional[int]
+_Dim = Optional[int]
 """A non-negative extent; None (or -1) as the first dimension: variable length."""
 
-FieldSpec = Union[
-    tuple[DType, Sequence[Dim]],
-    tuple[DType, Sequence[Dim], Literal["offsets", "padded"]],
+_FieldSpec = Union[
+    tuple[_DType, Sequence[_Dim]],
+    tuple[_DType, Sequence[_Dim], Literal["offsets", "padded"]],
 ]
-SchemaSpec = Mapping[str, FieldSpec]
+_SchemaSpec = Mapping[str, _FieldSpec]
 """{"x": ("float32", [64]), "y": ("int64", []), "tokens": ("int64", [None], "offsets")}"""
 
-Value = Union["FeedArray", list[bytes], list[list[bytes]]]
+_Value = Union["FeedArray", list[bytes], list[list[bytes]]]
 
 class FeedlineError(Exception):
     """A bad record (its file, `record N` and `offset M` in the message), or a pipeline failure."""
@@ -41,9 +43,10 @@ class FeedArray(np.ndarray[Any, Any]):
         dl_device: Optional[tuple[int, int]] = None,
         copy: Optional[bool] = None,
     ) -> Any: ...
-    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __dlpack_device__(self) -> tuple[Literal[1], Literal[0]]: ...
 
-class Batch(Mapping[str, Value]):
+@final
+class Batch(Mapping[str, _Value]):
     """A batch: field name -> array. Fixed fields: [batch, dims...]; ragged
     fields: values [total, dims...] with offsets(name), or padded
     [batch, max, dims...] with lengths(name); bytes fields: a list of bytes
@@ -61,10 +64,12 @@ class Batch(Mapping[str, Value]):
     @property
     def origins(self) -> list[tuple[str, int]]:
         """(source, record index) of every instance, in batch order."""
-    def __getitem__(self, key: str) -> Value: ...
+    def __getitem__(self, key: str, /) -> _Value: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[str]: ...
-    def __contains__(self, key: object) -> bool: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """batch[key], or default when there is no such field."""
     def offsets(self, name: str) -> Optional[npt.NDArray[np.int64]]:
         """Ragged field, offsets layout: batch + 1 offsets into batch[name]'s first dimension."""
     def lengths(self, name: str) -> Optional[npt.NDArray[np.int64]]:
@@ -72,6 +77,7 @@ class Batch(Mapping[str, Value]):
     def instance_values(self, name: str) -> list[Any]:
         """The field split per instance (views; ragged fields trimmed)."""
 
+@final
 class Feed:
     """The producer's side of Loader.with_feed (Paddle's PyArrayFeedQueue)."""
 
@@ -96,12 +102,13 @@ class Feed:
         tb: Optional[TracebackType] = None,
     ) -> bool: ...
 
+@final
 class Loader(Iterator[Batch]):
     """Batches from files: every pass in order; a context manager; close()
     (or leaving `with`, or dropping it) stops every thread."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         files: Sequence[str],
         batch_size: int = 256,
         shuffle: int = 10_000,
@@ -114,12 +121,12 @@ class Loader(Iterator[Batch]):
         world_size: Optional[int] = None,
         on_error: Literal["fail", "skip"] = "fail",
         max_bad: Optional[int] = None,
-        schema: Optional[SchemaSpec] = None,
+        schema: Optional[_SchemaSpec] = None,
         capacity: Optional[int] = None,
-    ) -> None: ...
+    ) -> "Loader": ...
     @staticmethod
     def with_feed(
-        schema: SchemaSpec,
+        schema: _SchemaSpec,
         batch_size: int = 256,
         capacity: int = 4,
         shuffle: int = 0,
@@ -135,7 +142,7 @@ class Loader(Iterator[Batch]):
     def stats(self) -> dict[str, Any]:
         """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ..."""
     @property
-    def schema(self) -> dict[str, FieldSpec]: ...
+    def schema(self) -> dict[str, _FieldSpec]: ...
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
