@@ -79,6 +79,28 @@ def test_bad_schema_is_a_value_error_naming_the_field(tmp_path, schema, words):
         feedline.Loader.with_feed(schema=schema)
 
 
+def test_ragged_and_bytes_fields_from_a_file_in_both_layouts(tmp_path):
+    import json
+    p = tmp_path / "r.jsonl"
+    with open(p, "w") as f:
+        for i in range(10):
+            f.write(json.dumps({"tok": list(range(i % 4)), "y": i, "name": "n%d" % i}) + "\n")
+    common = dict(files=[str(p)], batch_size=4, shuffle=0, rank=0, world_size=1)
+    with feedline.Loader(**common) as loader:  # inferred: offsets layout
+        assert loader.schema["tok"] == ("int64", [None], "offsets")
+        assert loader.schema["name"] == ("bytes", [])
+        b = next(iter(loader))
+        assert b["tok"].tolist() == [0, 0, 1, 0, 1, 2]
+        assert b.offsets("tok").tolist() == [0, 0, 1, 3, 6]
+        assert b["name"] == [b"n0", b"n1", b"n2", b"n3"]
+    schema = {"tok": ("int64", [None], "padded"), "y": ("int64", []), "name": ("bytes", [])}
+    with feedline.Loader(schema=schema, **common) as loader:
+        b = next(iter(loader))
+        assert b["tok"].tolist() == [[0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 1, 2]]
+        assert b.lengths("tok").tolist() == [0, 1, 2, 3]
+        assert [v.tolist() for v in b.instance_values("tok")] == [[], [0], [0, 1], [0, 1, 2]]
+
+
 # ---------------------------------------------------------------- len()
 
 
