@@ -1,6 +1,7 @@
 """Type stubs of the feedline extension module (feeds training data to
 deep-learning trainers: zero-copy numpy batches from a Rust pipeline)."""
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, Union, final
@@ -109,7 +110,7 @@ class Loader(Iterator[Batch]):
 
     def __new__(
         cls,
-        files: Sequence[str],
+        files: Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]],
         batch_size: int = 256,
         shuffle: int = 10_000,
         seed: int = 0,

@@ -230,7 +230,8 @@ impl PyBatch {
             // Padded: instance k's slot starts at k * max (in units).
             let total = bf.data.shape().first().copied().unwrap_or(0);
             let max = if sf.dtype == DType::Bytes {
-                total.checked_div(n).unwrap_or(0)
+                // `total` strings: `n` slots of `max` units of `unit` strings.
+                total.checked_div(n * unit.max(1)).unwrap_or(0)
             } else {
                 bf.data.shape().get(1).copied().unwrap_or(0)
             };

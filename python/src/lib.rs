@@ -113,6 +113,39 @@ fn to_py_err(e: PipelineError) -> PyErr {
     }
 }
 
+/// `files=`: a path (str or path-like) or a sequence of them.
+fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let fspath = py.import_bound("os")?.getattr("fspath")?;
+    let one = |f: &Bound<'_, PyAny>| -> PyResult<Option<String>> {
+        match fspath.call1((f,)) {
+            Ok(p) => p
+                .extract::<String>()
+                .map(Some)
+                .map_err(|_| PyValueError::new_err(format!("files: {f} is not a str path"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(p) = one(files)? {
+        return Ok(vec![p]);
+    }
+    let iter = files.iter().map_err(|_| {
+        PyValueError::new_err(format!(
+            "files: expected a path or a list of paths, got {}",
+            files.get_type()
+        ))
+    })?;
+    iter.map(|f| {
+        let f = f?;
+        one(&f)?.ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "files: {} is not a path",
+                f.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })
+    })
+    .collect()
+}
+
 fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
     match on_error {
         "fail" => {
@@ -147,7 +180,7 @@ struct PyLoader {
     schema: Schema,
     config: PipelineConfig,
     /// `len()`: batches per pass, or why it is not known (computed once).
-    len: OnceLock<Result<u64, String>>,
+    len: OnceLock<Result<u64, stats::LenUnknown>>,
 }
 
 impl PyLoader {
@@ -181,7 +214,7 @@ impl PyLoader {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        files: Vec<String>,
+        files: &Bound<'_, PyAny>,
         batch_size: usize,
         shuffle: usize,
         seed: u64,
@@ -197,7 +230,7 @@ impl PyLoader {
         capacity: Option<usize>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
-            .files(files)
+            .files(file_list(py, files)?)
             .batch(batch_size)
             .shuffle(shuffle)
             .seed(seed)

@@ -69,22 +69,55 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     Ok(d)
 }
 
+/// Why `len(loader)` is not known.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LenUnknown {
+    /// Batches are made by a cost budget.
+    #[error("batches are made by a cost budget, not a fixed size")]
+    CostBudget,
+    /// A push-mode loader.
+    #[error("the data is pushed: the loader cannot know how much will come")]
+    Pushed,
+    /// File sets are mixed by weight.
+    #[error("file sets are mixed by weight")]
+    FileSets,
+    /// A file's format has no record count in its header (or it is not a
+    /// plain uncompressed file).
+    #[error("{file}: {why}")]
+    NotCounted {
+        /// The file spec.
+        file: String,
+        /// What keeps it from being counted.
+        why: String,
+    },
+    /// This rank's share differs from pass to pass.
+    #[error("this rank's batches differ by pass ({first} in pass 0, {other} in pass {pass})")]
+    DiffersByPass {
+        /// Batches of pass 0.
+        first: u64,
+        /// Batches of pass `pass`.
+        other: u64,
+        /// The first pass that differs.
+        pass: u64,
+    },
+}
+
 /// Batches per pass for this rank, or why that is not known: it needs a
 /// fixed batch size, files (not a push feed or file sets) whose formats know
 /// their record counts from their headers (npy/npz, Parquet), and the same
 /// count every pass (sharding by file with reshuffled files can give a rank
 /// different files each pass). Bad records skipped under `on_error="skip"`
 /// are not foreseen.
-pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, String> {
+pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, LenUnknown> {
     let batch = match &config.batch {
         BatchPolicy::Fixed(n) => *n as u64,
-        _ => return Err("batches are made by a cost budget, not a fixed size".into()),
+        _ => return Err(LenUnknown::CostBudget),
     };
     if config.push.is_some() {
-        return Err("the data is pushed: the loader cannot know how much will come".into());
+        return Err(LenUnknown::Pushed);
     }
     if !config.sets.is_empty() {
-        return Err("file sets are mixed by weight".into());
+        return Err(LenUnknown::FileSets);
     }
     let plan = PassPlan::new(config.files.clone())
         .seed(config.seed)
@@ -103,15 +136,16 @@ pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, String> {
                 Some(n) => *n,
                 None => {
                     counted_cheaply(config, &task.file)?;
+                    let not_counted = |why: String| LenUnknown::NotCounted {
+                        file: task.file.clone(),
+                        why,
+                    };
                     let reader = config
                         .registry
                         .open(&task.file, config.format.as_deref(), &config.open)
-                        .map_err(|e| format!("{}: {e}", task.file))?;
+                        .map_err(|e| not_counted(e.to_string()))?;
                     let n = reader.len_hint().ok_or_else(|| {
-                        format!(
-                            "{}: its format does not record how many records it holds",
-                            task.file
-                        )
+                        not_counted("its format does not record how many records it holds".into())
                     })?;
                     counts.insert(task.file_index, n);
                     n
@@ -126,10 +160,12 @@ pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, String> {
         };
         match per_pass {
             None => per_pass = Some(batches),
-            Some(b) if b != batches => {
-                return Err(format!(
-                    "this rank's batches differ by pass ({b} in pass 0, {batches} in pass {pass})"
-                ))
+            Some(first) if first != batches => {
+                return Err(LenUnknown::DiffersByPass {
+                    first,
+                    other: batches,
+                    pass,
+                })
             }
             Some(_) => {}
         }
@@ -139,22 +175,26 @@ pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, String> {
 
 /// Ok if `spec` is a plain file of a format whose header holds its record
 /// count (opening anything else could read it through, or block on a FIFO).
-fn counted_cheaply(config: &PipelineConfig, spec: &str) -> Result<(), String> {
+fn counted_cheaply(config: &PipelineConfig, spec: &str) -> Result<(), LenUnknown> {
+    let not_counted = |why: String| LenUnknown::NotCounted {
+        file: spec.to_string(),
+        why,
+    };
     let (format, path, compression) = config
         .registry
         .resolve(spec, config.format.as_deref())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| not_counted(e.to_string()))?;
     if !matches!(format.name(), "npy" | "npz" | "parquet") {
-        return Err(format!(
-            "{spec}: its format ({}) does not record how many records it holds",
+        return Err(not_counted(format!(
+            "its format ({}) does not record how many records it holds",
             format.name()
-        ));
+        )));
     }
     if compression != feedline::format::Compression::None {
-        return Err(format!("{spec}: compressed files are not counted"));
+        return Err(not_counted("compressed files are not counted".into()));
     }
     if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-        return Err(format!("{spec}: not a regular file"));
+        return Err(not_counted("not a regular file".into()));
     }
     Ok(())
 }

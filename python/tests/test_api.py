@@ -101,6 +101,18 @@ def test_ragged_and_bytes_fields_from_a_file_in_both_layouts(tmp_path):
         assert [v.tolist() for v in b.instance_values("tok")] == [[], [0], [0, 1], [0, 1, 2]]
 
 
+def test_files_as_one_path_a_glob_or_path_objects(tmp_path):
+    paths = make_npz(tmp_path)
+    for files in (str(tmp_path / "part*.npz"), [tmp_path / "part0.npz", paths[1]],
+                  tmp_path / "part2.npz"):
+        with feedline.Loader(files=files, batch_size=50, shuffle=0, rank=0, world_size=1) as l:
+            assert sum(b.size for b in l) == 50 * (4 if isinstance(files, str) else
+                                                   2 if isinstance(files, list) else 1)
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[paths[0], 7], rank=0, world_size=1)
+    assert "7" in str(e.value)
+
+
 # ---------------------------------------------------------------- len()
 
 
