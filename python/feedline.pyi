@@ -75,6 +75,9 @@ class Batch(Mapping[str, _Value]):
         """Ragged field, offsets layout: batch + 1 offsets into batch[name]'s first dimension."""
     def lengths(self, name: str) -> Optional[npt.NDArray[np.int64]]:
         """Ragged field, padded layout: each instance's length along dimension 1."""
+    def bytes_buffer(self, name: str) -> tuple[FeedArray, npt.NDArray[np.int64]]:
+        """A bytes field without copies: (uint8 data of every string
+        concatenated, int64 offsets); string k is data[off[k]:off[k+1]]."""
     def instance_values(self, name: str) -> list[Any]:
         """The field split per instance (views; ragged fields trimmed)."""
 

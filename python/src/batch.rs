@@ -36,7 +36,8 @@ pub struct FieldBuffer {
 }
 
 /// The layout of field `field` of `batch`: data pointer, numpy typestr,
-/// shape, strides in bytes, element size.
+/// shape, strides in bytes, element size (a bytes field: its payload as a
+/// 1-D uint8 array).
 type Layout = (usize, &'static str, Vec<usize>, Vec<isize>, usize);
 
 fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
@@ -58,7 +59,14 @@ fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
         Array::I32(a) => of(a, "<i4"),
         Array::U8(a) => of(a, "|u1"),
         Array::Bool(a) => of(a, "|b1"),
-        Array::Bytes(_) => return Err(PyValueError::new_err("a bytes field has no array view")),
+        // The byte strings' payload, concatenated (`Batch.bytes_buffer`).
+        Array::Bytes(b) => (
+            b.data().as_ptr() as usize,
+            "|u1",
+            vec![b.data().len()],
+            vec![1],
+            1,
+        ),
     })
 }
 
@@ -205,6 +213,11 @@ impl PyBatch {
         if let Array::Bytes(_) = &f.data {
             return self.bytes_value(py, i);
         }
+        self.view(py, i)
+    }
+
+    /// A `FeedArray` viewing field `i`'s buffer.
+    fn view(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
         let holder = Bound::new(
             py,
             FieldBuffer {
@@ -376,6 +389,22 @@ impl PyBatch {
             out.push(v.unbind());
         }
         Ok(PyList::new_bound(py, out).into_any().unbind())
+    }
+    /// A bytes field without copies: `(data, offsets)`, `data` a read-only
+    /// uint8 array viewing every byte string of the batch concatenated (in
+    /// instance order), `offsets` (int64) where each starts and ends —
+    /// string k is `data[offsets[k]:offsets[k+1]]`. `batch[name]` copies
+    /// each string into a `bytes` object instead.
+    fn bytes_buffer(&self, py: Python<'_>, name: &str) -> PyResult<(PyObject, PyObject)> {
+        let i = self.index(name)?;
+        let Array::Bytes(b) = &self.batch.fields()[i].data else {
+            return Err(PyValueError::new_err(format!(
+                "field `{name}` is not a bytes field (it is {})",
+                crate::schema::describe_field(&self.batch.schema().fields()[i])
+            )));
+        };
+        let offsets: Vec<usize> = std::iter::once(0).chain(b.ends().iter().copied()).collect();
+        Ok((self.view(py, i)?, usize_array(py, &offsets)?))
     }
     /// Provenance: (source, record) of every instance, in batch order.
     #[getter]

@@ -350,6 +350,14 @@ def test_ragged_and_bytes_fields_through_the_feed():
         # bytes: a list of bytes per instance; ragged bytes: a list of lists
         assert b["name"] == [b"a", b"bb", b""]
         assert b["tags"] == [[b"x"], [], [b"y", b"zz"]]
+        # zero-copy: the strings' bytes concatenated, and where each starts
+        data, off = b.bytes_buffer("tags")
+        assert data.dtype == np.uint8 and not data.flags.writeable
+        assert bytes(data) == b"xyzz" and off.tolist() == [0, 1, 2, 4]
+        assert np.shares_memory(np.from_dlpack(data), data)
+        with pytest.raises(ValueError) as e:
+            b.bytes_buffer("tok")
+        assert "`tok`" in str(e.value)
 
 
 def test_push_batch_with_ragged_and_bytes_fields():
