@@ -113,6 +113,47 @@ fn to_py_err(e: PipelineError) -> PyErr {
     }
 }
 
+/// Start a loader on a thread of its own and wait for it with the GIL
+/// released, checking for signals between wait slices: a start-up that
+/// blocks (a FIFO with no writer, a stalled network file system) yields to
+/// Ctrl-C. After an interrupt the start-up finishes by itself and its loader
+/// is dropped — stopped — on that thread.
+fn build_interruptibly<T: Send + 'static>(
+    py: Python<'_>,
+    build: impl FnOnce() -> Result<T, PipelineError> + Send + 'static,
+) -> PyResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Waited on with the GIL released: it must be shareable.
+    let rx = Mutex::new(rx);
+    let thread = std::thread::Builder::new()
+        .name("feedline-start".into())
+        .spawn(move || {
+            // A send fails only if the caller was interrupted: `T` is dropped here.
+            let _ = tx.send(build());
+        })
+        .map_err(|e| FeedlineError::new_err(format!("cannot start a thread: {e}")))?;
+    loop {
+        let got = py.allow_threads(|| {
+            rx.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .recv_timeout(WAIT_SLICE)
+        });
+        match got {
+            Ok(r) => {
+                // It has sent its result: wait for it to be gone.
+                let _ = py.allow_threads(|| thread.join());
+                return r.map_err(to_py_err);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(FeedlineError::new_err(
+                    "the loader's start-up panicked (see the log)",
+                ))
+            }
+        }
+    }
+}
+
 /// `files=`: a path (str or path-like) or a sequence of them.
 fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let fspath = py.import_bound("os")?.getattr("fspath")?;
@@ -195,7 +236,7 @@ impl PyLoader {
     }
 
     fn start(py: Python<'_>, b: LoaderBuilder) -> PyResult<Self> {
-        let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
+        let loader = build_interruptibly(py, move || b.build())?;
         Ok(Self::new_running(loader))
     }
 
@@ -286,9 +327,7 @@ impl PyLoader {
             .deterministic(deterministic)
             .drop_last(drop_last)
             .shard_from_env(false);
-        let (loader, feed) = py
-            .allow_threads(move || b.build_with_feed())
-            .map_err(to_py_err)?;
+        let (loader, feed) = build_interruptibly(py, move || b.build_with_feed())?;
         Ok((PyLoader::new_running(loader), PyFeed::new(feed)))
     }
 

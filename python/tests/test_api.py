@@ -463,3 +463,18 @@ def test_other_threads_use_the_loader_while_next_waits():
     assert seen["stats"]["records"] == 0 and loader.closed
     feed.close()
     assert threads() == before
+
+
+def test_keyboard_interrupt_while_the_start_up_blocks(tmp_path):
+    """A FIFO nobody writes: inferring the schema blocks at its open."""
+    fifo = tmp_path / "never.jsonl"
+    os.mkfifo(fifo)
+    starting = threading.Event()
+    t = interrupt_when(starting)
+    with pytest.raises(KeyboardInterrupt):
+        starting.set()
+        feedline.Loader(files=[str(fifo)], batch_size=4, rank=0, world_size=1)
+    t.join(5)
+    # Let the abandoned start-up see an empty file and end.
+    fd = os.open(fifo, os.O_WRONLY)
+    os.close(fd)
