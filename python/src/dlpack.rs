@@ -158,8 +158,8 @@ fn find_buffer<'py>(arr: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Field
     Ok(None)
 }
 
-/// The data range of field `field` of `batch`.
-fn field_range(batch: &Batch, field: usize) -> Option<(usize, usize)> {
+/// The data range of field `field` of `batch` (a bytes field: its payload).
+fn field_range(batch: &Batch, field: usize) -> (usize, usize) {
     let f = &batch.fields()[field];
     let ptr = match &f.data {
         Array::F32(a) => a.as_ptr() as usize,
@@ -168,9 +168,9 @@ fn field_range(batch: &Batch, field: usize) -> Option<(usize, usize)> {
         Array::I32(a) => a.as_ptr() as usize,
         Array::U8(a) => a.as_ptr() as usize,
         Array::Bool(a) => a.as_ptr() as usize,
-        Array::Bytes(_) => return None,
+        Array::Bytes(b) => b.data().as_ptr() as usize,
     };
-    Some((ptr, ptr + f.data.payload_bytes()))
+    (ptr, ptr + f.data.payload_bytes())
 }
 
 /// `arr.__dlpack__()` for an array viewing a batch's buffer: the capsule, or
@@ -208,9 +208,7 @@ pub fn dlpack_capsule(
             st
         }
     };
-    let Some((lo, hi)) = field_range(&buffer.batch, buffer.field) else {
-        return Ok(None);
-    };
+    let (lo, hi) = field_range(&buffer.batch, buffer.field);
     let empty = shape.contains(&0);
     if !empty && !(lo..hi.max(lo + 1)).contains(&ptr) {
         return Ok(None);

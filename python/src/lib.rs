@@ -101,7 +101,7 @@ class FeedArray(_np.ndarray):
     def __array_wrap__(self, arr, context=None, return_scalar=False):
         # Results of computations own fresh memory: plain arrays (and
         # scalars for full reductions), not views of a batch.
-        if return_scalar:
+        if return_scalar or arr.ndim == 0:
             return arr[()]
         return arr if type(arr) is _np.ndarray else arr.view(_np.ndarray)
 "#;

@@ -355,6 +355,7 @@ def test_ragged_and_bytes_fields_through_the_feed():
         assert data.dtype == np.uint8 and not data.flags.writeable
         assert bytes(data) == b"xyzz" and off.tolist() == [0, 1, 2, 4]
         assert np.shares_memory(np.from_dlpack(data), data)
+        assert np.shares_memory(np.from_dlpack(LegacyConsumer(data)), data)
         with pytest.raises(ValueError) as e:
             b.bytes_buffer("tok")
         assert "`tok`" in str(e.value)
