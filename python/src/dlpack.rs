@@ -3,9 +3,11 @@
 //! shape and strides, so slices export too) and holds the batch's
 //! `Arc<Batch>` until the consumer calls the deleter — the Rust buffer lives
 //! as long as any importer (torch, JAX, numpy) uses it, and the deleter
-//! needs no GIL. Legacy (v0.8, capsule `dltensor`, what `torch.from_dlpack`
-//! takes) and, when the caller asks for `max_version >= (1, 0)`, versioned
-//! (capsule `dltensor_versioned`, flagged read-only) tensors are made.
+//! needs no GIL. When the caller asks for `max_version >= (1, 0)` (numpy
+//! 2's and recent torch's `from_dlpack`) a versioned tensor (capsule
+//! `dltensor_versioned`) flagged read-only is made — numpy then makes a
+//! read-only array, torch ignores the flag —; otherwise a legacy v0.8 one
+//! (capsule `dltensor`: older torch, JAX).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
