@@ -2,7 +2,7 @@
 deep-learning trainers: zero-copy numpy batches from a Rust pipeline)."""
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, Union, final
 
@@ -127,7 +127,13 @@ class Loader(Iterator[Batch]):
         max_bad: Optional[int] = None,
         schema: Optional[_SchemaSpec] = None,
         capacity: Optional[int] = None,
-    ) -> "Loader": ...
+        map: Optional[Callable[[dict[str, Any], np.random.Generator], Mapping[str, Any]]] = None,
+        workers: Optional[int] = None,
+        map_schema: Optional[_SchemaSpec] = None,
+    ) -> "Loader":
+        """map: a Python callable (instance dict, rng) -> dict of output fields,
+        run on `workers` transform threads with the GIL held (one at a time on
+        a GIL build); its exceptions are bad records under `on_error`."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,

@@ -97,15 +97,30 @@ fn convert(
     if !ok {
         return Err(bad(actual));
     }
-    let arr = np.call_method1("ascontiguousarray", (arr,))?;
+    let values = copy_values(py, &arr, f.dtype)?;
+    Ok(Checked { values, shape })
+}
+
+/// A copy of the elements of numpy array `arr`, whose dtype is `dtype`'s
+/// (checked by the caller), in C order.
+pub(crate) fn copy_values(
+    py: Python<'_>,
+    arr: &Bound<'_, PyAny>,
+    dtype: DType,
+) -> PyResult<Values> {
+    // C-contiguous and aligned (a copy only when it is not already).
+    let arr = numpy(py)?.call_method1("require", (arr, py.None(), "CA"))?;
     let iface = arr.getattr("__array_interface__")?;
     let (ptr, _): (usize, bool) = iface.get_item("data")?.extract()?;
-    let n: usize = shape.iter().product();
+    let n: usize = arr.getattr("size")?.extract()?;
+    if n == 0 {
+        return Ok(Values::new(dtype));
+    }
     // SAFETY: `arr` is a C-contiguous, aligned numpy array of `n` elements
-    // of the type read (its dtype was checked above); it is alive (held by
-    // `arr`) and the GIL is held while it is copied.
+    // of the type read (its dtype was checked by the caller); it is alive
+    // (held by `arr`) and the GIL is held while it is copied.
     let values = unsafe {
-        match f.dtype {
+        match dtype {
             DType::F32 => Values::F32(std::slice::from_raw_parts(ptr as *const f32, n).to_vec()),
             DType::F64 => Values::F64(std::slice::from_raw_parts(ptr as *const f64, n).to_vec()),
             DType::I64 => Values::I64(std::slice::from_raw_parts(ptr as *const i64, n).to_vec()),
@@ -117,13 +132,15 @@ fn convert(
                     .map(|&b| b != 0)
                     .collect(),
             ),
-            DType::Bytes => unreachable!("bytes fields are converted by convert_bytes"),
+            DType::Bytes => {
+                return Err(PyValueError::new_err("a bytes field is not a numpy array"))
+            }
         }
     };
-    Ok(Checked { values, shape })
+    Ok(values)
 }
 
-fn one_bytes(obj: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
+pub(crate) fn one_bytes(obj: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
     if let Ok(b) = obj.downcast::<PyBytes>() {
         return Some(b.as_bytes().to_vec());
     }
@@ -226,9 +243,14 @@ fn fields_of<'py>(
         .collect()
 }
 
-/// A dict of one instance's values as a [`Sample`].
-fn to_sample(py: Python<'_>, schema: &Schema, dict: &Bound<'_, PyAny>) -> PyResult<Sample> {
-    let what = "push";
+/// A dict of one instance's values as a [`Sample`] of `schema` (`what`
+/// names the caller in errors).
+pub(crate) fn to_sample(
+    py: Python<'_>,
+    what: &str,
+    schema: &Schema,
+    dict: &Bound<'_, PyAny>,
+) -> PyResult<Sample> {
     let values = fields_of(what, schema, dict)?;
     let mut s = Sample::new();
     for (f, v) in schema.fields().iter().zip(values) {
@@ -514,7 +536,7 @@ impl PyFeed {
     /// nothing is pushed.
     fn push(&self, py: Python<'_>, instance: &Bound<'_, PyAny>) -> PyResult<()> {
         let h = self.handle()?;
-        let sample = to_sample(py, &self.schema, instance)?;
+        let sample = to_sample(py, "push", &self.schema, instance)?;
         self.push_loop(py, sample, |s, t| h.push_timeout(s, t))
     }
 

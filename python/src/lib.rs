@@ -14,6 +14,7 @@
 mod batch;
 mod dlpack;
 mod feed;
+mod map;
 mod schema;
 mod stats;
 
@@ -246,12 +247,27 @@ impl PyLoader {
     }
 }
 
+impl Drop for PyLoader {
+    /// Stop the loader with the GIL released: the threads it joins may be
+    /// waiting for the GIL (a Python `map=` on the transform workers).
+    fn drop(&mut self) {
+        let taken = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(mut l) = taken {
+            Python::with_gil(|py| py.allow_threads(move || l.shutdown()));
+        }
+    }
+}
+
 #[pymethods]
 impl PyLoader {
     #[new]
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
-        max_bad=None, schema=None, capacity=None))]
+        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -269,6 +285,9 @@ impl PyLoader {
         max_bad: Option<u64>,
         schema: Option<Bound<'_, PyAny>>,
         capacity: Option<usize>,
+        map: Option<Bound<'_, PyAny>>,
+        workers: Option<usize>,
+        map_schema: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -285,6 +304,35 @@ impl PyLoader {
         }
         if let Some(c) = capacity {
             b = b.capacity(c);
+        }
+        let map_schema = match map_schema.filter(|s| !s.is_none()) {
+            Some(s) => Some(schema::parse_schema(py, &s)?),
+            None => None,
+        };
+        match map.filter(|m| !m.is_none()) {
+            Some(f) => {
+                if !f.is_callable() {
+                    return Err(PyValueError::new_err(format!(
+                        "map: expected a callable (instance, rng) -> dict, got {}",
+                        f.get_type()
+                    )));
+                }
+                if let Some(s) = &map_schema {
+                    b = b.output_schema(s.clone());
+                }
+                b = b.transform(std::sync::Arc::new(feedline::transform::map_fn(
+                    map::python_map(f.unbind(), map_schema),
+                )));
+                if let Some(w) = workers {
+                    b = b.workers(w);
+                }
+            }
+            None if map_schema.is_some() || workers.is_some() => {
+                return Err(PyValueError::new_err(
+                    "map_schema and workers are settings of map=: give a map",
+                ))
+            }
+            None => {}
         }
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),

@@ -479,3 +479,71 @@ def test_keyboard_interrupt_while_the_start_up_blocks(tmp_path):
     # Let the abandoned start-up see an empty file and end.
     fd = os.open(fifo, os.O_WRONLY)
     os.close(fd)
+
+
+# ---------------------------------------------------------------- map=
+
+
+def test_python_map_transforms_every_instance_once(tmp_path):
+    paths = make_npz(tmp_path)
+
+    def double(inst, rng):
+        assert isinstance(rng, np.random.Generator)
+        assert inst["x"].shape == (4,) and inst["x"].flags.writeable
+        inst["x"] *= 2  # the instance's arrays are the map's own copies
+        return {"x2": inst["x"], "y": inst["y"], "tag": b"t%d" % int(inst["y"])}
+
+    with feedline.Loader(files=paths, batch_size=16, shuffle=64, passes=2, map=double,
+                         workers=2, rank=0, world_size=1) as loader:
+        per_pass = {}
+        for b in loader:
+            assert set(b) == {"x2", "y", "tag"}
+            assert b["x2"].dtype == np.float32
+            assert (b["x2"][:, 0] == 2 * b["y"]).all()
+            assert b["tag"] == [b"t%d" % y for y in b["y"].tolist()]
+            per_pass.setdefault(b.pass_, []).extend(b["y"].tolist())
+    assert {p: sorted(v) for p, v in per_pass.items()} == {0: list(range(200)),
+                                                          1: list(range(200))}
+
+
+def test_python_map_rng_is_per_record_and_deterministic(tmp_path):
+    paths = make_npz(tmp_path, files=2)
+
+    def noise(inst, rng):
+        return {"y": inst["y"], "r": rng.integers(0, 1 << 30)}
+
+    def run(workers):
+        with feedline.Loader(files=paths, batch_size=10, shuffle=20, seed=3, map=noise,
+                             workers=workers, rank=0, world_size=1) as loader:
+            return {y: r for b in loader for y, r in zip(b["y"].tolist(), b["r"].tolist())}
+
+    a, b = run(1), run(3)
+    assert a == b and len(a) == 100 and len(set(a.values())) > 90
+
+
+def test_python_map_errors_are_bad_records(tmp_path):
+    paths = make_npz(tmp_path, files=1)
+
+    def picky(inst, rng):
+        if int(inst["y"]) == 7:
+            raise RuntimeError("no sevens")
+        return {"y": inst["y"]}
+
+    common = dict(files=paths, batch_size=8, shuffle=0, map=picky, rank=0, world_size=1)
+    with feedline.Loader(on_error="skip", **common) as loader:
+        ys = sorted(y for b in loader for y in b["y"].tolist())
+    assert ys == [i for i in range(50) if i != 7]
+    with feedline.Loader(on_error="fail", **common) as loader:
+        with pytest.raises(feedline.FeedlineError) as e:
+            list(loader)
+    assert "no sevens" in str(e.value) and "RuntimeError" in str(e.value)
+    assert "record 7" in str(e.value)
+    schema = {"y": ("int32", [])}
+    with feedline.Loader(map_schema=schema, **common) as loader:
+        with pytest.raises(feedline.FeedlineError) as e:
+            list(loader)
+    assert "`y`" in str(e.value) and "int32" in str(e.value)
+    with pytest.raises(ValueError):
+        feedline.Loader(files=paths, map=42, rank=0, world_size=1)
+    with pytest.raises(ValueError):
+        feedline.Loader(files=paths, workers=2, rank=0, world_size=1)
