@@ -1,7 +1,7 @@
 """Train a small PyTorch model on feedline's small preset, batches handed to
 torch through DLPack (no copy).
 
-Make the data first (TFRecord files of Examples: x float32 [64], y int64 label):
+Make the data first (TFRecord files of Examples: x float32 [64], y int64 [1] label):
 
     cargo run --release -p feedline-actors --bin feedline -- gen --preset small --out data/small
     python python/examples/torch_train.py data/small/*.tfrecord --passes 2
@@ -39,7 +39,7 @@ def main():
                          seed=7, passes=args.passes, readers=args.readers) as loader:
         for step, batch in enumerate(loader):
             x = torch.from_dlpack(batch["x"])   # float32 [B, 64], shares the Rust buffer
-            y = torch.from_dlpack(batch["y"])   # int64 [B]
+            y = torch.from_dlpack(batch["y"]).view(-1)  # int64 [B, 1] -> [B]
             loss = loss_fn(model(x), y)
             opt.zero_grad()
             loss.backward()
