@@ -219,7 +219,9 @@ struct PyLoader {
     /// `None` once closed.
     inner: Mutex<Option<RustLoader>>,
     stats: Stats,
-    schema: Schema,
+    /// The batches' schema: known at the start, or — a map whose output
+    /// schema is inferred — set from the first batch.
+    schema: OnceLock<Schema>,
     config: PipelineConfig,
     /// `len()`: batches per pass, or why it is not known (computed once).
     len: OnceLock<Result<u64, stats::LenUnknown>>,
@@ -227,10 +229,17 @@ struct PyLoader {
 
 impl PyLoader {
     fn new_running(loader: RustLoader) -> Self {
+        let config = loader.config().clone();
+        let schema = OnceLock::new();
+        let inferred =
+            config.transforms.instance.is_some() && config.transforms.output_schema.is_none();
+        if !inferred {
+            let _ = schema.set(loader.schema().clone());
+        }
         PyLoader {
             stats: loader.stats_handle(),
-            schema: loader.schema().clone(),
-            config: loader.config().clone(),
+            schema,
+            config,
             inner: Mutex::new(Some(loader)),
             len: OnceLock::new(),
         }
@@ -389,7 +398,12 @@ impl PyLoader {
             match r {
                 // Closed, or the end of the data.
                 None | Some(None) => return Ok(None),
-                Some(Some(Ok(d))) => return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq))),
+                Some(Some(Ok(d))) => {
+                    if self.schema.get().is_none() {
+                        let _ = self.schema.set(d.batch.schema().clone());
+                    }
+                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
+                }
                 Some(Some(Err(PipelineError::Timeout { .. }))) => {
                     if let Err(e) = py.check_signals() {
                         self.close(py);
@@ -428,10 +442,17 @@ impl PyLoader {
         stats::stats_dict(py, &self.stats.snapshot())
     }
 
-    /// The schema of the batches, as a dict like `schema=` takes.
+    /// The schema of the batches, as a dict like `schema=` takes (with a
+    /// `map=` and no `map_schema=`: known from the first batch on).
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        schema::schema_dict(py, &self.schema)
+        match self.schema.get() {
+            Some(s) => schema::schema_dict(py, s),
+            None => Err(FeedlineError::new_err(
+                "the map's output schema is inferred from its first output: it is known once the \
+                 first batch has come (map_schema= declares it up front)",
+            )),
+        }
     }
 
     /// Stop every thread of the loader (also on `with` exit and when

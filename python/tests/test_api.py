@@ -496,6 +496,9 @@ def test_python_map_transforms_every_instance_once(tmp_path):
 
     with feedline.Loader(files=paths, batch_size=16, shuffle=64, passes=2, map=double,
                          workers=2, rank=0, world_size=1) as loader:
+        with pytest.raises(feedline.FeedlineError) as e:
+            loader.schema  # inferred from the map's first output: not known yet
+        assert "map_schema" in str(e.value)
         per_pass = {}
         for b in loader:
             assert set(b) == {"x2", "y", "tag"}
@@ -503,6 +506,8 @@ def test_python_map_transforms_every_instance_once(tmp_path):
             assert (b["x2"][:, 0] == 2 * b["y"]).all()
             assert b["tag"] == [b"t%d" % y for y in b["y"].tolist()]
             per_pass.setdefault(b.pass_, []).extend(b["y"].tolist())
+        assert loader.schema == {"x2": ("float32", [4]), "y": ("int64", []),
+                                 "tag": ("bytes", [])}
     assert {p: sorted(v) for p, v in per_pass.items()} == {0: list(range(200)),
                                                           1: list(range(200))}
 
@@ -541,6 +546,7 @@ def test_python_map_errors_are_bad_records(tmp_path):
     assert "record 7" in str(e.value)
     schema = {"y": ("int32", [])}
     with feedline.Loader(map_schema=schema, **common) as loader:
+        assert loader.schema == schema
         with pytest.raises(feedline.FeedlineError) as e:
             list(loader)
     assert "`y`" in str(e.value) and "int32" in str(e.value)
