@@ -26,7 +26,7 @@ use feedline_actors::{
     ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError, Stats,
 };
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
@@ -114,6 +114,24 @@ fn to_py_err(e: PipelineError) -> PyErr {
     }
 }
 
+/// A start-up error: settings (a glob that matches nothing, an unknown
+/// format) are ValueError, a missing file FileNotFoundError, the rest (what
+/// the data says: a file that is not what its format says, …) as during
+/// iteration.
+fn start_err(e: PipelineError) -> PyErr {
+    use feedline::Error as E;
+    if let PipelineError::Data(d) = &e {
+        match &**d {
+            E::Config(_) | E::UnknownFormat { .. } => return PyValueError::new_err(e.to_string()),
+            E::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                return PyFileNotFoundError::new_err(e.to_string())
+            }
+            _ => {}
+        }
+    }
+    to_py_err(e)
+}
+
 /// Start a loader on a thread of its own and wait for it with the GIL
 /// released, checking for signals between wait slices: a start-up that
 /// blocks (a FIFO with no writer, a stalled network file system) yields to
@@ -143,7 +161,7 @@ fn build_interruptibly<T: Send + 'static>(
             Ok(r) => {
                 // It has sent its result: wait for it to be gone.
                 let _ = py.allow_threads(|| thread.join());
-                return r.map_err(to_py_err);
+                return r.map_err(start_err);
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

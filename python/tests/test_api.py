@@ -113,6 +113,19 @@ def test_files_as_one_path_a_glob_or_path_objects(tmp_path):
     assert "7" in str(e.value)
 
 
+def test_start_up_errors_name_what_is_wrong(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        feedline.Loader(files=[str(tmp_path / "missing.npz")], rank=0, world_size=1)
+    assert "missing.npz" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[str(tmp_path / "*.nothing")], rank=0, world_size=1)
+    assert "*.nothing" in str(e.value)
+    (tmp_path / "noext").write_text("x")
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[str(tmp_path / "noext")], rank=0, world_size=1)
+    assert "noext" in str(e.value) and "format" in str(e.value)
+
+
 # ---------------------------------------------------------------- len()
 
 
