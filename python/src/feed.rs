@@ -10,7 +10,9 @@
 //! Element types: a numpy array (or numpy scalar) must have the field's
 //! dtype exactly; plain Python values (ints, floats, bools, lists) are
 //! converted when numpy's `same_kind` casting allows (`3` for an `int64` or
-//! a `float32` field, `[0.5, 1.5]` for `float32`), never by truncation.
+//! a `float32` field, `[0.5, 1.5]` for `float32`) and ints for `uint8`
+//! fields, never by truncation nor wrapping (an int out of an `int32` or
+//! `uint8` field's range is an error).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -24,8 +26,11 @@ use feedline::{
 use feedline_actors::ndarray::{ArrayD, IxDyn};
 use feedline_actors::{FeedHandle, PushError};
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyList, PyLong, PyString, PyTuple,
+};
 
 use crate::schema::{describe_field, numpy_name};
 use crate::{numpy, FeedlineError};
@@ -65,6 +70,20 @@ fn convert(
             f.name
         ))
     };
+    if !batch && f.shape.is_empty() {
+        if let Some(values) = scalar_fast(obj, f.dtype) {
+            return Ok(Checked {
+                values,
+                shape: vec![],
+            });
+        }
+    }
+    if let Some((shape, values)) = array_fast(py, obj, f.dtype)? {
+        if shape_fits(f, &shape, batch) {
+            return Ok(Checked { values, shape });
+        }
+        // A wrong shape: the general path says so.
+    }
     let is_numpy =
         obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
     let arr = np
@@ -77,28 +96,149 @@ fn convert(
     let arr = if dtype_name == want {
         arr
     } else {
+        let src = arr.getattr("dtype")?;
+        // Plain ints for a uint8 field too (the range is checked below).
+        let int_to_u8 = f.dtype == DType::U8 && src.getattr("kind")?.extract::<String>()? == "i";
         let castable = !is_numpy
-            && np
-                .call_method1("can_cast", (arr.getattr("dtype")?, want, "same_kind"))?
-                .extract::<bool>()?;
+            && (int_to_u8
+                || np
+                    .call_method1("can_cast", (src, want, "same_kind"))?
+                    .extract::<bool>()?);
         if !castable {
             return Err(bad(actual));
         }
-        arr.call_method1("astype", (want,))?
+        let cast = arr.call_method1("astype", (want,))?;
+        // Narrower integers: a value out of range would wrap.
+        if matches!(f.dtype, DType::I32 | DType::U8)
+            && !np
+                .call_method1("array_equal", (&cast, &arr))?
+                .extract::<bool>()?
+        {
+            return Err(bad(format!("{actual} out of the range of {want}")));
+        }
+        cast
     };
     // The shape: [n?] + (fixed dims | [any] + trailing dims).
-    let lead = usize::from(batch);
-    let dims = &f.shape;
-    let ok = shape.len() == lead + dims.len()
-        && dims.iter().zip(&shape[lead..]).all(|(d, &s)| match d {
-            Dim::Fixed(n) => *n == s,
-            Dim::Var => true,
-        });
-    if !ok {
+    if !shape_fits(f, &shape, batch) {
         return Err(bad(actual));
     }
     let values = copy_values(py, &arr, f.dtype)?;
     Ok(Checked { values, shape })
+}
+
+/// A copy of `n` elements of `dtype` at `ptr`.
+///
+/// # Safety
+/// `ptr` points to `n` initialised, aligned elements of `dtype` that stay
+/// alive and unchanged during the call.
+unsafe fn copy_from(ptr: usize, n: usize, dtype: DType) -> PyResult<Values> {
+    if n == 0 {
+        return Ok(Values::new(dtype));
+    }
+    // SAFETY: as the caller promises.
+    Ok(unsafe {
+        match dtype {
+            DType::F32 => Values::F32(std::slice::from_raw_parts(ptr as *const f32, n).to_vec()),
+            DType::F64 => Values::F64(std::slice::from_raw_parts(ptr as *const f64, n).to_vec()),
+            DType::I64 => Values::I64(std::slice::from_raw_parts(ptr as *const i64, n).to_vec()),
+            DType::I32 => Values::I32(std::slice::from_raw_parts(ptr as *const i32, n).to_vec()),
+            DType::U8 => Values::U8(std::slice::from_raw_parts(ptr as *const u8, n).to_vec()),
+            DType::Bool => Values::Bool(
+                std::slice::from_raw_parts(ptr as *const u8, n)
+                    .iter()
+                    .map(|&b| b != 0)
+                    .collect(),
+            ),
+            DType::Bytes => {
+                return Err(PyValueError::new_err("a bytes field is not a numpy array"))
+            }
+        }
+    })
+}
+
+/// numpy's typestr of an element type (little-endian machine).
+fn typestr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "<f4",
+        DType::F64 => "<f8",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::U8 => "|u1",
+        DType::Bool => "|b1",
+        DType::Bytes => "",
+    }
+}
+
+/// A plain Python scalar for a scalar field, without numpy: ints for int
+/// and float fields, floats for float fields, bools for bool fields (`None`:
+/// anything else, left to the general path and its errors).
+fn scalar_fast(obj: &Bound<'_, PyAny>, dtype: DType) -> Option<Values> {
+    if obj.is_exact_instance_of::<PyLong>() {
+        let v: i64 = obj.extract().ok()?;
+        return match dtype {
+            DType::I64 => Some(Values::I64(vec![v])),
+            DType::I32 => i32::try_from(v).ok().map(|v| Values::I32(vec![v])),
+            DType::F64 => Some(Values::F64(vec![v as f64])),
+            DType::F32 => Some(Values::F32(vec![v as f32])),
+            _ => None,
+        };
+    }
+    if obj.is_exact_instance_of::<PyFloat>() {
+        let v: f64 = obj.extract().ok()?;
+        return match dtype {
+            DType::F64 => Some(Values::F64(vec![v])),
+            DType::F32 => Some(Values::F32(vec![v as f32])),
+            _ => None,
+        };
+    }
+    if obj.is_exact_instance_of::<PyBool>() && dtype == DType::Bool {
+        return Some(Values::Bool(vec![obj.is_truthy().ok()?]));
+    }
+    None
+}
+
+/// A numpy array of exactly the field's dtype, C-contiguous and aligned:
+/// its shape and a copy of its elements from one `__array_interface__`
+/// (`None`: anything else, left to the general path).
+fn array_fast(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    dtype: DType,
+) -> PyResult<Option<(Vec<usize>, Values)>> {
+    let np = numpy(py)?;
+    if !obj.get_type().is(&np.getattr(intern!(py, "ndarray"))?) {
+        return Ok(None);
+    }
+    let iface = obj.getattr(intern!(py, "__array_interface__"))?;
+    let get = |k: &Bound<'_, PyString>| iface.get_item(k);
+    let ts = get(intern!(py, "typestr"))?;
+    if ts.downcast::<PyString>()?.to_cow()? != typestr(dtype) {
+        return Ok(None);
+    }
+    if !get(intern!(py, "strides"))?.is_none() {
+        return Ok(None);
+    }
+    let (ptr, _): (usize, bool) = get(intern!(py, "data"))?.extract()?;
+    if ptr % dtype.size().max(1) != 0 {
+        return Ok(None);
+    }
+    let shape: Vec<usize> = get(intern!(py, "shape"))?.extract()?;
+    let n: usize = shape.iter().product();
+    // SAFETY: a C-contiguous (no strides), aligned array of `n` elements of
+    // `dtype` (its typestr), held by `obj`, copied with the GIL held.
+    let values = unsafe { copy_from(ptr, n, dtype)? };
+    Ok(Some((shape, values)))
+}
+
+/// The dims `shape` must have for field `f` (with a leading instance
+/// dimension for a batch).
+fn shape_fits(f: &Field, shape: &[usize], batch: bool) -> bool {
+    let lead = usize::from(batch);
+    shape.len() == lead + f.shape.len()
+        && f.shape.iter().zip(&shape[lead..]).all(|(d, &s)| match d {
+            Dim::Fixed(n) => *n == s,
+            Dim::Var => true,
+        })
 }
 
 /// A copy of the elements of numpy array `arr`, whose dtype is `dtype`'s
@@ -119,24 +259,7 @@ pub(crate) fn copy_values(
     // SAFETY: `arr` is a C-contiguous, aligned numpy array of `n` elements
     // of the type read (its dtype was checked by the caller); it is alive
     // (held by `arr`) and the GIL is held while it is copied.
-    let values = unsafe {
-        match dtype {
-            DType::F32 => Values::F32(std::slice::from_raw_parts(ptr as *const f32, n).to_vec()),
-            DType::F64 => Values::F64(std::slice::from_raw_parts(ptr as *const f64, n).to_vec()),
-            DType::I64 => Values::I64(std::slice::from_raw_parts(ptr as *const i64, n).to_vec()),
-            DType::I32 => Values::I32(std::slice::from_raw_parts(ptr as *const i32, n).to_vec()),
-            DType::U8 => Values::U8(std::slice::from_raw_parts(ptr as *const u8, n).to_vec()),
-            DType::Bool => Values::Bool(
-                std::slice::from_raw_parts(ptr as *const u8, n)
-                    .iter()
-                    .map(|&b| b != 0)
-                    .collect(),
-            ),
-            DType::Bytes => {
-                return Err(PyValueError::new_err("a bytes field is not a numpy array"))
-            }
-        }
-    };
+    let values = unsafe { copy_from(ptr, n, dtype)? };
     Ok(values)
 }
 
@@ -495,25 +618,32 @@ impl PyFeed {
         self.handle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Push with the GIL released, in slices; signals are checked between.
-    /// The slices that end without room are not refusals: they are counted
-    /// apart and taken off the producer counters' `refused`.
+    /// Push: first at once with the GIL held (a push that finds room costs
+    /// no GIL hand-over), then waiting with the GIL released, in slices,
+    /// signals checked between them. The attempts that end without room are
+    /// not refusals: they are counted apart and taken off the producer
+    /// counters' `refused`.
     fn push_loop<T: Send>(
         &self,
         py: Python<'_>,
-        mut item: T,
-        push: impl Fn(T, Duration) -> Result<(), PushError<T>> + Send + Sync,
+        item: T,
+        now: impl Fn(T) -> Result<(), PushError<T>>,
+        wait: impl Fn(T, Duration) -> Result<(), PushError<T>> + Send + Sync,
     ) -> PyResult<()> {
-        let mut waiting = false;
+        let mut item = match now(item) {
+            Ok(()) => return Ok(()),
+            Err(PushError::Full(back)) => {
+                self.slices.fetch_add(1, Relaxed);
+                back
+            }
+            Err(e) => return Err(push_error(e)),
+        };
+        self.waiting.fetch_add(1, Relaxed);
         let result = loop {
-            match py.allow_threads(|| push(item, PUSH_SLICE)) {
+            match py.allow_threads(|| wait(item, PUSH_SLICE)) {
                 Ok(()) => break Ok(()),
                 Err(PushError::Timeout(_, back)) | Err(PushError::Full(back)) => {
                     self.slices.fetch_add(1, Relaxed);
-                    if !waiting {
-                        waiting = true;
-                        self.waiting.fetch_add(1, Relaxed);
-                    }
                     if let Err(e) = py.check_signals() {
                         break Err(e);
                     }
@@ -522,9 +652,7 @@ impl PyFeed {
                 Err(e) => break Err(push_error(e)),
             }
         };
-        if waiting {
-            self.waiting.fetch_sub(1, Relaxed);
-        }
+        self.waiting.fetch_sub(1, Relaxed);
         result
     }
 }
@@ -537,7 +665,7 @@ impl PyFeed {
     fn push(&self, py: Python<'_>, instance: &Bound<'_, PyAny>) -> PyResult<()> {
         let h = self.handle()?;
         let sample = to_sample(py, "push", &self.schema, instance)?;
-        self.push_loop(py, sample, |s, t| h.push_timeout(s, t))
+        self.push_loop(py, sample, |s| h.try_push(s), |s, t| h.push_timeout(s, t))
     }
 
     /// Push a ready-made batch (a dict of field name to an array with one
@@ -552,7 +680,12 @@ impl PyFeed {
             self.batch_source,
             &self.batch_records,
         )?;
-        self.push_loop(py, b, |b, t| h.push_batch_timeout(b, t))
+        self.push_loop(
+            py,
+            b,
+            |b| h.try_push_batch(b),
+            |b, t| h.push_batch_timeout(b, t),
+        )
     }
 
     /// End the stream: the consumer sees the end after everything pushed;

@@ -334,6 +334,30 @@ def test_push_wrong_fields_raise_and_push_nothing(item, words):
     assert got == [42]
 
 
+def test_push_converts_plain_values_but_never_wraps_or_truncates():
+    schema = {"i": ("int32", []), "u": ("uint8", [2]), "f": ("float32", []), "b": ("bool", [])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=8)
+    with loader:
+        feed.push({"i": 7, "u": [1, 255], "f": 2, "b": True})
+        feed.push({"i": np.int32(-3), "u": np.array([0, 9], np.uint8), "f": 0.5,
+                   "b": np.bool_(False)})
+        for bad, words in [({"i": 2**40}, ["`i`", "out of the range"]),
+                           ({"u": [1, 256]}, ["`u`", "out of the range"]),
+                           ({"i": 1.5}, ["`i`", "float64"]),
+                           ({"i": np.int64(3)}, ["`i`", "int64"])]:
+            item = {"i": 1, "u": [0, 0], "f": 0.0, "b": False}
+            item.update(bad)
+            with pytest.raises(ValueError) as e:
+                feed.push(item)
+            for w in words:
+                assert w in str(e.value), str(e.value)
+        feed.close()
+        (b,) = list(loader)
+    assert b["i"].tolist() == [7, -3] and b["i"].dtype == np.int32
+    assert b["u"].tolist() == [[1, 255], [0, 9]]
+    assert b["f"].tolist() == [2.0, 0.5] and b["b"].tolist() == [True, False]
+
+
 def test_ragged_and_bytes_fields_through_the_feed():
     schema = {"tok": ("int64", [None]), "pad": ("float32", [None, 2], "padded"),
               "name": ("bytes", []), "tags": ("bytes", [None])}
