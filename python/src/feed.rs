@@ -393,18 +393,24 @@ pub(crate) fn to_sample(
     Ok(s)
 }
 
-fn to_array(values: Values, shape: Vec<usize>) -> Array {
+/// Values as an array of `shape` (for a field of a pushed batch).
+fn to_array(field: &str, values: Values, shape: Vec<usize>) -> PyResult<Array> {
     let d = IxDyn(&shape);
-    let err = "the element count matches the shape: checked";
-    match values {
-        Values::F32(v) => Array::F32(ArrayD::from_shape_vec(d, v).expect(err)),
-        Values::F64(v) => Array::F64(ArrayD::from_shape_vec(d, v).expect(err)),
-        Values::I64(v) => Array::I64(ArrayD::from_shape_vec(d, v).expect(err)),
-        Values::I32(v) => Array::I32(ArrayD::from_shape_vec(d, v).expect(err)),
-        Values::U8(v) => Array::U8(ArrayD::from_shape_vec(d, v).expect(err)),
-        Values::Bool(v) => Array::Bool(ArrayD::from_shape_vec(d, v).expect(err)),
+    let err = |e: feedline_actors::ndarray::ShapeError| {
+        PyValueError::new_err(format!(
+            "push_batch: field `{field}`: the values do not fill shape {}: {e}",
+            shape_text(&shape)
+        ))
+    };
+    Ok(match values {
+        Values::F32(v) => Array::F32(ArrayD::from_shape_vec(d, v).map_err(err)?),
+        Values::F64(v) => Array::F64(ArrayD::from_shape_vec(d, v).map_err(err)?),
+        Values::I64(v) => Array::I64(ArrayD::from_shape_vec(d, v).map_err(err)?),
+        Values::I32(v) => Array::I32(ArrayD::from_shape_vec(d, v).map_err(err)?),
+        Values::U8(v) => Array::U8(ArrayD::from_shape_vec(d, v).map_err(err)?),
+        Values::Bool(v) => Array::Bool(ArrayD::from_shape_vec(d, v).map_err(err)?),
         Values::Bytes(b) => Array::Bytes(b),
-    }
+    })
 }
 
 /// A ragged field of a batch from a list of per-instance values.
@@ -462,7 +468,7 @@ fn ragged_field(
                 std::iter::once(total).chain(trailing).collect()
             };
             Ok(BatchField {
-                data: to_array(all, shape),
+                data: to_array(&f.name, all, shape)?,
                 offsets: Some(offsets),
                 lengths: None,
             })
@@ -480,7 +486,7 @@ fn ragged_field(
                 [n, max].into_iter().chain(trailing).collect()
             };
             Ok(BatchField {
-                data: to_array(all, shape),
+                data: to_array(&f.name, all, shape)?,
                 offsets: None,
                 lengths: Some(lens),
             })
@@ -549,7 +555,7 @@ fn to_batch(
             }
             let len = all.len();
             fields.push(BatchField {
-                data: to_array(Values::Bytes(all), vec![len]),
+                data: to_array(&f.name, Values::Bytes(all), vec![len])?,
                 offsets: None,
                 lengths: None,
             });
@@ -563,7 +569,7 @@ fn to_batch(
             )));
         }
         fields.push(BatchField {
-            data: to_array(c.values, c.shape),
+            data: to_array(&f.name, c.values, c.shape)?,
             offsets: None,
             lengths: None,
         });
