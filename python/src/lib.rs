@@ -18,7 +18,7 @@ mod map;
 mod schema;
 mod stats;
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use feedline::Schema;
@@ -226,6 +226,30 @@ fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
     }
 }
 
+/// Every loader not yet closed, closed by [`close_all`] at interpreter exit.
+static LIVE: Mutex<Vec<Weak<Mutex<Option<RustLoader>>>>> = Mutex::new(Vec::new());
+
+/// Close every live loader (registered with `atexit`): at exit, while the
+/// interpreter still runs threads, not in its finalization — a transform
+/// worker inside a Python `map=` then would be killed mid-call.
+#[pyfunction]
+fn close_all(py: Python<'_>) {
+    let all: Vec<_> = LIVE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+        .filter_map(|w| w.upgrade())
+        .collect();
+    py.allow_threads(move || {
+        for inner in all {
+            let taken = inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(mut l) = taken {
+                l.shutdown();
+            }
+        }
+    });
+}
+
 /// The loader: iterate it for batches (all passes, in order).
 ///
 /// Every method may be called from any thread: the Rust loader sits behind a
@@ -234,8 +258,8 @@ fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
 /// `len()` do not need it.
 #[pyclass(module = "feedline", name = "Loader", frozen)]
 struct PyLoader {
-    /// `None` once closed.
-    inner: Mutex<Option<RustLoader>>,
+    /// `None` once closed; shared with [`LIVE`] (closed at exit).
+    inner: Arc<Mutex<Option<RustLoader>>>,
     stats: Stats,
     /// The batches' schema: known at the start, or — a map whose output
     /// schema is inferred — set from the first batch.
@@ -248,17 +272,24 @@ struct PyLoader {
 impl PyLoader {
     fn new_running(loader: RustLoader) -> Self {
         let config = loader.config().clone();
+        let stats_handle = loader.stats_handle();
         let schema = OnceLock::new();
         let inferred =
             config.transforms.instance.is_some() && config.transforms.output_schema.is_none();
         if !inferred {
             let _ = schema.set(loader.schema().clone());
         }
+        let inner = Arc::new(Mutex::new(Some(loader)));
+        {
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&inner));
+        }
         PyLoader {
-            stats: loader.stats_handle(),
+            stats: stats_handle,
             schema,
             config,
-            inner: Mutex::new(Some(loader)),
+            inner,
             len: OnceLock::new(),
         }
     }
@@ -278,11 +309,7 @@ impl Drop for PyLoader {
     /// Stop the loader with the GIL released: the threads it joins may be
     /// waiting for the GIL (a Python `map=` on the transform workers).
     fn drop(&mut self) {
-        let taken = self
-            .inner
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let taken = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(mut l) = taken {
             Python::with_gil(|py| py.allow_threads(move || l.shutdown()));
         }
@@ -531,5 +558,7 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let cls = cls.downcast_into::<PyType>()?;
     m.add("FeedArray", &cls)?;
     let _ = FEED_ARRAY.set(py, cls.unbind());
+    py.import_bound("atexit")?
+        .call_method1("register", (wrap_pyfunction!(close_all, m)?,))?;
     Ok(())
 }

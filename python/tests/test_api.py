@@ -591,3 +591,29 @@ def test_python_map_errors_are_bad_records(tmp_path):
         feedline.Loader(files=paths, map=42, rank=0, world_size=1)
     with pytest.raises(ValueError):
         feedline.Loader(files=paths, workers=2, rank=0, world_size=1)
+
+
+def test_exit_with_a_live_map_loader_is_clean(tmp_path):
+    """Leaving the interpreter with a loader whose workers run a Python map:
+    it is closed at exit (atexit), before the finalization would kill a
+    worker inside the map (which aborted the process)."""
+    import subprocess
+    import sys
+    paths = make_npz(tmp_path, files=2, rows=2000)
+    script = f"""
+import feedline
+def slow(inst, rng):
+    s = 0
+    for i in range(1000):
+        s += i
+    return {{"x": inst["x"], "y": inst["y"]}}
+loader = feedline.Loader(files={paths!r}, batch_size=8, passes=3, map=slow, workers=3,
+                         rank=0, world_size=1)
+it = iter(loader)
+for _ in range(5):
+    next(it)
+print("leaving")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "leaving"
