@@ -24,7 +24,7 @@ use feedline::{
     Tensor, Values,
 };
 use feedline_actors::ndarray::{ArrayD, IxDyn};
-use feedline_actors::{FeedHandle, PushError};
+use feedline_actors::{FeedHandle, PipelineError, PushError};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -582,9 +582,14 @@ fn to_batch(
         .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
 }
 
+/// A refused push as a Python exception: an item that does not fit is a
+/// ValueError; a closed stream or a stopped pipeline a FeedlineError.
 fn push_error<T>(e: PushError<T>) -> PyErr {
     match e {
         PushError::Invalid(..) => PyValueError::new_err(e.to_string()),
+        PushError::Stopped(PipelineError::Stopped, _) => {
+            FeedlineError::new_err("the pipeline has stopped (the loader was closed)")
+        }
         other => FeedlineError::new_err(other.to_string()),
     }
 }
