@@ -309,10 +309,22 @@ impl Drop for PyLoader {
     /// Stop the loader with the GIL released: the threads it joins may be
     /// waiting for the GIL (a Python `map=` on the transform workers).
     fn drop(&mut self) {
-        let taken = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(mut l) = taken {
-            Python::with_gil(|py| py.allow_threads(move || l.shutdown()));
+        // Closed already (by close(), an error, or the exit hook): nothing to wait for.
+        if let Ok(g) = self.inner.try_lock() {
+            if g.is_none() {
+                return;
+            }
         }
+        // The lock too is waited for without the GIL (the exit hook may hold it).
+        let inner = self.inner.clone();
+        Python::with_gil(|py| {
+            py.allow_threads(move || {
+                let taken = inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(mut l) = taken {
+                    l.shutdown();
+                }
+            })
+        });
     }
 }
 
