@@ -18,6 +18,7 @@ mod map;
 mod schema;
 mod stats;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -226,8 +227,32 @@ fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
     }
 }
 
+/// A running loader, shared by its Python object and [`LIVE`].
+struct Inner {
+    /// `None` once closed.
+    loader: Mutex<Option<RustLoader>>,
+    /// Set first thing by `close`: a `next()` in progress stops taking the
+    /// lock (an unfair mutex could otherwise keep `close` waiting).
+    closing: AtomicBool,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
+        self.loader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stop every thread (call without the GIL).
+    fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let taken = self.lock().take();
+        if let Some(mut l) = taken {
+            l.shutdown();
+        }
+    }
+}
+
 /// Every loader not yet closed, closed by [`close_all`] at interpreter exit.
-static LIVE: Mutex<Vec<Weak<Mutex<Option<RustLoader>>>>> = Mutex::new(Vec::new());
+static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 /// Close every live loader (registered with `atexit`): at exit, while the
 /// interpreter still runs threads, not in its finalization — a transform
@@ -240,14 +265,7 @@ fn close_all(py: Python<'_>) {
         .drain(..)
         .filter_map(|w| w.upgrade())
         .collect();
-    py.allow_threads(move || {
-        for inner in all {
-            let taken = inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(mut l) = taken {
-                l.shutdown();
-            }
-        }
-    });
+    py.allow_threads(move || all.iter().for_each(|inner| inner.close()));
 }
 
 /// The loader: iterate it for batches (all passes, in order).
@@ -258,8 +276,8 @@ fn close_all(py: Python<'_>) {
 /// `len()` do not need it.
 #[pyclass(module = "feedline", name = "Loader", frozen)]
 struct PyLoader {
-    /// `None` once closed; shared with [`LIVE`] (closed at exit).
-    inner: Arc<Mutex<Option<RustLoader>>>,
+    /// The loader; shared with [`LIVE`] (closed at exit).
+    inner: Arc<Inner>,
     stats: Stats,
     /// The batches' schema: known at the start, or — a map whose output
     /// schema is inferred — set from the first batch.
@@ -279,7 +297,10 @@ impl PyLoader {
         if !inferred {
             let _ = schema.set(loader.schema().clone());
         }
-        let inner = Arc::new(Mutex::new(Some(loader)));
+        let inner = Arc::new(Inner {
+            loader: Mutex::new(Some(loader)),
+            closing: AtomicBool::new(false),
+        });
         {
             let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
             live.retain(|w| w.strong_count() > 0);
@@ -301,7 +322,7 @@ impl PyLoader {
 
     /// The loader, locked (call with the GIL released).
     fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock()
     }
 }
 
@@ -310,21 +331,14 @@ impl Drop for PyLoader {
     /// waiting for the GIL (a Python `map=` on the transform workers).
     fn drop(&mut self) {
         // Closed already (by close(), an error, or the exit hook): nothing to wait for.
-        if let Ok(g) = self.inner.try_lock() {
+        if let Ok(g) = self.inner.loader.try_lock() {
             if g.is_none() {
                 return;
             }
         }
         // The lock too is waited for without the GIL (the exit hook may hold it).
         let inner = self.inner.clone();
-        Python::with_gil(|py| {
-            py.allow_threads(move || {
-                let taken = inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(mut l) = taken {
-                    l.shutdown();
-                }
-            })
-        });
+        Python::with_gil(|py| py.allow_threads(move || inner.close()));
     }
 }
 
@@ -451,6 +465,9 @@ impl PyLoader {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
         loop {
+            if self.inner.closing.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
             let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
             match r {
                 // Closed, or the end of the data.
@@ -516,18 +533,13 @@ impl PyLoader {
     /// dropped). From another thread, a `next()` waiting there returns
     /// within a wait slice and ends the iteration.
     fn close(&self, py: Python<'_>) {
-        py.allow_threads(|| {
-            let taken = self.lock().take();
-            if let Some(mut l) = taken {
-                l.shutdown();
-            }
-        });
+        py.allow_threads(|| self.inner.close());
     }
 
     /// True once closed (or ended by an error or Ctrl-C).
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
-        py.allow_threads(|| self.lock().is_none())
+        self.inner.closing.load(Ordering::SeqCst) || py.allow_threads(|| self.lock().is_none())
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
