@@ -18,7 +18,7 @@
 //! assert!(batch.i64("x").is_err()); // wrong type: a clear error
 //! ```
 
-use ndarray::{ArrayD, ArrayViewD};
+use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension};
 
 use crate::error::{Error, Result};
 use crate::provenance::Origin;
@@ -220,6 +220,36 @@ impl Drop for Batch {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An element type of batch data: `f32`, `f64`, `i64`, `i32`, `u8`,
+/// `bool` — the types [`Batch::view`] can give.
+pub trait Element: sealed::Sealed + Sized + 'static {
+    /// The schema's name of the type.
+    const DTYPE: DType;
+    /// The data, if it is of this type.
+    #[doc(hidden)]
+    fn of(array: &Array) -> Option<ArrayViewD<'_, Self>>;
+}
+
+macro_rules! element {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn of(array: &Array) -> Option<ArrayViewD<'_, Self>> {
+                match array {
+                    Array::$variant(a) => Some(a.view()),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+element!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, bool => Bool);
+
 macro_rules! typed_view {
     ($(#[$doc:meta] $fn:ident, $variant:ident, $t:ty;)*) => {$(
         #[$doc]
@@ -332,6 +362,96 @@ impl Batch {
         u8, U8, u8;
         /// The bool field `name` as a view.
         bool, Bool, bool;
+    }
+
+    /// The field `name` as a view of element type `T` and dimension `D`
+    /// (`Ix1` … `Ix6`, or `IxDyn`), without `into_dimensionality`. The
+    /// leading axis is the batch's: a field of schema shape `[3, 32, 32]`
+    /// is an `Ix4` view `[batch, 3, 32, 32]`, a scalar `[]` an `Ix1` view.
+    /// A ragged field's data is laid out as its [`offsets`](Self::offsets)
+    /// or [`lengths`](Self::lengths) say (values concatenated: `[total, …]`;
+    /// padded: `[batch, max_len, …]`).
+    ///
+    /// Errors say which: no such field (listing those there are), another
+    /// element type, or another number of dimensions — field, asked and actual.
+    ///
+    /// ```
+    /// use feedline::{collate, Chunk, DType, Error, Instance, Origin, Schema, SourceId, Values};
+    /// use ndarray::{Ix1, Ix4};
+    /// let schema = Schema::builder()
+    ///     .field("image", DType::F32, [3, 2, 2])
+    ///     .field("label", DType::I64, [])
+    ///     .build()?;
+    /// let mut chunk = Chunk::new(&schema);
+    /// for i in 0..2 {
+    ///     let values = vec![Values::F32(vec![i as f32; 12]), Values::I64(vec![i])];
+    ///     let origin = Origin::new(SourceId::intern("mem"), i as u64);
+    ///     chunk.push_instance(&Instance::new(&schema, values, origin)?);
+    /// }
+    /// let batch = collate(&schema, (0..2).map(|i| (&chunk, i)))?;
+    ///
+    /// let images = batch.view::<f32, Ix4>("image")?;   // ArrayView4<f32>
+    /// assert_eq!(images.dim(), (2, 3, 2, 2));
+    /// assert_eq!(images[[1, 2, 1, 1]], 1.0);
+    /// let labels = batch.view::<i64, Ix1>("label")?;   // ArrayView1<i64>
+    /// assert_eq!(labels.to_vec(), [0, 1]);
+    ///
+    /// let rank = batch.view::<f32, Ix1>("image").unwrap_err();
+    /// assert_eq!(
+    ///     rank.to_string(),
+    ///     "batch field `image`: asked for f32 with 1 dimension (Ix1), but it is \
+    ///      f32 [2, 3, 2, 2]: 4 dimensions, the batch's and the schema shape [3, 2, 2]"
+    /// );
+    /// let dtype = batch.view::<u8, Ix4>("image").unwrap_err();
+    /// assert!(matches!(dtype, Error::View { .. }), "{dtype}");
+    /// assert!(dtype.to_string().contains("asked for u8"), "{dtype}");
+    /// let missing = batch.view::<f32, Ix4>("images").unwrap_err();
+    /// assert!(missing.to_string().contains("image, label"), "{missing}");
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn view<T: Element, D: Dimension>(&self, name: &str) -> Result<ArrayView<'_, T, D>> {
+        let i = self
+            .schema
+            .index_of(name)
+            .ok_or_else(|| self.schema.no_such_field(name))?;
+        let field = &self.schema.fields()[i];
+        let bf = &self.fields[i];
+        let asked = || {
+            let dims = match D::NDIM {
+                Some(n) => format!(
+                    "with {n} dimension{} (Ix{n})",
+                    if n == 1 { "" } else { "s" }
+                ),
+                None => "with any number of dimensions (IxDyn)".to_string(),
+            };
+            format!("{} {dims}", T::DTYPE)
+        };
+        let actual = || {
+            let shape = bf.data.shape();
+            let schema_shape = crate::schema::shape_string(&field.shape);
+            let what = if bf.offsets.is_some() {
+                format!("the ragged schema shape {schema_shape}, all rows' values concatenated (see offsets)")
+            } else if bf.lengths.is_some() {
+                format!(
+                    "the batch's and the ragged schema shape {schema_shape}, padded (see lengths)"
+                )
+            } else {
+                format!("the batch's and the schema shape {schema_shape}")
+            };
+            format!(
+                "{} {shape:?}: {} dimension{}, {what}",
+                bf.data.dtype(),
+                shape.len(),
+                if shape.len() == 1 { "" } else { "s" },
+            )
+        };
+        let view_error = || Error::View {
+            field: name.to_string(),
+            asked: asked(),
+            actual: actual(),
+        };
+        let dynamic = T::of(&bf.data).ok_or_else(view_error)?;
+        dynamic.into_dimensionality::<D>().map_err(|_| view_error())
     }
 
     /// The bytes field `name`.

@@ -89,6 +89,17 @@ pub enum Error {
         /// What went wrong.
         what: String,
     },
+    /// A batch field was asked for as a type or a number of dimensions it
+    /// does not have ([`Batch::view`](crate::Batch::view)).
+    #[error("batch field `{field}`: asked for {asked}, but it is {actual}")]
+    View {
+        /// The field's name.
+        field: String,
+        /// What was asked for, e.g. "f32 with 4 dimensions (Ix4)".
+        asked: String,
+        /// What the field is, e.g. "f32 [32, 64]: 2 dimensions, the batch's and the schema shape [64]".
+        actual: String,
+    },
     /// A worker thread (`buffered`, `xmap`) panicked.
     #[error("worker panicked: {0}")]
     WorkerPanic(String),
