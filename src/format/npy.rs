@@ -124,7 +124,7 @@ impl Format for NpzFormat {
 /// let mut r = Registry::with_builtin().open(&spec, None, &OpenOptions::default()).unwrap();
 /// assert_eq!(r.len_hint(), Some(5));
 /// let rec = r.next_record().unwrap().unwrap();
-/// assert_eq!(rec.to_json(), serde_json::json!({"images": [0.0; 8], "labels": [0]}));   // values, flat
+/// assert_eq!(rec.to_json(), serde_json::json!({"images": [0.0, 0.0, 0.0, 0.0], "labels": [0]}));   // values, flat
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NpyColumnsFormat;
