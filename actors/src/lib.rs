@@ -121,8 +121,8 @@ pub use {actix, feedline, ndarray};
 pub mod prelude {
     pub use crate::{
         ndarray, Batch, BatchPolicy, DType, Delivered, Dim, Equalize, ErrorPolicy, FeedMode,
-        FileSet, Loader, LoaderBuilder, PipelineError, Popped, Ragged, Sample, Schema, Shard,
-        ShardBy, Values,
+        FileSet, IntoPaths, Loader, LoaderBuilder, PipelineError, Popped, Ragged, Sample, Schema,
+        Shard, ShardBy, Values,
     };
 }
 
