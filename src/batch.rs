@@ -199,6 +199,8 @@ pub struct Batch {
     pub(crate) schema: Schema,
     pub(crate) fields: Vec<BatchField>,
     pub(crate) origins: Vec<Origin>,
+    /// The last `padded` rows repeat earlier instances (equalize padding).
+    pub(crate) padded: usize,
 }
 
 impl Drop for Batch {
@@ -308,6 +310,7 @@ impl Batch {
             schema: schema.clone(),
             fields,
             origins,
+            padded: 0,
         })
     }
 
@@ -470,6 +473,51 @@ impl Batch {
     /// Lengths of the padded ragged field `name`; `None` if it is not padded.
     pub fn lengths(&self, name: &str) -> Result<Option<&[usize]>> {
         Ok(self.field(name)?.lengths.as_deref())
+    }
+
+    /// Rows at the end of this batch that are padding: instances repeated
+    /// so that every data-parallel rank runs as many batches
+    /// (`Equalize::Pad`), which evaluation should not count twice. Padding
+    /// rows always come last in a pass, so they are the batch's last rows.
+    pub fn padded_rows(&self) -> usize {
+        self.padded
+    }
+
+    /// One flag per row: true for a real instance, false for padding (see
+    /// [`padded_rows`](Self::padded_rows)) — multiply a per-row loss or
+    /// metric by it.
+    ///
+    /// ```
+    /// use feedline::{collate, Chunk, DType, Instance, Origin, Schema, SourceId, Values};
+    /// let schema = Schema::builder().field("y", DType::I64, []).build()?;
+    /// let mut chunk = Chunk::new(&schema);
+    /// for i in 0..3 {
+    ///     let origin = Origin::new(SourceId::intern("mem"), i);
+    ///     chunk.push_instance(&Instance::new(&schema, vec![Values::I64(vec![i as i64])], origin)?);
+    /// }
+    /// let batch = collate(&schema, [0, 1, 2, 0].map(|i| (&chunk, i)))?.with_padded_rows(1)?;
+    /// assert_eq!(batch.mask().to_vec(), [true, true, true, false]);
+    /// let real = batch.i64("y")?.iter().zip(batch.mask()).filter(|(_, &m)| m).count();
+    /// assert_eq!(real, 3);
+    /// assert!(batch.clone().with_padded_rows(5).is_err());
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn mask(&self) -> ndarray::Array1<bool> {
+        let real = self.len() - self.padded;
+        ndarray::Array1::from_shape_fn(self.len(), |i| i < real)
+    }
+
+    /// Mark the last `n` rows as padding (as the pipeline does); an error
+    /// if the batch has fewer rows.
+    pub fn with_padded_rows(mut self, n: usize) -> Result<Self> {
+        if n > self.len() {
+            return Err(Error::Config(format!(
+                "{n} padding rows marked in a batch of {} rows",
+                self.len()
+            )));
+        }
+        self.padded = n;
+        Ok(self)
     }
 
     /// Payload bytes of all fields.
