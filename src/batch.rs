@@ -497,7 +497,7 @@ impl Batch {
     /// }
     /// let batch = collate(&schema, [0, 1, 2, 0].map(|i| (&chunk, i)))?.with_padded_rows(1)?;
     /// assert_eq!(batch.mask().to_vec(), [true, true, true, false]);
-    /// let real = batch.i64("y")?.iter().zip(batch.mask()).filter(|(_, &m)| m).count();
+    /// let real = batch.i64("y")?.iter().zip(batch.mask()).filter(|(_, m)| *m).count();
     /// assert_eq!(real, 3);
     /// assert!(batch.clone().with_padded_rows(5).is_err());
     /// # Ok::<(), feedline::Error>(())
