@@ -18,7 +18,7 @@
 //! assert!(batch.i64("x").is_err()); // wrong type: a clear error
 //! ```
 
-use ndarray::{ArrayD, ArrayViewD};
+use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension};
 
 use crate::error::{Error, Result};
 use crate::provenance::Origin;
@@ -199,6 +199,8 @@ pub struct Batch {
     pub(crate) schema: Schema,
     pub(crate) fields: Vec<BatchField>,
     pub(crate) origins: Vec<Origin>,
+    /// The last `padded` rows repeat earlier instances (equalize padding).
+    pub(crate) padded: usize,
 }
 
 impl Drop for Batch {
@@ -219,6 +221,36 @@ impl Drop for Batch {
         }
     }
 }
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An element type of batch data: `f32`, `f64`, `i64`, `i32`, `u8`,
+/// `bool` — the types [`Batch::view`] can give.
+pub trait Element: sealed::Sealed + Sized + 'static {
+    /// The schema's name of the type.
+    const DTYPE: DType;
+    /// The data, if it is of this type.
+    #[doc(hidden)]
+    fn of(array: &Array) -> Option<ArrayViewD<'_, Self>>;
+}
+
+macro_rules! element {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn of(array: &Array) -> Option<ArrayViewD<'_, Self>> {
+                match array {
+                    Array::$variant(a) => Some(a.view()),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+element!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, bool => Bool);
 
 macro_rules! typed_view {
     ($(#[$doc:meta] $fn:ident, $variant:ident, $t:ty;)*) => {$(
@@ -278,6 +310,7 @@ impl Batch {
             schema: schema.clone(),
             fields,
             origins,
+            padded: 0,
         })
     }
 
@@ -334,6 +367,96 @@ impl Batch {
         bool, Bool, bool;
     }
 
+    /// The field `name` as a view of element type `T` and dimension `D`
+    /// (`Ix1` … `Ix6`, or `IxDyn`), without `into_dimensionality`. The
+    /// leading axis is the batch's: a field of schema shape `[3, 32, 32]`
+    /// is an `Ix4` view `[batch, 3, 32, 32]`, a scalar `[]` an `Ix1` view.
+    /// A ragged field's data is laid out as its [`offsets`](Self::offsets)
+    /// or [`lengths`](Self::lengths) say (values concatenated: `[total, …]`;
+    /// padded: `[batch, max_len, …]`).
+    ///
+    /// Errors say which: no such field (listing those there are), another
+    /// element type, or another number of dimensions — field, asked and actual.
+    ///
+    /// ```
+    /// use feedline::{collate, Chunk, DType, Error, Instance, Origin, Schema, SourceId, Values};
+    /// use ndarray::{Ix1, Ix4};
+    /// let schema = Schema::builder()
+    ///     .field("image", DType::F32, [3, 2, 2])
+    ///     .field("label", DType::I64, [])
+    ///     .build()?;
+    /// let mut chunk = Chunk::new(&schema);
+    /// for i in 0..2 {
+    ///     let values = vec![Values::F32(vec![i as f32; 12]), Values::I64(vec![i])];
+    ///     let origin = Origin::new(SourceId::intern("mem"), i as u64);
+    ///     chunk.push_instance(&Instance::new(&schema, values, origin)?);
+    /// }
+    /// let batch = collate(&schema, (0..2).map(|i| (&chunk, i)))?;
+    ///
+    /// let images = batch.view::<f32, Ix4>("image")?;   // ArrayView4<f32>
+    /// assert_eq!(images.dim(), (2, 3, 2, 2));
+    /// assert_eq!(images[[1, 2, 1, 1]], 1.0);
+    /// let labels = batch.view::<i64, Ix1>("label")?;   // ArrayView1<i64>
+    /// assert_eq!(labels.to_vec(), [0, 1]);
+    ///
+    /// let rank = batch.view::<f32, Ix1>("image").unwrap_err();
+    /// assert_eq!(
+    ///     rank.to_string(),
+    ///     "batch field `image`: asked for f32 with 1 dimension (Ix1), but it is \
+    ///      f32 [2, 3, 2, 2]: 4 dimensions, the batch's and the schema shape [3, 2, 2]"
+    /// );
+    /// let dtype = batch.view::<u8, Ix4>("image").unwrap_err();
+    /// assert!(matches!(dtype, Error::View { .. }), "{dtype}");
+    /// assert!(dtype.to_string().contains("asked for u8"), "{dtype}");
+    /// let missing = batch.view::<f32, Ix4>("images").unwrap_err();
+    /// assert!(missing.to_string().contains("image, label"), "{missing}");
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn view<T: Element, D: Dimension>(&self, name: &str) -> Result<ArrayView<'_, T, D>> {
+        let i = self
+            .schema
+            .index_of(name)
+            .ok_or_else(|| self.schema.no_such_field(name))?;
+        let field = &self.schema.fields()[i];
+        let bf = &self.fields[i];
+        let asked = || {
+            let dims = match D::NDIM {
+                Some(n) => format!(
+                    "with {n} dimension{} (Ix{n})",
+                    if n == 1 { "" } else { "s" }
+                ),
+                None => "with any number of dimensions (IxDyn)".to_string(),
+            };
+            format!("{} {dims}", T::DTYPE)
+        };
+        let actual = || {
+            let shape = bf.data.shape();
+            let schema_shape = crate::schema::shape_string(&field.shape);
+            let what = if bf.offsets.is_some() {
+                format!("the ragged schema shape {schema_shape}, all rows' values concatenated (see offsets)")
+            } else if bf.lengths.is_some() {
+                format!(
+                    "the batch's and the ragged schema shape {schema_shape}, padded (see lengths)"
+                )
+            } else {
+                format!("the batch's and the schema shape {schema_shape}")
+            };
+            format!(
+                "{} {shape:?}: {} dimension{}, {what}",
+                bf.data.dtype(),
+                shape.len(),
+                if shape.len() == 1 { "" } else { "s" },
+            )
+        };
+        let view_error = || Error::View {
+            field: name.to_string(),
+            asked: asked(),
+            actual: actual(),
+        };
+        let dynamic = T::of(&bf.data).ok_or_else(view_error)?;
+        dynamic.into_dimensionality::<D>().map_err(|_| view_error())
+    }
+
     /// The bytes field `name`.
     pub fn bytes(&self, name: &str) -> Result<&BytesList> {
         match &self.field(name)?.data {
@@ -350,6 +473,51 @@ impl Batch {
     /// Lengths of the padded ragged field `name`; `None` if it is not padded.
     pub fn lengths(&self, name: &str) -> Result<Option<&[usize]>> {
         Ok(self.field(name)?.lengths.as_deref())
+    }
+
+    /// Rows at the end of this batch that are padding: instances repeated
+    /// so that every data-parallel rank runs as many batches
+    /// (`Equalize::Pad`), which evaluation should not count twice. Padding
+    /// rows always come last in a pass, so they are the batch's last rows.
+    pub fn padded_rows(&self) -> usize {
+        self.padded
+    }
+
+    /// One flag per row: true for a real instance, false for padding (see
+    /// [`padded_rows`](Self::padded_rows)) — multiply a per-row loss or
+    /// metric by it.
+    ///
+    /// ```
+    /// use feedline::{collate, Chunk, DType, Instance, Origin, Schema, SourceId, Values};
+    /// let schema = Schema::builder().field("y", DType::I64, []).build()?;
+    /// let mut chunk = Chunk::new(&schema);
+    /// for i in 0..3 {
+    ///     let origin = Origin::new(SourceId::intern("mem"), i);
+    ///     chunk.push_instance(&Instance::new(&schema, vec![Values::I64(vec![i as i64])], origin)?);
+    /// }
+    /// let batch = collate(&schema, [0, 1, 2, 0].map(|i| (&chunk, i)))?.with_padded_rows(1)?;
+    /// assert_eq!(batch.mask().to_vec(), [true, true, true, false]);
+    /// let real = batch.i64("y")?.iter().zip(batch.mask()).filter(|(_, m)| *m).count();
+    /// assert_eq!(real, 3);
+    /// assert!(batch.clone().with_padded_rows(5).is_err());
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn mask(&self) -> ndarray::Array1<bool> {
+        let real = self.len() - self.padded;
+        ndarray::Array1::from_shape_fn(self.len(), |i| i < real)
+    }
+
+    /// Mark the last `n` rows as padding (as the pipeline does); an error
+    /// if the batch has fewer rows.
+    pub fn with_padded_rows(mut self, n: usize) -> Result<Self> {
+        if n > self.len() {
+            return Err(Error::Config(format!(
+                "{n} padding rows marked in a batch of {} rows",
+                self.len()
+            )));
+        }
+        self.padded = n;
+        Ok(self)
     }
 
     /// Payload bytes of all fields.

@@ -55,6 +55,7 @@ pub fn collate<'a>(
         schema: schema.clone(),
         fields,
         origins,
+        padded: 0,
     })
 }
 

@@ -89,6 +89,17 @@ pub enum Error {
         /// What went wrong.
         what: String,
     },
+    /// A batch field was asked for as a type or a number of dimensions it
+    /// does not have ([`Batch::view`](crate::Batch::view)).
+    #[error("batch field `{field}`: asked for {asked}, but it is {actual}")]
+    View {
+        /// The field's name.
+        field: String,
+        /// What was asked for, e.g. "f32 with 4 dimensions (Ix4)".
+        asked: String,
+        /// What the field is, e.g. "f32 [32, 64]: 2 dimensions, the batch's and the schema shape [64]".
+        actual: String,
+    },
     /// A worker thread (`buffered`, `xmap`) panicked.
     #[error("worker panicked: {0}")]
     WorkerPanic(String),
@@ -108,6 +119,55 @@ impl Error {
         Error::Corrupt {
             location,
             what: what.into(),
+        }
+    }
+
+    /// Say so when a record does not fit a shape that was inferred, not
+    /// declared: a [`Field`](Error::Field) error about a fixed-shape field
+    /// of an [inferred](crate::Schema::inferred_from) `schema` gets, in its
+    /// `expected`, where the shape was inferred from and how to declare the
+    /// field variable. Other errors are returned as they are.
+    ///
+    /// ```
+    /// use feedline::{Error, Location, Record, Schema, SourceId, Tensor, Values};
+    /// let rec = |n: usize| Record {
+    ///     location: Location::new(SourceId::intern("tokens.jsonl"), n as u64, None),
+    ///     fields: vec![("tokens".to_string(), Tensor::vector(Values::I64(vec![1; n])))],
+    /// };
+    /// let schema = Schema::infer(&[rec(3), rec(3)])?.inferred_from("the first 2 records of tokens.jsonl");
+    /// let mut chunk = feedline::Chunk::new(&schema);
+    /// let e = chunk.push_record(&rec(5)).unwrap_err().explain_inferred(&schema);
+    /// assert!(e.to_string().contains("inferred from the first 2 records of tokens.jsonl"), "{e}");
+    /// assert!(e.to_string().contains("declare it variable"), "{e}");
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn explain_inferred(self, schema: &crate::Schema) -> Self {
+        let Some(source) = schema.inferred_source() else {
+            return self;
+        };
+        match self {
+            Error::Field {
+                location,
+                field,
+                expected,
+                actual,
+            } if schema
+                .field(&field)
+                .is_ok_and(|f| !f.is_ragged() && !f.shape.is_empty()) =>
+            {
+                let expected = format!(
+                    "{expected} (a shape inferred from {source}, not declared: if this field's \
+                     length varies between records, declare it variable — leading dimension `?` \
+                     (Dim::Var, -1 in a schema file) — in the schema given to the loader)"
+                );
+                Error::Field {
+                    location,
+                    field,
+                    expected,
+                    actual,
+                }
+            }
+            other => other,
         }
     }
 

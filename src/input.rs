@@ -57,7 +57,8 @@ pub(crate) fn open_input(path: &Path) -> Result<Opened> {
     if meta.is_dir() {
         return Err(Error::BadFile {
             path: path.to_path_buf(),
-            what: "is a directory, not a file".into(),
+            what: "is a directory, not a file: give the files in it, e.g. the glob `DIR/*`"
+                .replace("DIR", path.to_string_lossy().trim_end_matches('/')),
         });
     }
     if !meta.is_file() {

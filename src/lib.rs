@@ -58,7 +58,7 @@ mod record;
 mod schema;
 mod values;
 
-pub use batch::{Array, Batch, BatchField};
+pub use batch::{Array, Batch, BatchField, Element};
 pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
 pub use error::{Error, Result};

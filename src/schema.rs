@@ -237,10 +237,19 @@ pub struct Schema {
     inner: Arc<SchemaInner>,
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct SchemaInner {
     fields: Vec<Field>,
     index: BTreeMap<String, usize>,
+    /// Where an inferred schema was inferred from (for messages); not part
+    /// of equality.
+    inferred_from: Option<String>,
+}
+
+impl PartialEq for SchemaInner {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields == other.fields
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -290,8 +299,31 @@ impl Schema {
             return Err(Error::Schema("a schema needs at least one field".into()));
         }
         Ok(Schema {
-            inner: Arc::new(SchemaInner { fields, index }),
+            inner: Arc::new(SchemaInner {
+                fields,
+                index,
+                inferred_from: None,
+            }),
         })
+    }
+
+    /// The same schema, noted as inferred from `what` (e.g. "the first 64
+    /// records of data/a.tfrecord"): a record that does not fit one of its
+    /// fixed shapes is then an error that says the shape was inferred
+    /// ([`Error::explain_inferred`]).
+    pub fn inferred_from(self, what: impl Into<String>) -> Schema {
+        Schema {
+            inner: Arc::new(SchemaInner {
+                fields: self.inner.fields.clone(),
+                index: self.inner.index.clone(),
+                inferred_from: Some(what.into()),
+            }),
+        }
+    }
+
+    /// Where this schema was inferred from, if it was.
+    pub fn inferred_source(&self) -> Option<&str> {
+        self.inner.inferred_from.as_deref()
     }
 
     /// Start declaring a schema.

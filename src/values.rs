@@ -276,7 +276,9 @@ impl Values {
     }
 
     /// Append these values, converted, to `out`. An element that does not fit
-    /// (e.g. 300 into u8) gives a description of it.
+    /// (e.g. 300 into u8, or 1e300 into f32, which would become infinite)
+    /// gives a description of it. Floats narrowed to f32 are rounded to the
+    /// nearest f32; infinities and NaNs stay what they are.
     pub fn append_converted(&self, out: &mut Values) -> std::result::Result<(), String> {
         fn ints<T: Copy + TryFrom<i64>>(
             src: impl Iterator<Item = i64>,
@@ -311,7 +313,19 @@ impl Values {
             (Values::Bytes(s), Values::Bytes(d)) => d.extend_range(s, 0, s.len()),
             (Values::Bytes(s), Values::U8(d)) => d.extend_from_slice(&s.data),
             (Values::F32(s), Values::F64(d)) => d.extend(s.iter().map(|&x| x as f64)),
-            (Values::F64(s), Values::F32(d)) => d.extend(s.iter().map(|&x| x as f32)),
+            (Values::F64(s), Values::F32(d)) => {
+                for &x in s {
+                    let y = x as f32;
+                    if y.is_infinite() && x.is_finite() {
+                        return Err(format!(
+                            "value {x:e} out of range for f32 (at most {:e} in magnitude; \
+                             declare the field f64 to keep it)",
+                            f32::MAX
+                        ));
+                    }
+                    d.push(y);
+                }
+            }
             (Values::I64(s), Values::F32(d)) => d.extend(s.iter().map(|&x| x as f32)),
             (Values::I64(s), Values::F64(d)) => d.extend(s.iter().map(|&x| x as f64)),
             (Values::I32(s), Values::F32(d)) => d.extend(s.iter().map(|&x| x as f32)),

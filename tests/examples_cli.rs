@@ -32,6 +32,8 @@ fn every_example_help_says_what_it_does() {
         ("push_feed", "Push images and labels from user code"),
         ("scaling", "Scale feedline's readers on slow storage"),
         ("peers_adapter", "peers' benchmark harness"),
+        ("numpy", "Load images and labels saved by numpy"),
+        ("jsonl_tokens", "Batch token sequences read from JSON Lines"),
     ] {
         let o = run(name, &["--help"]);
         assert!(o.status.success(), "{name}");

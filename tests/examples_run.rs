@@ -196,4 +196,49 @@ fn text_trains_a_tokenizer_and_batches_by_the_token_budget() {
         "{out}"
     );
     assert!(out.contains("budget 1000 (0 batches over it"), "{out}");
+
+fn numpy_loads_two_npy_files_as_columns_and_an_npz_with_labels_kept_with_their_images() {
+    // --rust-writer: the same files whichever machine runs it (numpy's
+    // own output is taken when python3 has numpy and the flag is left out).
+    let out = run(
+        "numpy",
+        &[
+            "--images",
+            "700",
+            "--batch",
+            "32",
+            "--passes",
+            "2",
+            "--rust-writer",
+        ],
+    );
+    assert!(
+        out.contains("700 images and labels written by Rust's ndarray-npy"),
+        "{out}"
+    );
+    // 700 rows in 22 batches per pass (21 of 32 and one of 28).
+    assert!(
+        out.contains("images.npy + labels.npy as columns: 44 batches, 1400 rows over 2 passes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("train.npz: 44 batches, 1400 rows over 2 passes"),
+        "{out}"
+    );
+}
+
+#[test]
+fn jsonl_tokens_batches_by_a_token_budget_in_both_ragged_layouts() {
+    for (flag, layout) in [
+        (None, "offsets layout"),
+        (Some("--padded"), "padded layout"),
+    ] {
+        let mut args = vec!["--lines", "600", "--max-len", "64", "--max-tokens", "512"];
+        args.extend(flag);
+        let out = run("jsonl_tokens", &args);
+        assert!(out.contains("600 lines"), "{out}");
+        assert!(out.contains("of at most 512 tokens"), "{out}");
+        assert!(out.contains(layout), "{out}");
+        assert!(out.contains("every line once"), "{out}");
+    }
 }

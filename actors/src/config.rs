@@ -105,14 +105,10 @@ pub struct FileSet {
 
 impl FileSet {
     /// A set of these files, with 2 readers and weight 1.
-    pub fn new<I, S>(name: impl Into<String>, files: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn new(name: impl Into<String>, files: impl crate::paths::IntoPaths) -> Self {
         FileSet {
             name: name.into(),
-            files: files.into_iter().map(Into::into).collect(),
+            files: files.into_paths(),
             readers: 2,
             weight: 1.0,
         }

@@ -55,6 +55,7 @@ mod guard;
 mod loader;
 mod messages;
 mod panic;
+mod paths;
 mod pipeline;
 mod prefetch_reader;
 mod push;
@@ -76,6 +77,7 @@ pub use crate::error::{PipelineError, PushError};
 pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
+pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::Pipeline;
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::stats::{
@@ -90,7 +92,8 @@ pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};
 pub use feedline::plan::{Equalize, Shard, ShardBy};
 pub use feedline::{
-    Batch, BatchField, DType, Dim, Field, Origin, Ragged, Record, Schema, SchemaBuilder, Values,
+    Batch, BatchField, DType, Dim, Element, Field, Origin, Ragged, Record, Schema, SchemaBuilder,
+    Values,
 };
 pub use {actix, feedline, ndarray};
 
@@ -118,8 +121,8 @@ pub use {actix, feedline, ndarray};
 pub mod prelude {
     pub use crate::{
         ndarray, Batch, BatchPolicy, DType, Delivered, Dim, Equalize, ErrorPolicy, FeedMode,
-        FileSet, Loader, LoaderBuilder, PipelineError, Popped, Ragged, Sample, Schema, Shard,
-        ShardBy, Values,
+        FileSet, IntoPaths, Loader, LoaderBuilder, PipelineError, Popped, Ragged, Sample, Schema,
+        Shard, ShardBy, Values,
     };
 }
 

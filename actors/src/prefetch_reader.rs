@@ -238,6 +238,7 @@ impl PrefetchReader {
                 if !chunk.is_empty() {
                     self.send_chunk(ctx, chunk, false);
                 }
+                let e = e.explain_inferred(&self.schema);
                 let loc = e.location().cloned();
                 if self.bad_record(&task, loc.as_ref(), next, !can_continue, lost, e) {
                     if !can_continue {

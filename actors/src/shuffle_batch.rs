@@ -102,6 +102,31 @@ pub(crate) struct ShuffleBatch {
     guard: StageGuard,
     /// The transforms after the draw (instance map, batch map), if any.
     transformer: Option<BatchTransformer>,
+    /// Which rows of this pass are equalize padding.
+    padding: PaddingRows,
+}
+
+/// Counts the rows of a pass into and out of the batcher (which keeps
+/// their order), to tell which rows of each batch are equalize padding:
+/// those from the first padding row on (padding comes last in a pass).
+#[derive(Debug, Default)]
+struct PaddingRows {
+    rows_in: u64,
+    out: u64,
+    /// The index (into the pass's rows) of the first padding row.
+    from: Option<u64>,
+}
+
+impl PaddingRows {
+    /// `n` rows leave the batcher as a batch: how many of them are padding.
+    fn rows_out(&mut self, n: usize) -> usize {
+        let first = self.out;
+        self.out += n as u64;
+        match self.from {
+            Some(from) if from < self.out => (self.out - from.max(first)) as usize,
+            _ => 0,
+        }
+    }
 }
 
 /// The shuffle buffer of these settings (drawing for pass 0).
@@ -116,7 +141,7 @@ fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
 
 /// Collate a batch job: the second step of making a batch.
 fn collate(schema: &Schema, job: BatchJob<RowRef>) -> feedline::Result<(usize, QueueItem)> {
-    let batch = collate_rows(schema, &job.rows)?;
+    let batch = collate_rows(schema, &job.rows)?.with_padded_rows(job.padded)?;
     Ok((
         job.lane,
         Item::Batch(Delivered {
@@ -160,6 +185,7 @@ impl ShuffleBatch {
             closed: false,
             guard,
             transformer: None,
+            padding: PaddingRows::default(),
             config,
         }
     }
@@ -180,12 +206,15 @@ impl ShuffleBatch {
         for e in out.failed {
             self.bad_instance(job.pass, e)?;
         }
+        // A failed row leaves the batch shorter; padding stays its last rows.
+        let padded = job.padded.min(out.batch.len());
+        let batch = out.batch.with_padded_rows(padded)?;
         Ok((
             job.lane,
             Item::Batch(Delivered {
                 pass: job.pass,
                 seq: job.seq,
-                batch: Arc::new(out.batch),
+                batch: Arc::new(batch),
             }),
         ))
     }
@@ -279,6 +308,7 @@ impl ShuffleBatch {
     }
 
     fn batch_row(&mut self, row: RowRef) {
+        self.padding.rows_in += 1;
         if let Some(rows) = self.batcher.push(row) {
             self.emit(rows);
         }
@@ -287,7 +317,9 @@ impl ShuffleBatch {
     /// A batch's rows are drawn: number it, then collate it now, or later
     /// if it belongs to the end-of-pass drain.
     fn emit(&mut self, rows: Vec<RowRef>) {
-        let job = self.numbering.job(rows);
+        let padded = self.padding.rows_out(rows.len());
+        let mut job = self.numbering.job(rows);
+        job.padded = padded;
         self.recorder.batch_made();
         if self.drain.is_drawing() {
             self.drain.defer(job);
@@ -422,6 +454,7 @@ impl ShuffleBatch {
         self.buffer.set_draining(false);
         match self.quota.end_pass(pass) {
             Ok(rows) => {
+                self.padding.from = Some(self.padding.rows_in);
                 for row in rows {
                     self.recorder.equalize_padded();
                     self.batch_row(row);
@@ -436,6 +469,7 @@ impl ShuffleBatch {
         if let Some(rows) = self.batcher.flush() {
             self.emit(rows);
         }
+        self.padding = PaddingRows::default();
         self.drain.set_drawing(false);
         for lane in 0..self.numbering.lanes().count() {
             if let Some(Pending::EndOfPass { lane, pass }) = self.drain.end_of_pass(lane, pass) {

@@ -410,7 +410,7 @@ fn unknown_and_invalid_generator_names_are_clear_errors() {
     assert!(e.to_string().contains("not allowed"), "{e}");
     let e = Loader::builder()
         .generator("g", ids(0, 3))
-        .format(Some("jsonl".into()))
+        .format("jsonl")
         .schema(SynthFormat::schema())
         .build()
         .unwrap_err();

@@ -50,7 +50,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
             .chunk_records(8)
             .readers(2)
             .deterministic(det)
-            .stall_timeout(Some(Duration::from_millis(300)))
+            .stall_timeout(Duration::from_millis(300))
             .build()
             .unwrap();
         let stats = loader.stats_handle();
@@ -80,7 +80,7 @@ fn stall_policy_fail_names_the_file_and_record() {
         .build();
     let loader = builder(synth)
         .readers(1)
-        .stall_timeout(Some(Duration::from_millis(400)))
+        .stall_timeout(Duration::from_millis(400))
         .on_stall(StallPolicy::Fail)
         .build()
         .unwrap();
@@ -109,7 +109,7 @@ fn hanging_at(record: u64) -> Loader {
         .build();
     builder(synth)
         .readers(1)
-        .stall_timeout(None)
+        .no_stall_timeout()
         .build()
         .unwrap()
 }
@@ -267,7 +267,7 @@ fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() 
             .readers(2)
             .passes(2)
             .deterministic(det)
-            .stall_timeout(Some(Duration::from_millis(100)))
+            .stall_timeout(Duration::from_millis(100))
             .build()
             .unwrap();
         let stats = loader.stats_handle();
@@ -332,7 +332,7 @@ fn a_stalled_first_input_fails_start_up_instead_of_hanging() {
         let mut b = Loader::builder()
             .registry(registry)
             .files(specs)
-            .stall_timeout(Some(Duration::from_millis(200)));
+            .stall_timeout(Duration::from_millis(200));
         if !infer {
             // The schema is given; equalizing ranks counts the records.
             b = b

@@ -74,7 +74,7 @@ fn bad_settings_are_refused_naming_the_setting() {
         ("max_attempts 0", base().max_attempts(0), &["max_attempts"]),
         (
             "stall_timeout 0",
-            base().stall_timeout(Some(Duration::ZERO)),
+            base().stall_timeout(Duration::ZERO),
             &["stall_timeout"],
         ),
         (

@@ -247,6 +247,14 @@ pub trait Format: Send + Sync + 'static {
     fn infer_schema(&self, _path: &Path) -> Option<Result<crate::schema::Schema>> {
         None
     }
+
+    /// The schema sample records of this format imply: by default
+    /// [`Schema::infer`](crate::Schema::infer); a format whose records hold
+    /// lists where users mean scalars refines it (TFRecord: a feature with
+    /// exactly one value in every sample record is a scalar, `[]`).
+    fn infer_from_records(&self, records: &[Record]) -> Result<crate::schema::Schema> {
+        crate::schema::Schema::infer(records)
+    }
 }
 
 /// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.

@@ -38,12 +38,13 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, JSON Lines, CSV, TSV, Parquet and WebDataset tar.
+    /// TFRecord, NPY, NPZ, NPY column groups (`npy-columns:`), JSON Lines, CSV, TSV, Parquet and WebDataset tar.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
         r.register(Arc::new(npy::NpyFormat));
         r.register(Arc::new(npy::NpzFormat));
+        r.register(Arc::new(npy::NpyColumnsFormat));
         r.register(Arc::new(jsonl::JsonlFormat));
         r.register(Arc::new(csv::CsvFormat::default()));
         r.register(Arc::new(csv::CsvFormat::tsv()));
@@ -97,6 +98,13 @@ impl Registry {
             }
         }
         let path = PathBuf::from(spec);
+        if path.is_dir() {
+            let glob = format!("{}/*", spec.trim_end_matches('/'));
+            return Err(unknown(format!(
+                "is a directory: give the files in it, e.g. the glob `{glob}` \
+                 (or `{glob}.EXT` for one kind)"
+            )));
+        }
         let c = Compression::from_path(&path);
         let base = if c == Compression::None {
             path.clone()
@@ -109,7 +117,8 @@ impl Registry {
             .map(|e| e.to_ascii_lowercase())
             .ok_or_else(|| {
                 unknown(
-                    "no extension to choose a format by; add a FORMAT: prefix or pass --format"
+                    "no extension to choose a format by; add a FORMAT: prefix (`npy:PATH`) \
+                     or name the format for every file"
                         .into(),
                 )
             })?;
@@ -120,7 +129,8 @@ impl Registry {
             .cloned()
             .ok_or_else(|| {
                 unknown(format!(
-                    "no format for extension `.{ext}` (known: {}); add a FORMAT: prefix or pass --format",
+                    "no format for extension `.{ext}` (known: {}); add a FORMAT: prefix (`npy:PATH`) \
+                     or name the format for every file",
                     self.names().join(", ")
                 ))
             })?;
@@ -172,6 +182,10 @@ impl Registry {
                 "{spec}: no records to infer a schema from"
             )));
         }
-        Schema::infer(&recs)
+        let n = recs.len();
+        Ok(f.infer_from_records(&recs)?.inferred_from(format!(
+            "the first {n} record{} of {spec}",
+            if n == 1 { "" } else { "s" }
+        )))
     }
 }

@@ -67,6 +67,7 @@ use crate::error::{Error, Result};
 use crate::input::{open_input, Opened, RangeReader, Window};
 use crate::provenance::{Location, Origin, SourceId};
 use crate::record::{Instance, Record};
+use crate::schema::{DType, Dim, Schema};
 
 /// Bytes before the payload: length and its CRC.
 pub const HEADER_BYTES: usize = 12;
@@ -127,6 +128,26 @@ impl Format for TfRecordFormat {
 
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
         Ok(Box::new(TfRecordReader::open(path, opts)?))
+    }
+
+    /// A feature is a list; one that holds exactly one number in every
+    /// sample record is taken for a scalar (`y: i64 []`, batched `[batch]`),
+    /// as users mean it. Byte strings keep their shape.
+    fn infer_from_records(&self, records: &[crate::record::Record]) -> Result<Schema> {
+        let schema = Schema::infer(records)?;
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let mut f = f.clone();
+                let numeric = !matches!(f.dtype, DType::Bytes | DType::U8);
+                if numeric && f.shape == [Dim::Fixed(1)] {
+                    f.shape.clear();
+                }
+                f
+            })
+            .collect();
+        Schema::new(fields)
     }
 }
 

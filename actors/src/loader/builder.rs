@@ -14,6 +14,7 @@ use feedline::{Batch, Instance, Schema};
 use super::Loader;
 use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
+use crate::paths::IntoPaths;
 use crate::push::FeedHandle;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
@@ -38,14 +39,17 @@ macro_rules! setter {
 }
 
 impl LoaderBuilder {
-    /// Input files: paths, glob patterns, list files (`@train.list`);
-    /// a `FORMAT:` prefix picks a file's format.
-    pub fn files<I, S>(mut self, files: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.config.files.extend(files.into_iter().map(Into::into));
+    /// Input files: one or many ([`IntoPaths`]) paths, glob patterns,
+    /// list files (`@train.list`); a `FORMAT:` prefix picks a file's format.
+    /// Calls add up.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let one = Loader::builder().files("data/train.npz");
+    /// let many = Loader::builder().files(["data/a-*.tfrecord", "npy:data/b.bin"]);
+    /// ```
+    pub fn files(mut self, files: impl IntoPaths) -> Self {
+        self.config.files.extend(files.into_paths());
         self
     }
 
@@ -109,8 +113,6 @@ impl LoaderBuilder {
     }
 
     setter! {
-        /// A format for every file.
-        format: Option<String> => format;
         /// How files are opened (compression, checksums, record size cap; the default: `PipelineConfig::open`).
         open_options: OpenOptions => open;
         /// The formats known (add your own).
@@ -119,8 +121,6 @@ impl LoaderBuilder {
         readers: usize => readers;
         /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
         shuffle: usize => shuffle;
-        /// Instances held before draws start (default: the pool size).
-        min_pool: Option<usize> => min_pool;
         /// Byte bound of the shuffle pool (default 256 MiB).
         shuffle_bytes: usize => shuffle_bytes;
         /// Batching by a cost budget, or fixed.
@@ -153,12 +153,36 @@ impl LoaderBuilder {
         chunks_in_flight: usize => chunks_in_flight;
         /// Out-of-order bytes held in deterministic mode (default 64 MiB).
         reorder_window: usize => reorder_window;
-        /// A reader inside one open/read longer than this is stuck (default 60 s; `None`: never).
-        stall_timeout: Option<std::time::Duration> => stall_timeout;
         /// What to do with a stuck reader (default: retry its file on a fresh reader).
         on_stall: StallPolicy => on_stall;
         /// Readers that may fail on one file before the pass fails (default 3).
         max_attempts: u32 => max_attempts;
+    }
+
+    /// A format for every file (a name of the [registry](Self::registry):
+    /// `"npy"`, `"jsonl"`, …), instead of choosing by extension or prefix.
+    pub fn format(mut self, name: impl Into<String>) -> Self {
+        self.config.format = Some(name.into());
+        self
+    }
+
+    /// Instances held before draws start (default: the pool size).
+    pub fn min_pool(mut self, n: usize) -> Self {
+        self.config.min_pool = Some(n);
+        self
+    }
+
+    /// A reader inside one open/read longer than this is stuck (default
+    /// 60 s; [`no_stall_timeout`](Self::no_stall_timeout): never).
+    pub fn stall_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.config.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// Never take a reader for stuck, however long one open/read lasts.
+    pub fn no_stall_timeout(mut self) -> Self {
+        self.config.stall_timeout = None;
+        self
     }
 
     /// A per-instance map after the shuffle draw, on the transform

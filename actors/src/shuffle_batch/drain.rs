@@ -29,6 +29,8 @@ pub(crate) struct BatchJob<R> {
     pub seq: u64,
     /// Its rows.
     pub rows: Vec<R>,
+    /// Of them, the last `padded` are equalize padding (repeated instances).
+    pub padded: usize,
 }
 
 /// Numbers the batches of each pass and gives each its lane.
@@ -79,6 +81,7 @@ impl BatchNumbering {
             pass,
             seq,
             rows,
+            padded: 0,
         }
     }
 
@@ -215,7 +218,8 @@ mod tests {
                 lane: 0,
                 pass: 1,
                 seq: 0,
-                rows: vec!['a']
+                rows: vec!['a'],
+                padded: 0,
             }
         );
         let mut shared = BatchNumbering::new(FeedMode::Shared.lanes(3));

@@ -181,10 +181,12 @@ fn inspect_file(
         },
         sample: Vec::new(),
         fit: None,
+        format: None,
     };
     let result = (|| -> feedline::Result<()> {
         let (fmt, bare, _) = registry.resolve(path, format)?;
         insp.report.format = Some(fmt.name().to_string());
+        insp.format = Some(fmt.clone());
         let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
         insp.report.bytes = meta.is_file().then_some(meta.len());
         let mut reader = registry.open(path, format, opts)?;
@@ -208,12 +210,14 @@ fn inspect_file(
 
 /// One file being read: its report so far, the first records (the sample
 /// a loader infers its schema from, [`SCHEMA_SAMPLE_RECORDS`] of them, by
-/// the same [`Schema::infer`]), then every record checked against that
+/// the same inference, the format's [`Format::infer_from_records`](feedline::format::Format::infer_from_records)), then every record checked against that
 /// schema as a loader's chunks check it.
 struct Inspection {
     report: FileReport,
     sample: Vec<Record>,
     fit: Option<Chunk>,
+    /// The file's format, whose inference from the sample the loader uses.
+    format: Option<std::sync::Arc<dyn feedline::format::Format>>,
 }
 
 impl Inspection {
@@ -252,7 +256,10 @@ impl Inspection {
         if self.fit.is_some() || self.sample.is_empty() {
             return Ok(());
         }
-        let schema = Schema::infer(&self.sample)?;
+        let schema = match &self.format {
+            Some(f) => f.infer_from_records(&self.sample)?,
+            None => Schema::infer(&self.sample)?,
+        };
         self.fit = Some(Chunk::new(&schema));
         self.report.schema = Some(schema);
         for rec in std::mem::take(&mut self.sample) {
