@@ -196,7 +196,9 @@ fn text_trains_a_tokenizer_and_batches_by_the_token_budget() {
         "{out}"
     );
     assert!(out.contains("budget 1000 (0 batches over it"), "{out}");
+}
 
+#[test]
 fn numpy_loads_two_npy_files_as_columns_and_an_npz_with_labels_kept_with_their_images() {
     // --rust-writer: the same files whichever machine runs it (numpy's
     // own output is taken when python3 has numpy and the flag is left out).

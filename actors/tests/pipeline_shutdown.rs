@@ -262,7 +262,7 @@ fn dropping_the_loader_while_a_reader_is_blocked_in_a_read_returns_and_the_threa
         .batch(4)
         .shuffle(0)
         .chunk_records(2)
-        .stall_timeout(None)
+        .no_stall_timeout()
         .build()
         .unwrap();
     // The reader of f1 is inside its blocked read (the event), and the
