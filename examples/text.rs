@@ -251,7 +251,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }));
     let loader = Loader::builder()
         .registry(registry)
-        .files(files.iter().map(|f| format!("tokens:{f}")))
+        .files(
+            files
+                .iter()
+                .map(|f| format!("tokens:{f}"))
+                .collect::<Vec<_>>(),
+        )
         .schema(schema.clone())
         .batch_policy(BatchPolicy::tokens("ids", a.max_tokens, &schema)?)
         .readers(a.readers as usize)
