@@ -20,8 +20,10 @@ use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
 use crate::push::FeedHandle;
 use crate::recorder::{DeviceClock, Recorders};
+use crate::resume::{CheckpointBase, Progress};
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
+use feedline::checkpoint::Checkpoint;
 
 /// A running loader for plain (non-actor) code.
 ///
@@ -56,6 +58,10 @@ pub struct Loader {
     system: Option<System>,
     thread: Option<JoinHandle<()>>,
     merged: MergedState,
+    /// What this loader's iteration took (for [`checkpoint`](Self::checkpoint)).
+    progress: Progress,
+    /// The inputs and settings, stamped at the start.
+    base: Result<CheckpointBase, PipelineError>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -110,8 +116,22 @@ impl Loader {
             }
         };
         let push = running.push.take();
+        let config = &running.config;
+        let base = if config.push.is_some() {
+            Err(PipelineError::Config(
+                "a push-mode loader has no checkpoint: its data is what is pushed".into(),
+            ))
+        } else {
+            CheckpointBase::of(config)
+        };
+        let progress = match &config.resume {
+            Some(r) => Progress::resumed(r, 1),
+            None => Progress::new(1),
+        };
         let loader = Loader {
-            merged: MergedState::new(&running.queue, &running.recorders),
+            merged: MergedState::new(&running.queue, &running.recorders, config),
+            progress,
+            base,
             stats: running.recorders.stats(),
             _feed: running.feed,
             queue: running.queue,
@@ -171,6 +191,29 @@ impl Loader {
         r
     }
 
+    /// The checkpoint of the batches taken so far through this loader's own
+    /// iteration ([`iter`](Self::iter), `for batch in loader`,
+    /// [`next_timeout`](Self::next_timeout)) — take it between two batches;
+    /// [`LoaderBuilder::resume`] goes on from exactly there. Batches taken
+    /// by [`device_iter`](Self::device_iter)s are not covered.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let mut loader = Loader::builder().files(["data/*.jsonl"]).seed(7).build()?;
+    /// let first: Vec<_> = loader.iter().take(10).collect();
+    /// let cp = loader.checkpoint()?;
+    /// cp.save_atomic(std::path::Path::new("cp.json")).map_err(|e| {
+    ///     feedline_actors::PipelineError::Checkpoint(std::sync::Arc::new(e))
+    /// })?;
+    /// drop(loader);
+    /// let rest = Loader::builder().files(["data/*.jsonl"]).seed(7).resume(cp).build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn checkpoint(&self) -> Result<Checkpoint, PipelineError> {
+        let base = self.base.as_ref().map_err(Clone::clone)?;
+        Ok(self.progress.checkpoint(base))
+    }
+
     /// Stop everything and wait for every thread. Also what `drop` does.
     pub fn shutdown(&mut self) {
         // Iterators on other threads get `Stopped` now, whatever the actors do.
@@ -201,10 +244,11 @@ impl Loader {
             let lane = self.merged.lanes.of_batch(self.merged.next_seq);
             match self.pop(lane) {
                 Ok(Popped::Batch(d)) => {
-                    self.merged.next_seq = d.seq + 1;
+                    self.merged.next_seq = self.merged.next_seq(d.pass, d.seq + 1);
+                    self.progress.take(&d);
                     return Some(Ok(d));
                 }
-                Ok(Popped::EndOfPass(_)) => {
+                Ok(Popped::EndOfPass(pass)) => {
                     // Every other lane holds this pass's marker next: take them.
                     for other in (0..self.merged.lanes.count()).filter(|&l| l != lane) {
                         match self.pop(other) {
@@ -220,7 +264,8 @@ impl Loader {
                             }
                         }
                     }
-                    self.merged.next_seq = 0;
+                    self.merged.next_seq = self.merged.next_seq(pass + 1, 0);
+                    self.progress.pass_ended(pass);
                 }
                 Ok(Popped::EndOfData) => {
                     self.merged.ended = true;
@@ -283,12 +328,15 @@ struct MergedState {
     next_seq: u64,
     ended: bool,
     timeout: Option<Duration>,
+    /// A resumed pipeline leaves out the batches consumed before.
+    resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
 }
 
 impl MergedState {
-    fn new(queue: &BatchQueue, recorders: &Recorders) -> Self {
+    fn new(queue: &BatchQueue, recorders: &Recorders, config: &PipelineConfig) -> Self {
         let lanes = queue.lanes();
-        MergedState {
+        let resume = config.resume.clone();
+        let mut merged = MergedState {
             poppers: (0..lanes.count())
                 .map(|c| Popper::new(queue, recorders, c))
                 .collect(),
@@ -296,7 +344,18 @@ impl MergedState {
             next_seq: 0,
             ended: false,
             timeout: None,
+            resume,
+        };
+        if let Some(r) = &merged.resume {
+            merged.next_seq = merged.next_seq(r.first_pass(), 0);
         }
+        merged
+    }
+
+    /// The number of the next batch of `pass` from `seq` on: the first not
+    /// left out by a resume.
+    fn next_seq(&self, pass: u64, seq: u64) -> u64 {
+        self.resume.as_ref().map_or(seq, |r| r.next_seq(pass, seq))
     }
 }
 

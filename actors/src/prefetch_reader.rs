@@ -395,6 +395,11 @@ impl PrefetchReader {
         }
         let cur = self.current.as_mut().expect("a current file");
         let chunk = cur.task.task.stride.filter(chunk);
+        // Resumed: the records the checkpoint says were consumed are left out.
+        let chunk = match &self.config.resume {
+            Some(r) => r.filter(cur.task.task.pass, chunk),
+            None => chunk,
+        };
         // The record filter / map, on this reader's own records only.
         let (chunk, failed) = match &self.config.transforms.records {
             None => (chunk, Vec::new()),

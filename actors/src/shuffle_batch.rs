@@ -140,10 +140,16 @@ impl ShuffleBatch {
         let sets = (config.sets.iter())
             .map(|s| (s.name.clone(), s.weight))
             .collect();
-        let intake = ChunkIntake::new(config.deterministic, config.reorder_window, sets);
+        let first = config.resume.as_ref().map_or(0, |r| r.first_pass());
+        let intake =
+            ChunkIntake::new(config.deterministic, config.reorder_window, sets).starting_at(first);
+        let mut buffer = shuffle_buffer(&config);
+        buffer.start_pass(first);
+        let mut numbering = BatchNumbering::new(queue.lanes());
+        numbering.start_pass(first);
         ShuffleBatch {
-            buffer: shuffle_buffer(&config),
-            numbering: BatchNumbering::new(queue.lanes()),
+            buffer,
+            numbering,
             schema,
             batcher,
             queue,
@@ -288,6 +294,10 @@ impl ShuffleBatch {
     /// if it belongs to the end-of-pass drain.
     fn emit(&mut self, rows: Vec<RowRef>) {
         let job = self.numbering.job(rows);
+        // Resumed: a batch the checkpoint says was consumed is left out.
+        if (self.config.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
+            return;
+        }
         self.recorder.batch_made();
         if self.drain.is_drawing() {
             self.drain.defer(job);
