@@ -83,6 +83,14 @@ impl Loader {
     }
 
     fn start_full(config: PipelineConfig) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
+        // Stamped from the settings as given (the pipeline expands them).
+        let base = if config.push.is_some() {
+            Err(PipelineError::Config(
+                "a push-mode loader has no checkpoint: its data is what is pushed".into(),
+            ))
+        } else {
+            CheckpointBase::of(&config)
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("feedline-system".into())
@@ -117,13 +125,6 @@ impl Loader {
         };
         let push = running.push.take();
         let config = &running.config;
-        let base = if config.push.is_some() {
-            Err(PipelineError::Config(
-                "a push-mode loader has no checkpoint: its data is what is pushed".into(),
-            ))
-        } else {
-            CheckpointBase::of(config)
-        };
         let progress = match &config.resume {
             Some(r) => Progress::resumed(r, 1),
             None => Progress::new(1),
