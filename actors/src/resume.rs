@@ -455,6 +455,23 @@ impl ResumeFrom {
         matches!(self.rules.get(&pass), Some(Rule::Nothing))
     }
 
+    /// Where a reader of `source` in `pass` starts, asked to start at
+    /// `start`: past the consumed records that follow `start` without a gap.
+    pub(crate) fn start_record(&self, pass: u64, source: &str, start: u64) -> u64 {
+        let Some(Rule::Records(taken)) = self.rules.get(&pass) else {
+            return start;
+        };
+        let Some(ranges) = taken.get(&SourceId::intern(source)) else {
+            return start;
+        };
+        let r = ranges.ranges();
+        let i = r.partition_point(|&[_, e]| e <= start);
+        match r.get(i) {
+            Some(&[s, e]) if s <= start => e,
+            _ => start,
+        }
+    }
+
     /// The rows of `chunk` (of `pass`) not consumed before.
     pub(crate) fn filter(&self, pass: u64, chunk: Chunk) -> Chunk {
         match self.rules.get(&pass) {
@@ -480,5 +497,50 @@ mod tests {
         s.insert(1);
         s.insert(2);
         assert_eq!(s.ranges().ranges(), &[[0, 10]]);
+    }
+
+    #[test]
+    fn readers_start_past_a_consumed_prefix_and_batches_are_left_out() {
+        let src = SourceId::intern("/resume/unit/f0");
+        let by_record = ResumeFrom {
+            first_pass: 1,
+            rules: BTreeMap::from([(
+                1,
+                Rule::Records(HashMap::from([(
+                    src,
+                    RecordRanges::from_ranges([[0, 10], [12, 15]]),
+                )])),
+            )]),
+            taken: BTreeMap::new(),
+            done_before: 1,
+            by_record: true,
+        };
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 0), 10);
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 10), 10);
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 13), 15);
+        assert_eq!(by_record.start_record(1, "/resume/unit/other", 0), 0);
+        assert_eq!(by_record.start_record(2, "/resume/unit/f0", 0), 0);
+        let by_seq = ResumeFrom {
+            rules: BTreeMap::from([(1, Rule::Batches(RecordRanges::from_records([0, 1, 2, 5])))]),
+            by_record: false,
+            ..by_record
+        };
+        assert!(by_seq.skips_batch(1, 2) && !by_seq.skips_batch(1, 3) && !by_seq.skips_batch(2, 0));
+        assert_eq!(by_seq.next_seq(1, 0), 3);
+        assert_eq!(by_seq.next_seq(1, 5), 6);
+        assert_eq!(by_seq.next_seq(2, 0), 0);
+    }
+
+    #[test]
+    fn progress_keeps_the_last_complete_pass_and_counts_consumers() {
+        let mut p = Progress::new(2);
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 0, "one of two consumers");
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 1);
+        p.pass_ended(1);
+        p.pass_ended(1);
+        assert_eq!(p.passes.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert!(p.passes[&1].complete);
     }
 }

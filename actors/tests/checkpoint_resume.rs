@@ -155,7 +155,11 @@ fn check_stop(case: &Case, stop: usize, full: &[Got]) {
     // Resuming from the end of the resumed run delivers nothing.
     if stop == 1 {
         let mut resumed = builder(case, r2, d2).resume(cp).build().unwrap();
-        let n = resumed.iter().map(|d| d.unwrap()).count();
+        let mut n = 0;
+        for d in resumed.iter() {
+            d.unwrap();
+            n += 1;
+        }
         let end = resumed.checkpoint().unwrap();
         assert_eq!(end.batches, n as u64);
         assert_eq!(end.pass, 2, "{end:?}");

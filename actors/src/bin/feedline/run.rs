@@ -17,9 +17,10 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use feedline::checkpoint::save_atomic;
 use feedline::plan::expand_inputs;
 use feedline_actors::{
     Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError,
@@ -175,14 +176,20 @@ impl Delivery {
         let Some(s) = &self.saving else {
             return Ok(());
         };
+        let t0 = Instant::now();
         let cp = self.progress.checkpoint(&s.base);
-        cp.save_atomic(&s.path)
+        let json = cp.to_json();
+        let made = t0.elapsed();
+        save_atomic(&s.path, json.as_bytes())
             .map_err(|e| CliError::Pipeline(PipelineError::Checkpoint(Arc::new(e))))?;
         log::debug!(
-            "checkpoint {}: {} batches, pass {}",
+            "checkpoint {}: {} batches, pass {}, {} bytes, made in {:.3} ms, written in {:.3} ms",
             s.path.display(),
             cp.batches,
-            cp.pass
+            cp.pass,
+            json.len(),
+            made.as_secs_f64() * 1e3,
+            (t0.elapsed() - made).as_secs_f64() * 1e3
         );
         Ok(())
     }
