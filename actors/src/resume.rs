@@ -63,6 +63,24 @@ impl RangeSet {
         self.0.insert(start, end);
     }
 
+    /// Insert `[s, e)`, merging what it touches.
+    fn insert_range(&mut self, s: u64, e: u64) {
+        let (mut start, mut end) = (s, e);
+        if let Some((&ps, &pe)) = self.0.range(..=s).next_back() {
+            if pe >= s {
+                start = ps;
+                end = end.max(pe);
+            }
+        }
+        let touched: Vec<u64> = self.0.range(start..=end).map(|(&k, _)| k).collect();
+        for k in touched {
+            if let Some(v) = self.0.remove(&k) {
+                end = end.max(v);
+            }
+        }
+        self.0.insert(start, end);
+    }
+
     fn ranges(&self) -> RecordRanges {
         RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
     }
@@ -126,8 +144,28 @@ impl Progress {
         });
         p.batches += 1;
         p.seqs.insert(d.seq);
-        for o in d.batch.origins() {
-            p.records.entry(o.source).or_default().insert(o.record);
+        // Sorted, each run of consecutive records of a source inserted at once.
+        let mut refs: Vec<(SourceId, u64)> = d
+            .batch
+            .origins()
+            .iter()
+            .map(|o| (o.source, o.record))
+            .collect();
+        refs.sort_unstable();
+        let mut i = 0;
+        while i < refs.len() {
+            let source = refs[i].0;
+            let set = p.records.entry(source).or_default();
+            while i < refs.len() && refs[i].0 == source {
+                let start = refs[i].1;
+                let mut end = start + 1;
+                i += 1;
+                while i < refs.len() && refs[i].0 == source && refs[i].1 <= end {
+                    end = end.max(refs[i].1 + 1);
+                    i += 1;
+                }
+                set.insert_range(start, end);
+            }
         }
     }
 
@@ -497,6 +535,16 @@ mod tests {
         s.insert(1);
         s.insert(2);
         assert_eq!(s.ranges().ranges(), &[[0, 10]]);
+        s.insert_range(20, 25);
+        s.insert_range(12, 14);
+        s.insert_range(14, 20);
+        assert_eq!(s.ranges().ranges(), &[[0, 10], [12, 25]]);
+        s.insert_range(5, 13);
+        assert_eq!(s.ranges().ranges(), &[[0, 25]]);
+        s.insert_range(30, 31);
+        s.insert_range(26, 29);
+        s.insert_range(25, 26);
+        assert_eq!(s.ranges().ranges(), &[[0, 29], [30, 31]]);
     }
 
     #[test]

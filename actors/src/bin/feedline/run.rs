@@ -16,11 +16,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use feedline::checkpoint::save_atomic;
+use feedline::checkpoint::{save_atomic, CheckpointError, CheckpointResult};
 use feedline::plan::expand_inputs;
 use feedline_actors::{
     Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError,
@@ -119,6 +120,52 @@ struct Saving {
     path: PathBuf,
     every: u64,
     base: CheckpointBase,
+    /// Writes the checkpoints made during the run, off the devices' path.
+    writer: Option<Writer>,
+}
+
+/// A thread that writes checkpoints atomically, in the order made (only
+/// the newest of those waiting: an older one would be overwritten at once).
+struct Writer {
+    tx: mpsc::Sender<(u64, String)>,
+    thread: JoinHandle<CheckpointResult<()>>,
+}
+
+impl Writer {
+    fn start(path: PathBuf) -> CliResult<Writer> {
+        let (tx, rx) = mpsc::channel::<(u64, String)>();
+        let thread = std::thread::Builder::new()
+            .name("feedline-checkpoint".into())
+            .spawn(move || {
+                while let Ok(mut next) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        next = newer;
+                    }
+                    let t0 = Instant::now();
+                    save_atomic(&path, next.1.as_bytes())?;
+                    log::debug!(
+                        "checkpoint {}: {} batches, {} bytes, written in {:.3} ms",
+                        path.display(),
+                        next.0,
+                        next.1.len(),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                Ok(())
+            })
+            .map_err(|e| CliError::usage(format!("cannot start a thread: {e}")))?;
+        Ok(Writer { tx, thread })
+    }
+
+    /// Wait for every checkpoint sent; the first failure to write one.
+    fn finish(self) -> CheckpointResult<()> {
+        drop(self.tx);
+        self.thread.join().unwrap_or(Ok(()))
+    }
+}
+
+fn checkpoint_error(e: CheckpointError) -> CliError {
+    CliError::Pipeline(PipelineError::Checkpoint(Arc::new(e)))
 }
 
 /// What the devices share: the trace, what was delivered, the checkpoints.
@@ -147,7 +194,7 @@ impl Delivery {
         self.progress.take(d);
         let n = self.progress.batches();
         if self.saving.as_ref().is_some_and(|s| n % s.every == 0) {
-            self.save().map_err(|e| e.to_string())?;
+            self.save_later().map_err(|e| e.to_string())?;
         }
         if self.stop_after == Some(n) {
             if let Some(stop) = self.stop.take() {
@@ -171,27 +218,50 @@ impl Delivery {
         }
     }
 
-    /// Save the checkpoint now (the trace is flushed line by line).
-    fn save(&self) -> Result<(), CliError> {
-        let Some(s) = &self.saving else {
-            return Ok(());
-        };
+    /// The checkpoint of what was delivered, as JSON (the trace is
+    /// flushed line by line, so it already holds every line it covers).
+    fn make(&self, s: &Saving) -> String {
         let t0 = Instant::now();
         let cp = self.progress.checkpoint(&s.base);
         let json = cp.to_json();
-        let made = t0.elapsed();
-        save_atomic(&s.path, json.as_bytes())
-            .map_err(|e| CliError::Pipeline(PipelineError::Checkpoint(Arc::new(e))))?;
         log::debug!(
-            "checkpoint {}: {} batches, pass {}, {} bytes, made in {:.3} ms, written in {:.3} ms",
-            s.path.display(),
+            "checkpoint of {} batches (pass {}) made in {:.3} ms",
             cp.batches,
             cp.pass,
-            json.len(),
-            made.as_secs_f64() * 1e3,
-            (t0.elapsed() - made).as_secs_f64() * 1e3
+            t0.elapsed().as_secs_f64() * 1e3
         );
+        json
+    }
+
+    /// Make the checkpoint now, and hand it to the writer.
+    fn save_later(&mut self) -> CliResult<()> {
+        let Some(s) = &self.saving else {
+            return Ok(());
+        };
+        let json = self.make(s);
+        let Some(w) = &s.writer else {
+            return Ok(());
+        };
+        if w.tx.send((self.progress.batches(), json)).is_err() {
+            // The writer stopped on an error: that error.
+            let w = self.saving.as_mut().and_then(|s| s.writer.take());
+            if let Some(w) = w {
+                w.finish().map_err(checkpoint_error)?;
+            }
+        }
         Ok(())
+    }
+
+    /// The last checkpoint: wait for the writer, then write it here.
+    fn save_last(&mut self) -> CliResult<()> {
+        let Some(s) = &mut self.saving else {
+            return Ok(());
+        };
+        if let Some(w) = s.writer.take() {
+            w.finish().map_err(checkpoint_error)?;
+        }
+        let s = self.saving.as_ref().expect("saving");
+        save_atomic(&s.path, self.make(s).as_bytes()).map_err(checkpoint_error)
     }
 }
 
@@ -271,6 +341,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
                 path: path.clone(),
                 every: args.checkpoint_every,
                 base: CheckpointBase::of(&config)?,
+                writer: Some(Writer::start(path.clone())?),
             })
         }
         None => None,
@@ -299,7 +370,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         t.finish()?;
     }
     // The last checkpoint: what was delivered, however the run ended.
-    delivery.lock().save()?;
+    delivery.lock().save_last()?;
     let mut out = Stdout::new();
     if args.json {
         let text = serde_json::to_string_pretty(&snap).unwrap_or_default();
