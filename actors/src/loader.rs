@@ -210,7 +210,7 @@ impl Loader {
     /// let rest = Loader::builder().files(["data/*.jsonl"]).seed(7).resume(cp).build()?;
     /// # Ok::<(), feedline_actors::PipelineError>(())
     /// ```
-    pub fn checkpoint(&self) -> Result<Checkpoint, PipelineError> {
+    pub fn checkpoint(&mut self) -> Result<Checkpoint, PipelineError> {
         let base = self.base.as_ref().map_err(Clone::clone)?;
         Ok(self.progress.checkpoint(base))
     }

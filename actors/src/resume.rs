@@ -63,24 +63,6 @@ impl RangeSet {
         self.0.insert(start, end);
     }
 
-    /// Insert `[s, e)`, merging what it touches.
-    fn insert_range(&mut self, s: u64, e: u64) {
-        let (mut start, mut end) = (s, e);
-        if let Some((&ps, &pe)) = self.0.range(..=s).next_back() {
-            if pe >= s {
-                start = ps;
-                end = end.max(pe);
-            }
-        }
-        let touched: Vec<u64> = self.0.range(start..=end).map(|(&k, _)| k).collect();
-        for k in touched {
-            if let Some(v) = self.0.remove(&k) {
-                end = end.max(v);
-            }
-        }
-        self.0.insert(start, end);
-    }
-
     fn ranges(&self) -> RecordRanges {
         RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
     }
@@ -93,7 +75,29 @@ struct PassTaken {
     batches: u64,
     by_seq: bool,
     seqs: RangeSet,
-    records: HashMap<SourceId, RangeSet>,
+    records: HashMap<SourceId, RecordRanges>,
+    /// Records taken since the last merge into `records` (appending is
+    /// cheaper per batch than inserting into range sets).
+    pending: Vec<(SourceId, u64)>,
+}
+
+/// Records pending before they are merged into the range sets.
+const PENDING_MAX: usize = 1 << 16;
+
+impl PassTaken {
+    /// Merge the pending records into the range sets.
+    fn merge(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending.sort_unstable();
+        for run in self.pending.chunk_by(|a, b| a.0 == b.0) {
+            let new = RecordRanges::from_ranges(run.iter().map(|&(_, r)| [r, r + 1]));
+            let set = self.records.entry(run[0].0).or_default();
+            *set = RecordRanges::union([&*set, &new]);
+        }
+        self.pending.clear();
+    }
 }
 
 /// What the consumers took, pass by pass: updated with every batch taken
@@ -144,28 +148,10 @@ impl Progress {
         });
         p.batches += 1;
         p.seqs.insert(d.seq);
-        // Sorted, each run of consecutive records of a source inserted at once.
-        let mut refs: Vec<(SourceId, u64)> = d
-            .batch
-            .origins()
-            .iter()
-            .map(|o| (o.source, o.record))
-            .collect();
-        refs.sort_unstable();
-        let mut i = 0;
-        while i < refs.len() {
-            let source = refs[i].0;
-            let set = p.records.entry(source).or_default();
-            while i < refs.len() && refs[i].0 == source {
-                let start = refs[i].1;
-                let mut end = start + 1;
-                i += 1;
-                while i < refs.len() && refs[i].0 == source && refs[i].1 <= end {
-                    end = end.max(refs[i].1 + 1);
-                    i += 1;
-                }
-                set.insert_range(start, end);
-            }
+        p.pending
+            .extend(d.batch.origins().iter().map(|o| (o.source, o.record)));
+        if p.pending.len() >= PENDING_MAX {
+            p.merge();
         }
     }
 
@@ -189,14 +175,17 @@ impl Progress {
     }
 
     /// The checkpoint of what was taken, with `base`'s identity.
-    pub fn checkpoint(&self, base: &CheckpointBase) -> Checkpoint {
+    pub fn checkpoint(&mut self, base: &CheckpointBase) -> Checkpoint {
+        for t in self.passes.values_mut() {
+            t.merge();
+        }
         let mut table = SourceTable::default();
         let pass = (self.passes.iter())
             .find(|(_, t)| !t.complete)
             .map_or(self.next_pass, |(&p, _)| p.min(self.next_pass));
         let passes = (self.passes.iter())
             .map(|(&p, t)| {
-                let mut records: Vec<(SourceId, &RangeSet)> =
+                let mut records: Vec<(SourceId, &RecordRanges)> =
                     t.records.iter().map(|(&s, r)| (s, r)).collect();
                 records.sort_by_key(|(s, _)| s.name());
                 PassProgress {
@@ -211,7 +200,7 @@ impl Progress {
                     },
                     records: records
                         .into_iter()
-                        .map(|(s, r)| (table.index(s), r.ranges()))
+                        .map(|(s, r)| (table.index(s), r.clone()))
                         .collect(),
                 }
             })
@@ -428,7 +417,8 @@ impl ResumeFrom {
                 } else {
                     RangeSet::default()
                 },
-                records: records.iter().map(|(&s, r)| (s, RangeSet::of(r))).collect(),
+                records: records.clone(),
+                pending: Vec::new(),
             };
             taken.insert(pass, t);
             rules.insert(
@@ -535,16 +525,6 @@ mod tests {
         s.insert(1);
         s.insert(2);
         assert_eq!(s.ranges().ranges(), &[[0, 10]]);
-        s.insert_range(20, 25);
-        s.insert_range(12, 14);
-        s.insert_range(14, 20);
-        assert_eq!(s.ranges().ranges(), &[[0, 10], [12, 25]]);
-        s.insert_range(5, 13);
-        assert_eq!(s.ranges().ranges(), &[[0, 25]]);
-        s.insert_range(30, 31);
-        s.insert_range(26, 29);
-        s.insert_range(25, 26);
-        assert_eq!(s.ranges().ranges(), &[[0, 29], [30, 31]]);
     }
 
     #[test]

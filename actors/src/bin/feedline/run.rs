@@ -127,13 +127,13 @@ struct Saving {
 /// A thread that writes checkpoints atomically, in the order made (only
 /// the newest of those waiting: an older one would be overwritten at once).
 struct Writer {
-    tx: mpsc::Sender<(u64, String)>,
+    tx: mpsc::Sender<Checkpoint>,
     thread: JoinHandle<CheckpointResult<()>>,
 }
 
 impl Writer {
     fn start(path: PathBuf) -> CliResult<Writer> {
-        let (tx, rx) = mpsc::channel::<(u64, String)>();
+        let (tx, rx) = mpsc::channel::<Checkpoint>();
         let thread = std::thread::Builder::new()
             .name("feedline-checkpoint".into())
             .spawn(move || {
@@ -142,12 +142,13 @@ impl Writer {
                         next = newer;
                     }
                     let t0 = Instant::now();
-                    save_atomic(&path, next.1.as_bytes())?;
+                    let json = next.to_json();
+                    save_atomic(&path, json.as_bytes())?;
                     log::debug!(
                         "checkpoint {}: {} batches, {} bytes, written in {:.3} ms",
                         path.display(),
-                        next.0,
-                        next.1.len(),
+                        next.batches,
+                        json.len(),
                         t0.elapsed().as_secs_f64() * 1e3
                     );
                 }
@@ -164,6 +165,20 @@ impl Writer {
     }
 }
 
+/// The checkpoint of what was delivered (the trace is flushed line by
+/// line, so it already holds every line it covers).
+fn make(progress: &mut Progress, s: &Saving) -> Checkpoint {
+    let t0 = Instant::now();
+    let cp = progress.checkpoint(&s.base);
+    log::debug!(
+        "checkpoint of {} batches (pass {}) made in {:.3} ms",
+        cp.batches,
+        cp.pass,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    cp
+}
+
 fn checkpoint_error(e: CheckpointError) -> CliError {
     CliError::Pipeline(PipelineError::Checkpoint(Arc::new(e)))
 }
@@ -178,6 +193,8 @@ struct Delivery {
     stop_after: Option<u64>,
     /// Fired once `stop_after` batches are delivered.
     stop: Option<oneshot::Sender<()>>,
+    /// Time the devices spent on keeping the progress and making checkpoints.
+    spent: Duration,
 }
 
 impl Delivery {
@@ -191,11 +208,13 @@ impl Delivery {
             t.write(device, d)
                 .map_err(|e| format!("trace {}: {e}", t.path.display()))?;
         }
+        let t0 = Instant::now();
         self.progress.take(d);
         let n = self.progress.batches();
         if self.saving.as_ref().is_some_and(|s| n % s.every == 0) {
             self.save_later().map_err(|e| e.to_string())?;
         }
+        self.spent += t0.elapsed();
         if self.stop_after == Some(n) {
             if let Some(stop) = self.stop.take() {
                 let _ = stop.send(());
@@ -218,31 +237,16 @@ impl Delivery {
         }
     }
 
-    /// The checkpoint of what was delivered, as JSON (the trace is
-    /// flushed line by line, so it already holds every line it covers).
-    fn make(&self, s: &Saving) -> String {
-        let t0 = Instant::now();
-        let cp = self.progress.checkpoint(&s.base);
-        let json = cp.to_json();
-        log::debug!(
-            "checkpoint of {} batches (pass {}) made in {:.3} ms",
-            cp.batches,
-            cp.pass,
-            t0.elapsed().as_secs_f64() * 1e3
-        );
-        json
-    }
-
     /// Make the checkpoint now, and hand it to the writer.
     fn save_later(&mut self) -> CliResult<()> {
         let Some(s) = &self.saving else {
             return Ok(());
         };
-        let json = self.make(s);
+        let cp = make(&mut self.progress, s);
         let Some(w) = &s.writer else {
             return Ok(());
         };
-        if w.tx.send((self.progress.batches(), json)).is_err() {
+        if w.tx.send(cp).is_err() {
             // The writer stopped on an error: that error.
             let w = self.saving.as_mut().and_then(|s| s.writer.take());
             if let Some(w) = w {
@@ -260,8 +264,13 @@ impl Delivery {
         if let Some(w) = s.writer.take() {
             w.finish().map_err(checkpoint_error)?;
         }
+        log::debug!(
+            "progress and checkpoints took the devices {:.3} ms over {} batches",
+            self.spent.as_secs_f64() * 1e3,
+            self.progress.batches()
+        );
         let s = self.saving.as_ref().expect("saving");
-        save_atomic(&s.path, self.make(s).as_bytes()).map_err(checkpoint_error)
+        (make(&mut self.progress, s).save_atomic(&s.path)).map_err(checkpoint_error)
     }
 }
 
@@ -357,6 +366,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         saving,
         stop_after: args.stop_after,
         stop: Some(stop_tx),
+        spent: Duration::ZERO,
     }));
     let steps: Vec<Device> = (0..args.devices)
         .map(|_| Device {
