@@ -4,8 +4,9 @@
 //! every instance of each pass exactly once; in deterministic mode the
 //! resumed batches are the uninterrupted run's (ids, values, numbers).
 //! Stop points: the first batch, the last batch of a pass, just after a
-//! pass boundary, random ones and the very end; with bad records skipped,
-//! with file sets, and elastic (3 ranks → 2, 2 → 3, mid-pass).
+//! pass boundary, random ones and the very end; with bad records skipped
+//! and a reader restart, with file sets, and elastic (3 ranks → 2, 2 → 3,
+//! mid-pass).
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{all_ids, assert_exactly_once, synth_registry, Fault, SynthFormat};
-use feedline_actors::{Checkpoint, ErrorPolicy, FileSet, Loader, LoaderBuilder, ShardBy};
+use feedline_actors::{Checkpoint, Equalize, ErrorPolicy, FileSet, Loader, LoaderBuilder, ShardBy};
 use rand::{Rng, SeedableRng};
 
 /// A delivered batch as compared: pass, seq, ids and the bits of `x`.
@@ -50,6 +51,8 @@ fn synth(case: &Case) -> SynthFormat {
         for (f, r) in [("f0", 3), ("f1", 0), ("f1", 49), ("f3", 30)] {
             s = s.fault(f, r, Fault::BadRecord);
         }
+        // A reader dies once mid-file: replaced, it resumes the file.
+        s = s.fault("f2", 10, Fault::Panic { times: 1 });
     }
     s.build()
 }
@@ -350,6 +353,16 @@ fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
     let half = taken(base().shard(1, 2).build().unwrap(), 1);
     let e = msg(base().shard(0, 3).resume(half));
     assert!(e.contains("got ranks [1]"), "{e}");
+    // Equalized ranks resume only by batch number (deterministic, same shard).
+    let e = msg(base().equalize(Equalize::Drop).resume(cp.clone()));
+    assert!(e.contains("setting `equalize` changed"), "{e}");
+    let eq = || base().equalize(Equalize::Drop).shard(0, 2);
+    let cp_eq = taken(eq().build().unwrap(), 1);
+    let e = msg(eq().resume(cp_eq));
+    assert!(
+        e.contains("equalize (Drop) cannot be resumed by record"),
+        "{e}"
+    );
     // The file grew.
     std::fs::write(&path, format!("{text}{{\"v\": 40}}\n")).unwrap();
     let e = msg(base().resume(cp));
