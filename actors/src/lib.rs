@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod arbiters;
+mod checkpointing;
 mod config;
 mod error;
 mod feed_queue;

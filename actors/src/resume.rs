@@ -26,13 +26,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use feedline::checkpoint::{
-    Checkpoint, CheckpointError, FileStamp, InputFingerprint, PassProgress, RecordRanges,
-    SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
+    Checkpoint, CheckpointError, InputFingerprint, PassProgress, RecordRanges, SettingsFingerprint,
+    SourceTable, CHECKPOINT_VERSION,
 };
-use feedline::plan::{expand_inputs, Equalize};
+use feedline::plan::Equalize;
 use feedline::{Chunk, SourceId};
 
-use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::messages::Delivered;
 
@@ -236,69 +235,6 @@ pub struct CheckpointBase {
     pub deterministic: bool,
 }
 
-impl CheckpointBase {
-    /// The identity of a pipeline of these settings: every input file
-    /// stamped (path, size, modification time; a source that is no file,
-    /// such as `gen:NAME`, by its name alone) and the settings that fix
-    /// the order of the batches.
-    pub fn of(config: &PipelineConfig) -> Result<Self, PipelineError> {
-        let mut files = Vec::new();
-        let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
-        for list in lists.filter(|l| !l.is_empty()) {
-            for spec in expand_inputs(list)? {
-                let bare = match config.registry.resolve(&spec, config.format.as_deref()) {
-                    Ok((_, bare, _)) => bare,
-                    Err(_) => std::path::PathBuf::from(&spec),
-                };
-                let stamp = match FileStamp::of(&bare.to_string_lossy()) {
-                    Ok(s) => FileStamp { path: spec, ..s },
-                    Err(_) => FileStamp {
-                        path: spec,
-                        size: 0,
-                        mtime_ns: None,
-                    },
-                };
-                files.push(stamp);
-            }
-        }
-        let t = &config.transforms;
-        let sets: Vec<String> = (config.sets.iter())
-            .map(|s| format!("{}={:?}*{}", s.name, s.files, s.weight))
-            .collect();
-        let settings = SettingsFingerprint::new()
-            .with("seed", config.seed)
-            .with("shuffle", config.shuffle)
-            .with("min_pool", format!("{:?}", config.min_pool))
-            .with("shuffle_bytes", config.shuffle_bytes)
-            .with("batch", format!("{:?}", config.batch))
-            .with("drop_last", config.drop_last)
-            .with("shuffle_files", config.shuffle_files)
-            .with("deterministic", config.deterministic)
-            .with("chunk_records", config.chunk_records)
-            .with("chunk_bytes", config.chunk_bytes)
-            .with("shard_by", format!("{:?}", config.shard_by))
-            .with("equalize", format!("{:?}", config.equalize))
-            .with("format", format!("{:?}", config.format))
-            .with("sets", format!("[{}]", sets.join(", ")))
-            .with(
-                "transforms",
-                format!(
-                    "records: {}, instance: {}, batch: {}",
-                    t.records.is_some(),
-                    t.instance.is_some(),
-                    t.batch.is_some()
-                ),
-            );
-        Ok(CheckpointBase {
-            inputs: InputFingerprint { files },
-            settings,
-            rank: config.shard.rank as u32,
-            world_size: config.shard.world_size as u32,
-            deterministic: config.deterministic,
-        })
-    }
-}
-
 /// How a resumed pass goes on.
 #[derive(Clone, Debug)]
 enum Rule {
@@ -324,21 +260,18 @@ pub struct ResumeFrom {
 }
 
 impl ResumeFrom {
-    /// How `config` goes on from `checkpoints` — one, or one per rank of
-    /// the old job (merged: an elastic resume under `config`'s shard).
-    /// Every checkpoint must match `config`'s inputs and order-fixing
-    /// settings; the error says what changed.
-    pub fn new(checkpoints: &[Checkpoint], config: &PipelineConfig) -> Result<Self, PipelineError> {
+    /// How a pipeline identified by `now`, of `pass_count` passes, goes on
+    /// from `checkpoints` ([`ResumeFrom::new`] with the settings' parts).
+    pub(crate) fn plan(
+        checkpoints: &[Checkpoint],
+        now: &CheckpointBase,
+        pass_count: u64,
+        equalize: Equalize,
+    ) -> Result<Self, PipelineError> {
         let cp_err = |e: CheckpointError| PipelineError::Checkpoint(Arc::new(e));
         let Some(first) = checkpoints.first() else {
             return Err(merge_error("no checkpoint given".into()));
         };
-        if config.push.is_some() {
-            return Err(PipelineError::Config(
-                "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
-            ));
-        }
-        let now = CheckpointBase::of(config)?;
         for cp in checkpoints {
             cp.inputs.check_unchanged(&now.inputs).map_err(cp_err)?;
             cp.settings
@@ -380,10 +313,10 @@ impl ResumeFrom {
                 .filter(|p| p.pass >= first_pass)
                 .all(|p| p.by_seq);
         let by_record = !by_seq;
-        if by_record && config.equalize != Equalize::Off {
+        if by_record && equalize != Equalize::Off {
             return Err(PipelineError::Config(format!(
                 "equalize ({:?}) cannot be resumed by record (shuffled mode or another shard): its quotas count whole passes; resume in deterministic mode on the same shard, or without equalize",
-                config.equalize
+                equalize
             )));
         }
         // Per pass from `first_pass` on: what every checkpoint took.
@@ -432,11 +365,11 @@ impl ResumeFrom {
         }
         let mut first_pass = first_pass;
         let mut done_before = first_pass;
-        if first_pass >= config.passes {
+        if first_pass >= pass_count {
             // Every pass was consumed: run the last one empty, so that the
             // pipeline ends as usual.
-            first_pass = config.passes.saturating_sub(1);
-            done_before = config.passes;
+            first_pass = pass_count.saturating_sub(1);
+            done_before = pass_count;
             rules = BTreeMap::from([(first_pass, Rule::Nothing)]);
             taken.clear();
         }
