@@ -21,6 +21,13 @@
 //!   is delivered once.
 //!
 //! Later passes run as they would have.
+//!
+//! [`Loader::checkpoint`](crate::Loader::checkpoint) and
+//! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
+//! actix embedder with its own [`TrainStep`](crate::TrainStep)s keeps a
+//! [`Progress`] (`take` in `step`, `pass_ended` in `end_of_pass`, one
+//! consumer per device) and sets `PipelineConfig::resume`, as
+//! `feedline run --checkpoint/--resume` does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
