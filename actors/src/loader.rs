@@ -6,7 +6,10 @@
 
 mod builder;
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -58,8 +61,9 @@ pub struct Loader {
     system: Option<System>,
     thread: Option<JoinHandle<()>>,
     merged: MergedState,
-    /// What this loader's iteration took (for [`checkpoint`](Self::checkpoint)).
-    progress: Progress,
+    /// What this loader's iteration and its device iterators took (for
+    /// [`checkpoint`](Self::checkpoint)).
+    progress: Arc<Mutex<Progress>>,
     /// The inputs and settings, stamped at the start.
     base: Result<CheckpointBase, PipelineError>,
 }
@@ -125,10 +129,11 @@ impl Loader {
         };
         let push = running.push.take();
         let config = &running.config;
-        let progress = match &config.resume {
-            Some(r) => Progress::resumed(r, 1),
-            None => Progress::new(1),
-        };
+        // Device iterators: one consumer per device, each sees every end of pass.
+        let progress = Arc::new(Mutex::new(match &config.resume {
+            Some(r) => Progress::resumed(r, config.devices),
+            None => Progress::new(config.devices),
+        }));
         let loader = Loader {
             merged: MergedState::new(&running.queue, &running.recorders, config),
             progress,
@@ -180,6 +185,7 @@ impl Loader {
             popper: Popper::new(&self.queue, &self.recorders, device),
             stats: self.stats.clone(),
             ended: false,
+            progress: self.progress.clone(),
         }
     }
 
@@ -194,9 +200,10 @@ impl Loader {
 
     /// The checkpoint of the batches taken so far through this loader's own
     /// iteration ([`iter`](Self::iter), `for batch in loader`,
-    /// [`next_timeout`](Self::next_timeout)) — take it between two batches;
-    /// [`LoaderBuilder::resume`] goes on from exactly there. Batches taken
-    /// by [`device_iter`](Self::device_iter)s are not covered.
+    /// [`next_timeout`](Self::next_timeout)) or by its
+    /// [`device_iter`](Self::device_iter)s — take it between two batches
+    /// (with device iterators: while none is inside `next`);
+    /// [`LoaderBuilder::resume`] goes on from exactly there.
     ///
     /// ```no_run
     /// use feedline_actors::Loader;
@@ -212,7 +219,7 @@ impl Loader {
     /// ```
     pub fn checkpoint(&mut self) -> Result<Checkpoint, PipelineError> {
         let base = self.base.as_ref().map_err(Clone::clone)?;
-        Ok(self.progress.checkpoint(base))
+        Ok(self.progress.lock().checkpoint(base))
     }
 
     /// Stop everything and wait for every thread. Also what `drop` does.
@@ -246,7 +253,7 @@ impl Loader {
             match self.pop(lane) {
                 Ok(Popped::Batch(d)) => {
                     self.merged.next_seq = self.merged.next_seq(d.pass, d.seq + 1);
-                    self.progress.take(&d);
+                    self.progress.lock().take(&d);
                     return Some(Ok(d));
                 }
                 Ok(Popped::EndOfPass(pass)) => {
@@ -266,7 +273,7 @@ impl Loader {
                         }
                     }
                     self.merged.next_seq = self.merged.next_seq(pass + 1, 0);
-                    self.progress.pass_ended(pass);
+                    self.progress.lock().pass_complete(pass);
                 }
                 Ok(Popped::EndOfData) => {
                     self.merged.ended = true;
@@ -410,17 +417,31 @@ pub struct DeviceIter {
     popper: Popper,
     stats: Stats,
     ended: bool,
+    /// The loader's record of what was taken.
+    progress: Arc<Mutex<Progress>>,
 }
 
 impl DeviceIter {
     /// The next item including end-of-pass markers.
     pub fn next_event(&mut self) -> Result<Popped, PipelineError> {
-        self.popper.pop(&self.stats, None)
+        let popped = self.popper.pop(&self.stats, None);
+        self.taken(popped)
     }
 
     /// The next item, waiting at most `timeout`; a time-out says which stage is stuck.
     pub fn next_event_timeout(&mut self, timeout: Duration) -> Result<Popped, PipelineError> {
-        self.popper.pop(&self.stats, Some(timeout))
+        let popped = self.popper.pop(&self.stats, Some(timeout));
+        self.taken(popped)
+    }
+
+    /// Record what this device took, for the loader's checkpoint.
+    fn taken(&self, popped: Result<Popped, PipelineError>) -> Result<Popped, PipelineError> {
+        match &popped {
+            Ok(Popped::Batch(d)) => self.progress.lock().take(d),
+            Ok(Popped::EndOfPass(p)) => self.progress.lock().pass_ended(*p),
+            _ => {}
+        }
+        popped
     }
 }
 

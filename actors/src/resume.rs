@@ -175,6 +175,13 @@ impl Progress {
         self.passes.retain(|&p, t| p >= pass || !t.complete);
     }
 
+    /// Every batch of `pass` was taken (one consumer took them all).
+    pub fn pass_complete(&mut self, pass: u64) {
+        for _ in 0..self.consumers {
+            self.pass_ended(pass);
+        }
+    }
+
     /// Batches taken in this run.
     pub fn batches(&self) -> u64 {
         self.batches

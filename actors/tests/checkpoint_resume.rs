@@ -373,3 +373,52 @@ fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
         "{e}"
     );
 }
+
+#[test]
+fn device_iterators_are_covered() {
+    for det in [true, false] {
+        for round_robin in [true, false] {
+            for seed in [2u64, 9] {
+                let case = Case {
+                    seed,
+                    det,
+                    readers: 2,
+                    devices: 3,
+                    round_robin,
+                    bad: false,
+                    sets: false,
+                };
+                let mut loader = builder(&case, 2, 3).build().unwrap();
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let threads: Vec<_> = (0..3)
+                    .map(|d| {
+                        let n = rng.gen_range(1..=4);
+                        let it = loader.device_iter(d);
+                        std::thread::spawn(move || {
+                            it.take(n).map(|b| got(&b.unwrap())).collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                let mut before: Vec<Got> = Vec::new();
+                for t in threads {
+                    before.extend(t.join().unwrap());
+                }
+                let cp = loader.checkpoint().unwrap();
+                assert_eq!(cp.batches, before.len() as u64);
+                drop(loader);
+                let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+                let mut both = before.clone();
+                both.extend(after.iter().cloned());
+                assert_exactly_once(&ids_by_pass(&both), &all_ids(&COUNTS, &[]), 2);
+                if det {
+                    let full = all(builder(&case, 2, 1).build().unwrap());
+                    let mut got = both.clone();
+                    got.sort();
+                    let mut want = full;
+                    want.sort();
+                    assert!(got == want, "{case:?}: resumed batches differ");
+                }
+            }
+        }
+    }
+}
