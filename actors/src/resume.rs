@@ -29,7 +29,7 @@
 //! consumer per device) and sets `PipelineConfig::resume`, as
 //! `feedline run --checkpoint/--resume` does.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use feedline::checkpoint::{
@@ -74,6 +74,74 @@ impl RangeSet {
     }
 }
 
+/// The records taken of one source: the ranges below `base`, and a bitset
+/// from `base` on whose lowest words move into the ranges as they fill —
+/// O(1) per record, and the bitset spans only the records read but not all
+/// taken (the shuffle pool's window), unless records are never taken (a
+/// bad record skipped, another rank's stride).
+#[derive(Clone, Debug, Default)]
+struct RecordSet {
+    low: Vec<[u64; 2]>,
+    base: u64,
+    bits: VecDeque<u64>,
+}
+
+impl RecordSet {
+    fn of(r: &RecordRanges) -> Self {
+        let mut set = RecordSet::default();
+        for x in r.records() {
+            set.insert(x);
+        }
+        set
+    }
+
+    fn push_low(&mut self, s: u64, e: u64) {
+        match self.low.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => self.low.push([s, e]),
+        }
+    }
+
+    fn insert(&mut self, r: u64) {
+        let Some(off) = r.checked_sub(self.base) else {
+            return; // below `base`: taken already
+        };
+        let w = (off / 64) as usize;
+        if w >= self.bits.len() {
+            self.bits.resize(w + 1, 0);
+        }
+        self.bits[w] |= 1 << (off % 64);
+        while self.bits.front() == Some(&u64::MAX) {
+            self.bits.pop_front();
+            self.push_low(self.base, self.base + 64);
+            self.base += 64;
+        }
+    }
+
+    fn ranges(&self) -> RecordRanges {
+        let mut out = self.low.clone();
+        let mut push = |s: u64, e: u64| match out.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => out.push([s, e]),
+        };
+        for (w, &word) in self.bits.iter().enumerate() {
+            let at = self.base + 64 * w as u64;
+            let mut rest = word;
+            while rest != 0 {
+                let start = rest.trailing_zeros() as u64;
+                let ones = (rest >> start).trailing_ones() as u64;
+                push(at + start, at + start + ones);
+                rest = if start + ones >= 64 {
+                    0
+                } else {
+                    rest & !(((1u64 << ones) - 1) << start)
+                };
+            }
+        }
+        RecordRanges::from_ranges(out)
+    }
+}
+
 /// What was taken of one pass.
 #[derive(Clone, Debug, Default)]
 struct PassTaken {
@@ -81,29 +149,7 @@ struct PassTaken {
     batches: u64,
     by_seq: bool,
     seqs: RangeSet,
-    records: HashMap<SourceId, RecordRanges>,
-    /// Records taken since the last merge into `records` (appending is
-    /// cheaper per batch than inserting into range sets).
-    pending: Vec<(SourceId, u64)>,
-}
-
-/// Records pending before they are merged into the range sets.
-const PENDING_MAX: usize = 1 << 16;
-
-impl PassTaken {
-    /// Merge the pending records into the range sets.
-    fn merge(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        self.pending.sort_unstable();
-        for run in self.pending.chunk_by(|a, b| a.0 == b.0) {
-            let new = RecordRanges::from_ranges(run.iter().map(|&(_, r)| [r, r + 1]));
-            let set = self.records.entry(run[0].0).or_default();
-            *set = RecordRanges::union([&*set, &new]);
-        }
-        self.pending.clear();
-    }
+    records: HashMap<SourceId, RecordSet>,
 }
 
 /// What the consumers took, pass by pass: updated with every batch taken
@@ -154,10 +200,16 @@ impl Progress {
         });
         p.batches += 1;
         p.seqs.insert(d.seq);
-        p.pending
-            .extend(d.batch.origins().iter().map(|o| (o.source, o.record)));
-        if p.pending.len() >= PENDING_MAX {
-            p.merge();
+        let mut last: Option<(SourceId, &mut RecordSet)> = None;
+        for o in d.batch.origins() {
+            match &mut last {
+                Some((s, set)) if *s == o.source => set.insert(o.record),
+                _ => {
+                    let set = p.records.entry(o.source).or_default();
+                    set.insert(o.record);
+                    last = Some((o.source, set));
+                }
+            }
         }
     }
 
@@ -189,17 +241,14 @@ impl Progress {
 
     /// The checkpoint of what was taken, with `base`'s identity.
     pub fn checkpoint(&mut self, base: &CheckpointBase) -> Checkpoint {
-        for t in self.passes.values_mut() {
-            t.merge();
-        }
         let mut table = SourceTable::default();
         let pass = (self.passes.iter())
             .find(|(_, t)| !t.complete)
             .map_or(self.next_pass, |(&p, _)| p.min(self.next_pass));
         let passes = (self.passes.iter())
             .map(|(&p, t)| {
-                let mut records: Vec<(SourceId, &RecordRanges)> =
-                    t.records.iter().map(|(&s, r)| (s, r)).collect();
+                let mut records: Vec<(SourceId, RecordRanges)> =
+                    t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
                 records.sort_by_key(|(s, _)| s.name());
                 PassProgress {
                     pass: p,
@@ -213,7 +262,7 @@ impl Progress {
                     },
                     records: records
                         .into_iter()
-                        .map(|(s, r)| (table.index(s), r.clone()))
+                        .map(|(s, r)| (table.index(s), r))
                         .collect(),
                 }
             })
@@ -364,8 +413,10 @@ impl ResumeFrom {
                 } else {
                     RangeSet::default()
                 },
-                records: records.clone(),
-                pending: Vec::new(),
+                records: records
+                    .iter()
+                    .map(|(&s, r)| (s, RecordSet::of(r)))
+                    .collect(),
             };
             taken.insert(pass, t);
             rules.insert(
@@ -504,6 +555,34 @@ mod tests {
         assert_eq!(by_seq.next_seq(1, 0), 3);
         assert_eq!(by_seq.next_seq(1, 5), 6);
         assert_eq!(by_seq.next_seq(2, 0), 0);
+    }
+
+    #[test]
+    fn record_sets_fold_full_words_and_give_exact_ranges() {
+        let mut rng = 12345u64;
+        for _ in 0..50 {
+            let mut set = RecordSet::default();
+            let mut want = std::collections::BTreeSet::new();
+            for _ in 0..400 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (rng >> 33) % 300;
+                set.insert(r);
+                want.insert(r);
+            }
+            for r in 0..130 {
+                set.insert(r);
+                want.insert(r);
+            }
+            assert!(set.base >= 128, "full words fold: base {}", set.base);
+            assert_eq!(
+                set.ranges(),
+                RecordRanges::from_records(want.iter().copied())
+            );
+            let again = RecordSet::of(&set.ranges());
+            assert_eq!(again.ranges(), set.ranges());
+        }
     }
 
     #[test]
