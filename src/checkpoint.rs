@@ -6,10 +6,13 @@
 //! reference ([`reread`]), and the elastic merge and split of the records
 //! left in a pass among a new number of ranks ([`split_remainder`]).
 //!
-//! References are encoded compactly: a checkpoint holds one table of source
-//! names and every reference names its source by its index there
-//! ([`RefList`] keeps an order — the shuffle pool's slot order —,
-//! [`RecordRanges`] a sorted set of record ranges).
+//! A checkpoint records what the consumer took of each pass not yet
+//! complete ([`PassProgress`]): the numbers of the batches and the records
+//! in them, as compact sorted range sets ([`RecordRanges`]) — a pass cut
+//! mid-way with a 10,000-instance pool is ~10,000 ranges. References are
+//! encoded compactly: a checkpoint holds one table of source names and
+//! every reference names its source by its index there ([`RefList`] keeps
+//! an order).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -209,6 +212,26 @@ impl RecordRanges {
         RecordRanges(ranges)
     }
 
+    /// The set covering `ranges` (half-open `[start, end)`, any order,
+    /// overlapping or adjacent ones merged; empty ones dropped).
+    pub fn from_ranges(ranges: impl IntoIterator<Item = [u64; 2]>) -> Self {
+        let mut all: Vec<[u64; 2]> = ranges.into_iter().filter(|[s, e]| s < e).collect();
+        all.sort_unstable();
+        let mut out: Vec<[u64; 2]> = Vec::with_capacity(all.len());
+        for [s, e] in all {
+            match out.last_mut() {
+                Some(last) if s <= last[1] => last[1] = last[1].max(e),
+                _ => out.push([s, e]),
+            }
+        }
+        RecordRanges(out)
+    }
+
+    /// The union of `sets`.
+    pub fn union<'a>(sets: impl IntoIterator<Item = &'a RecordRanges>) -> Self {
+        Self::from_ranges(sets.into_iter().flat_map(|s| s.0.iter().copied()))
+    }
+
     /// The record indices, ascending.
     pub fn records(&self) -> impl Iterator<Item = u64> + '_ {
         self.0.iter().flat_map(|&[s, e]| s..e)
@@ -396,39 +419,25 @@ impl SettingsFingerprint {
     }
 }
 
-/// Where one file of the pass stands: the records before `next_record` are
-/// accepted (delivered, pending or in the pool); `done` when all are.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileProgress {
-    /// Index of the file in [`Checkpoint::sources`].
-    pub source: u32,
-    /// The first record not yet accepted.
-    pub next_record: u64,
-    /// True when the file is read to its end.
-    pub done: bool,
-}
-
-/// A batch emitted by the shuffle stage but not consumed at checkpoint
-/// time: re-read and delivered first on resume, in `seq` order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingBatch {
-    /// The pass it belongs to.
+/// What was consumed of one pass: the batches taken (their numbers, when
+/// the pass's numbering is the uninterrupted run's) and the records in them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassProgress {
+    /// The pass (0-based).
     pub pass: u64,
-    /// Its sequence number in the pass.
-    pub seq: u64,
-    /// Its rows, in batch order.
-    pub rows: RefList,
-}
-
-/// The shuffle stage's RNG state: seed, stream and word position (ChaCha).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RngState {
-    /// The seed.
-    pub seed: u64,
-    /// The stream.
-    pub stream: u64,
-    /// The word position (as a decimal string: JSON numbers stop at 2^64).
-    pub word_pos: String,
+    /// True when every batch of the pass was consumed (kept so that the
+    /// checkpoints of ranks one pass apart still merge).
+    pub complete: bool,
+    /// Batches of the pass consumed, over every run that led here.
+    pub batches: u64,
+    /// True when `seqs` numbers the batches as the uninterrupted run does
+    /// (false once the pass was resumed by record filtering, which numbers
+    /// the rest of the pass from 0).
+    pub by_seq: bool,
+    /// The numbers (`seq`) of the consumed batches.
+    pub seqs: RecordRanges,
+    /// The consumed records, per source index.
+    pub records: BTreeMap<u32, RecordRanges>,
 }
 
 /// A loader's position: the provenance of everything consumed so far,
@@ -439,38 +448,22 @@ pub struct Checkpoint {
     pub version: u32,
     /// How many batches of this run the checkpoint covers.
     pub batches: u64,
-    /// The pass in progress (0-based).
+    /// The first pass not complete (= the number of passes when all are).
     pub pass: u64,
-    /// The next batch sequence number the shuffle stage will emit.
-    pub next_seq: u64,
     /// The rank that took it and the world size then.
     pub rank: u32,
     /// The world size.
     pub world_size: u32,
+    /// True when taken in deterministic mode.
+    pub deterministic: bool,
     /// Source names; references name a source by its index here.
     pub sources: Vec<String>,
     /// The inputs' fingerprint.
     pub inputs: InputFingerprint,
     /// The order-fixing settings.
     pub settings: SettingsFingerprint,
-    /// The shuffle RNG, when shuffling.
-    pub rng: Option<RngState>,
-    /// The shuffle pool's rows, in slot order.
-    pub pool: RefList,
-    /// The batcher's partial batch.
-    pub partial: RefList,
-    /// Batches emitted but not consumed, in seq order.
-    pub pending: Vec<PendingBatch>,
-    /// Per file of the pass, where its accepted prefix ends.
-    pub files: Vec<FileProgress>,
-    /// The reorder window's next expected (set, file, chunk).
-    pub reorder_next: Option<[u64; 3]>,
-    /// File-set mix counters (rows drawn per set).
-    pub mix_drawn: Vec<u64>,
-    /// Equalize: rows drawn and pad rows so far.
-    pub quota: Option<[u64; 2]>,
-    /// Records skipped under the skip policy, per source index.
-    pub skipped: BTreeMap<u32, RecordRanges>,
+    /// What was consumed of the passes from the last complete one on, by pass.
+    pub passes: Vec<PassProgress>,
 }
 
 impl Checkpoint {
@@ -507,23 +500,24 @@ impl Checkpoint {
 
     fn check_refs(&self) -> CheckpointResult<()> {
         let n = self.sources.len();
-        let lists = std::iter::once(&self.pool)
-            .chain(std::iter::once(&self.partial))
-            .chain(self.pending.iter().map(|p| &p.rows));
-        for list in lists {
-            list.decode(&self.sources)?;
-        }
-        let indices = self
-            .files
-            .iter()
-            .map(|f| f.source)
-            .chain(self.skipped.keys().copied());
+        let indices = self.passes.iter().flat_map(|p| p.records.keys().copied());
         for index in indices {
             if index as usize >= n {
                 return Err(CheckpointError::BadSourceIndex { index, sources: n });
             }
         }
         Ok(())
+    }
+
+    /// The consumed records of `pass`, by source name (empty when the
+    /// checkpoint holds nothing of it).
+    pub fn consumed(&self, pass: u64) -> BTreeMap<&str, &RecordRanges> {
+        self.passes
+            .iter()
+            .filter(|p| p.pass == pass)
+            .flat_map(|p| p.records.iter())
+            .map(|(&s, r)| (self.sources[s as usize].as_str(), r))
+            .collect()
     }
 
     /// Write to `path` atomically: a temporary file in the same directory,
@@ -770,42 +764,41 @@ mod tests {
                 )
             })
             .collect();
-        let pool_refs = RefList::encode(&origins, &mut table);
-        let partial = RefList::encode(&origins[..3], &mut table);
+        // The consumed records of a pass cut mid-way with a 10,000 pool:
+        // every record of a file's read prefix but those still in the pool.
+        let mut records: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for o in &origins {
+            records
+                .entry(table.index(o.source))
+                .or_default()
+                .push(o.record);
+        }
+        let records = records
+            .into_iter()
+            .map(|(s, held)| {
+                let held: BTreeSet<u64> = held.into_iter().collect();
+                let taken = (0..100_000).filter(|r| !held.contains(r));
+                (s, RecordRanges::from_records(taken))
+            })
+            .collect();
         Checkpoint {
             version: CHECKPOINT_VERSION,
             batches: 17,
             pass: 1,
-            next_seq: 20,
             rank: 0,
             world_size: 1,
+            deterministic: true,
             sources: table.into_names(),
             inputs: InputFingerprint::default(),
             settings: SettingsFingerprint::new().with("seed", 7),
-            rng: Some(RngState {
-                seed: 7,
-                stream: 0,
-                word_pos: u128::MAX.to_string(),
-            }),
-            pool: pool_refs,
-            partial,
-            pending: vec![PendingBatch {
+            passes: vec![PassProgress {
                 pass: 1,
-                seq: 18,
-                rows: RefList {
-                    sources: vec![0, 1],
-                    records: vec![5, 6],
-                },
+                complete: false,
+                batches: 17,
+                by_seq: true,
+                seqs: RecordRanges::from_records(0..17),
+                records,
             }],
-            files: vec![FileProgress {
-                source: 0,
-                next_record: 100,
-                done: false,
-            }],
-            reorder_next: Some([0, 3, 9]),
-            mix_drawn: vec![10, 20],
-            quota: Some([30, 1]),
-            skipped: BTreeMap::from([(1, RecordRanges::from_records([3, 4, 5, 9]))]),
         }
     }
 
@@ -827,6 +820,10 @@ mod tests {
         assert_eq!(r.records().collect::<Vec<_>>(), vec![3, 4, 5, 9, 10, 12]);
         assert_eq!(r.count(), 6);
         assert!(r.contains(10) && !r.contains(11) && !r.contains(0) && !r.contains(13));
+        let u = RecordRanges::union([&r, &RecordRanges::from_ranges([[6, 9], [20, 20], [11, 12]])]);
+        assert_eq!(u.ranges(), &[[3, 13]]);
+        let v = RecordRanges::from_ranges([[8, 10], [0, 2], [2, 3], [9, 12]]);
+        assert_eq!(v.ranges(), &[[0, 3], [8, 12]]);
     }
 
     #[test]
@@ -863,7 +860,8 @@ mod tests {
         );
 
         let mut bad = cp.clone();
-        bad.pool.sources[0] = 1000;
+        let ranges = bad.passes[0].records.remove(&0).unwrap();
+        bad.passes[0].records.insert(1000, ranges);
         std::fs::write(&path, bad.to_json()).unwrap();
         let e = Checkpoint::load(&path).unwrap_err().to_string();
         assert!(e.contains("source #1000"), "{e}");

@@ -779,6 +779,18 @@ impl Chunk {
         (0..self.len()).map(move |i| self.row(i))
     }
 
+    /// The rows whose origin `keep` accepts, in order (the chunk itself when
+    /// it keeps all); nothing is read, nothing can fail.
+    pub fn retain_origins(self, mut keep: impl FnMut(&Origin) -> bool) -> Chunk {
+        let rows: Vec<usize> = (0..self.len())
+            .filter(|&i| keep(&self.origins[i]))
+            .collect();
+        if rows.len() == self.len() {
+            return self;
+        }
+        self.select_rows(&rows)
+    }
+
     /// A new chunk of rows `keep` of this one (in that order). Rows left in
     /// their file stay so, with their due checks (each new column refers to
     /// the one file of this chunk's), so nothing is read and nothing can fail.

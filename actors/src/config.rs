@@ -212,6 +212,9 @@ pub struct PipelineConfig {
     /// paths; empty by default).
     #[doc(hidden)]
     pub faults: FaultPlan,
+    /// Go on from a checkpoint (see [`ResumeFrom`](crate::ResumeFrom)):
+    /// start at its first pass not complete, leaving out what was consumed.
+    pub resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
 }
 
 impl Default for PipelineConfig {
@@ -256,6 +259,7 @@ impl Default for PipelineConfig {
             push: None,
             transforms: Transforms::default(),
             faults: FaultPlan::default(),
+            resume: None,
         }
     }
 }

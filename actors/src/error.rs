@@ -34,6 +34,10 @@ pub enum PipelineError {
         /// The panic message.
         message: String,
     },
+    /// Saving, loading or resuming from a checkpoint failed (names the
+    /// file, or what changed since the checkpoint, old vs new).
+    #[error("{0}")]
+    Checkpoint(Arc<feedline::checkpoint::CheckpointError>),
     /// A reader made no progress for too long.
     #[error("{file}: reader stuck at record {record} for {stuck:?}")]
     ReaderStuck {

@@ -20,6 +20,7 @@ use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
     FileDone, PassEvent, ReadTask, ReaderIdle, Requeue, Shutdown, StartPasses, Wake,
 };
+use crate::resume::ResumeFrom;
 use crate::task_queue::TaskQueues;
 
 /// One file set's plan, task queues and files not yet delivered this pass.
@@ -55,6 +56,8 @@ pub(crate) struct FileQueue {
     reader_set: Vec<usize>,
     passes: u64,
     pass: u64,
+    /// Where a resumed pipeline starts, and the passes it reads nothing of.
+    resume: Option<Arc<ResumeFrom>>,
     idle: Vec<(usize, Recipient<Wake>)>,
     /// Where the pass stands, told to the shuffle stage.
     shuffle: Recipient<PassEvent>,
@@ -67,6 +70,7 @@ impl FileQueue {
         sets: Vec<SetQueue>,
         reader_set: Vec<usize>,
         passes: u64,
+        resume: Option<Arc<ResumeFrom>>,
         shuffle: Recipient<PassEvent>,
         equalize: Option<EqualizeRanks>,
         guard: StageGuard,
@@ -75,7 +79,8 @@ impl FileQueue {
             sets,
             reader_set,
             passes,
-            pass: 0,
+            pass: resume.as_ref().map_or(0, |r| r.first_pass()),
+            resume,
             idle: Vec::new(),
             shuffle,
             equalize,
@@ -130,12 +135,18 @@ impl FileQueue {
 
     fn start_pass(&mut self, pass: u64) {
         self.pass = pass;
-        if !self.send_quota(pass) {
+        // A resumed pipeline whose passes were all consumed reads nothing.
+        let nothing = self.resume.as_ref().is_some_and(|r| r.reads_nothing(pass));
+        if !nothing && !self.send_quota(pass) {
             return;
         }
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
-            let tasks = sq.plan.tasks(pass);
+            let tasks = if nothing {
+                Vec::new()
+            } else {
+                sq.plan.tasks(pass)
+            };
             sq.outstanding = tasks.len();
             files.push(tasks.len());
             for task in tasks {
@@ -254,8 +265,8 @@ impl Handler<StartPasses> for FileQueue {
     type Result = ();
     fn handle(&mut self, _: StartPasses, ctx: &mut Context<Self>) {
         guarded(self, ctx, "StartPasses", |me, _| {
-            if me.passes > 0 {
-                me.start_pass(0);
+            if me.pass < me.passes {
+                me.start_pass(me.pass);
             }
         });
     }

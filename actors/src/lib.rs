@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod arbiters;
+mod checkpointing;
 mod config;
 mod error;
 mod feed_queue;
@@ -60,6 +61,7 @@ mod pipeline;
 mod prefetch_reader;
 mod push;
 mod recorder;
+mod resume;
 mod shuffle_batch;
 mod stats;
 mod supervisor;
@@ -80,6 +82,7 @@ pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::Pipeline;
 pub use crate::push::{FeedHandle, PushStats};
+pub use crate::resume::{CheckpointBase, Progress, ResumeFrom};
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
     MAX_SKIPPED_LISTED,
@@ -87,6 +90,7 @@ pub use crate::stats::{
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
 pub use feedline::batcher::BatchPolicy;
+pub use feedline::checkpoint::{Checkpoint, CheckpointError};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};

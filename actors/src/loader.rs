@@ -6,7 +6,10 @@
 
 mod builder;
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -20,8 +23,10 @@ use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
 use crate::push::FeedHandle;
 use crate::recorder::{DeviceClock, Recorders};
+use crate::resume::{CheckpointBase, Progress};
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
+use feedline::checkpoint::Checkpoint;
 
 /// A running loader for plain (non-actor) code.
 ///
@@ -56,6 +61,11 @@ pub struct Loader {
     system: Option<System>,
     thread: Option<JoinHandle<()>>,
     merged: MergedState,
+    /// What this loader's iteration and its device iterators took (for
+    /// [`checkpoint`](Self::checkpoint)).
+    progress: Arc<Mutex<Progress>>,
+    /// The inputs and settings, stamped at the start.
+    base: Result<CheckpointBase, PipelineError>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -77,6 +87,14 @@ impl Loader {
     }
 
     fn start_full(config: PipelineConfig) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
+        // Stamped from the settings as given (the pipeline expands them).
+        let base = if config.push.is_some() {
+            Err(PipelineError::Config(
+                "a push-mode loader has no checkpoint: its data is what is pushed".into(),
+            ))
+        } else {
+            CheckpointBase::of(&config)
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("feedline-system".into())
@@ -110,8 +128,16 @@ impl Loader {
             }
         };
         let push = running.push.take();
+        let config = &running.config;
+        // Device iterators: one consumer per device, each sees every end of pass.
+        let progress = Arc::new(Mutex::new(match &config.resume {
+            Some(r) => Progress::resumed(r, config.devices),
+            None => Progress::new(config.devices),
+        }));
         let loader = Loader {
-            merged: MergedState::new(&running.queue, &running.recorders),
+            merged: MergedState::new(&running.queue, &running.recorders, config),
+            progress,
+            base,
             stats: running.recorders.stats(),
             _feed: running.feed,
             queue: running.queue,
@@ -159,6 +185,7 @@ impl Loader {
             popper: Popper::new(&self.queue, &self.recorders, device),
             stats: self.stats.clone(),
             ended: false,
+            progress: self.progress.clone(),
         }
     }
 
@@ -169,6 +196,30 @@ impl Loader {
         let r = self.next_merged();
         self.merged.timeout = None;
         r
+    }
+
+    /// The checkpoint of the batches taken so far through this loader's own
+    /// iteration ([`iter`](Self::iter), `for batch in loader`,
+    /// [`next_timeout`](Self::next_timeout)) or by its
+    /// [`device_iter`](Self::device_iter)s — take it between two batches
+    /// (with device iterators: while none is inside `next`);
+    /// [`LoaderBuilder::resume`] goes on from exactly there.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let mut loader = Loader::builder().files(["data/*.jsonl"]).seed(7).build()?;
+    /// let first: Vec<_> = loader.iter().take(10).collect();
+    /// let cp = loader.checkpoint()?;
+    /// cp.save_atomic(std::path::Path::new("cp.json")).map_err(|e| {
+    ///     feedline_actors::PipelineError::Checkpoint(std::sync::Arc::new(e))
+    /// })?;
+    /// drop(loader);
+    /// let rest = Loader::builder().files(["data/*.jsonl"]).seed(7).resume(cp).build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn checkpoint(&mut self) -> Result<Checkpoint, PipelineError> {
+        let base = self.base.as_ref().map_err(Clone::clone)?;
+        Ok(self.progress.lock().checkpoint(base))
     }
 
     /// Stop everything and wait for every thread. Also what `drop` does.
@@ -213,6 +264,7 @@ impl Loader {
                         Ok(Popped::Batch(d)) => {
                             log::error!("lane {other} had a batch after its pass ended");
                             self.merged.sweep = Some(sweep);
+                            self.progress.lock().take(&d);
                             return Some(Ok(d));
                         }
                         Err(e @ PipelineError::Timeout { .. }) => {
@@ -225,17 +277,20 @@ impl Loader {
                         }
                     }
                 }
-                self.merged.next_seq = 0;
+                self.merged.next_seq = self.merged.next_seq(sweep.pass + 1, 0);
+                self.progress.lock().pass_complete(sweep.pass);
                 continue;
             }
             let lane = self.merged.lanes.of_batch(self.merged.next_seq);
             match self.pop(lane) {
                 Ok(Popped::Batch(d)) => {
-                    self.merged.next_seq = d.seq + 1;
+                    self.merged.next_seq = self.merged.next_seq(d.pass, d.seq + 1);
+                    self.progress.lock().take(&d);
                     return Some(Ok(d));
                 }
-                Ok(Popped::EndOfPass(_)) => {
+                Ok(Popped::EndOfPass(pass)) => {
                     self.merged.sweep = Some(Sweep {
+                        pass,
                         ended_lane: lane,
                         next: 0,
                     });
@@ -254,10 +309,11 @@ impl Loader {
     }
 }
 
-/// The end-of-pass sweep of the merged iterator in progress: the lane whose
-/// marker came first, and the next lane to take the marker from.
+/// The end-of-pass sweep of the merged iterator in progress: the pass, the
+/// lane whose marker came first, and the next lane to take the marker from.
 #[derive(Clone, Copy, Debug)]
 struct Sweep {
+    pass: u64,
     ended_lane: usize,
     next: usize,
 }
@@ -311,12 +367,15 @@ struct MergedState {
     sweep: Option<Sweep>,
     ended: bool,
     timeout: Option<Duration>,
+    /// A resumed pipeline leaves out the batches consumed before.
+    resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
 }
 
 impl MergedState {
-    fn new(queue: &BatchQueue, recorders: &Recorders) -> Self {
+    fn new(queue: &BatchQueue, recorders: &Recorders, config: &PipelineConfig) -> Self {
         let lanes = queue.lanes();
-        MergedState {
+        let resume = config.resume.clone();
+        let mut merged = MergedState {
             poppers: (0..lanes.count())
                 .map(|c| Popper::new(queue, recorders, c))
                 .collect(),
@@ -325,7 +384,18 @@ impl MergedState {
             sweep: None,
             ended: false,
             timeout: None,
+            resume,
+        };
+        if let Some(r) = &merged.resume {
+            merged.next_seq = merged.next_seq(r.first_pass(), 0);
         }
+        merged
+    }
+
+    /// The number of the next batch of `pass` from `seq` on: the first not
+    /// left out by a resume.
+    fn next_seq(&self, pass: u64, seq: u64) -> u64 {
+        self.resume.as_ref().map_or(seq, |r| r.next_seq(pass, seq))
     }
 }
 
@@ -379,17 +449,31 @@ pub struct DeviceIter {
     popper: Popper,
     stats: Stats,
     ended: bool,
+    /// The loader's record of what was taken.
+    progress: Arc<Mutex<Progress>>,
 }
 
 impl DeviceIter {
     /// The next item including end-of-pass markers.
     pub fn next_event(&mut self) -> Result<Popped, PipelineError> {
-        self.popper.pop(&self.stats, None)
+        let popped = self.popper.pop(&self.stats, None);
+        self.taken(popped)
     }
 
     /// The next item, waiting at most `timeout`; a time-out says which stage is stuck.
     pub fn next_event_timeout(&mut self, timeout: Duration) -> Result<Popped, PipelineError> {
-        self.popper.pop(&self.stats, Some(timeout))
+        let popped = self.popper.pop(&self.stats, Some(timeout));
+        self.taken(popped)
+    }
+
+    /// Record what this device took, for the loader's checkpoint.
+    fn taken(&self, popped: Result<Popped, PipelineError>) -> Result<Popped, PipelineError> {
+        match &popped {
+            Ok(Popped::Batch(d)) => self.progress.lock().take(d),
+            Ok(Popped::EndOfPass(p)) => self.progress.lock().pass_ended(*p),
+            _ => {}
+        }
+        popped
     }
 }
 

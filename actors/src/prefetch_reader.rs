@@ -143,7 +143,7 @@ impl PrefetchReader {
                 Ok(t) => t,
                 Err(_) => return self.abandon(ctx),
             };
-            let Some(task) = stolen else {
+            let Some(mut task) = stolen else {
                 self.mark_idle();
                 self.links.idle.do_send(ReaderIdle {
                     reader: self.id,
@@ -152,6 +152,16 @@ impl PrefetchReader {
                 return;
             };
             self.mark_busy();
+            if let Some(r) = &self.config.resume {
+                // Resumed: the file's consumed first records are not read again.
+                let source = match (self.config.registry)
+                    .resolve(&task.task.file, self.config.format.as_deref())
+                {
+                    Ok((_, path, _)) => path.to_string_lossy().into_owned(),
+                    Err(_) => task.task.file.clone(),
+                };
+                task.start_record = r.start_record(task.task.pass, &source, task.start_record);
+            }
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
@@ -396,6 +406,11 @@ impl PrefetchReader {
         }
         let cur = self.current.as_mut().expect("a current file");
         let chunk = cur.task.task.stride.filter(chunk);
+        // Resumed: the records the checkpoint says were consumed are left out.
+        let chunk = match &self.config.resume {
+            Some(r) => r.filter(cur.task.task.pass, chunk),
+            None => chunk,
+        };
         // The record filter / map, on this reader's own records only.
         let (chunk, failed) = match &self.config.transforms.records {
             None => (chunk, Vec::new()),

@@ -165,10 +165,16 @@ impl ShuffleBatch {
         let sets = (config.sets.iter())
             .map(|s| (s.name.clone(), s.weight))
             .collect();
-        let intake = ChunkIntake::new(config.deterministic, config.reorder_window, sets);
+        let first = config.resume.as_ref().map_or(0, |r| r.first_pass());
+        let intake =
+            ChunkIntake::new(config.deterministic, config.reorder_window, sets).starting_at(first);
+        let mut buffer = shuffle_buffer(&config);
+        buffer.start_pass(first);
+        let mut numbering = BatchNumbering::new(queue.lanes());
+        numbering.start_pass(first);
         ShuffleBatch {
-            buffer: shuffle_buffer(&config),
-            numbering: BatchNumbering::new(queue.lanes()),
+            buffer,
+            numbering,
             schema,
             batcher,
             queue,
@@ -320,6 +326,11 @@ impl ShuffleBatch {
         let padded = self.padding.rows_out(rows.len());
         let mut job = self.numbering.job(rows);
         job.padded = padded;
+        // Resumed: a batch the checkpoint says was consumed is left out
+        // (after the padding count, which the uninterrupted run made too).
+        if (self.config.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
+            return;
+        }
         self.recorder.batch_made();
         if self.drain.is_drawing() {
             self.drain.defer(job);

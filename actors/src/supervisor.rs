@@ -243,7 +243,8 @@ impl Supervisor {
             msg.batches,
             self.stats.snapshot().summary_line()
         );
-        if done >= self.config.passes {
+        let first = self.config.resume.as_ref().map_or(0, |r| r.first_pass());
+        if done >= self.config.passes.saturating_sub(first) {
             // Readers have nothing more to do.
             self.stop_readers();
         }

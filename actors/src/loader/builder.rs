@@ -16,6 +16,8 @@ use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::paths::IntoPaths;
 use crate::push::FeedHandle;
+use crate::resume::ResumeFrom;
+use feedline::checkpoint::Checkpoint;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]
@@ -26,6 +28,8 @@ pub struct LoaderBuilder {
     shard_given: bool,
     /// `.shard_from_env(false)`: never read `RANK`/`WORLD_SIZE`.
     ignore_env_shard: bool,
+    /// Go on from these checkpoints (one, or every rank's of a job).
+    resume: Vec<Checkpoint>,
 }
 
 macro_rules! setter {
@@ -279,6 +283,21 @@ impl LoaderBuilder {
         self
     }
 
+    /// Go on from `checkpoint` (taken by [`Loader::checkpoint`], or by
+    /// `feedline run --checkpoint`): the pass it stopped in continues —
+    /// nothing consumed before comes again, nothing is left out — and
+    /// later passes run as usual. The inputs and the settings that fix the
+    /// order must be the checkpoint's (else [`build`](Self::build) says
+    /// what changed); readers and devices may differ. In deterministic mode
+    /// on the same shard the batches are those the uninterrupted run gives
+    /// after the same point, with the same numbers. Call it once per rank
+    /// of an old job for an elastic resume under this builder's shard (see
+    /// [`ResumeFrom`]).
+    pub fn resume(mut self, checkpoint: Checkpoint) -> Self {
+        self.resume.push(checkpoint);
+        self
+    }
+
     /// Panics to inject into the stages' handlers (tests of the failure paths).
     #[doc(hidden)]
     pub fn inject_faults(mut self, faults: crate::FaultPlan) -> Self {
@@ -385,9 +404,19 @@ impl LoaderBuilder {
                 );
             }
         }
-        if self.generators.is_empty() {
-            return Ok(config);
+        if !self.generators.is_empty() {
+            Self::register_generators(&mut config, self.generators)?;
         }
+        if !self.resume.is_empty() {
+            config.resume = Some(Arc::new(ResumeFrom::new(&self.resume, &config)?));
+        }
+        Ok(config)
+    }
+
+    fn register_generators(
+        config: &mut PipelineConfig,
+        generators: Vec<GeneratorSource>,
+    ) -> Result<(), PipelineError> {
         if let Some(f) = &config.format {
             return Err(PipelineError::Config(format!(
                 "format `{f}` is set for every input, generator sources included: \
@@ -395,10 +424,10 @@ impl LoaderBuilder {
             )));
         }
         let mut gens = GeneratorFormat::new();
-        for g in self.generators {
+        for g in generators {
             gens.add(g)?;
         }
         gens.register(&mut config.registry);
-        Ok(config)
+        Ok(())
     }
 }

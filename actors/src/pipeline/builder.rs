@@ -137,6 +137,7 @@ pub(crate) fn build<S: TrainStep>(
         sets,
         reader_set.clone(),
         config.passes,
+        config.resume.clone(),
         shuffle.clone().recipient(),
         equalize,
         guard.named("file queue"),

@@ -74,6 +74,12 @@ impl<T, A> ChunkIntake<T, A> {
         }
     }
 
+    /// The same, for chunks of pass `pass` first (a resumed pipeline).
+    pub fn starting_at(mut self, pass: u64) -> Self {
+        self.pass = pass;
+        self
+    }
+
     /// Deterministic mode: the set whose next chunk comes next (with one
     /// set, set 0).
     fn next_set(&self) -> Option<usize> {

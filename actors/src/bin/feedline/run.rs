@@ -3,18 +3,29 @@
 //! line at a time, never over one of the run's inputs. SIGINT and SIGTERM
 //! stop the run cleanly: the pipeline is stopped, the trace finished, the
 //! summary printed with what was done, and the exit code is 130 or 143.
+//!
+//! Checkpoints (`--checkpoint PATH`): after every `--checkpoint-every`
+//! delivered batches and at the end, the run's position is saved
+//! atomically; each batch is traced and counted under one lock, and the
+//! trace is flushed before a checkpoint is written, so a checkpoint's
+//! `batches` are exactly the first that many lines of the trace whenever
+//! the process dies. `--stop-after N` delivers N batches, saves and exits 0;
+//! `--resume PATH` (once per rank of an old job) goes on from checkpoints.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use feedline::checkpoint::{save_atomic, CheckpointError, CheckpointResult};
 use feedline::plan::expand_inputs;
 use feedline_actors::{
-    Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError, StatsSnapshot, TrainStep,
+    Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError,
+    Progress, ResumeFrom, StatsSnapshot, TrainStep,
 };
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -48,6 +59,20 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Save the run's position (JSON) to PATH after every --checkpoint-every
+    /// delivered batches and at the end, atomically. Never one of the inputs.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Delivered batches between two checkpoints, 1..=1000000000.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    checkpoint_every: u64,
+    /// Deliver this many batches, save the checkpoint and exit 0, 1..=10^18.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000_000_000))]
+    stop_after: Option<u64>,
+    /// Go on from this checkpoint; repeat it with every rank's checkpoint of
+    /// an old job to resume it under the new --rank/--world-size.
+    #[arg(long)]
+    resume: Vec<PathBuf>,
 }
 
 /// The trace file: one whole JSON line per delivered batch, flushed as written.
@@ -90,19 +115,177 @@ impl Trace {
     }
 }
 
+/// Where and how often checkpoints are saved.
+struct Saving {
+    path: PathBuf,
+    every: u64,
+    base: CheckpointBase,
+    /// Writes the checkpoints made during the run, off the devices' path.
+    writer: Option<Writer>,
+}
+
+/// A thread that writes checkpoints atomically, in the order made (only
+/// the newest of those waiting: an older one would be overwritten at once).
+struct Writer {
+    tx: mpsc::Sender<Checkpoint>,
+    thread: JoinHandle<CheckpointResult<()>>,
+}
+
+impl Writer {
+    fn start(path: PathBuf) -> CliResult<Writer> {
+        let (tx, rx) = mpsc::channel::<Checkpoint>();
+        let thread = std::thread::Builder::new()
+            .name("feedline-checkpoint".into())
+            .spawn(move || {
+                while let Ok(mut next) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        next = newer;
+                    }
+                    let t0 = Instant::now();
+                    let json = next.to_json();
+                    save_atomic(&path, json.as_bytes())?;
+                    log::debug!(
+                        "checkpoint {}: {} batches, {} bytes, written in {:.3} ms",
+                        path.display(),
+                        next.batches,
+                        json.len(),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                Ok(())
+            })
+            .map_err(|e| CliError::usage(format!("cannot start a thread: {e}")))?;
+        Ok(Writer { tx, thread })
+    }
+
+    /// Wait for every checkpoint sent; the first failure to write one.
+    fn finish(self) -> CheckpointResult<()> {
+        drop(self.tx);
+        self.thread.join().unwrap_or(Ok(()))
+    }
+}
+
+/// The checkpoint of what was delivered (the trace is flushed line by
+/// line, so it already holds every line it covers).
+fn make(progress: &mut Progress, s: &Saving) -> Checkpoint {
+    let t0 = Instant::now();
+    let cp = progress.checkpoint(&s.base);
+    log::debug!(
+        "checkpoint of {} batches (pass {}) made in {:.3} ms",
+        cp.batches,
+        cp.pass,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    cp
+}
+
+fn checkpoint_error(e: CheckpointError) -> CliError {
+    CliError::Pipeline(PipelineError::Checkpoint(Arc::new(e)))
+}
+
+/// What the devices share: the trace, what was delivered, the checkpoints.
+/// One lock: a batch is traced and counted together, so a checkpoint covers
+/// exactly the trace's first `batches` lines.
+struct Delivery {
+    trace: Option<Arc<Trace>>,
+    progress: Progress,
+    saving: Option<Saving>,
+    stop_after: Option<u64>,
+    /// Fired once `stop_after` batches are delivered.
+    stop: Option<oneshot::Sender<()>>,
+    /// Time the devices spent on keeping the progress and making checkpoints.
+    spent: Duration,
+}
+
+impl Delivery {
+    /// Trace and count batch `d` of `device`; false if it is past
+    /// `--stop-after` (then it is not delivered: a resume gives it again).
+    fn deliver(&mut self, device: usize, d: &Delivered) -> Result<bool, String> {
+        if self.stopping() {
+            return Ok(false);
+        }
+        if let Some(t) = &self.trace {
+            t.write(device, d)
+                .map_err(|e| format!("trace {}: {e}", t.path.display()))?;
+        }
+        let t0 = Instant::now();
+        self.progress.take(d);
+        let n = self.progress.batches();
+        if self.saving.as_ref().is_some_and(|s| n % s.every == 0) {
+            self.save_later().map_err(|e| e.to_string())?;
+        }
+        self.spent += t0.elapsed();
+        if self.stop_after == Some(n) {
+            if let Some(stop) = self.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+        Ok(true)
+    }
+
+    /// True once `--stop-after` batches are delivered: the batches devices
+    /// take after it are not delivered, and no pass is complete any more.
+    fn stopping(&self) -> bool {
+        self.stop_after
+            .is_some_and(|n| self.progress.batches() >= n)
+    }
+
+    /// Device `device` has had every batch of `pass`.
+    fn pass_ended(&mut self, pass: u64) {
+        if !self.stopping() {
+            self.progress.pass_ended(pass);
+        }
+    }
+
+    /// Make the checkpoint now, and hand it to the writer.
+    fn save_later(&mut self) -> CliResult<()> {
+        let Some(s) = &self.saving else {
+            return Ok(());
+        };
+        let cp = make(&mut self.progress, s);
+        let Some(w) = &s.writer else {
+            return Ok(());
+        };
+        if w.tx.send(cp).is_err() {
+            // The writer stopped on an error: that error.
+            let w = self.saving.as_mut().and_then(|s| s.writer.take());
+            if let Some(w) = w {
+                w.finish().map_err(checkpoint_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last checkpoint: wait for the writer, then write it here.
+    fn save_last(&mut self) -> CliResult<()> {
+        let Some(s) = &mut self.saving else {
+            return Ok(());
+        };
+        if let Some(w) = s.writer.take() {
+            w.finish().map_err(checkpoint_error)?;
+        }
+        log::debug!(
+            "progress and checkpoints took the devices {:.3} ms over {} batches",
+            self.spent.as_secs_f64() * 1e3,
+            self.progress.batches()
+        );
+        let s = self.saving.as_ref().expect("saving");
+        (make(&mut self.progress, s).save_atomic(&s.path)).map_err(checkpoint_error)
+    }
+}
+
 /// A simulated device: traces each batch, then takes `step_time` over it (a
 /// wait that a signal cuts short).
 struct Device {
     step_time: Duration,
-    trace: Option<Arc<Trace>>,
+    delivery: Arc<Mutex<Delivery>>,
     interrupt: Arc<Interrupt>,
 }
 
 impl TrainStep for Device {
     fn step(&mut self, device: usize, d: &Delivered) -> Result<(), String> {
-        if let Some(t) = &self.trace {
-            t.write(device, d)
-                .map_err(|e| format!("trace {}: {e}", t.path.display()))?;
+        if !self.delivery.lock().deliver(device, d)? {
+            return Ok(());
         }
         // Touch the batch as a device copy would.
         std::hint::black_box(d.batch.payload_bytes());
@@ -110,6 +293,10 @@ impl TrainStep for Device {
             self.interrupt.wait(self.step_time);
         }
         Ok(())
+    }
+
+    fn end_of_pass(&mut self, _device: usize, pass: u64) {
+        self.delivery.lock().pass_ended(pass);
     }
 }
 
@@ -119,12 +306,14 @@ enum Outcome {
     Finished(Result<(), PipelineError>),
     /// Stopped by this signal.
     Interrupted(i32),
+    /// `--stop-after` batches were delivered.
+    Stopped,
 }
 
 pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     // First: every thread started from here on inherits the blocked signals.
     let signals = signals::handle().map_err(CliError::Signals)?;
-    let config = PipelineConfig {
+    let mut config = PipelineConfig {
         passes: args.passes,
         devices: args.devices,
         feed: if args.round_robin {
@@ -134,24 +323,64 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         },
         ..args.pipeline.config()?
     };
+    if args.stop_after.is_some() && args.checkpoint.is_none() {
+        return Err(CliError::usage(
+            "--stop-after needs --checkpoint PATH: the checkpoint is what a later --resume goes on from",
+        ));
+    }
+    if !args.resume.is_empty() {
+        let checkpoints = (args.resume.iter())
+            .map(|p| Checkpoint::load(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PipelineError::Checkpoint(Arc::new(e)))?;
+        config.resume = Some(Arc::new(ResumeFrom::new(&checkpoints, &config)?));
+    }
+    let schema = args.pipeline.schema.as_deref();
     let trace = match &args.trace {
         Some(path) => {
-            refuse_an_input(path, "--trace", &config, args.pipeline.schema.as_deref())?;
+            refuse_an_input(path, "--trace", &config, schema)?;
             Some(Arc::new(Trace::create(path)?))
         }
         None => None,
     };
+    let saving = match &args.checkpoint {
+        Some(path) => {
+            refuse_an_input(path, "--checkpoint", &config, schema)?;
+            Some(Saving {
+                path: path.clone(),
+                every: args.checkpoint_every,
+                base: CheckpointBase::of(&config)?,
+                writer: Some(Writer::start(path.clone())?),
+            })
+        }
+        None => None,
+    };
+    let progress = match &config.resume {
+        Some(r) => Progress::resumed(r, args.devices),
+        None => Progress::new(args.devices),
+    };
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let delivery = Arc::new(Mutex::new(Delivery {
+        trace: trace.clone(),
+        progress,
+        saving,
+        stop_after: args.stop_after,
+        stop: Some(stop_tx),
+        spent: Duration::ZERO,
+    }));
     let steps: Vec<Device> = (0..args.devices)
         .map(|_| Device {
             step_time: args.step_ms,
-            trace: trace.clone(),
+            delivery: delivery.clone(),
             interrupt: signals.interrupt.clone(),
         })
         .collect();
-    let (outcome, snap) = run_pipeline(config, steps, signals.first)?;
+    let (outcome, snap) = run_pipeline(config, steps, signals.first, stop_rx)?;
     if let Some(t) = &trace {
         t.finish()?;
     }
+    // The last checkpoint: what was delivered, however the run ended.
+    delivery.lock().save_last()?;
     let mut out = Stdout::new();
     if args.json {
         let text = serde_json::to_string_pretty(&snap).unwrap_or_default();
@@ -161,7 +390,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     }
     out.finish()?;
     match outcome {
-        Outcome::Finished(Ok(())) => Ok(ExitCode::SUCCESS),
+        Outcome::Finished(Ok(())) | Outcome::Stopped => Ok(ExitCode::SUCCESS),
         Outcome::Finished(Err(e)) => Err(e.into()),
         Outcome::Interrupted(sig) => {
             let delivered: u64 = snap.devices.iter().map(|d| d.batches).sum();
@@ -186,18 +415,33 @@ fn run_pipeline(
     config: PipelineConfig,
     steps: Vec<Device>,
     signal: oneshot::Receiver<i32>,
+    stop_after: oneshot::Receiver<()>,
 ) -> CliResult<(Outcome, StatsSnapshot)> {
     let sys = actix::System::new();
     let out = sys.block_on(async move {
         let mut p = Pipeline::start_with_trainers(config, steps)?;
-        let outcome = match select(Box::pin(p.finished()), signal).await {
+        // `--stop-after` reached; never fires when its sender is dropped.
+        let stop_after = async {
+            match stop_after.await {
+                Ok(()) => (),
+                Err(_) => futures::future::pending().await,
+            }
+        };
+        let stopping = select(signal, Box::pin(stop_after));
+        let outcome = match select(Box::pin(p.finished()), stopping).await {
             Either::Left((r, _)) => Outcome::Finished(r),
-            Either::Right((Ok(sig), _)) => {
+            Either::Right((Either::Left((Ok(sig), _)), _)) => {
                 p.stop();
                 Outcome::Interrupted(sig)
             }
+            Either::Right((Either::Right(((), _)), _)) => {
+                p.stop();
+                Outcome::Stopped
+            }
             // The signal thread is gone (it never ends): wait for the run.
-            Either::Right((Err(_), finished)) => Outcome::Finished(finished.await),
+            Either::Right((Either::Left((Err(_), _)), finished)) => {
+                Outcome::Finished(finished.await)
+            }
         };
         // After the join: every batch a device took (and traced) is counted.
         let stats = p.stats().clone();

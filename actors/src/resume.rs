@@ -1,0 +1,600 @@
+//! Checkpoint and resume, the pipeline's side (issue 17). It owns what the
+//! consumers took ([`Progress`]: per pass, the numbers of the batches and
+//! the records in them, kept as range sets), the checkpoint made of it with
+//! the fingerprints of the inputs and of the order-fixing settings
+//! ([`CheckpointBase`]), and how a pipeline goes on from one checkpoint or
+//! from the merged checkpoints of every rank of a job ([`ResumeFrom`]).
+//!
+//! A resumed pipeline starts at the first pass not complete and continues
+//! in one of two ways, chosen per resume:
+//! - **by batch number** (one checkpoint, same rank and world size,
+//!   deterministic mode): the pass is made again exactly as the
+//!   uninterrupted run makes it — the same records, the same order —, and
+//!   the batches already consumed are left out after the draw, before
+//!   collation. What follows is identical to the uninterrupted run, with
+//!   the same batch numbers, whatever the reader or device counts.
+//! - **by record** (every other case: shuffled mode, elastic resume under
+//!   another rank or world size): the readers drop the records the
+//!   checkpoints say were consumed (in any rank), so the pass delivers
+//!   exactly the rest, numbered from 0. Across the ranks of an elastic
+//!   resume every file goes to one new rank, so every remaining instance
+//!   is delivered once.
+//!
+//! Later passes run as they would have.
+//!
+//! [`Loader::checkpoint`](crate::Loader::checkpoint) and
+//! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
+//! actix embedder with its own [`TrainStep`](crate::TrainStep)s keeps a
+//! [`Progress`] (`take` in `step`, `pass_ended` in `end_of_pass`, one
+//! consumer per device) and sets `PipelineConfig::resume`, as
+//! `feedline run --checkpoint/--resume` does.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use feedline::checkpoint::{
+    Checkpoint, CheckpointError, InputFingerprint, PassProgress, RecordRanges, SettingsFingerprint,
+    SourceTable, CHECKPOINT_VERSION,
+};
+use feedline::plan::Equalize;
+use feedline::{Chunk, SourceId};
+
+use crate::error::PipelineError;
+use crate::messages::Delivered;
+
+fn merge_error(what: String) -> PipelineError {
+    PipelineError::Checkpoint(Arc::new(CheckpointError::Merge(what)))
+}
+
+/// A set of integers under construction: disjoint, non-adjacent ranges
+/// `start → end` (half-open), each insert O(log n).
+#[derive(Clone, Debug, Default)]
+struct RangeSet(BTreeMap<u64, u64>);
+
+impl RangeSet {
+    fn of(r: &RecordRanges) -> Self {
+        RangeSet(r.ranges().iter().map(|&[s, e]| (s, e)).collect())
+    }
+
+    fn insert(&mut self, x: u64) {
+        let below = self.0.range(..=x).next_back().map(|(&s, &e)| (s, e));
+        if below.is_some_and(|(_, e)| x < e) {
+            return;
+        }
+        let start = match below {
+            Some((s, e)) if e == x => s,
+            _ => x,
+        };
+        let end = self.0.remove(&(x + 1)).unwrap_or(x + 1);
+        self.0.insert(start, end);
+    }
+
+    fn ranges(&self) -> RecordRanges {
+        RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
+    }
+}
+
+/// The records taken of one source: the ranges below `base`, and a bitset
+/// from `base` on whose lowest words move into the ranges as they fill —
+/// O(1) per record, and the bitset spans only the records read but not all
+/// taken (the shuffle pool's window), unless records are never taken (a
+/// bad record skipped, another rank's stride).
+#[derive(Clone, Debug, Default)]
+struct RecordSet {
+    low: Vec<[u64; 2]>,
+    base: u64,
+    bits: VecDeque<u64>,
+}
+
+impl RecordSet {
+    fn of(r: &RecordRanges) -> Self {
+        let mut set = RecordSet::default();
+        for x in r.records() {
+            set.insert(x);
+        }
+        set
+    }
+
+    fn push_low(&mut self, s: u64, e: u64) {
+        match self.low.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => self.low.push([s, e]),
+        }
+    }
+
+    fn insert(&mut self, r: u64) {
+        let Some(off) = r.checked_sub(self.base) else {
+            return; // below `base`: taken already
+        };
+        let w = (off / 64) as usize;
+        if w >= self.bits.len() {
+            self.bits.resize(w + 1, 0);
+        }
+        self.bits[w] |= 1 << (off % 64);
+        while self.bits.front() == Some(&u64::MAX) {
+            self.bits.pop_front();
+            self.push_low(self.base, self.base + 64);
+            self.base += 64;
+        }
+    }
+
+    fn ranges(&self) -> RecordRanges {
+        let mut out = self.low.clone();
+        let mut push = |s: u64, e: u64| match out.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => out.push([s, e]),
+        };
+        for (w, &word) in self.bits.iter().enumerate() {
+            let at = self.base + 64 * w as u64;
+            let mut rest = word;
+            while rest != 0 {
+                let start = rest.trailing_zeros() as u64;
+                let ones = (rest >> start).trailing_ones() as u64;
+                push(at + start, at + start + ones);
+                rest = if start + ones >= 64 {
+                    0
+                } else {
+                    rest & !(((1u64 << ones) - 1) << start)
+                };
+            }
+        }
+        RecordRanges::from_ranges(out)
+    }
+}
+
+/// What was taken of one pass.
+#[derive(Clone, Debug, Default)]
+struct PassTaken {
+    complete: bool,
+    batches: u64,
+    by_seq: bool,
+    seqs: RangeSet,
+    records: HashMap<SourceId, RecordSet>,
+}
+
+/// What the consumers took, pass by pass: updated with every batch taken
+/// ([`take`](Self::take)) and every end of pass seen by all consumers
+/// ([`pass_ended`](Self::pass_ended)); a [`Checkpoint`] is made of it at
+/// any moment. It keeps the passes not complete and the last complete one.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Batches taken in this run.
+    batches: u64,
+    passes: BTreeMap<u64, PassTaken>,
+    /// Every pass below is complete.
+    next_pass: u64,
+    /// Consumers that each see every end of pass.
+    consumers: usize,
+    ends: BTreeMap<u64, usize>,
+}
+
+impl Progress {
+    /// Nothing taken yet, from pass 0, for `consumers` consumers that each
+    /// see every end-of-pass marker.
+    pub fn new(consumers: usize) -> Self {
+        Progress {
+            batches: 0,
+            passes: BTreeMap::new(),
+            next_pass: 0,
+            consumers: consumers.max(1),
+            ends: BTreeMap::new(),
+        }
+    }
+
+    /// What a resumed run starts from: what its checkpoints say was taken
+    /// (none of it counted as this run's batches).
+    pub fn resumed(from: &ResumeFrom, consumers: usize) -> Self {
+        Progress {
+            passes: from.taken.clone(),
+            next_pass: from.done_before,
+            ..Progress::new(consumers)
+        }
+    }
+
+    /// Batch `d` was taken.
+    pub fn take(&mut self, d: &Delivered) {
+        self.batches += 1;
+        let p = self.passes.entry(d.pass).or_insert_with(|| PassTaken {
+            by_seq: true,
+            ..PassTaken::default()
+        });
+        p.batches += 1;
+        p.seqs.insert(d.seq);
+        let mut last: Option<(SourceId, &mut RecordSet)> = None;
+        for o in d.batch.origins() {
+            match &mut last {
+                Some((s, set)) if *s == o.source => set.insert(o.record),
+                _ => {
+                    let set = p.records.entry(o.source).or_default();
+                    set.insert(o.record);
+                    last = Some((o.source, set));
+                }
+            }
+        }
+    }
+
+    /// One consumer saw the end of `pass`; when all have, the pass is complete.
+    pub fn pass_ended(&mut self, pass: u64) {
+        let seen = self.ends.entry(pass).or_default();
+        *seen += 1;
+        if *seen < self.consumers {
+            return;
+        }
+        self.ends.remove(&pass);
+        self.passes.entry(pass).or_default().complete = true;
+        self.next_pass = self.next_pass.max(pass + 1);
+        // Keep the last complete pass (ranks one pass apart still merge).
+        self.passes.retain(|&p, t| p >= pass || !t.complete);
+    }
+
+    /// Every batch of `pass` was taken (one consumer took them all).
+    pub fn pass_complete(&mut self, pass: u64) {
+        for _ in 0..self.consumers {
+            self.pass_ended(pass);
+        }
+    }
+
+    /// Batches taken in this run.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+
+    /// The checkpoint of what was taken, with `base`'s identity.
+    pub fn checkpoint(&mut self, base: &CheckpointBase) -> Checkpoint {
+        let mut table = SourceTable::default();
+        let pass = (self.passes.iter())
+            .find(|(_, t)| !t.complete)
+            .map_or(self.next_pass, |(&p, _)| p.min(self.next_pass));
+        let passes = (self.passes.iter())
+            .map(|(&p, t)| {
+                let mut records: Vec<(SourceId, RecordRanges)> =
+                    t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
+                records.sort_by_key(|(s, _)| s.name());
+                PassProgress {
+                    pass: p,
+                    complete: t.complete,
+                    batches: t.batches,
+                    by_seq: t.by_seq,
+                    seqs: if t.by_seq {
+                        t.seqs.ranges()
+                    } else {
+                        RecordRanges::default()
+                    },
+                    records: records
+                        .into_iter()
+                        .map(|(s, r)| (table.index(s), r))
+                        .collect(),
+                }
+            })
+            .collect();
+        Checkpoint {
+            version: CHECKPOINT_VERSION,
+            batches: self.batches,
+            pass,
+            rank: base.rank,
+            world_size: base.world_size,
+            deterministic: base.deterministic,
+            sources: table.into_names(),
+            inputs: base.inputs.clone(),
+            settings: base.settings.clone(),
+            passes,
+        }
+    }
+}
+
+/// What identifies a pipeline's position beyond what was taken: its
+/// inputs, its order-fixing settings, its rank.
+#[derive(Clone, Debug)]
+pub struct CheckpointBase {
+    /// The inputs' fingerprint.
+    pub inputs: InputFingerprint,
+    /// The settings that fix the order.
+    pub settings: SettingsFingerprint,
+    /// The rank.
+    pub rank: u32,
+    /// The world size.
+    pub world_size: u32,
+    /// Deterministic mode.
+    pub deterministic: bool,
+}
+
+/// How a resumed pass goes on.
+#[derive(Clone, Debug)]
+enum Rule {
+    /// Leave out the batches of these numbers (after the draw).
+    Batches(RecordRanges),
+    /// Leave out these records (on the readers).
+    Records(HashMap<SourceId, RecordRanges>),
+    /// Every batch was consumed (all passes were): read nothing.
+    Nothing,
+}
+
+/// Where a resumed pipeline starts and what it leaves out; see the module
+/// doc. Made by [`LoaderBuilder::resume`](crate::LoaderBuilder::resume)
+/// (or `resume_merged`) and held in the settings.
+#[derive(Clone, Debug)]
+pub struct ResumeFrom {
+    first_pass: u64,
+    rules: BTreeMap<u64, Rule>,
+    /// The progress the resumed run starts from.
+    taken: BTreeMap<u64, PassTaken>,
+    done_before: u64,
+    by_record: bool,
+}
+
+impl ResumeFrom {
+    /// How a pipeline identified by `now`, of `pass_count` passes, goes on
+    /// from `checkpoints` ([`ResumeFrom::new`] with the settings' parts).
+    pub(crate) fn plan(
+        checkpoints: &[Checkpoint],
+        now: &CheckpointBase,
+        pass_count: u64,
+        equalize: Equalize,
+    ) -> Result<Self, PipelineError> {
+        let cp_err = |e: CheckpointError| PipelineError::Checkpoint(Arc::new(e));
+        let Some(first) = checkpoints.first() else {
+            return Err(merge_error("no checkpoint given".into()));
+        };
+        for cp in checkpoints {
+            cp.inputs.check_unchanged(&now.inputs).map_err(cp_err)?;
+            cp.settings
+                .check_compatible(&now.settings, &[])
+                .map_err(cp_err)?;
+        }
+        let same_shard =
+            checkpoints.len() == 1 && first.rank == now.rank && first.world_size == now.world_size;
+        if !same_shard {
+            let world = first.world_size;
+            let mut ranks: Vec<u32> = checkpoints.iter().map(|c| c.rank).collect();
+            ranks.sort_unstable();
+            if let Some(c) = checkpoints.iter().find(|c| c.world_size != world) {
+                return Err(merge_error(format!(
+                    "the checkpoints are of world sizes {world} and {}: give the checkpoints of one job",
+                    c.world_size
+                )));
+            }
+            if ranks != (0..world).collect::<Vec<_>>() {
+                return Err(merge_error(format!(
+                    "an elastic resume needs the checkpoint of every rank of the old job (world size {world}), got ranks {ranks:?}"
+                )));
+            }
+        }
+        let first_pass = checkpoints.iter().map(|c| c.pass).min().unwrap_or(0);
+        for cp in checkpoints {
+            for q in first_pass..cp.pass {
+                if !cp.passes.iter().any(|p| p.pass == q && p.complete) {
+                    return Err(merge_error(format!(
+                        "rank {}'s checkpoint is at pass {}, another rank's at pass {first_pass}: ranks more than one pass apart cannot be merged",
+                        cp.rank, cp.pass
+                    )));
+                }
+            }
+        }
+        let by_seq = same_shard
+            && first.deterministic
+            && (first.passes.iter())
+                .filter(|p| p.pass >= first_pass)
+                .all(|p| p.by_seq);
+        let by_record = !by_seq;
+        if by_record && equalize != Equalize::Off {
+            return Err(PipelineError::Config(format!(
+                "equalize ({:?}) cannot be resumed by record (shuffled mode or another shard): its quotas count whole passes; resume in deterministic mode on the same shard, or without equalize",
+                equalize
+            )));
+        }
+        // Per pass from `first_pass` on: what every checkpoint took.
+        let mut taken: BTreeMap<u64, PassTaken> = BTreeMap::new();
+        let mut rules = BTreeMap::new();
+        let mut passes: BTreeMap<u64, Vec<(&Checkpoint, &PassProgress)>> = BTreeMap::new();
+        for cp in checkpoints {
+            for p in cp.passes.iter().filter(|p| p.pass >= first_pass) {
+                passes.entry(p.pass).or_default().push((cp, p));
+            }
+        }
+        for (&pass, parts) in &passes {
+            let mut records: HashMap<SourceId, Vec<&RecordRanges>> = HashMap::new();
+            for (cp, p) in parts {
+                for (&s, r) in &p.records {
+                    let name = &cp.sources[s as usize];
+                    records.entry(SourceId::intern(name)).or_default().push(r);
+                }
+            }
+            let records: HashMap<SourceId, RecordRanges> = records
+                .into_iter()
+                .map(|(s, rs)| (s, RecordRanges::union(rs)))
+                .collect();
+            let seqs = RecordRanges::union(parts.iter().map(|(_, p)| &p.seqs));
+            let t = PassTaken {
+                complete: !by_record && parts.iter().all(|(_, p)| p.complete),
+                batches: parts.iter().map(|(_, p)| p.batches).sum(),
+                by_seq,
+                seqs: if by_seq {
+                    RangeSet::of(&seqs)
+                } else {
+                    RangeSet::default()
+                },
+                records: records
+                    .iter()
+                    .map(|(&s, r)| (s, RecordSet::of(r)))
+                    .collect(),
+            };
+            taken.insert(pass, t);
+            rules.insert(
+                pass,
+                if by_seq {
+                    Rule::Batches(seqs)
+                } else {
+                    Rule::Records(records)
+                },
+            );
+        }
+        let mut first_pass = first_pass;
+        let mut done_before = first_pass;
+        if first_pass >= pass_count {
+            // Every pass was consumed: run the last one empty, so that the
+            // pipeline ends as usual.
+            first_pass = pass_count.saturating_sub(1);
+            done_before = pass_count;
+            rules = BTreeMap::from([(first_pass, Rule::Nothing)]);
+            taken.clear();
+        }
+        log::info!(
+            "resuming from {} checkpoint(s) at pass {first_pass} by {}",
+            checkpoints.len(),
+            if by_record { "record" } else { "batch number" }
+        );
+        Ok(ResumeFrom {
+            first_pass,
+            rules,
+            taken,
+            done_before,
+            by_record,
+        })
+    }
+
+    /// The pass the resumed pipeline starts with.
+    pub fn first_pass(&self) -> u64 {
+        self.first_pass
+    }
+
+    /// True when the passes go on by record (filtered on the readers),
+    /// false when by batch number (deterministic, same shard).
+    pub fn by_record(&self) -> bool {
+        self.by_record
+    }
+
+    /// True when batch `seq` of `pass` was consumed before: left out.
+    pub(crate) fn skips_batch(&self, pass: u64, seq: u64) -> bool {
+        matches!(self.rules.get(&pass), Some(Rule::Batches(s)) if s.contains(seq))
+    }
+
+    /// The first batch number of `pass` from `seq` on not left out.
+    pub(crate) fn next_seq(&self, pass: u64, mut seq: u64) -> u64 {
+        while self.skips_batch(pass, seq) {
+            seq += 1;
+        }
+        seq
+    }
+
+    /// True when `pass` reads nothing.
+    pub(crate) fn reads_nothing(&self, pass: u64) -> bool {
+        matches!(self.rules.get(&pass), Some(Rule::Nothing))
+    }
+
+    /// Where a reader of `source` in `pass` starts, asked to start at
+    /// `start`: past the consumed records that follow `start` without a gap.
+    pub(crate) fn start_record(&self, pass: u64, source: &str, start: u64) -> u64 {
+        let Some(Rule::Records(taken)) = self.rules.get(&pass) else {
+            return start;
+        };
+        let Some(ranges) = taken.get(&SourceId::intern(source)) else {
+            return start;
+        };
+        let r = ranges.ranges();
+        let i = r.partition_point(|&[_, e]| e <= start);
+        match r.get(i) {
+            Some(&[s, e]) if s <= start => e,
+            _ => start,
+        }
+    }
+
+    /// The rows of `chunk` (of `pass`) not consumed before.
+    pub(crate) fn filter(&self, pass: u64, chunk: Chunk) -> Chunk {
+        match self.rules.get(&pass) {
+            Some(Rule::Records(taken)) => chunk
+                .retain_origins(|o| !taken.get(&o.source).is_some_and(|r| r.contains(o.record))),
+            _ => chunk,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_set_inserts_merge_neighbours() {
+        let mut s = RangeSet::default();
+        for x in [5, 3, 4, 9, 7, 8, 4, 0, 6] {
+            s.insert(x);
+        }
+        assert_eq!(s.ranges().ranges(), &[[0, 1], [3, 10]]);
+        assert_eq!(s.0.len(), 2);
+        s.insert(1);
+        s.insert(2);
+        assert_eq!(s.ranges().ranges(), &[[0, 10]]);
+    }
+
+    #[test]
+    fn readers_start_past_a_consumed_prefix_and_batches_are_left_out() {
+        let src = SourceId::intern("/resume/unit/f0");
+        let by_record = ResumeFrom {
+            first_pass: 1,
+            rules: BTreeMap::from([(
+                1,
+                Rule::Records(HashMap::from([(
+                    src,
+                    RecordRanges::from_ranges([[0, 10], [12, 15]]),
+                )])),
+            )]),
+            taken: BTreeMap::new(),
+            done_before: 1,
+            by_record: true,
+        };
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 0), 10);
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 10), 10);
+        assert_eq!(by_record.start_record(1, "/resume/unit/f0", 13), 15);
+        assert_eq!(by_record.start_record(1, "/resume/unit/other", 0), 0);
+        assert_eq!(by_record.start_record(2, "/resume/unit/f0", 0), 0);
+        let by_seq = ResumeFrom {
+            rules: BTreeMap::from([(1, Rule::Batches(RecordRanges::from_records([0, 1, 2, 5])))]),
+            by_record: false,
+            ..by_record
+        };
+        assert!(by_seq.skips_batch(1, 2) && !by_seq.skips_batch(1, 3) && !by_seq.skips_batch(2, 0));
+        assert_eq!(by_seq.next_seq(1, 0), 3);
+        assert_eq!(by_seq.next_seq(1, 5), 6);
+        assert_eq!(by_seq.next_seq(2, 0), 0);
+    }
+
+    #[test]
+    fn record_sets_fold_full_words_and_give_exact_ranges() {
+        let mut rng = 12345u64;
+        for _ in 0..50 {
+            let mut set = RecordSet::default();
+            let mut want = std::collections::BTreeSet::new();
+            for _ in 0..400 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (rng >> 33) % 300;
+                set.insert(r);
+                want.insert(r);
+            }
+            for r in 0..130 {
+                set.insert(r);
+                want.insert(r);
+            }
+            assert!(set.base >= 128, "full words fold: base {}", set.base);
+            assert_eq!(
+                set.ranges(),
+                RecordRanges::from_records(want.iter().copied())
+            );
+            let again = RecordSet::of(&set.ranges());
+            assert_eq!(again.ranges(), set.ranges());
+        }
+    }
+
+    #[test]
+    fn progress_keeps_the_last_complete_pass_and_counts_consumers() {
+        let mut p = Progress::new(2);
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 0, "one of two consumers");
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 1);
+        p.pass_ended(1);
+        p.pass_ended(1);
+        assert_eq!(p.passes.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert!(p.passes[&1].complete);
+    }
+}

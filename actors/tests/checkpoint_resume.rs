@@ -1,0 +1,424 @@
+//! Checkpoint and resume through the `Loader` (issue 17): a run stopped at
+//! a batch, checkpointed (through its JSON form) and resumed — with other
+//! reader and device counts — delivers with the batches before the stop
+//! every instance of each pass exactly once; in deterministic mode the
+//! resumed batches are the uninterrupted run's (ids, values, numbers).
+//! Stop points: the first batch, the last batch of a pass, just after a
+//! pass boundary, random ones and the very end; with bad records skipped
+//! and a reader restart, with file sets, and elastic (3 ranks → 2, 2 → 3,
+//! mid-pass).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{all_ids, assert_exactly_once, synth_registry, Fault, SynthFormat};
+use feedline_actors::{Checkpoint, Equalize, ErrorPolicy, FileSet, Loader, LoaderBuilder, ShardBy};
+use rand::{Rng, SeedableRng};
+
+/// A delivered batch as compared: pass, seq, ids and the bits of `x`.
+type Got = (u64, u64, Vec<i64>, Vec<u32>);
+
+fn got(d: &feedline_actors::Delivered) -> Got {
+    let ids = d.batch.i64("id").unwrap().iter().copied().collect();
+    let x = d
+        .batch
+        .f32("x")
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    (d.pass, d.seq, ids, x)
+}
+
+const COUNTS: [u64; 5] = [37, 50, 23, 64, 9];
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    seed: u64,
+    det: bool,
+    readers: usize,
+    devices: usize,
+    round_robin: bool,
+    bad: bool,
+    sets: bool,
+}
+
+fn synth(case: &Case) -> SynthFormat {
+    let mut s = SynthFormat::with_files(&COUNTS);
+    if case.bad {
+        for (f, r) in [("f0", 3), ("f1", 0), ("f1", 49), ("f3", 30)] {
+            s = s.fault(f, r, Fault::BadRecord);
+        }
+        // A reader dies once mid-file: replaced, it resumes the file.
+        s = s.fault("f2", 10, Fault::Panic { times: 1 });
+    }
+    s.build()
+}
+
+fn bad_ids(case: &Case) -> Vec<i64> {
+    if case.bad {
+        vec![3, 1_000_000, 1_000_049, 3_000_030]
+    } else {
+        vec![]
+    }
+}
+
+/// The builder of `case` with `readers` readers and `devices` devices.
+fn builder(case: &Case, readers: usize, devices: usize) -> LoaderBuilder {
+    let s = synth(case);
+    let specs = s.specs();
+    let mut b = Loader::builder()
+        .registry(synth_registry(s))
+        .schema(SynthFormat::schema())
+        .shard_from_env(false)
+        .batch(8)
+        .shuffle(32)
+        .chunk_records(4)
+        .passes(2)
+        .seed(case.seed)
+        .deterministic(case.det)
+        .devices(devices)
+        .round_robin(case.round_robin);
+    if case.bad {
+        b = b.error_policy(ErrorPolicy::skip());
+    }
+    if case.sets {
+        b = b
+            .file_set(
+                FileSet::new("a", specs[..2].to_vec())
+                    .readers(readers)
+                    .weight(2.0),
+            )
+            .file_set(
+                FileSet::new("b", specs[2..].to_vec())
+                    .readers(readers)
+                    .weight(1.0),
+            );
+    } else {
+        b = b.files(specs).readers(readers);
+    }
+    b
+}
+
+/// Take `n` batches (or all there are), then the checkpoint, through JSON.
+fn take(mut loader: Loader, n: usize) -> (Vec<Got>, Checkpoint) {
+    let mut out = Vec::new();
+    let mut it = loader.iter();
+    while out.len() < n {
+        match it.next() {
+            Some(d) => out.push(got(&d.unwrap())),
+            None => break,
+        }
+    }
+    let cp = loader.checkpoint().unwrap();
+    assert_eq!(cp.batches, out.len() as u64);
+    let back = Checkpoint::from_json(&cp.to_json(), Path::new("cp.json")).unwrap();
+    assert_eq!(back, cp);
+    (out, back)
+}
+
+fn all(loader: Loader) -> Vec<Got> {
+    loader.into_iter().map(|d| got(&d.unwrap())).collect()
+}
+
+fn ids_by_pass<'a>(batches: impl IntoIterator<Item = &'a Got>) -> BTreeMap<u64, Vec<i64>> {
+    let mut m: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for (p, _, ids, _) in batches {
+        m.entry(*p).or_default().extend(ids);
+    }
+    m
+}
+
+/// Stop `case` after `stop` batches, resume with other reader and device
+/// counts, check exactly once (and, deterministic, identity with `full`).
+fn check_stop(case: &Case, stop: usize, full: &[Got]) {
+    let (before, cp) = take(
+        builder(case, case.readers, case.devices).build().unwrap(),
+        stop,
+    );
+    let (r2, d2) = (case.readers % 8 + 1, 4 - case.devices);
+    let after = all(builder(case, r2, d2).resume(cp.clone()).build().unwrap());
+    let mut both = before.clone();
+    both.extend(after.iter().cloned());
+    let want = all_ids(&COUNTS, &bad_ids(case));
+    let per_pass = ids_by_pass(&both);
+    // A pass all of whose batches came before the stop has none after.
+    assert_exactly_once(&per_pass, &want, 2);
+    if case.det {
+        assert_eq!(before, full[..before.len()], "{case:?} stop {stop}: before");
+        assert!(
+            after == full[before.len()..],
+            "{case:?} stop {stop}: the resumed batches differ from the uninterrupted run's ({} vs {})",
+            after.len(),
+            full.len() - before.len()
+        );
+    }
+    // Resuming from the end of the resumed run delivers nothing.
+    if stop == 1 {
+        let mut resumed = builder(case, r2, d2).resume(cp).build().unwrap();
+        let mut n = 0;
+        for d in resumed.iter() {
+            d.unwrap();
+            n += 1;
+        }
+        let end = resumed.checkpoint().unwrap();
+        assert_eq!(end.batches, n as u64);
+        assert_eq!(end.pass, 2, "{end:?}");
+        let none = all(builder(case, 1, 1).resume(end).build().unwrap());
+        assert!(none.is_empty(), "{} batches after the end", none.len());
+    }
+}
+
+fn stops(full: &[Got], rng: &mut impl Rng) -> Vec<usize> {
+    let first_pass = full.iter().filter(|g| g.0 == 0).count();
+    let mut s = vec![
+        1,
+        first_pass - 1,
+        first_pass,
+        first_pass + 1,
+        full.len(),
+        rng.gen_range(1..full.len()),
+    ];
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+fn run_cases(det: bool, bad: bool, sets: bool) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17 + det as u64 + 2 * bad as u64);
+    for seed in [1u64, 7, 123] {
+        for (readers, devices, round_robin) in [
+            (1, 1, false),
+            (2, 3, true),
+            (8, 3, false),
+            (2, 1, false),
+            (8, 1, true),
+        ] {
+            let case = Case {
+                seed,
+                det,
+                readers,
+                devices,
+                round_robin,
+                bad,
+                sets,
+            };
+            let full = all(builder(&case, readers, devices).build().unwrap());
+            for stop in stops(&full, &mut rng) {
+                check_stop(&case, stop, &full);
+            }
+        }
+    }
+}
+
+#[test]
+fn deterministic_resume_is_the_uninterrupted_run() {
+    run_cases(true, false, false);
+}
+
+#[test]
+fn shuffled_resume_is_exactly_once_per_pass() {
+    run_cases(false, false, false);
+}
+
+#[test]
+fn skip_policy_with_bad_records() {
+    run_cases(true, true, false);
+    run_cases(false, true, false);
+}
+
+#[test]
+fn file_sets() {
+    run_cases(true, false, true);
+    run_cases(false, false, true);
+}
+
+/// Elastic: `old` ranks each stop mid-pass; `new` ranks resume from all
+/// their checkpoints; every instance of every pass exactly once across all.
+fn elastic(old: usize, new: usize, det: bool, seed: u64) {
+    let case = Case {
+        seed,
+        det,
+        readers: 2,
+        devices: 1,
+        round_robin: false,
+        bad: false,
+        sets: false,
+    };
+    let counts = [20u64, 31, 17, 40, 25, 12];
+    let shard = |b: LoaderBuilder, rank, world| b.shard(rank, world).shard_by(ShardBy::File);
+    let make = |rank: usize, world: usize| {
+        let s = SynthFormat::with_files(&counts).build();
+        let specs = s.specs();
+        let b = Loader::builder()
+            .registry(synth_registry(s))
+            .schema(SynthFormat::schema())
+            .files(specs)
+            .batch(4)
+            .shuffle(16)
+            .chunk_records(4)
+            .passes(2)
+            .seed(case.seed)
+            .deterministic(det)
+            .readers(case.readers);
+        shard(b, rank, world)
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut everything = Vec::new();
+    let mut cps = Vec::new();
+    for rank in 0..old {
+        let full = all(make(rank, old).build().unwrap());
+        let in_pass0 = full.iter().filter(|g| g.0 == 0).count();
+        let stop = rng.gen_range(1..in_pass0);
+        let (before, cp) = take(make(rank, old).build().unwrap(), stop);
+        assert_eq!(cp.pass, 0);
+        everything.extend(before);
+        cps.push(cp);
+    }
+    cps.reverse(); // the order the checkpoints come in does not matter
+    let mut again = Vec::new();
+    for rank in 0..new {
+        let mut b = make(rank, new);
+        for cp in &cps {
+            b = b.resume(cp.clone());
+        }
+        let after = all(b.build().unwrap());
+        again.push(after.clone());
+        everything.extend(after);
+    }
+    let want = all_ids(&counts, &[]);
+    assert_exactly_once(&ids_by_pass(&everything), &want, 2);
+    // Deterministic for (checkpoints, new world, seed).
+    let mut b = make(0, new);
+    for cp in &cps {
+        b = b.resume(cp.clone());
+    }
+    if det {
+        assert_eq!(all(b.build().unwrap()), again[0]);
+    }
+}
+
+#[test]
+fn elastic_three_ranks_to_two_and_two_to_three() {
+    for seed in [3u64, 11, 40] {
+        for det in [true, false] {
+            elastic(3, 2, det, seed);
+            elastic(2, 3, det, seed);
+        }
+    }
+}
+
+#[test]
+fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let text: String = (0..40).map(|i| format!("{{\"v\": {i}}}\n")).collect();
+    std::fs::write(&path, &text).unwrap();
+    let files = [path.to_str().unwrap().to_string()];
+    let base = || {
+        Loader::builder()
+            .files(files.clone())
+            .shard_from_env(false)
+            .batch(4)
+            .shuffle(8)
+            .seed(5)
+    };
+    let taken = |mut loader: Loader, n: usize| {
+        for d in loader.iter().take(n) {
+            d.unwrap();
+        }
+        loader.checkpoint().unwrap()
+    };
+    let cp = taken(base().build().unwrap(), 3);
+    let msg = |b: LoaderBuilder| match b.build() {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("resumed"),
+    };
+    let e = msg(base().batch(5).resume(cp.clone()));
+    assert!(
+        e.contains("setting `batch` changed since the checkpoint: was Fixed(4), now Fixed(5)"),
+        "{e}"
+    );
+    let e = msg(base().seed(6).resume(cp.clone()));
+    assert!(e.contains("`seed`") && e.contains("was 5, now 6"), "{e}");
+    // Two checkpoints of one rank are not a job.
+    let e = msg(base().resume(cp.clone()).resume(cp.clone()));
+    assert!(
+        e.contains("every rank of the old job") && e.contains("[0, 0]"),
+        "{e}"
+    );
+    // Checkpoints of one rank of two cannot resume alone under another shard.
+    let half = taken(base().shard(1, 2).build().unwrap(), 1);
+    let e = msg(base().shard(0, 3).resume(half));
+    assert!(e.contains("got ranks [1]"), "{e}");
+    // Equalized ranks resume only by batch number (deterministic, same shard).
+    let e = msg(base().equalize(Equalize::Drop).resume(cp.clone()));
+    assert!(e.contains("setting `equalize` changed"), "{e}");
+    let eq = || base().equalize(Equalize::Drop).shard(0, 2);
+    let cp_eq = taken(eq().build().unwrap(), 1);
+    let e = msg(eq().resume(cp_eq));
+    assert!(
+        e.contains("equalize (Drop) cannot be resumed by record"),
+        "{e}"
+    );
+    // The file grew.
+    std::fs::write(&path, format!("{text}{{\"v\": 40}}\n")).unwrap();
+    let e = msg(base().resume(cp));
+    assert!(
+        e.contains("the inputs changed since the checkpoint")
+            && e.contains("a.jsonl: size was")
+            && e.contains(&format!("{} bytes", text.len())),
+        "{e}"
+    );
+}
+
+#[test]
+fn device_iterators_are_covered() {
+    for det in [true, false] {
+        for round_robin in [true, false] {
+            for seed in [2u64, 9] {
+                let case = Case {
+                    seed,
+                    det,
+                    readers: 2,
+                    devices: 3,
+                    round_robin,
+                    bad: false,
+                    sets: false,
+                };
+                let mut loader = builder(&case, 2, 3).build().unwrap();
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let threads: Vec<_> = (0..3)
+                    .map(|d| {
+                        let n = rng.gen_range(1..=4);
+                        let it = loader.device_iter(d);
+                        std::thread::spawn(move || {
+                            it.take(n).map(|b| got(&b.unwrap())).collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                let mut before: Vec<Got> = Vec::new();
+                for t in threads {
+                    before.extend(t.join().unwrap());
+                }
+                let cp = loader.checkpoint().unwrap();
+                assert_eq!(cp.batches, before.len() as u64);
+                drop(loader);
+                let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+                let mut both = before.clone();
+                both.extend(after.iter().cloned());
+                assert_exactly_once(&ids_by_pass(&both), &all_ids(&COUNTS, &[]), 2);
+                if det {
+                    let full = all(builder(&case, 2, 1).build().unwrap());
+                    let mut got = both.clone();
+                    got.sort();
+                    let mut want = full;
+                    want.sort();
+                    assert!(got == want, "{case:?}: resumed batches differ");
+                }
+            }
+        }
+    }
+}
