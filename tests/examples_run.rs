@@ -170,6 +170,35 @@ fn imagenet_decodes_and_augments_on_the_workers() {
 }
 
 #[test]
+fn text_trains_a_tokenizer_and_batches_by_the_token_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        "text",
+        &[
+            "--docs",
+            "3000",
+            "--files",
+            "3",
+            "--passes",
+            "2",
+            "--max-tokens",
+            "1000",
+            "--readers",
+            "3",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("trained a BPE of "), "{out}");
+    assert!(dir.path().join("tokenizer.json").exists());
+    assert!(
+        out.contains("2 passes: every one of 3000 documents once per pass"),
+        "{out}"
+    );
+    assert!(out.contains("budget 1000 (0 batches over it"), "{out}");
+}
+
+#[test]
 fn numpy_loads_two_npy_files_as_columns_and_an_npz_with_labels_kept_with_their_images() {
     // --rust-writer: the same files whichever machine runs it (numpy's
     // own output is taken when python3 has numpy and the flag is left out).

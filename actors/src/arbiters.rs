@@ -41,7 +41,12 @@ impl Arbiters {
                 }
                 let _ = tx.send(());
             });
-        if joiner.is_ok() && rx.recv_timeout(std::time::Duration::from_secs(2)).is_err() {
+        let Ok(joiner) = joiner else { return };
+        if rx.recv_timeout(std::time::Duration::from_secs(2)).is_ok() {
+            // The joiner has sent its last word; wait for its own exit too, so
+            // that no thread of the pipeline outlives `stop_and_join`.
+            let _ = joiner.join();
+        } else {
             log::warn!("not all of {n} pipeline threads ended within 2 s (a reader blocked in I/O?); leaving them to end by themselves");
         }
     }

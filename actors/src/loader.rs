@@ -198,6 +198,36 @@ impl Loader {
             if self.merged.ended {
                 return None;
             }
+            if let Some(mut sweep) = self.merged.sweep.take() {
+                // A lane's pass ended: every other lane holds this pass's
+                // marker next; take them. A time-out keeps the sweep where
+                // it is, for the next call (iteration can go on).
+                while sweep.next < self.merged.lanes.count() {
+                    let other = sweep.next;
+                    if other == sweep.ended_lane {
+                        sweep.next += 1;
+                        continue;
+                    }
+                    match self.pop(other) {
+                        Ok(Popped::EndOfPass(_)) | Ok(Popped::EndOfData) => sweep.next += 1,
+                        Ok(Popped::Batch(d)) => {
+                            log::error!("lane {other} had a batch after its pass ended");
+                            self.merged.sweep = Some(sweep);
+                            return Some(Ok(d));
+                        }
+                        Err(e @ PipelineError::Timeout { .. }) => {
+                            self.merged.sweep = Some(sweep);
+                            return Some(Err(e));
+                        }
+                        Err(e) => {
+                            self.merged.ended = true;
+                            return Some(Err(e));
+                        }
+                    }
+                }
+                self.merged.next_seq = 0;
+                continue;
+            }
             let lane = self.merged.lanes.of_batch(self.merged.next_seq);
             match self.pop(lane) {
                 Ok(Popped::Batch(d)) => {
@@ -205,22 +235,10 @@ impl Loader {
                     return Some(Ok(d));
                 }
                 Ok(Popped::EndOfPass(_)) => {
-                    // Every other lane holds this pass's marker next: take them.
-                    for other in (0..self.merged.lanes.count()).filter(|&l| l != lane) {
-                        match self.pop(other) {
-                            Ok(Popped::EndOfPass(_)) => {}
-                            Ok(Popped::EndOfData) => {}
-                            Ok(Popped::Batch(d)) => {
-                                log::error!("lane {other} had a batch after its pass ended");
-                                return Some(Ok(d));
-                            }
-                            Err(e) => {
-                                self.merged.ended = true;
-                                return Some(Err(e));
-                            }
-                        }
-                    }
-                    self.merged.next_seq = 0;
+                    self.merged.sweep = Some(Sweep {
+                        ended_lane: lane,
+                        next: 0,
+                    });
                 }
                 Ok(Popped::EndOfData) => {
                     self.merged.ended = true;
@@ -234,6 +252,14 @@ impl Loader {
             }
         }
     }
+}
+
+/// The end-of-pass sweep of the merged iterator in progress: the lane whose
+/// marker came first, and the next lane to take the marker from.
+#[derive(Clone, Copy, Debug)]
+struct Sweep {
+    ended_lane: usize,
+    next: usize,
 }
 
 /// Pops for one consumer from a plain thread, straight from the feed
@@ -281,6 +307,8 @@ struct MergedState {
     lanes: Lanes,
     /// The number of the next batch expected in the pass.
     next_seq: u64,
+    /// The end-of-pass sweep, while it is not finished.
+    sweep: Option<Sweep>,
     ended: bool,
     timeout: Option<Duration>,
 }
@@ -294,6 +322,7 @@ impl MergedState {
                 .collect(),
             lanes,
             next_seq: 0,
+            sweep: None,
             ended: false,
             timeout: None,
         }

@@ -58,7 +58,9 @@ impl IntoPath for &PathBuf {
 }
 
 /// One input spec or many: a single [`IntoPath`], or an array, `Vec` or
-/// slice of them.
+/// slice of them. An iterator of specs: collect it first
+/// (`.files(names.iter().map(|n| format!("data/{n}")).collect::<Vec<_>>())`)
+/// — a single path is also accepted, so iterators cannot be, by coherence.
 ///
 /// ```
 /// use feedline_actors::IntoPaths;

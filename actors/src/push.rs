@@ -88,6 +88,9 @@ pub struct PushStats {
     pub refused: u64,
     /// Time pushes spent waiting for room, summed over all producers.
     pub blocked: Duration,
+    /// Pushes waiting for room right now (instances and batches): a
+    /// producer held back by a full pipeline shows here while it waits.
+    pub waiting: usize,
 }
 
 /// A handle to push instances and batches into a push-mode pipeline;

@@ -261,3 +261,47 @@ fn a_device_iterator_dropped_mid_pass_loses_nothing() {
         check_exactly_once(&seen, &counts, 1);
     }
 }
+
+#[test]
+fn a_time_out_in_the_round_robin_end_of_pass_sweep_lets_iteration_go_on() {
+    // One-batch lanes and a consumer that lets them fill (it pauses before
+    // each pop): each pass's end markers wait behind full lanes. Right after
+    // the pass's last batch the consumer asks again without a pause and
+    // without waiting (a zero time-out): the marker of the lane that batch
+    // just left is not in yet, so the sweep of the markers meets a time-out
+    // — which must leave the stream where it was.
+    let counts = [23, 17, 31];
+    let batches_per_pass = (counts.iter().sum::<u64>()).div_ceil(4);
+    let mut timeouts = 0;
+    for seed in 0..6 {
+        let devices = 2 + seed as usize % 3;
+        let mut l = builder(&counts, 2, devices, 3, seed, true)
+            .batch(4)
+            .shuffle(10)
+            .capacity(1)
+            .chunk_records(3)
+            .build()
+            .unwrap();
+        let mut seen: Seen = Vec::new();
+        let mut pause = true;
+        loop {
+            if pause {
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+            match l.next_timeout(std::time::Duration::ZERO) {
+                None => break,
+                Some(Ok(d)) => {
+                    pause = d.seq + 1 != batches_per_pass;
+                    seen.push((0, d.pass, d.seq, common::ids(&d)));
+                }
+                Some(Err(feedline_actors::PipelineError::Timeout { .. })) => {
+                    timeouts += 1;
+                    pause = true;
+                }
+                Some(Err(e)) => panic!("seed {seed}: {e}"),
+            }
+        }
+        check_exactly_once(&seen, &counts, 3);
+    }
+    assert!(timeouts > 0, "the test must meet time-outs");
+}

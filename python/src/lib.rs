@@ -1,27 +1,112 @@
 //! The Python module `feedline`: a thin PyO3 layer over
 //! `feedline_actors::Loader`. Batches are exposed as mappings of field name
 //! to numpy arrays that view the batch's Rust buffer (via
-//! `__array_interface__`; the array's base holds the `Arc<Batch>`). The GIL
-//! is released while waiting for a batch, in slices, with signals checked
-//! between slices so Ctrl-C raises KeyboardInterrupt.
+//! `__array_interface__`; the array's base holds the `Arc<Batch>`), of a
+//! small ndarray subclass, `feedline.FeedArray`, that adds DLPack export
+//! ([`dlpack`]). The GIL is released while waiting — for a batch, for room
+//! to push, for threads to stop — in slices, with signals checked between
+//! slices so Ctrl-C raises KeyboardInterrupt. Push-mode loaders
+//! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
 // pyo3 0.22's #[pymethods] expansion converts PyErr into PyErr (clippy's
 // useless_conversion on every PyResult method); the code has none itself.
 #![allow(clippy::useless_conversion)]
 
-use std::sync::Arc;
+mod batch;
+mod dlpack;
+mod feed;
+mod map;
+mod schema;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use feedline::{Array, Batch};
-use feedline_actors::{ErrorPolicy, Loader as RustLoader, PipelineError};
+use feedline::Schema;
+use feedline_actors::{
+    ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError, Stats,
+};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyError, PyValueError};
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyDict, PyModule, PyType};
 
-create_exception!(feedline, FeedlineError, PyException);
+use batch::PyBatch;
+use feed::PyFeed;
+
+create_exception!(
+    feedline,
+    FeedlineError,
+    PyException,
+    "A bad record (with its file, record and offset), or a pipeline failure."
+);
 
 /// How long one wait for a batch lasts before signals are checked.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+static NUMPY: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
+static FEED_ARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+/// The numpy module (imported once).
+pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    NUMPY
+        .get_or_try_init(py, || py.import_bound("numpy").map(Bound::unbind))
+        .map(|m| m.bind(py))
+}
+
+/// `feedline.FeedArray`, the ndarray subclass batches hand out.
+pub(crate) fn feed_array_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    FEED_ARRAY
+        .get(py)
+        .map(|t| t.bind(py))
+        .ok_or_else(|| PyException::new_err("feedline is not initialised"))
+}
+
+/// The ndarray subclass: numpy's behaviour, plus `__dlpack__` that exports
+/// the batch buffer itself (numpy refuses to export read-only arrays to
+/// DLPack < 1.0 consumers such as `torch.from_dlpack`).
+const FEED_ARRAY_SRC: &str = r#"
+import numpy as _np
+
+class FeedArray(_np.ndarray):
+    """A numpy array viewing a feedline batch's buffer (read-only, zero-copy).
+
+    It behaves as numpy.ndarray; ``__dlpack__`` hands the same memory to
+    ``torch.from_dlpack``, ``jax.dlpack.from_dlpack`` or ``numpy.from_dlpack``
+    without a copy, keeping the batch alive until the importer is done.
+    Do not write through such an import: the buffer is shared.
+    """
+
+    __slots__ = ()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"feedline arrays are on the CPU (1, 0), not {dl_device}")
+        if stream is not None and stream != -1:
+            raise BufferError("a CPU array takes no stream")
+        if copy:
+            return _np.array(self).__dlpack__()
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        capsule = _dlpack_capsule(self, versioned)
+        if capsule is None:
+            # Not (or no longer) a view of a batch buffer: numpy's own export.
+            plain = _np.asarray(self)
+            if max_version is None:
+                return plain.__dlpack__()
+            return plain.__dlpack__(max_version=max_version)
+        return capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # Results of computations own fresh memory: plain arrays (and
+        # scalars for full reductions), not views of a batch.
+        if return_scalar or arr.ndim == 0:
+            return arr[()]
+        return arr if type(arr) is _np.ndarray else arr.view(_np.ndarray)
+"#;
 
 fn to_py_err(e: PipelineError) -> PyErr {
     match e {
@@ -30,180 +115,231 @@ fn to_py_err(e: PipelineError) -> PyErr {
     }
 }
 
-/// One field of a batch, exported to numpy through `__array_interface__`.
-#[pyclass(module = "feedline", frozen)]
-struct FieldBuffer {
-    batch: Arc<Batch>,
-    field: usize,
-}
-
-#[pymethods]
-impl FieldBuffer {
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let f = &self.batch.fields()[self.field];
-        let (ptr, typestr, shape, strides, item): (usize, &str, Vec<usize>, Vec<isize>, usize) =
-            match &f.data {
-                Array::F32(a) => (
-                    a.as_ptr() as usize,
-                    "<f4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::F64(a) => (
-                    a.as_ptr() as usize,
-                    "<f8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I64(a) => (
-                    a.as_ptr() as usize,
-                    "<i8",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    8,
-                ),
-                Array::I32(a) => (
-                    a.as_ptr() as usize,
-                    "<i4",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    4,
-                ),
-                Array::U8(a) => (
-                    a.as_ptr() as usize,
-                    "|u1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bool(a) => (
-                    a.as_ptr() as usize,
-                    "|b1",
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                    1,
-                ),
-                Array::Bytes(_) => {
-                    return Err(PyValueError::new_err("a bytes field has no array view"))
-                }
-            };
-        let d = PyDict::new_bound(py);
-        d.set_item("version", 3)?;
-        d.set_item("typestr", typestr)?;
-        d.set_item("shape", PyTuple::new_bound(py, shape))?;
-        let byte_strides: Vec<isize> = strides.iter().map(|s| s * item as isize).collect();
-        d.set_item("strides", PyTuple::new_bound(py, byte_strides))?;
-        // Read-only: the buffer is shared (Arc) and may be read by others.
-        d.set_item("data", (ptr, true))?;
-        Ok(d)
-    }
-}
-
-/// A batch: a mapping of field name to numpy array (zero-copy views).
-#[pyclass(module = "feedline", name = "Batch", frozen)]
-struct PyBatch {
-    batch: Arc<Batch>,
-    #[pyo3(get)]
-    pass_: u64,
-    #[pyo3(get)]
-    seq: u64,
-}
-
-impl PyBatch {
-    fn index(&self, key: &str) -> Option<usize> {
-        self.batch
-            .schema()
-            .fields()
-            .iter()
-            .position(|f| f.name == key)
-    }
-    fn value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
-        let f = &self.batch.fields()[i];
-        if let Array::Bytes(b) = &f.data {
-            let items: Vec<PyObject> = (0..b.len())
-                .map(|k| {
-                    pyo3::types::PyBytes::new_bound(py, b.get(k))
-                        .into_any()
-                        .unbind()
-                })
-                .collect();
-            return Ok(PyList::new_bound(py, items).into_any().unbind());
-        }
-        let holder = Py::new(
-            py,
-            FieldBuffer {
-                batch: self.batch.clone(),
-                field: i,
-            },
-        )?;
-        let np = py.import_bound("numpy")?;
-        Ok(np.call_method1("asarray", (holder,))?.unbind())
-    }
-    fn names(&self) -> Vec<String> {
-        self.batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name.clone())
-            .collect()
-    }
-}
-
-#[pymethods]
-impl PyBatch {
-    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
-        match self.index(key) {
-            Some(i) => self.value(py, i),
-            None => Err(PyKeyError::new_err(key.to_string())),
+/// A start-up error: settings (a glob that matches nothing, an unknown
+/// format) are ValueError, a missing file FileNotFoundError, the rest (what
+/// the data says: a file that is not what its format says, …) as during
+/// iteration.
+fn start_err(e: PipelineError) -> PyErr {
+    use feedline::Error as E;
+    if let PipelineError::Data(d) = &e {
+        match &**d {
+            E::Config(_) | E::UnknownFormat { .. } => return PyValueError::new_err(e.to_string()),
+            E::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                return PyFileNotFoundError::new_err(e.to_string())
+            }
+            _ => {}
         }
     }
-    fn __len__(&self) -> usize {
-        self.batch.fields().len()
+    to_py_err(e)
+}
+
+/// Start a loader on a thread of its own and wait for it with the GIL
+/// released, checking for signals between wait slices: a start-up that
+/// blocks (a FIFO with no writer, a stalled network file system) yields to
+/// Ctrl-C. After an interrupt the start-up finishes by itself and its loader
+/// is dropped — stopped — on that thread.
+fn build_interruptibly<T: Send + 'static>(
+    py: Python<'_>,
+    build: impl FnOnce() -> Result<T, PipelineError> + Send + 'static,
+) -> PyResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Waited on with the GIL released: it must be shareable.
+    let rx = Mutex::new(rx);
+    let thread = std::thread::Builder::new()
+        .name("feedline-start".into())
+        .spawn(move || {
+            // A send fails only if the caller was interrupted: `T` is dropped here.
+            let _ = tx.send(build());
+        })
+        .map_err(|e| FeedlineError::new_err(format!("cannot start a thread: {e}")))?;
+    loop {
+        let got = py.allow_threads(|| {
+            rx.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .recv_timeout(WAIT_SLICE)
+        });
+        match got {
+            Ok(r) => {
+                // It has sent its result: wait for it to be gone.
+                let _ = py.allow_threads(|| thread.join());
+                return r.map_err(start_err);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(FeedlineError::new_err(
+                    "the loader's start-up panicked (see the log)",
+                ))
+            }
+        }
     }
-    fn __contains__(&self, key: &str) -> bool {
-        self.index(key).is_some()
+}
+
+/// `files=`: a path (str or path-like) or a sequence of them.
+fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let fspath = py.import_bound("os")?.getattr("fspath")?;
+    let one = |f: &Bound<'_, PyAny>| -> PyResult<Option<String>> {
+        match fspath.call1((f,)) {
+            Ok(p) => p
+                .extract::<String>()
+                .map(Some)
+                .map_err(|_| PyValueError::new_err(format!("files: {f} is not a str path"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(p) = one(files)? {
+        return Ok(vec![p]);
     }
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyList::new_bound(py, self.names())
-            .into_any()
-            .iter()
-            .map(|i| i.into_any())
+    let iter = files.iter().map_err(|_| {
+        PyValueError::new_err(format!(
+            "files: expected a path or a list of paths, got {}",
+            files.get_type()
+        ))
+    })?;
+    iter.map(|f| {
+        let f = f?;
+        one(&f)?.ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "files: {} is not a path",
+                f.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })
+    })
+    .collect()
+}
+
+fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
+    match on_error {
+        "fail" => {
+            if max_bad.is_some() {
+                return Err(PyValueError::new_err(
+                    "max_bad is only meaningful with on_error=\"skip\"",
+                ));
+            }
+            Ok(ErrorPolicy::Fail)
+        }
+        "skip" => Ok(ErrorPolicy::Skip {
+            max_bad,
+            max_bad_fraction: None,
+        }),
+        other => Err(PyValueError::new_err(format!(
+            "on_error: expected \"fail\" or \"skip\", got {other:?}"
+        ))),
     }
-    fn keys(&self) -> Vec<String> {
-        self.names()
+}
+
+/// A running loader, shared by its Python object and [`LIVE`].
+struct Inner {
+    /// `None` once closed.
+    loader: Mutex<Option<RustLoader>>,
+    /// Set first thing by `close`: a `next()` in progress stops taking the
+    /// lock (an unfair mutex could otherwise keep `close` waiting).
+    closing: AtomicBool,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
+        self.loader.lock().unwrap_or_else(|p| p.into_inner())
     }
-    /// Provenance: (source, record) of every instance, in batch order.
-    #[getter]
-    fn origins(&self) -> Vec<(String, u64)> {
-        self.batch
-            .origins()
-            .iter()
-            .map(|o| (o.source.to_string(), o.record))
-            .collect()
+
+    /// Stop every thread (call without the GIL).
+    fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let taken = self.lock().take();
+        if let Some(mut l) = taken {
+            l.shutdown();
+        }
     }
-    /// Instances in the batch.
-    #[getter]
-    fn size(&self) -> usize {
-        self.batch.len()
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "Batch(pass_={}, seq={}, size={}, fields={:?})",
-            self.pass_,
-            self.seq,
-            self.batch.len(),
-            self.names()
-        )
-    }
+}
+
+/// Every loader not yet closed, closed by [`close_all`] at interpreter exit.
+static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+/// Close every live loader (registered with `atexit`): at exit, while the
+/// interpreter still runs threads, not in its finalization — a transform
+/// worker inside a Python `map=` then would be killed mid-call.
+#[pyfunction]
+fn close_all(py: Python<'_>) {
+    let all: Vec<_> = LIVE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+        .filter_map(|w| w.upgrade())
+        .collect();
+    py.allow_threads(move || all.iter().for_each(|inner| inner.close()));
 }
 
 /// The loader: iterate it for batches (all passes, in order).
-#[pyclass(module = "feedline", name = "Loader")]
+///
+/// Every method may be called from any thread: the Rust loader sits behind a
+/// mutex that is only ever waited for with the GIL released (a `next()`
+/// holds it for one wait slice at a time), and `stats()`, `schema` and
+/// `len()` do not need it.
+#[pyclass(module = "feedline", name = "Loader", frozen)]
 struct PyLoader {
-    inner: Option<RustLoader>,
+    /// The loader; shared with [`LIVE`] (closed at exit).
+    inner: Arc<Inner>,
+    stats: Stats,
+    /// The batches' schema: known at the start, or — a map whose output
+    /// schema is inferred — set from the first batch.
+    schema: OnceLock<Schema>,
+    config: PipelineConfig,
+    /// `len()`: batches per pass, or why it is not known (computed once).
+    len: OnceLock<Result<u64, stats::LenUnknown>>,
+}
+
+impl PyLoader {
+    fn new_running(loader: RustLoader) -> Self {
+        let config = loader.config().clone();
+        let stats_handle = loader.stats_handle();
+        let schema = OnceLock::new();
+        let inferred =
+            config.transforms.instance.is_some() && config.transforms.output_schema.is_none();
+        if !inferred {
+            let _ = schema.set(loader.schema().clone());
+        }
+        let inner = Arc::new(Inner {
+            loader: Mutex::new(Some(loader)),
+            closing: AtomicBool::new(false),
+        });
+        {
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&inner));
+        }
+        PyLoader {
+            stats: stats_handle,
+            schema,
+            config,
+            inner,
+            len: OnceLock::new(),
+        }
+    }
+
+    fn start(py: Python<'_>, b: LoaderBuilder) -> PyResult<Self> {
+        let loader = build_interruptibly(py, move || b.build())?;
+        Ok(Self::new_running(loader))
+    }
+
+    /// The loader, locked (call with the GIL released).
+    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
+        self.inner.lock()
+    }
+}
+
+impl Drop for PyLoader {
+    /// Stop the loader with the GIL released: the threads it joins may be
+    /// waiting for the GIL (a Python `map=` on the transform workers).
+    fn drop(&mut self) {
+        // Closed already (by close(), an error, or the exit hook): nothing to wait for.
+        if let Ok(g) = self.inner.loader.try_lock() {
+            if g.is_none() {
+                return;
+            }
+        }
+        // The lock too is waited for without the GIL (the exit hook may hold it).
+        let inner = self.inner.clone();
+        Python::with_gil(|py| py.allow_threads(move || inner.close()));
+    }
 }
 
 #[pymethods]
@@ -211,11 +347,11 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
-        max_bad=None, schema=None))]
+        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        files: Vec<String>,
+        files: &Bound<'_, PyAny>,
         batch_size: usize,
         shuffle: usize,
         seed: u64,
@@ -227,34 +363,14 @@ impl PyLoader {
         world_size: Option<usize>,
         on_error: &str,
         max_bad: Option<u64>,
-        schema: Option<PyObject>,
+        schema: Option<Bound<'_, PyAny>>,
+        capacity: Option<usize>,
+        map: Option<Bound<'_, PyAny>>,
+        workers: Option<usize>,
+        map_schema: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        if schema.is_some() {
-            return Err(PyValueError::new_err(
-                "schema=: only None (inferred from the files) is supported by this build",
-            ));
-        }
-        let policy = match on_error {
-            "fail" => {
-                if max_bad.is_some() {
-                    return Err(PyValueError::new_err(
-                        "max_bad is only meaningful with on_error=\"skip\"",
-                    ));
-                }
-                ErrorPolicy::Fail
-            }
-            "skip" => ErrorPolicy::Skip {
-                max_bad,
-                max_bad_fraction: None,
-            },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "on_error: expected \"fail\" or \"skip\", got {other:?}"
-                )))
-            }
-        };
         let mut b = RustLoader::builder()
-            .files(files)
+            .files(file_list(py, files)?)
             .batch(batch_size)
             .shuffle(shuffle)
             .seed(seed)
@@ -262,7 +378,42 @@ impl PyLoader {
             .readers(readers)
             .deterministic(deterministic)
             .drop_last(drop_last)
-            .error_policy(policy);
+            .error_policy(error_policy(on_error, max_bad)?);
+        if let Some(s) = schema.filter(|s| !s.is_none()) {
+            b = b.schema(schema::parse_schema(py, &s)?);
+        }
+        if let Some(c) = capacity {
+            b = b.capacity(c);
+        }
+        let map_schema = match map_schema.filter(|s| !s.is_none()) {
+            Some(s) => Some(schema::parse_schema(py, &s)?),
+            None => None,
+        };
+        match map.filter(|m| !m.is_none()) {
+            Some(f) => {
+                if !f.is_callable() {
+                    return Err(PyValueError::new_err(format!(
+                        "map: expected a callable (instance, rng) -> dict, got {}",
+                        f.get_type()
+                    )));
+                }
+                if let Some(s) = &map_schema {
+                    b = b.output_schema(s.clone());
+                }
+                b = b.transform(std::sync::Arc::new(feedline::transform::map_fn(
+                    map::python_map(f.unbind(), map_schema),
+                )));
+                if let Some(w) = workers {
+                    b = b.workers(w);
+                }
+            }
+            None if map_schema.is_some() || workers.is_some() => {
+                return Err(PyValueError::new_err(
+                    "map_schema and workers are settings of map=: give a map",
+                ))
+            }
+            None => {}
+        }
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),
             (None, None) => b.shard_from_env(true),
@@ -272,38 +423,68 @@ impl PyLoader {
                 ))
             }
         };
-        let loader = py.allow_threads(move || b.build()).map_err(to_py_err)?;
-        Ok(PyLoader {
-            inner: Some(loader),
-        })
+        Self::start(py, b)
+    }
+
+    /// A push-mode loader and its feed: `loader, feed =
+    /// Loader.with_feed(schema=..., batch_size=32, capacity=8)`. The loader
+    /// yields what is pushed through `feed` (one pass), shuffled in a pool
+    /// of `shuffle` instances (default 0: in push order), until
+    /// `feed.close()`.
+    #[staticmethod]
+    #[pyo3(signature = (schema, batch_size=256, capacity=4, shuffle=0, seed=0,
+        deterministic=false, drop_last=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn with_feed(
+        py: Python<'_>,
+        schema: &Bound<'_, PyAny>,
+        batch_size: usize,
+        capacity: usize,
+        shuffle: usize,
+        seed: u64,
+        deterministic: bool,
+        drop_last: bool,
+    ) -> PyResult<(PyLoader, PyFeed)> {
+        let schema = schema::parse_schema(py, schema)?;
+        let b = RustLoader::builder()
+            .schema(schema)
+            .batch(batch_size)
+            .capacity(capacity)
+            .shuffle(shuffle)
+            .seed(seed)
+            .deterministic(deterministic)
+            .drop_last(drop_last)
+            .shard_from_env(false);
+        let (loader, feed) = build_interruptibly(py, move || b.build_with_feed())?;
+        Ok((PyLoader::new_running(loader), PyFeed::new(feed)))
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
         loop {
-            let Some(loader) = self.inner.as_mut() else {
+            if self.inner.closing.load(Ordering::SeqCst) {
                 return Ok(None);
-            };
-            let r = py.allow_threads(|| loader.next_timeout(WAIT_SLICE));
+            }
+            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
             match r {
-                None => return Ok(None),
-                Some(Ok(d)) => {
-                    return Ok(Some(PyBatch {
-                        batch: d.batch,
-                        pass_: d.pass,
-                        seq: d.seq,
-                    }))
+                // Closed, or the end of the data.
+                None | Some(None) => return Ok(None),
+                Some(Some(Ok(d))) => {
+                    if self.schema.get().is_none() {
+                        let _ = self.schema.set(d.batch.schema().clone());
+                    }
+                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
                 }
-                Some(Err(PipelineError::Timeout { .. })) => {
+                Some(Some(Err(PipelineError::Timeout { .. }))) => {
                     if let Err(e) = py.check_signals() {
                         self.close(py);
                         return Err(e);
                     }
                 }
-                Some(Err(e)) => {
+                Some(Some(Err(e))) => {
                     self.close(py);
                     return Err(to_py_err(e));
                 }
@@ -311,21 +492,54 @@ impl PyLoader {
         }
     }
 
-    /// Counters of the run so far (records, batches, bytes, per-stage figures).
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new_bound(py);
-        if let Some(l) = &self.inner {
-            let s = l.stats();
-            d.set_item("summary", format!("{s:?}"))?;
+    /// Batches per pass for this rank, when the inputs tell their record
+    /// counts (npy/npz, Parquet); else TypeError, as for any unsized iterable.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let len = match self.len.get() {
+            Some(l) => l,
+            None => {
+                let l = py.allow_threads(|| stats::batches_per_pass(&self.config));
+                self.len.get_or_init(|| l)
+            }
+        };
+        match len {
+            Ok(n) => Ok(*n as usize),
+            Err(why) => Err(PyTypeError::new_err(format!(
+                "this loader has no len(): the batches per pass are not known ({why})"
+            ))),
         }
-        Ok(d)
     }
 
-    /// Stop every thread of the loader (also on `with` exit and when dropped).
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(mut l) = self.inner.take() {
-            py.allow_threads(move || l.shutdown());
+    /// Counters of the run so far: records, batches, bytes, records_per_s,
+    /// per-stage busy/idle fractions under "stages", the bottleneck.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats::stats_dict(py, &self.stats.snapshot())
+    }
+
+    /// The schema of the batches, as a dict like `schema=` takes (with a
+    /// `map=` and no `map_schema=`: known from the first batch on).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match self.schema.get() {
+            Some(s) => schema::schema_dict(py, s),
+            None => Err(FeedlineError::new_err(
+                "the map's output schema is inferred from its first output: it is known once the \
+                 first batch has come (map_schema= declares it up front)",
+            )),
         }
+    }
+
+    /// Stop every thread of the loader (also on `with` exit and when
+    /// dropped). From another thread, a `next()` waiting there returns
+    /// within a wait slice and ends the iteration.
+    fn close(&self, py: Python<'_>) {
+        py.allow_threads(|| self.inner.close());
+    }
+
+    /// True once closed (or ended by an error or Ctrl-C).
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.inner.closing.load(Ordering::SeqCst) || py.allow_threads(|| self.lock().is_none())
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -334,7 +548,7 @@ impl PyLoader {
 
     #[pyo3(signature = (_t=None, _v=None, _tb=None))]
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         _t: Option<PyObject>,
         _v: Option<PyObject>,
@@ -351,8 +565,24 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
+    m.add_class::<PyFeed>()?;
     m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
     let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;
+    let ns = PyDict::new_bound(py);
+    ns.set_item("__name__", "feedline")?;
+    ns.set_item(
+        "_dlpack_capsule",
+        wrap_pyfunction!(dlpack::dlpack_capsule, m)?,
+    )?;
+    py.run_bound(FEED_ARRAY_SRC, Some(&ns), None)?;
+    let cls = ns
+        .get_item("FeedArray")?
+        .ok_or_else(|| PyException::new_err("FeedArray was not defined"))?;
+    let cls = cls.downcast_into::<PyType>()?;
+    m.add("FeedArray", &cls)?;
+    let _ = FEED_ARRAY.set(py, cls.unbind());
+    py.import_bound("atexit")?
+        .call_method1("register", (wrap_pyfunction!(close_all, m)?,))?;
     Ok(())
 }

@@ -191,8 +191,10 @@ def test_gil_released_while_waiting(tmp_path):
 
     t = threading.Thread(target=worker, daemon=True)
     t.start()
+    # The schema is given: the FIFO is opened once, by the reader (inferring
+    # it would open the FIFO first and race the writer's next open).
     with feedline.Loader(files=[str(fifo)], batch_size=5, shuffle=0,
-                         rank=0, world_size=1) as loader:
+                         schema={"y": ("int64", [])}, rank=0, world_size=1) as loader:
         b = next(iter(loader))
         assert b["y"].shape == (5,)
     stop.set()

@@ -137,6 +137,31 @@ pub fn check_chunk_budget(max_records: usize, max_bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// Fill `chunk` from `next` within a [`RecordReader::read_chunk`] budget
+/// (checked first): at least one record, then while under `max_bytes`, at
+/// most `max_records`; stops at the first `None`. What the default
+/// `read_chunk` does with `next_record`, for readers whose chunks come from
+/// another record source (a projected decode).
+pub fn fill_chunk(
+    chunk: &mut Chunk,
+    max_records: usize,
+    max_bytes: usize,
+    mut next: impl FnMut() -> Result<Option<Record>>,
+) -> Result<usize> {
+    check_chunk_budget(max_records, max_bytes)?;
+    let mut n = 0;
+    while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
+        match next()? {
+            Some(rec) => {
+                chunk.push_record(&rec)?;
+                n += 1;
+            }
+            None => break,
+        }
+    }
+    Ok(n)
+}
+
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
@@ -172,18 +197,7 @@ pub trait RecordReader: Send {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
-        check_chunk_budget(max_records, max_bytes)?;
-        let mut n = 0;
-        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
-            match self.next_record()? {
-                Some(rec) => {
-                    chunk.push_record(&rec)?;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        Ok(n)
+        fill_chunk(chunk, max_records, max_bytes, || self.next_record())
     }
 
     /// Index of the next record to be read.

@@ -60,7 +60,9 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::ProjectionMask;
 
-use super::{check_chunk_budget, source_id, Compression, Format, OpenOptions, RecordReader};
+use super::{
+    check_chunk_budget, fill_chunk, source_id, Compression, Format, OpenOptions, RecordReader,
+};
 use crate::chunk::Chunk;
 use crate::error::{Error, Result};
 use crate::provenance::{Location, SourceId};
@@ -564,17 +566,7 @@ impl RecordReader for ParquetReader {
             .map(|f| f.name.clone())
             .collect();
         self.project(Some(names))?;
-        let mut n = 0;
-        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
-            match self.next_row()? {
-                Some(rec) => {
-                    chunk.push_record(&rec)?;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        Ok(n)
+        fill_chunk(chunk, max_records, max_bytes, || self.next_row())
     }
 
     fn next_index(&self) -> u64 {

@@ -23,6 +23,7 @@ use ndarray::{ArrayD, IxDyn};
 use parking_lot::RwLock;
 use rayon::prelude::*;
 
+use super::workers::Workers;
 use super::{BatchMap, InstanceMap, OutRow, Row, SlotMut, TransformCtx, Transforms};
 use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::chunk::{Chunk, RowRef};
@@ -47,7 +48,7 @@ pub struct Transformed {
 pub struct BatchTransformer {
     map: Option<Arc<dyn InstanceMap>>,
     batch_map: Option<BatchMap>,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<Workers>,
     seed: u64,
     input: Schema,
     output: RwLock<Option<Schema>>,
@@ -211,13 +212,7 @@ impl BatchTransformer {
                 .and_then(|m| m.output_schema(input))
         });
         let pool = match &transforms.instance {
-            Some(_) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(transforms.workers)
-                    .thread_name(|i| format!("feedline-transform-{i}"))
-                    .build()
-                    .map_err(|e| Error::Config(format!("transform workers: {e}")))?,
-            ),
+            Some(_) => Some(Workers::new(transforms.workers, "feedline-transform")?),
             None => None,
         };
         Ok(Some(BatchTransformer {
@@ -247,7 +242,9 @@ impl BatchTransformer {
     /// every row failed before any output schema was known.
     pub fn run(&self, rows: &[RowRef], pass: u64) -> Result<Transformed> {
         let Transformed { batch, failed } = match (&self.map, &self.pool) {
-            (Some(map), Some(pool)) => self.transform(map.as_ref(), pool, rows, pass)?,
+            (Some(map), Some(workers)) => {
+                self.transform(map.as_ref(), workers.pool(), rows, pass)?
+            }
             _ => Transformed {
                 batch: collate_rows(&self.input, rows)?,
                 failed: Vec::new(),

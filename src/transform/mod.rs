@@ -40,6 +40,7 @@ mod records;
 mod row;
 mod seed;
 mod slots;
+mod workers;
 
 use std::fmt;
 use std::sync::Arc;

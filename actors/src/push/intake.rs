@@ -314,7 +314,10 @@ impl Shared {
                 self.insert_instance(&mut st, row);
                 break Ok(());
             }
-            waited = true;
+            if !waited {
+                waited = true;
+                st.stats.waiting += 1;
+            }
             if !self.wait(&mut st, wait) {
                 break Err(match wait {
                     Wait::Until(_, d) => PushError::Timeout(d, ()),
@@ -323,6 +326,7 @@ impl Shared {
             }
         };
         if waited {
+            st.stats.waiting -= 1;
             st.stats.blocked += t0.elapsed();
         }
         result.map_err(|e| {
@@ -348,7 +352,10 @@ impl Shared {
             if st.credits > 0 {
                 break Ok(());
             }
-            waited = true;
+            if !waited {
+                waited = true;
+                st.stats.waiting += 1;
+            }
             if !self.wait(&mut st, wait) {
                 break Err(match wait {
                     Wait::Until(_, d) => PushError::Timeout(d, ()),
@@ -358,6 +365,7 @@ impl Shared {
         };
         st.batch_waiters -= 1;
         if waited {
+            st.stats.waiting -= 1;
             st.stats.blocked += t0.elapsed();
         }
         match result {

@@ -1,0 +1,165 @@
+"""Type stubs of the feedline extension module (feeds training data to
+deep-learning trainers: zero-copy numpy batches from a Rust pipeline)."""
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Optional, Union, final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray"]
+
+_DType = Union[str, type, np.dtype[Any]]
+"""numpy's names: "float32", "float64", "int64", "int32", "uint8", "bool", or "bytes"."""
+
+_Dim = Optional[int]
+"""A non-negative extent; None (or -1) as the first dimension: variable length."""
+
+_FieldSpec = Union[
+    tuple[_DType, Sequence[_Dim]],
+    tuple[_DType, Sequence[_Dim], Literal["offsets", "padded"]],
+]
+_SchemaSpec = Mapping[str, _FieldSpec]
+"""{"x": ("float32", [64]), "y": ("int64", []), "tokens": ("int64", [None], "offsets")}"""
+
+_Value = Union["FeedArray", list[bytes], list[list[bytes]]]
+
+class FeedlineError(Exception):
+    """A bad record (its file, `record N` and `offset M` in the message), or a pipeline failure."""
+
+class FeedArray(np.ndarray[Any, Any]):
+    """A read-only numpy array viewing a batch's Rust buffer (no copy).
+
+    ``__dlpack__`` exports the same memory (DLPack 0.8 for torch.from_dlpack,
+    1.0 with the read-only flag when asked), keeping the batch alive.
+    """
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[tuple[int, int]] = None,
+        dl_device: Optional[tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[Literal[1], Literal[0]]: ...
+
+@final
+class Batch(Mapping[str, _Value]):
+    """A batch: field name -> array. Fixed fields: [batch, dims...]; ragged
+    fields: values [total, dims...] with offsets(name), or padded
+    [batch, max, dims...] with lengths(name); bytes fields: a list of bytes
+    per instance (scalar) or a list of lists of bytes."""
+
+    @property
+    def pass_(self) -> int:
+        """The pass (epoch) of the batch, from 0."""
+    @property
+    def seq(self) -> int:
+        """The batch's number within its pass, from 0."""
+    @property
+    def size(self) -> int:
+        """Instances in the batch."""
+    @property
+    def origins(self) -> list[tuple[str, int]]:
+        """(source, record index) of every instance, in batch order."""
+    def __getitem__(self, key: str, /) -> _Value: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """batch[key], or default when there is no such field."""
+    def offsets(self, name: str) -> Optional[npt.NDArray[np.int64]]:
+        """Ragged field, offsets layout: batch + 1 offsets into batch[name]'s first dimension."""
+    def lengths(self, name: str) -> Optional[npt.NDArray[np.int64]]:
+        """Ragged field, padded layout: each instance's length along dimension 1."""
+    def bytes_buffer(self, name: str) -> tuple[FeedArray, npt.NDArray[np.int64]]:
+        """A bytes field without copies: (uint8 data of every string
+        concatenated, int64 offsets); string k is data[off[k]:off[k+1]]."""
+    def instance_values(self, name: str) -> list[Any]:
+        """The field split per instance (views; ragged fields trimmed)."""
+
+@final
+class Feed:
+    """The producer's side of Loader.with_feed (Paddle's PyArrayFeedQueue)."""
+
+    def push(self, instance: Mapping[str, Any]) -> None:
+        """Push one instance; blocks (GIL released) while the pipeline is
+        full. A wrong field raises ValueError naming the field, the expected
+        and the actual shape and dtype; nothing is pushed then."""
+    def push_batch(self, batch: Mapping[str, Any]) -> None:
+        """Push a ready-made batch (arrays with one row per instance; ragged
+        and bytes fields as lists of per-instance values); not shuffled."""
+    def close(self) -> None:
+        """End the stream: the loader ends after what was pushed. Idempotent."""
+    @property
+    def closed(self) -> bool: ...
+    def stats(self) -> dict[str, Union[int, float]]:
+        """instances, batches, batch_instances, refused, blocked_s."""
+    def __enter__(self) -> "Feed": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]] = None,
+        v: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> bool: ...
+
+@final
+class Loader(Iterator[Batch]):
+    """Batches from files: every pass in order; a context manager; close()
+    (or leaving `with`, or dropping it) stops every thread."""
+
+    def __new__(
+        cls,
+        files: Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]],
+        batch_size: int = 256,
+        shuffle: int = 10_000,
+        seed: int = 0,
+        passes: int = 1,
+        readers: int = 2,
+        deterministic: bool = False,
+        drop_last: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        on_error: Literal["fail", "skip"] = "fail",
+        max_bad: Optional[int] = None,
+        schema: Optional[_SchemaSpec] = None,
+        capacity: Optional[int] = None,
+        map: Optional[Callable[[dict[str, Any], np.random.Generator], Mapping[str, Any]]] = None,
+        workers: Optional[int] = None,
+        map_schema: Optional[_SchemaSpec] = None,
+    ) -> "Loader":
+        """map: a Python callable (instance dict, rng) -> dict of output fields,
+        run on `workers` transform threads with the GIL held (one at a time on
+        a GIL build); its exceptions are bad records under `on_error`."""
+    @staticmethod
+    def with_feed(
+        schema: _SchemaSpec,
+        batch_size: int = 256,
+        capacity: int = 4,
+        shuffle: int = 0,
+        seed: int = 0,
+        deterministic: bool = False,
+        drop_last: bool = False,
+    ) -> tuple["Loader", Feed]:
+        """A push-mode loader and its feed."""
+    def __iter__(self) -> "Loader": ...
+    def __next__(self) -> Batch: ...
+    def __len__(self) -> int:
+        """Batches per pass for this rank (npy/npz, Parquet inputs); TypeError when not known."""
+    def stats(self) -> dict[str, Any]:
+        """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ..."""
+    @property
+    def schema(self) -> dict[str, _FieldSpec]: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Loader": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]] = None,
+        v: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> bool: ...

@@ -1,0 +1,432 @@
+//! Batches as Python sees them: [`PyBatch`], a read-only mapping of field
+//! name to numpy array, and [`FieldBuffer`], the object each array views
+//! (through `__array_struct__`, or `__array_interface__`) that holds the batch's `Arc<Batch>` — so
+//! the Rust buffer lives as long as any array (or DLPack importer) uses it.
+//!
+//! Layouts, as the schema says:
+//! - fixed shape `[d…]`: an array `[batch, d…]`;
+//! - ragged, offsets layout (`[None, d…]`): the values of all instances
+//!   concatenated, `[total, d…]`, with `batch.offsets(name)` (`batch + 1`
+//!   int64 offsets into the leading dimension);
+//! - ragged, padded layout: `[batch, max_len, d…]` padded with zeros, with
+//!   `batch.lengths(name)` (int64, each instance's length);
+//! - bytes: a list of `bytes` per instance for a scalar bytes field, else a
+//!   list (per instance) of lists of `bytes`.
+//!
+//! `batch.instance_values(name)` splits any field per instance.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+use feedline::{Array, Batch, DType};
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::{feed_array_type, numpy};
+
+/// One field of a batch, exported to numpy through `__array_interface__`.
+#[pyclass(module = "feedline", frozen)]
+pub struct FieldBuffer {
+    pub batch: Arc<Batch>,
+    pub field: usize,
+}
+
+/// The layout of field `field` of `batch`: data pointer, numpy typestr,
+/// shape, strides in bytes, element size (a bytes field: its payload as a
+/// 1-D uint8 array).
+type Layout = (usize, &'static str, Vec<usize>, Vec<isize>, usize);
+
+fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
+    fn of<T>(a: &feedline_actors::ndarray::ArrayD<T>, typestr: &'static str) -> Layout {
+        let item = std::mem::size_of::<T>();
+        let strides = a.strides().iter().map(|s| s * item as isize).collect();
+        (
+            a.as_ptr() as usize,
+            typestr,
+            a.shape().to_vec(),
+            strides,
+            item,
+        )
+    }
+    Ok(match &batch.fields()[field].data {
+        Array::F32(a) => of(a, "<f4"),
+        Array::F64(a) => of(a, "<f8"),
+        Array::I64(a) => of(a, "<i8"),
+        Array::I32(a) => of(a, "<i4"),
+        Array::U8(a) => of(a, "|u1"),
+        Array::Bool(a) => of(a, "|b1"),
+        // The byte strings' payload, concatenated (`Batch.bytes_buffer`).
+        Array::Bytes(b) => (
+            b.data().as_ptr() as usize,
+            "|u1",
+            vec![b.data().len()],
+            vec![1],
+            1,
+        ),
+    })
+}
+
+/// numpy's `PyArrayInterface` (the C side of the array interface).
+#[repr(C)]
+struct ArrayStruct {
+    two: c_int,
+    nd: c_int,
+    typekind: c_char,
+    itemsize: c_int,
+    flags: c_int,
+    shape: *mut isize,
+    strides: *mut isize,
+    data: *mut c_void,
+    descr: *mut ffi::PyObject,
+}
+
+/// An `ArrayStruct` with the shape and strides it points to; the capsule's
+/// pointer is to its first field.
+#[repr(C)]
+struct ArrayStructBox {
+    iface: ArrayStruct,
+    shape: Vec<isize>,
+    strides: Vec<isize>,
+}
+
+const NPY_ALIGNED: c_int = 0x0100;
+const NPY_NOTSWAPPED: c_int = 0x0200;
+
+unsafe extern "C" fn free_array_struct(capsule: *mut ffi::PyObject) {
+    // SAFETY: the capsule was made by `__array_struct__` around a boxed
+    // `ArrayStructBox` and is freed once, by this destructor.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
+        if !p.is_null() {
+            drop(Box::from_raw(p as *mut ArrayStructBox));
+        }
+    }
+}
+
+#[pymethods]
+impl FieldBuffer {
+    /// The array interface, C side (what numpy reads first: no dict to
+    /// build and parse). Read-only (no WRITEABLE flag): the buffer is shared.
+    #[getter]
+    fn __array_struct__(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let (ptr, typestr, shape, strides, item) = layout(&self.batch, self.field)?;
+        let mut b = Box::new(ArrayStructBox {
+            iface: ArrayStruct {
+                two: 2,
+                nd: shape.len() as c_int,
+                typekind: typestr.as_bytes()[1] as c_char,
+                itemsize: item as c_int,
+                flags: NPY_ALIGNED | NPY_NOTSWAPPED,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                data: ptr as *mut c_void,
+                descr: std::ptr::null_mut(),
+            },
+            shape: shape.iter().map(|&n| n as isize).collect(),
+            strides,
+        });
+        b.iface.shape = b.shape.as_mut_ptr();
+        b.iface.strides = b.strides.as_mut_ptr();
+        let raw = Box::into_raw(b);
+        // SAFETY: the capsule owns `raw` and frees it in its destructor.
+        unsafe {
+            let cap = ffi::PyCapsule_New(
+                raw as *mut c_void,
+                std::ptr::null(),
+                Some(free_array_struct),
+            );
+            if cap.is_null() {
+                drop(Box::from_raw(raw));
+            }
+            PyObject::from_owned_ptr_or_err(py, cap)
+        }
+    }
+
+    /// The array interface, Python side (for consumers that read only it).
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (ptr, typestr, shape, strides, _) = layout(&self.batch, self.field)?;
+        let d = PyDict::new_bound(py);
+        d.set_item(intern!(py, "version"), 3)?;
+        d.set_item(intern!(py, "typestr"), typestr)?;
+        d.set_item(intern!(py, "shape"), PyTuple::new_bound(py, shape))?;
+        d.set_item(intern!(py, "strides"), PyTuple::new_bound(py, strides))?;
+        // Read-only: the buffer is shared (Arc) and may be read by others.
+        d.set_item(intern!(py, "data"), (ptr, true))?;
+        Ok(d)
+    }
+}
+
+/// A batch: a mapping of field name to numpy array (zero-copy views).
+#[pyclass(module = "feedline", name = "Batch", frozen)]
+pub struct PyBatch {
+    pub batch: Arc<Batch>,
+    /// The pass (epoch) the batch belongs to, from 0.
+    #[pyo3(get)]
+    pub pass_: u64,
+    /// The batch's number within its pass, from 0.
+    #[pyo3(get)]
+    pub seq: u64,
+    /// Each field's value, made at its first access (the same object after).
+    values: Vec<GILOnceCell<PyObject>>,
+}
+
+fn usize_array(py: Python<'_>, v: &[usize]) -> PyResult<PyObject> {
+    let list: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+    Ok(numpy(py)?.call_method1("array", (list, "int64"))?.unbind())
+}
+
+impl PyBatch {
+    /// A delivered batch.
+    pub fn new(batch: Arc<Batch>, pass_: u64, seq: u64) -> Self {
+        let values = (0..batch.fields().len())
+            .map(|_| GILOnceCell::new())
+            .collect();
+        PyBatch {
+            batch,
+            pass_,
+            seq,
+            values,
+        }
+    }
+
+    fn index(&self, key: &str) -> PyResult<usize> {
+        self.batch
+            .schema()
+            .index_of(key)
+            .ok_or_else(|| PyKeyError::new_err(key.to_string()))
+    }
+
+    /// The array (or list of bytes) of field `i` (made once).
+    fn value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        self.values[i]
+            .get_or_try_init(py, || self.make_value(py, i))
+            .map(|v| v.clone_ref(py))
+    }
+
+    fn make_value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        let f = &self.batch.fields()[i];
+        if let Array::Bytes(_) = &f.data {
+            return self.bytes_value(py, i);
+        }
+        self.view(py, i)
+    }
+
+    /// A `FeedArray` viewing field `i`'s buffer.
+    fn view(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        let holder = Bound::new(
+            py,
+            FieldBuffer {
+                batch: self.batch.clone(),
+                field: i,
+            },
+        )?;
+        let arr = numpy(py)?.call_method1("asarray", (holder,))?;
+        Ok(arr.call_method1("view", (feed_array_type(py)?,))?.unbind())
+    }
+
+    /// Where each instance's units start and end in field `i`'s leading
+    /// dimension (bytes: in its list of strings).
+    fn bounds(&self, i: usize) -> Vec<(usize, usize)> {
+        let sf = &self.batch.schema().fields()[i];
+        let bf = &self.batch.fields()[i];
+        let n = self.batch.len();
+        if let Some(off) = &bf.offsets {
+            return off.windows(2).map(|w| (w[0], w[1])).collect();
+        }
+        let unit = sf.unit_elements();
+        if let Some(len) = &bf.lengths {
+            // Padded: instance k's slot starts at k * max (in units).
+            let total = bf.data.shape().first().copied().unwrap_or(0);
+            let max = if sf.dtype == DType::Bytes {
+                // `total` strings: `n` slots of `max` units of `unit` strings.
+                total.checked_div(n * unit.max(1)).unwrap_or(0)
+            } else {
+                bf.data.shape().get(1).copied().unwrap_or(0)
+            };
+            return len
+                .iter()
+                .enumerate()
+                .map(|(k, &l)| (k * max, k * max + l))
+                .collect();
+        }
+        (0..n)
+            .map(|k| (k * unit.max(1), (k + 1) * unit.max(1)))
+            .collect()
+    }
+
+    fn bytes_value(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        let Array::Bytes(b) = &self.batch.fields()[i].data else {
+            return self.view(py, i);
+        };
+        let sf = &self.batch.schema().fields()[i];
+        let item = |k: usize| PyBytes::new_bound(py, b.get(k)).into_any().unbind();
+        if !sf.is_ragged() && sf.shape.is_empty() {
+            let items: Vec<PyObject> = (0..b.len()).map(item).collect();
+            return Ok(PyList::new_bound(py, items).into_any().unbind());
+        }
+        let unit = sf.unit_elements().max(1);
+        let per: Vec<PyObject> = self
+            .bounds(i)
+            .into_iter()
+            .map(|(s, e)| {
+                let (s, e) = if sf.is_ragged() {
+                    (s * unit, e * unit)
+                } else {
+                    (s, e)
+                };
+                PyList::new_bound(py, (s..e).map(item)).into_any().unbind()
+            })
+            .collect();
+        Ok(PyList::new_bound(py, per).into_any().unbind())
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+}
+
+#[pymethods]
+impl PyBatch {
+    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
+        let i = self.index(key)?;
+        self.value(py, i)
+    }
+    fn __len__(&self) -> usize {
+        self.batch.fields().len()
+    }
+    fn __contains__(&self, key: &str) -> bool {
+        self.batch.schema().index_of(key).is_some()
+    }
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        PyList::new_bound(py, self.names())
+            .into_any()
+            .iter()
+            .map(|i| i.into_any())
+    }
+    /// The field names, in schema order.
+    fn keys(&self) -> Vec<String> {
+        self.names()
+    }
+    /// The (name, array) pairs, in schema order.
+    fn items(&self, py: Python<'_>) -> PyResult<Vec<(String, PyObject)>> {
+        (0..self.batch.fields().len())
+            .map(|i| Ok((self.names()[i].clone(), self.value(py, i)?)))
+            .collect()
+    }
+    /// The arrays, in schema order.
+    fn values(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
+        (0..self.batch.fields().len())
+            .map(|i| self.value(py, i))
+            .collect()
+    }
+    /// The array of `key`, or `default` when there is no such field.
+    #[pyo3(signature = (key, default=None))]
+    fn get(&self, py: Python<'_>, key: &str, default: Option<PyObject>) -> PyResult<PyObject> {
+        match self.batch.schema().index_of(key) {
+            Some(i) => self.value(py, i),
+            None => Ok(default.unwrap_or_else(|| py.None())),
+        }
+    }
+    /// A ragged field laid out as offsets: `batch + 1` int64 offsets into
+    /// the leading dimension of `batch[name]` (instance k is
+    /// `batch[name][off[k]:off[k+1]]`). `None` for other fields.
+    fn offsets(&self, py: Python<'_>, name: &str) -> PyResult<Option<PyObject>> {
+        let i = self.index(name)?;
+        self.batch.fields()[i]
+            .offsets
+            .as_deref()
+            .map(|o| usize_array(py, o))
+            .transpose()
+    }
+    /// A ragged field laid out padded: each instance's length (int64) before
+    /// padding along dimension 1 of `batch[name]`. `None` for other fields.
+    fn lengths(&self, py: Python<'_>, name: &str) -> PyResult<Option<PyObject>> {
+        let i = self.index(name)?;
+        self.batch.fields()[i]
+            .lengths
+            .as_deref()
+            .map(|l| usize_array(py, l))
+            .transpose()
+    }
+    /// Field `name` split per instance: a list of `batch.size` arrays
+    /// (views; ragged fields trimmed to each instance's length) — or, for
+    /// bytes fields, what `batch[name]` gives.
+    fn instance_values(&self, py: Python<'_>, name: &str) -> PyResult<PyObject> {
+        let i = self.index(name)?;
+        let all = self.value(py, i)?;
+        if self.batch.schema().fields()[i].dtype == DType::Bytes {
+            return Ok(all);
+        }
+        let all = all.bind(py);
+        let sf = &self.batch.schema().fields()[i];
+        let padded = self.batch.fields()[i].lengths.is_some();
+        let mut out = Vec::with_capacity(self.batch.len());
+        for (k, (s, e)) in self.bounds(i).into_iter().enumerate() {
+            let v = if padded {
+                all.get_item(k)?.get_item(pyo3::types::PySlice::new_bound(
+                    py,
+                    0,
+                    (e - s) as isize,
+                    1,
+                ))?
+            } else if sf.is_ragged() {
+                all.get_item(pyo3::types::PySlice::new_bound(
+                    py, s as isize, e as isize, 1,
+                ))?
+            } else {
+                all.get_item(k)?
+            };
+            out.push(v.unbind());
+        }
+        Ok(PyList::new_bound(py, out).into_any().unbind())
+    }
+    /// A bytes field without copies: `(data, offsets)`, `data` a read-only
+    /// uint8 array viewing every byte string of the batch concatenated (in
+    /// instance order), `offsets` (int64) where each starts and ends —
+    /// string k is `data[offsets[k]:offsets[k+1]]`. `batch[name]` copies
+    /// each string into a `bytes` object instead.
+    fn bytes_buffer(&self, py: Python<'_>, name: &str) -> PyResult<(PyObject, PyObject)> {
+        let i = self.index(name)?;
+        let Array::Bytes(b) = &self.batch.fields()[i].data else {
+            return Err(PyValueError::new_err(format!(
+                "field `{name}` is not a bytes field (it is {})",
+                crate::schema::describe_field(&self.batch.schema().fields()[i])
+            )));
+        };
+        let offsets: Vec<usize> = std::iter::once(0).chain(b.ends().iter().copied()).collect();
+        Ok((self.view(py, i)?, usize_array(py, &offsets)?))
+    }
+    /// Provenance: (source, record) of every instance, in batch order.
+    #[getter]
+    fn origins(&self) -> Vec<(String, u64)> {
+        self.batch
+            .origins()
+            .iter()
+            .map(|o| (o.source.to_string(), o.record))
+            .collect()
+    }
+    /// Instances in the batch.
+    #[getter]
+    fn size(&self) -> usize {
+        self.batch.len()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Batch(pass_={}, seq={}, size={}, fields={:?})",
+            self.pass_,
+            self.seq,
+            self.batch.len(),
+            self.names()
+        )
+    }
+}

@@ -1,0 +1,200 @@
+//! What the loader reports about itself: `loader.stats()` as a plain dict
+//! (from the actors' [`StatsSnapshot`]) and `len(loader)`, the batches of
+//! one pass for this rank when the inputs tell their record counts without
+//! being read through.
+
+use std::collections::HashMap;
+
+use feedline::batcher::BatchPolicy;
+use feedline::plan::PassPlan;
+use feedline_actors::{PipelineConfig, StageSnapshot, StatsSnapshot};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+fn stage<'py>(py: Python<'py>, s: &StageSnapshot, workers: u64) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new_bound(py);
+    d.set_item("records", s.records)?;
+    d.set_item("bytes", s.payload_bytes)?;
+    d.set_item("records_per_s", s.records_per_s)?;
+    d.set_item("busy", s.busy)?;
+    d.set_item("idle", s.idle)?;
+    d.set_item("blocked", s.blocked)?;
+    d.set_item("workers", workers)?;
+    Ok(d)
+}
+
+/// The snapshot as a dict: totals at the top (`records`, `batches`,
+/// `bytes`, `records_per_s`), per-stage busy/idle/blocked fractions under
+/// `stages`, and the `bottleneck`.
+pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new_bound(py);
+    d.set_item("elapsed_s", s.elapsed_s)?;
+    d.set_item("records", s.readers.records)?;
+    d.set_item("batches", s.batches)?;
+    d.set_item("bytes", s.readers.payload_bytes)?;
+    d.set_item("records_per_s", s.readers.records_per_s)?;
+    let delivered_batches: u64 = s.devices.iter().map(|d| d.batches).sum();
+    let delivered_records: u64 = s.devices.iter().map(|d| d.records).sum();
+    d.set_item("delivered_batches", delivered_batches)?;
+    d.set_item("delivered_records", delivered_records)?;
+    let stages = PyDict::new_bound(py);
+    stages.set_item("readers", stage(py, &s.readers, s.readers_count)?)?;
+    stages.set_item("shuffle_batch", stage(py, &s.shuffle_batch, 1)?)?;
+    let (busy, wait) = s
+        .devices
+        .iter()
+        .fold((0.0, 0.0), |(b, w), d| (b + d.busy_s, w + d.waiting_s));
+    let consumer = PyDict::new_bound(py);
+    consumer.set_item("batches", delivered_batches)?;
+    consumer.set_item("records", delivered_records)?;
+    consumer.set_item("busy_s", busy)?;
+    consumer.set_item("waiting_s", wait)?;
+    let total = busy + wait;
+    consumer.set_item("busy", if total > 0.0 { busy / total } else { 0.0 })?;
+    consumer.set_item("idle", if total > 0.0 { wait / total } else { 0.0 })?;
+    stages.set_item("consumer", consumer)?;
+    d.set_item("stages", stages)?;
+    let queue = PyDict::new_bound(py);
+    queue.set_item("depth", s.feed_queue_depth)?;
+    queue.set_item("mean_depth", s.feed_queue_mean_depth)?;
+    queue.set_item("capacity", s.feed_queue_capacity)?;
+    d.set_item("feed_queue", queue)?;
+    d.set_item("passes_done", s.passes_done)?;
+    d.set_item("first_batch_s", s.first_batch_s)?;
+    d.set_item("bad_records", s.bad_records)?;
+    d.set_item("reader_restarts", s.reader_restarts)?;
+    d.set_item("reader_stalls", s.reader_stalls)?;
+    d.set_item("bottleneck", s.bottleneck.to_string())?;
+    d.set_item("summary", s.summary_line())?;
+    Ok(d)
+}
+
+/// Why `len(loader)` is not known.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LenUnknown {
+    /// Batches are made by a cost budget.
+    #[error("batches are made by a cost budget, not a fixed size")]
+    CostBudget,
+    /// A push-mode loader.
+    #[error("the data is pushed: the loader cannot know how much will come")]
+    Pushed,
+    /// File sets are mixed by weight.
+    #[error("file sets are mixed by weight")]
+    FileSets,
+    /// A file's format has no record count in its header (or it is not a
+    /// plain uncompressed file).
+    #[error("{file}: {why}")]
+    NotCounted {
+        /// The file spec.
+        file: String,
+        /// What keeps it from being counted.
+        why: String,
+    },
+    /// This rank's share differs from pass to pass.
+    #[error("this rank's batches differ by pass ({first} in pass 0, {other} in pass {pass})")]
+    DiffersByPass {
+        /// Batches of pass 0.
+        first: u64,
+        /// Batches of pass `pass`.
+        other: u64,
+        /// The first pass that differs.
+        pass: u64,
+    },
+}
+
+/// Batches per pass for this rank, or why that is not known: it needs a
+/// fixed batch size, files (not a push feed or file sets) whose formats know
+/// their record counts from their headers (npy/npz, Parquet), and the same
+/// count every pass (sharding by file with reshuffled files can give a rank
+/// different files each pass). Bad records skipped under `on_error="skip"`
+/// are not foreseen.
+pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, LenUnknown> {
+    let batch = match &config.batch {
+        BatchPolicy::Fixed(n) => *n as u64,
+        _ => return Err(LenUnknown::CostBudget),
+    };
+    if config.push.is_some() {
+        return Err(LenUnknown::Pushed);
+    }
+    if !config.sets.is_empty() {
+        return Err(LenUnknown::FileSets);
+    }
+    let plan = PassPlan::new(config.files.clone())
+        .seed(config.seed)
+        .shuffle_files(config.shuffle_files)
+        .shard(config.shard)
+        .shard_by(config.shard_by);
+    let mut counts: HashMap<usize, u64> = HashMap::new();
+    let mut per_pass: Option<u64> = None;
+    // The file order repeats its pattern quickly; a few passes tell whether
+    // this rank's share changes.
+    let passes = config.passes.clamp(1, 16);
+    for pass in 0..passes {
+        let mut records = 0;
+        for task in plan.tasks(pass) {
+            let n = match counts.get(&task.file_index) {
+                Some(n) => *n,
+                None => {
+                    counted_cheaply(config, &task.file)?;
+                    let not_counted = |why: String| LenUnknown::NotCounted {
+                        file: task.file.clone(),
+                        why,
+                    };
+                    let reader = config
+                        .registry
+                        .open(&task.file, config.format.as_deref(), &config.open)
+                        .map_err(|e| not_counted(e.to_string()))?;
+                    let n = reader.len_hint().ok_or_else(|| {
+                        not_counted("its format does not record how many records it holds".into())
+                    })?;
+                    counts.insert(task.file_index, n);
+                    n
+                }
+            };
+            records += task.stride.count(n);
+        }
+        let batches = if config.drop_last {
+            records / batch
+        } else {
+            records.div_ceil(batch)
+        };
+        match per_pass {
+            None => per_pass = Some(batches),
+            Some(first) if first != batches => {
+                return Err(LenUnknown::DiffersByPass {
+                    first,
+                    other: batches,
+                    pass,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(per_pass.unwrap_or(0))
+}
+
+/// Ok if `spec` is a plain file of a format whose header holds its record
+/// count (opening anything else could read it through, or block on a FIFO).
+fn counted_cheaply(config: &PipelineConfig, spec: &str) -> Result<(), LenUnknown> {
+    let not_counted = |why: String| LenUnknown::NotCounted {
+        file: spec.to_string(),
+        why,
+    };
+    let (format, path, compression) = config
+        .registry
+        .resolve(spec, config.format.as_deref())
+        .map_err(|e| not_counted(e.to_string()))?;
+    if !matches!(format.name(), "npy" | "npz" | "parquet") {
+        return Err(not_counted(format!(
+            "its format ({}) does not record how many records it holds",
+            format.name()
+        )));
+    }
+    if compression != feedline::format::Compression::None {
+        return Err(not_counted("compressed files are not counted".into()));
+    }
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Err(not_counted("not a regular file".into()));
+    }
+    Ok(())
+}
