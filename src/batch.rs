@@ -198,7 +198,9 @@ pub struct BatchField {
 pub struct Batch {
     pub(crate) schema: Schema,
     pub(crate) fields: Vec<BatchField>,
-    pub(crate) origins: Vec<Origin>,
+    /// Boxed, not a `Vec`: a batch stays small enough to travel in errors
+    /// (`PushError<Batch>`) by value.
+    pub(crate) origins: Box<[Origin]>,
     /// The last `padded` rows repeat earlier instances (equalize padding).
     pub(crate) padded: usize,
 }
@@ -309,7 +311,7 @@ impl Batch {
         Ok(Batch {
             schema: schema.clone(),
             fields,
-            origins,
+            origins: origins.into_boxed_slice(),
             padded: 0,
         })
     }

@@ -54,7 +54,7 @@ pub fn collate<'a>(
     Ok(Batch {
         schema: schema.clone(),
         fields,
-        origins,
+        origins: origins.into_boxed_slice(),
         padded: 0,
     })
 }

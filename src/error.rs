@@ -97,7 +97,7 @@ pub enum Error {
         field: String,
         /// What was asked for, e.g. "f32 with 4 dimensions (Ix4)".
         asked: String,
-        /// What the field is, e.g. "f32 [32, 64]: 2 dimensions, the batch's and the schema shape [64]".
+        /// What the field is, e.g. `f32 [32, 64]: 2 dimensions, the batch's and the schema shape [64]`.
         actual: String,
     },
     /// A worker thread (`buffered`, `xmap`) panicked.

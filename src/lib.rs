@@ -9,6 +9,15 @@
 //! registry, collation, and the pipeline parts the actor crate
 //! `feedline-actors` is made of.
 //!
+//! To load training data, start with `feedline-actors`: its `Loader`
+//! (`Loader::builder().files("data/train-*.tfrecord").batch(256).build()?`,
+//! then `for delivered in loader`) runs readers, shuffle, batching and
+//! passes on threads of its own, and its prelude
+//! (`use feedline_actors::prelude::*;`) re-exports what a training loop
+//! needs from here. This crate is the low level below it, as the example
+//! shows; a [`Batch`]'s fields are read as typed views
+//! ([`Batch::view`]).
+//!
 //! ## Data model
 //!
 //! - A [`Schema`] names fields; each has a [`DType`] and a shape whose leading

@@ -62,8 +62,10 @@ fn two_npy_files_are_the_columns_of_the_same_rows() {
         assert_eq!(y[i], 10 * i as i64, "row {i}: the label of the same row");
     }
     // Sharded by record, a reader starts mid-group: every member from there.
-    let mut opts = OpenOptions::default();
-    opts.start_record = 5;
+    let opts = OpenOptions {
+        start_record: 5,
+        ..Default::default()
+    };
     let mut r = Registry::with_builtin().open(&spec, None, &opts).unwrap();
     let rec = r.next_record().unwrap().unwrap();
     assert_eq!(rec.location.record, 5);

@@ -1,7 +1,38 @@
 //! # feedline-actors
 //!
 //! The actor pipeline of feedline, built with actix from the core crate's
-//! parts. One actor per file:
+//! parts, and its [`Loader`]. Depend on this crate alone: it brings the core
+//! ([`feedline`]) and the `ndarray` and `actix` its API uses.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use feedline_actors::prelude::*;
+//! use feedline_actors::ndarray::{Ix1, Ix2};
+//!
+//! let loader = Loader::builder()
+//!     .files("data/train-*.tfrecord")      // one path or glob, or many; .npz, .jsonl, …
+//!     .shuffle(10_000)
+//!     .batch(256)
+//!     .passes(2)
+//!     .seed(7)
+//!     .build()?;
+//! for delivered in loader {
+//!     let Delivered { pass, batch, .. } = delivered?;  // errors name file, record, field
+//!     let x = batch.view::<f32, Ix2>("x")?;            // [256, 64]
+//!     let y = batch.view::<i64, Ix1>("y")?;            // [256]
+//!     let _ = (pass, x, y);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Warnings (a skipped record, an over-budget batch) go through the `log`
+//! crate: with no logger installed (`env_logger::init()`) you see none;
+//! skipped records are also counted and listed by [`Loader::stats`].
+//!
+//! ## Inside
+//!
+//! One actor per file:
 //!
 //! ```text
 //! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs       feed_queue.rs      trainer.rs

@@ -139,10 +139,10 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
     }
 
     // Each README block, run where the new crate wrote its data (`data/…`).
-    for i in 0..programs.len() {
+    for (i, program) in programs.iter().enumerate() {
         run(
             Command::new(bin.join(format!("readme_{i}"))).current_dir(&work),
-            &format!("README block {i}:\n{}\n", programs[i]),
+            &format!("README block {i}:\n{program}\n"),
         );
     }
 }
