@@ -127,6 +127,14 @@ impl Format for ParquetFormat {
 }
 
 fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>> {
+    if crate::input::remote_url(path).is_some() {
+        return Err(Error::BadFile {
+            path: path.to_path_buf(),
+            what: "a Parquet file is read by position (its footer is at its end); remote \
+                   Parquet is not supported yet: copy the file to local disk first"
+                .into(),
+        });
+    }
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let bad = |what: String| Error::BadFile {
         path: path.to_path_buf(),
