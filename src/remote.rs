@@ -300,20 +300,23 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Start `fut` on the runtime; its result arrives on the returned channel.
-fn spawn<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> mpsc::Receiver<T> {
+/// Start `fut` on the runtime; its result arrives on the returned channel
+/// (the handle stops it).
+fn spawn<T: Send + 'static>(
+    fut: impl Future<Output = T> + Send + 'static,
+) -> (mpsc::Receiver<T>, tokio::task::AbortHandle) {
     let (tx, rx) = mpsc::sync_channel(1);
-    runtime().spawn(async move {
+    let task = runtime().spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx
+    (rx, task.abort_handle())
 }
 
 /// Run `fut` on the runtime and wait for it (from any thread).
 fn block<T: Send + 'static>(
     fut: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
 ) -> Result<T, RemoteError> {
-    spawn(fut).recv().map_err(|_| RemoteError::RuntimeGone)?
+    spawn(fut).0.recv().map_err(|_| RemoteError::RuntimeGone)?
 }
 
 /// Which kind of store a URL names.
@@ -674,7 +677,11 @@ mod futures_util_shim {
     }
 }
 
-type Part = mpsc::Receiver<Result<bytes::Bytes, RemoteError>>;
+/// A part on its way: where its bytes arrive, and how to stop asking.
+type Part = (
+    mpsc::Receiver<Result<bytes::Bytes, RemoteError>>,
+    tokio::task::AbortHandle,
+);
 
 /// One remote object read as a stream by ranged GETs of
 /// [`RemoteOptions::part_bytes`], with [`RemoteOptions::read_ahead`] parts
@@ -784,6 +791,21 @@ impl RemoteObject {
     }
 }
 
+impl RemoteObject {
+    /// Stop the requests on their way (their parts would not be read).
+    fn stop(&mut self) {
+        for (_, task) in self.pending.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RemoteObject {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 impl Read for RemoteObject {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(e) = &self.failed {
@@ -797,7 +819,7 @@ impl Read for RemoteObject {
             let Some(next) = self.pending.pop_front() else {
                 return Ok(0);
             };
-            let got = next.recv().unwrap_or(Err(RemoteError::RuntimeGone));
+            let got = next.0.recv().unwrap_or(Err(RemoteError::RuntimeGone));
             match got {
                 Ok(b) => {
                     self.part = b;
@@ -811,7 +833,7 @@ impl Read for RemoteObject {
                         source: Box::new(e),
                     };
                     self.failed = Some(e.to_string());
-                    self.pending.clear();
+                    self.stop();
                     return Err(e.into_io());
                 }
             }

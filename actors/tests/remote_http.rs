@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use feedline::remote::{self, RemoteOptions};
@@ -228,8 +228,11 @@ fn serve(
 
 /// The options every test uses (set once: they are process-wide): small
 /// parts so that a file takes many requests, a short time-out, a quick
-/// backoff.
-fn options() {
+/// backoff. The guard runs the tests one at a time, so that the process's
+/// retry counter counts one test's retries.
+fn options() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
     static SET: OnceLock<()> = OnceLock::new();
     SET.get_or_init(|| {
         remote::set_options(RemoteOptions {
@@ -243,6 +246,7 @@ fn options() {
             max_backoff: Duration::from_millis(50),
         })
     });
+    guard
 }
 
 /// `files` JSON Lines files of `rows` records each: `{"id": f*1000+r, "v": …}`.
@@ -352,7 +356,7 @@ fn all_records(urls: &[String], per_file: u64) -> Vec<(String, u64)> {
 
 #[test]
 fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
-    options();
+    let _one = options();
     let cases: [(&str, HashMap<String, Vec<u8>>, u64); 2] = [
         ("jsonl", jsonl_files(5, 300), 300),
         ("tfrecord", tfrecord_files(4, 150), 150),
@@ -387,10 +391,11 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
             let injected = server.injected.load(Ordering::SeqCst) - injected;
             let retries = remote::stats().retries - before.retries;
             assert!(injected > 0, "{what}: no fault was injected");
-            // Every injected fault failed one attempt, which was retried
-            // (other tests of this binary may add retries of their own).
+            // Every injected fault failed one attempt, retried unless the
+            // stream it was for was dropped first (a read-ahead part
+            // after schema inference, or at the end of a file).
             assert!(
-                retries >= injected,
+                retries > 0 && retries <= injected,
                 "{what}: {injected} faults injected, {retries} retries counted"
             );
         }
@@ -399,7 +404,7 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
 
 #[test]
 fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
-    options();
+    let _one = options();
     let files = jsonl_files(3, 100);
     let mut schedule = Schedule::default();
     schedule.dead.insert("/data/part1.jsonl".into());
@@ -432,7 +437,7 @@ fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
 
 #[test]
 fn an_object_that_dies_midway_is_an_error_at_its_offset_and_its_head_is_kept_under_skip() {
-    options();
+    let _one = options();
     let files = jsonl_files(2, 400);
     let len = files["/data/part0.jsonl"].len() as u64;
     let mut schedule = Schedule::default();
@@ -472,7 +477,7 @@ fn an_object_that_dies_midway_is_an_error_at_its_offset_and_its_head_is_kept_und
 
 #[test]
 fn a_missing_object_is_not_retried_and_a_url_glob_on_http_is_a_clear_error() {
-    options();
+    let _one = options();
     let server = Server::start(jsonl_files(1, 10), Schedule::default());
     let missing = server.url("data/nope.jsonl");
     let e = Loader::builder()
@@ -497,7 +502,7 @@ fn a_missing_object_is_not_retried_and_a_url_glob_on_http_is_a_clear_error() {
 
 #[test]
 fn brace_ranges_expand_to_urls_and_the_bytes_read_are_the_bytes_served() {
-    options();
+    let _one = options();
     let files = jsonl_files(3, 50);
     let server = Server::start(files.clone(), Schedule::default());
     let spec = server.url("data/part{0..2}.jsonl");
