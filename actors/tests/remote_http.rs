@@ -23,6 +23,9 @@ use std::time::Duration;
 use feedline::remote::{self, RemoteOptions};
 use feedline_actors::{ErrorPolicy, Loader};
 
+/// Served files by path (`/data/part0.jsonl`).
+type Files = HashMap<String, Vec<u8>>;
+
 /// One fault the server injects into an answer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
@@ -48,8 +51,6 @@ struct Schedule {
 
 struct Server {
     port: u16,
-    schedule: Arc<Mutex<Schedule>>,
-    requests: Arc<AtomicU64>,
     /// Faults injected by the schedule (not the dead paths).
     injected: Arc<AtomicU64>,
     /// Requests per path.
@@ -70,8 +71,6 @@ impl Server {
         let per_path = Arc::new(Mutex::new(HashMap::new()));
         let s = Server {
             port,
-            schedule: schedule.clone(),
-            requests: requests.clone(),
             injected: injected.clone(),
             per_path: per_path.clone(),
         };
@@ -357,7 +356,7 @@ fn all_records(urls: &[String], per_file: u64) -> Vec<(String, u64)> {
 #[test]
 fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
     let _one = options();
-    let cases: [(&str, HashMap<String, Vec<u8>>, u64); 2] = [
+    let cases: [(&str, Files, u64); 2] = [
         ("jsonl", jsonl_files(5, 300), 300),
         ("tfrecord", tfrecord_files(4, 150), 150),
     ];
