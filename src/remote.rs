@@ -656,6 +656,49 @@ pub fn expand_glob(pattern: &str) -> Result<Vec<String>, RemoteError> {
     Ok(found)
 }
 
+/// Bytes `start..start + len` of the object at `url` by one ranged GET
+/// (retried as every request is; a short answer is asked again).
+pub fn read_range(url: &str, start: u64, len: u64) -> Result<bytes::Bytes, RemoteError> {
+    let u = parse(url)?;
+    let path = u.path(url)?;
+    let (store, o) = store_for(&u)?;
+    let op = format!("GET {url} bytes {start}..{}", start + len);
+    block(get_part(store, path, o, op, start, start + len))
+}
+
+/// One part, `start..end`, with retries.
+async fn get_part(
+    store: Arc<dyn ObjectStore>,
+    path: StorePath,
+    o: RemoteOptions,
+    op: String,
+    start: u64,
+    end: u64,
+) -> Result<bytes::Bytes, RemoteError> {
+    let t0 = Instant::now();
+    let want = end - start;
+    with_retries(&o, &op, |n| {
+        let (store, path, op) = (store.clone(), path.clone(), &op);
+        async move {
+            match store.get_range(&path, start..end).await {
+                Ok(b) if b.len() as u64 == want => {
+                    BYTES.fetch_add(want, Ordering::Relaxed);
+                    Attempt::Done(b)
+                }
+                Ok(b) => Attempt::Again(RemoteError::Short {
+                    op: op.clone(),
+                    want,
+                    got: b.len() as u64,
+                    attempts: n,
+                }),
+                Err(e) if transient(&e) => Attempt::Again(request_error(op, n, t0, e)),
+                Err(e) => Attempt::Fail(request_error(op, n, t0, e)),
+            }
+        }
+    })
+    .await
+}
+
 /// Draining an object_store listing without a `futures` dependency.
 mod futures_util_shim {
     use std::future::poll_fn;
@@ -719,21 +762,28 @@ impl RemoteObject {
     /// Open the object at `url`: one HEAD request for its length (retried
     /// as every request is); the first parts are requested at once.
     pub fn open(url: &str) -> Result<Self, RemoteError> {
+        let (len, _) = stat(url)?;
+        Self::open_at(url, len, 0)
+    }
+
+    /// The object at `url`, known to be `len` bytes long, as a stream from
+    /// byte `start` on (no HEAD request).
+    pub fn open_at(url: &str, len: u64, start: u64) -> Result<Self, RemoteError> {
         let u = parse(url)?;
         let path = u.path(url)?;
-        let (len, _) = stat(url)?;
         let (store, options) = store_for(&u)?;
+        let start = start.min(len);
         let mut r = RemoteObject {
             url: url.to_string(),
             store,
             path,
             options,
             len,
-            next: 0,
+            next: start,
             pending: VecDeque::new(),
             part: bytes::Bytes::new(),
             used: 0,
-            pos: 0,
+            pos: start,
             failed: None,
         };
         r.request_ahead();
@@ -763,30 +813,8 @@ impl RemoteObject {
             self.next = end;
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
-            self.pending.push_back(spawn(async move {
-                let t0 = Instant::now();
-                let want = end - start;
-                with_retries(&o, &op, |n| {
-                    let (store, path, op) = (store.clone(), path.clone(), &op);
-                    async move {
-                        match store.get_range(&path, start..end).await {
-                            Ok(b) if b.len() as u64 == want => {
-                                BYTES.fetch_add(want, Ordering::Relaxed);
-                                Attempt::Done(b)
-                            }
-                            Ok(b) => Attempt::Again(RemoteError::Short {
-                                op: op.clone(),
-                                want,
-                                got: b.len() as u64,
-                                attempts: n,
-                            }),
-                            Err(e) if transient(&e) => Attempt::Again(request_error(op, n, t0, e)),
-                            Err(e) => Attempt::Fail(request_error(op, n, t0, e)),
-                        }
-                    }
-                })
-                .await
-            }));
+            self.pending
+                .push_back(spawn(get_part(store, path, o, op, start, end)));
         }
     }
 }
