@@ -121,6 +121,9 @@ pub enum RemoteError {
     /// The background runtime stopped answering (the process is ending).
     #[error("the remote I/O runtime is gone")]
     RuntimeGone,
+    /// The background runtime could not be started.
+    #[error("cannot start the remote I/O runtime: {0}")]
+    Runtime(String),
 }
 
 impl RemoteError {
@@ -284,39 +287,44 @@ pub fn options() -> Result<RemoteOptions, RemoteError> {
     Ok(o)
 }
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+/// The process's runtime for remote requests, started on first use.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, RemoteError> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("feedline-remote")
             .enable_all()
             .build()
-            .unwrap_or_else(|e| {
-                // No runtime means no remote I/O at all; it fails only when
-                // the OS refuses threads, where nothing else would work.
-                panic!("cannot start the remote I/O runtime: {e}")
-            })
+            .map_err(|e| e.to_string())
     })
+    .as_ref()
+    .map_err(|e| RemoteError::Runtime(e.clone()))
 }
 
 /// Start `fut` on the runtime; its result arrives on the returned channel
 /// (the handle stops it).
 fn spawn<T: Send + 'static>(
-    fut: impl Future<Output = T> + Send + 'static,
-) -> (mpsc::Receiver<T>, tokio::task::AbortHandle) {
+    fut: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
+) -> Result<
+    (
+        mpsc::Receiver<Result<T, RemoteError>>,
+        tokio::task::AbortHandle,
+    ),
+    RemoteError,
+> {
     let (tx, rx) = mpsc::sync_channel(1);
-    let task = runtime().spawn(async move {
+    let task = runtime()?.spawn(async move {
         let _ = tx.send(fut.await);
     });
-    (rx, task.abort_handle())
+    Ok((rx, task.abort_handle()))
 }
 
 /// Run `fut` on the runtime and wait for it (from any thread).
 fn block<T: Send + 'static>(
     fut: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
 ) -> Result<T, RemoteError> {
-    spawn(fut).0.recv().map_err(|_| RemoteError::RuntimeGone)?
+    spawn(fut)?.0.recv().map_err(|_| RemoteError::RuntimeGone)?
 }
 
 /// Which kind of store a URL names.
@@ -723,7 +731,7 @@ mod futures_util_shim {
 /// A part on its way: where its bytes arrive, and how to stop asking.
 type Part = (
     mpsc::Receiver<Result<bytes::Bytes, RemoteError>>,
-    tokio::task::AbortHandle,
+    Option<tokio::task::AbortHandle>,
 );
 
 /// One remote object read as a stream by ranged GETs of
@@ -813,8 +821,16 @@ impl RemoteObject {
             self.next = end;
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
-            self.pending
-                .push_back(spawn(get_part(store, path, o, op, start, end)));
+            let part = match spawn(get_part(store, path, o, op, start, end)) {
+                Ok((rx, task)) => (rx, Some(task)),
+                Err(e) => {
+                    // Given to the read that reaches this part.
+                    let (tx, rx) = mpsc::sync_channel(1);
+                    let _ = tx.send(Err(e));
+                    (rx, None)
+                }
+            };
+            self.pending.push_back(part);
         }
     }
 }
@@ -823,7 +839,9 @@ impl RemoteObject {
     /// Stop the requests on their way (their parts would not be read).
     fn stop(&mut self) {
         for (_, task) in self.pending.drain(..) {
-            task.abort();
+            if let Some(task) = task {
+                task.abort();
+            }
         }
     }
 }
