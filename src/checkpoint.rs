@@ -267,8 +267,20 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
-    /// The stamp of `path` now.
+    /// The stamp of `path` now (of a remote URL: its size and last
+    /// modification time by a HEAD request).
     pub fn of(path: &str) -> CheckpointResult<Self> {
+        if crate::remote::is_remote(path) {
+            let (size, mtime_ns) = crate::remote::stat(path).map_err(|e| CheckpointError::Io {
+                path: path.into(),
+                source: e.into_io(),
+            })?;
+            return Ok(FileStamp {
+                path: path.to_string(),
+                size,
+                mtime_ns,
+            });
+        }
         let meta = std::fs::metadata(path).map_err(|source| CheckpointError::Io {
             path: path.into(),
             source,

@@ -2,7 +2,8 @@
 //! regular file is read by position, anything else — a FIFO, a pipe, a
 //! character device — as a stream), read by position with `pread`
 //! ([`InputFile`]), through a reused page-aligned window ([`Window`]) or as
-//! a byte range ([`RangeReader`]).
+//! a byte range ([`RangeReader`]). A remote URL (`s3://`, `gs://`,
+//! `http(s)://`, see [`crate::remote`]) opens as a stream of ranged GETs.
 //!
 //! Nothing here maps a file into memory: a mapped file that another process
 //! shortens kills the reader with `SIGBUS` when it touches a page past the
@@ -44,14 +45,19 @@ pub(crate) enum Opened {
     /// A regular file: read by position.
     Regular(Arc<InputFile>),
     /// Anything else that can be read (a FIFO, a pipe such as `<(cat x)`,
-    /// a character device such as `/dev/urandom`): read as a stream. Its
-    /// length is unknown (`metadata` says 0), so it is never taken for empty.
-    Stream(File),
+    /// a character device such as `/dev/urandom`, a remote object): read as
+    /// a stream. Its length is unknown (`metadata` says 0), so it is never
+    /// taken for empty.
+    Stream(Box<dyn Read + Send>),
 }
 
-/// Open `path`: a regular file for positioned reads, anything else that is
-/// not a directory as a stream. Errors name the path.
+/// Open `path`: a regular file for positioned reads, a remote URL or
+/// anything else that is not a directory as a stream. Errors name the path
+/// (or URL).
 pub(crate) fn open_input(path: &Path) -> Result<Opened> {
+    if let Some(url) = remote_url(path) {
+        return open_remote(url).map(Opened::Stream);
+    }
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
@@ -62,13 +68,32 @@ pub(crate) fn open_input(path: &Path) -> Result<Opened> {
         });
     }
     if !meta.is_file() {
-        return Ok(Opened::Stream(file));
+        return Ok(Opened::Stream(Box::new(file)));
     }
     Ok(Opened::Regular(Arc::new(InputFile {
         file,
         path: path.to_path_buf(),
         len: meta.len(),
     })))
+}
+
+/// The URL `path` is, if it names a remote object.
+pub(crate) fn remote_url(path: &Path) -> Option<&str> {
+    path.to_str().filter(|s| crate::remote::is_remote(s))
+}
+
+/// Open the remote object at `url` as a stream; errors name the URL.
+fn open_remote(url: &str) -> Result<Box<dyn Read + Send>> {
+    let object = crate::remote::RemoteObject::open(url).map_err(|e| Error::io(url, e.into_io()))?;
+    Ok(Box::new(object))
+}
+
+/// Open `path` (a file or a remote URL) as a plain byte stream.
+pub(crate) fn open_read(path: &Path) -> Result<Box<dyn Read + Send>> {
+    if let Some(url) = remote_url(path) {
+        return open_remote(url);
+    }
+    Ok(Box::new(File::open(path).map_err(|e| Error::io(path, e))?))
 }
 
 impl InputFile {

@@ -82,5 +82,6 @@ pub mod feed_queue;
 pub mod gen;
 pub mod plan;
 pub mod reader;
+pub mod remote;
 pub mod shuffle;
 pub mod transform;

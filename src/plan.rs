@@ -1,8 +1,9 @@
 //! The pass plan: which files a pass reads, in which order, and which part of
 //! them belongs to this rank.
 //!
-//! - [`expand_inputs`] turns what a user typed (paths, glob patterns, list
-//!   files, `FORMAT:` prefixes) into the sorted list of file specs.
+//! - [`expand_inputs`] turns what a user typed (paths, remote URLs, glob
+//!   patterns, brace ranges, list files, `FORMAT:` prefixes) into the sorted
+//!   list of file specs.
 //! - [`Shard`] is this process's `rank` among `world_size` (from `RANK` /
 //!   `WORLD_SIZE`).
 //! - [`PassPlan`] orders the files of pass `p` by a permutation drawn from
@@ -96,8 +97,17 @@ const MAX_LIST_DEPTH: usize = 16;
 ///   lines and lines starting with `#` ignored, relative paths taken
 ///   relative to the list file's folder;
 /// - a glob pattern (`*`, `?`, `[…]`): its matching files, sorted; a pattern
-///   that matches no file is an error (directories are skipped);
-/// - a path, kept as given (its existence is checked when it is opened).
+///   that matches no file is an error (directories are skipped); on an object
+///   store (`s3://b/train/*.tfrecord`, `gs://…`) the pattern is matched
+///   against a listing of the keys under its first wildcard's folder;
+/// - a path or a remote URL (`s3://`, `gs://`, `http(s)://`, see
+///   [`crate::remote`]), kept as given (its existence is checked when it is
+///   opened).
+///
+/// Brace ranges and lists as WebDataset writes them expand first, for local
+/// paths and URLs alike: `shard-{000000..000099}.tar` is 100 paths (zero
+/// padded to the width written), `{train,val}/*.tar` two patterns; an input
+/// that is an existing file is never expanded.
 ///
 /// Any of them may carry a `FORMAT:` prefix (`tfrecord:shard-*.dat`): the
 /// prefix is kept on every resulting spec and only the part after it is
@@ -140,7 +150,11 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<String>> {
     let mut seen: HashMap<PathBuf, usize> = HashMap::with_capacity(out.len());
     for (i, (spec, by)) in out.iter().enumerate() {
         let bare = split_prefix(spec).1;
-        let key = std::fs::canonicalize(bare).unwrap_or_else(|_| PathBuf::from(spec));
+        let key = if crate::remote::is_remote(bare) {
+            PathBuf::from(bare)
+        } else {
+            std::fs::canonicalize(bare).unwrap_or_else(|_| PathBuf::from(spec))
+        };
         if let Some(&j) = seen.get(&key) {
             return Err(Error::Config(format!(
                 "{} is given twice, by {} and by {}: each pass would read its records twice; \
@@ -157,7 +171,7 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<String>> {
 
 /// Split `FORMAT:rest` into `(Some("FORMAT"), "rest")`.
 fn split_prefix(spec: &str) -> (Option<&str>, &str) {
-    if Path::new(spec).exists() {
+    if crate::remote::is_remote(spec) || Path::new(spec).exists() {
         return (None, spec);
     }
     match spec.split_once(':') {
@@ -198,6 +212,10 @@ fn expand_one(
     }
     let relative = |p: &str| -> PathBuf {
         match base {
+            _ if crate::remote::is_remote(p) => PathBuf::from(p),
+            Some(b) if crate::remote::is_remote(&b.to_string_lossy()) => {
+                PathBuf::from(format!("{}/{p}", b.to_string_lossy().trim_end_matches('/')))
+            }
             Some(b) if Path::new(p).is_relative() => b.join(p),
             _ => PathBuf::from(p),
         }
@@ -210,6 +228,29 @@ fn expand_one(
         return expand_list(&relative(rest), depth, out);
     }
     let literal = relative(rest);
+    if rest.contains('{') && !literal.exists() {
+        let alternatives = expand_braces(rest)
+            .map_err(|what| Error::Config(format!("input `{input}`: {what}")))?;
+        for alt in alternatives {
+            expand_one(&with_prefix(prefix, &alt), base, depth, out)?;
+        }
+        return Ok(());
+    }
+    let literal_text = literal.to_string_lossy();
+    if crate::remote::is_remote(&literal_text) {
+        if !has_glob_chars(&literal_text) {
+            out.push((with_prefix(prefix, &literal_text), String::new()));
+            return Ok(());
+        }
+        let found = crate::remote::expand_glob(&literal_text)
+            .map_err(|e| Error::Config(format!("input `{input}`: {e}")))?;
+        out.extend(
+            found
+                .iter()
+                .map(|p| (with_prefix(prefix, p), String::new())),
+        );
+        return Ok(());
+    }
     if literal.exists() || !has_glob_chars(rest) {
         out.push((
             with_prefix(prefix, &literal.to_string_lossy()),
@@ -263,8 +304,11 @@ fn expand_list(path: &Path, depth: usize, out: &mut Vec<(String, String)>) -> Re
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let text = read_list(path)?;
+    let base = match path.to_str().filter(|p| crate::remote::is_remote(p)) {
+        Some(url) => PathBuf::from(url.rsplit_once('/').map_or(url, |(dir, _)| dir)),
+        None => path.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
     let before = out.len();
     for (lineno, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -289,6 +333,109 @@ fn expand_list(path: &Path, depth: usize, out: &mut Vec<(String, String)>) -> Re
             "{}: the list file names no input",
             path.display()
         )));
+    }
+    Ok(())
+}
+
+/// The text of a list file, local or remote.
+fn read_list(path: &Path) -> Result<String> {
+    if crate::input::remote_url(path).is_none() {
+        return std::fs::read_to_string(path).map_err(|e| Error::io(path, e));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut crate::input::open_read(path)?, &mut text)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(text)
+}
+
+/// Inputs one brace pattern may expand to, at most.
+const MAX_BRACE_EXPANSION: usize = 1_000_000;
+
+/// Expand WebDataset's (bash's) braces in `s`: `{a,b,c}` alternatives and
+/// `{000..099}` numeric ranges (zero padded to the width of the bounds when
+/// one is written with a leading zero), nested and repeated, in order.
+/// Errors say what is wrong (an unmatched brace, a group that is neither
+/// form, a reversed range, too many results).
+///
+/// ```
+/// use feedline::plan::expand_braces;
+/// assert_eq!(expand_braces("s-{08..10}.tar").unwrap(), ["s-08.tar", "s-09.tar", "s-10.tar"]);
+/// assert_eq!(expand_braces("{a,b}/{1..2}").unwrap(), ["a/1", "a/2", "b/1", "b/2"]);
+/// assert!(expand_braces("s-{9..1}.tar").is_err());
+/// ```
+pub fn expand_braces(s: &str) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    expand_braces_into(s, &mut out)?;
+    Ok(out)
+}
+
+fn expand_braces_into(s: &str, out: &mut Vec<String>) -> std::result::Result<(), String> {
+    let Some(open) = s.find('{') else {
+        if s.contains('}') {
+            return Err(format!("`}}` without `{{` in `{s}`"));
+        }
+        if out.len() >= MAX_BRACE_EXPANSION {
+            return Err(format!(
+                "braces expand to more than {MAX_BRACE_EXPANSION} inputs"
+            ));
+        }
+        out.push(s.to_string());
+        return Ok(());
+    };
+    let mut depth = 0usize;
+    let mut close = None;
+    let mut commas = Vec::new();
+    for (i, c) in s[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(open + i);
+                    break;
+                }
+            }
+            ',' if depth == 1 => commas.push(open + i),
+            _ => {}
+        }
+    }
+    let close = close.ok_or_else(|| format!("`{{` at character {open} is never closed"))?;
+    let (head, body, tail) = (&s[..open], &s[open + 1..close], &s[close + 1..]);
+    if !commas.is_empty() {
+        let mut start = open + 1;
+        for end in commas.into_iter().chain([close]) {
+            expand_braces_into(&format!("{head}{}{tail}", &s[start..end]), out)?;
+            start = end + 1;
+        }
+        return Ok(());
+    }
+    let Some((lo, hi)) = body.split_once("..") else {
+        return Err(format!(
+            "`{{{body}}}` is neither a list `{{a,b}}` nor a range `{{000..099}}`"
+        ));
+    };
+    let number = |t: &str| {
+        (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse::<u64>().ok())
+            .flatten()
+    };
+    let (Some(a), Some(b)) = (number(lo), number(hi)) else {
+        return Err(format!(
+            "`{{{body}}}`: a range needs two whole numbers, like `{{000..099}}`"
+        ));
+    };
+    if a > b {
+        return Err(format!("`{{{body}}}`: the range runs backwards"));
+    }
+    if b - a >= MAX_BRACE_EXPANSION as u64 {
+        return Err(format!(
+            "`{{{body}}}` expands to more than {MAX_BRACE_EXPANSION} inputs"
+        ));
+    }
+    let padded = (lo.len() > 1 && lo.starts_with('0')) || (hi.len() > 1 && hi.starts_with('0'));
+    let width = if padded { lo.len().max(hi.len()) } else { 0 };
+    for n in a..=b {
+        expand_braces_into(&format!("{head}{n:0width$}{tail}"), out)?;
     }
     Ok(())
 }

@@ -470,3 +470,90 @@ fn equalized_counts_examples_and_errors() {
     // Nothing to pad when the target is 0.
     assert!(equalized_counts(&[3, 0], 4, true, Equalize::Pad).is_ok());
 }
+
+#[test]
+fn brace_ranges_and_lists_expand_for_local_paths_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    touch(
+        dir.path(),
+        &[
+            "shard-000008.tar",
+            "shard-000009.tar",
+            "shard-000010.tar",
+            "{odd}.tar",
+        ],
+    );
+    let d = dir.path().to_str().unwrap();
+    let got = expand_inputs(&[format!("wds:{d}/shard-{{000008..000010}}.tar")]).unwrap();
+    assert_eq!(
+        got,
+        (8..=10)
+            .map(|i| format!("wds:{d}/shard-{i:06}.tar"))
+            .collect::<Vec<_>>()
+    );
+    // Braces and globs together; an existing file with braces in its name
+    // is taken as it is.
+    let got = expand_inputs(&[
+        format!("{d}/shard-00000{{8,9}}.*"),
+        format!("{d}/{{odd}}.tar"),
+    ])
+    .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            format!("{d}/shard-000008.tar"),
+            format!("{d}/shard-000009.tar"),
+            format!("{d}/{{odd}}.tar")
+        ]
+    );
+    assert_eq!(
+        feedline::plan::expand_braces("a{1..3}b{x,y{0..1}}").unwrap(),
+        ["a1bx", "a1by0", "a1by1", "a2bx", "a2by0", "a2by1", "a3bx", "a3by0", "a3by1"]
+    );
+}
+
+#[test]
+fn bad_braces_are_errors_naming_the_input() {
+    for (spec, needle) in [
+        ("data/shard-{0..9.tar", "never closed"),
+        ("data/{a,b}}.tar", "without `{`"),
+        ("data/shard-{9..0}.tar", "backwards"),
+        ("data/shard-{a..z}.tar", "two whole numbers"),
+        ("data/shard-{x}.tar", "neither a list"),
+        ("data/shard-{0..99999999}.tar", "more than"),
+    ] {
+        let e = expand_inputs(&[s(spec)]).unwrap_err().to_string();
+        assert!(e.contains(spec) && e.contains(needle), "{spec}: {e}");
+    }
+}
+
+#[test]
+fn urls_keep_their_scheme_are_never_joined_to_a_list_folder_and_twice_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("remote.list");
+    fs::write(
+        &list,
+        "s3://bucket/train/a.tfrecord\ntfrecord:gs://b/x.dat\nhttps://h.example/s-{1..2}.tar\n",
+    )
+    .unwrap();
+    let got = expand_inputs(&[format!("@{}", list.display())]).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            s("s3://bucket/train/a.tfrecord"),
+            s("tfrecord:gs://b/x.dat"),
+            s("https://h.example/s-1.tar"),
+            s("https://h.example/s-2.tar"),
+        ]
+    );
+    let e = expand_inputs(&[
+        s("s3://bucket/a.tfrecord"),
+        s("tfrecord:s3://bucket/a.tfrecord"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("s3://bucket/a.tfrecord") && e.contains("twice"),
+        "{e}"
+    );
+}

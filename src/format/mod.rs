@@ -20,7 +20,6 @@
 //! assert!(reg.resolve("data/x.unknown", None).is_err());
 //! ```
 
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
@@ -257,10 +256,10 @@ pub trait Format: Send + Sync + 'static {
     }
 }
 
-/// Open `path` as a byte stream with a 1 MiB buffer, decompressing as asked.
+/// Open `path` (a file, or a remote URL: see [`crate::remote`]) as a byte
+/// stream with a 1 MiB buffer, decompressing as asked.
 pub fn open_stream(path: &Path, compression: Compression) -> Result<Box<dyn Read + Send>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    Ok(decompress(Box::new(file), compression))
+    Ok(decompress(crate::input::open_read(path)?, compression))
 }
 
 /// `reader` with a 1 MiB buffer, decompressed as asked.

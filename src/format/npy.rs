@@ -1249,7 +1249,7 @@ fn open_npy(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
                     let len = file.len();
                     Box::new(RangeReader::new(file, 0, len))
                 }
-                Opened::Stream(f) => Box::new(f),
+                Opened::Stream(f) => f,
             };
             let mut src = decompress(raw, c);
             let h =
@@ -1344,8 +1344,8 @@ fn open_npz(path: &Path, opts: &OpenOptions) -> Result<NpReader> {
         Opened::Stream(_) => {
             return Err(bad(
                 path,
-                "not a regular file (a FIFO, a pipe or a device): an .npz archive is read by \
-                 position (its directory is at its end); copy it to a file first",
+                "not a regular file (a FIFO, a pipe, a device or a remote object): an .npz \
+                 archive is read by position (its directory is at its end); copy it to a file first",
             ))
         }
     };

@@ -126,8 +126,55 @@ impl Format for ParquetFormat {
     }
 }
 
-fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+/// Where a Parquet file's bytes come from: a local file, or a remote
+/// object read by ranged GETs (the footer, then each column chunk the
+/// projection needs; see [`crate::remote`]).
+enum Source {
+    Local(File),
+    Remote { url: String, len: u64 },
+}
+
+impl parquet::file::reader::Length for Source {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Local(f) => parquet::file::reader::Length::len(f),
+            Source::Remote { len, .. } => *len,
+        }
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Source {
+    type T = Box<dyn std::io::Read + Send>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        match self {
+            Source::Local(f) => Ok(Box::new(f.get_read(start)?)),
+            Source::Remote { url, len } => crate::remote::RemoteObject::open_at(url, *len, start)
+                .map(|r| Box::new(r) as Self::T)
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+        }
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        match self {
+            Source::Local(f) => f.get_bytes(start, length),
+            Source::Remote { url, .. } => crate::remote::read_range(url, start, length as u64)
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+        }
+    }
+}
+
+fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> {
+    let file = match crate::input::remote_url(path) {
+        Some(url) => {
+            let (len, _) = crate::remote::stat(url).map_err(|e| Error::io(path, e.into_io()))?;
+            Source::Remote {
+                url: url.to_string(),
+                len,
+            }
+        }
+        None => Source::Local(File::open(path).map_err(|e| Error::io(path, e))?),
+    };
     let bad = |what: String| Error::BadFile {
         path: path.to_path_buf(),
         what: format!("not a readable Parquet file: {what}"),

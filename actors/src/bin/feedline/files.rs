@@ -187,8 +187,17 @@ fn inspect_file(
         let (fmt, bare, _) = registry.resolve(path, format)?;
         insp.report.format = Some(fmt.name().to_string());
         insp.format = Some(fmt.clone());
-        let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
-        insp.report.bytes = meta.is_file().then_some(meta.len());
+        insp.report.bytes = match bare.to_str().filter(|b| feedline::remote::is_remote(b)) {
+            Some(url) => Some(
+                feedline::remote::stat(url)
+                    .map_err(|e| feedline::Error::io(&bare, e.into_io()))?
+                    .0,
+            ),
+            None => {
+                let meta = std::fs::metadata(&bare).map_err(|e| feedline::Error::io(&bare, e))?;
+                meta.is_file().then_some(meta.len())
+            }
+        };
         let mut reader = registry.open(path, format, opts)?;
         let read = (|| {
             while let Some(rec) = reader.next_record()? {

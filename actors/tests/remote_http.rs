@@ -1,0 +1,566 @@
+//! Remote sources over HTTP (issue 19): a small HTTP server of the test's
+//! own on 127.0.0.1 (GET with `Range`, HEAD) serves TFRecord and JSON Lines
+//! files the test wrote, with faults injected on a schedule — 503, 429, a
+//! connection cut in the middle of a body, an answer slower than the
+//! client's time-out — and objects that are dead (always 503) or die past
+//! an offset. The Loader reads them by `http://127.0.0.1:PORT/…` URLs.
+//!
+//! Checked: every record exactly once per pass by identity (source URL,
+//! record) with 1, 4 and 16 readers while every 7th request fails; the
+//! failed attempts are retried (counted by `feedline::remote::stats`) and
+//! invisible; a dead object is an error naming its URL under the fail
+//! policy and a skipped file under skip; a missing object is not retried.
+
+mod cli_common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use feedline::remote::{self, RemoteOptions};
+use feedline_actors::{ErrorPolicy, Loader};
+
+/// Served files by path (`/data/part0.jsonl`).
+type Files = HashMap<String, Vec<u8>>;
+
+/// One fault the server injects into an answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Status(u16),
+    /// Headers with the full length, half the body, then the connection
+    /// is closed.
+    Cut,
+    /// The answer starts after the client's time-out.
+    Slow,
+}
+
+/// What the server does wrong, and when.
+#[derive(Default)]
+struct Schedule {
+    /// Every `n`-th request (HEAD or GET) gets the next fault of `kinds`.
+    every: Option<u64>,
+    kinds: Vec<Fault>,
+    /// Paths that always answer 503.
+    dead: HashSet<String>,
+    /// Paths whose ranges starting at or past this offset answer 503.
+    dead_after: HashMap<String, u64>,
+}
+
+struct Server {
+    port: u16,
+    /// Faults injected by the schedule (not the dead paths).
+    injected: Arc<AtomicU64>,
+    /// Requests per path.
+    per_path: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+/// Longer than the client's time-out (see `options`).
+const SLOW: Duration = Duration::from_millis(1500);
+
+impl Server {
+    fn start(files: HashMap<String, Vec<u8>>, schedule: Schedule) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let files = Arc::new(files);
+        let schedule = Arc::new(Mutex::new(schedule));
+        let requests = Arc::new(AtomicU64::new(0));
+        let injected = Arc::new(AtomicU64::new(0));
+        let per_path = Arc::new(Mutex::new(HashMap::new()));
+        let s = Server {
+            port,
+            injected: injected.clone(),
+            per_path: per_path.clone(),
+        };
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (files, schedule, requests, injected, per_path) = (
+                    files.clone(),
+                    schedule.clone(),
+                    requests.clone(),
+                    injected.clone(),
+                    per_path.clone(),
+                );
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &files, &schedule, &requests, &injected, &per_path);
+                });
+            }
+        });
+        s
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    fn requests_for(&self, name: &str) -> u64 {
+        self.per_path
+            .lock()
+            .unwrap()
+            .get(&format!("/{name}"))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Answer the requests of one connection (kept alive until the client
+/// closes it or a fault ends it).
+fn serve(
+    conn: TcpStream,
+    files: &HashMap<String, Vec<u8>>,
+    schedule: &Mutex<Schedule>,
+    requests: &AtomicU64,
+    injected: &AtomicU64,
+    per_path: &Mutex<HashMap<String, u64>>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
+        let mut range = None;
+        let mut body_len = 0usize;
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h)? == 0 {
+                return Ok(());
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').unwrap_or((h, ""));
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+            if k == "range" {
+                range = v.strip_prefix("bytes=").and_then(|r| {
+                    let (a, b) = r.split_once('-')?;
+                    Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()))
+                });
+            } else if k == "content-length" {
+                body_len = v.parse().unwrap_or(0);
+            }
+        }
+        let mut skip = vec![0u8; body_len];
+        reader.read_exact(&mut skip)?;
+        let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+        *per_path.lock().unwrap().entry(path.clone()).or_default() += 1;
+        let fault = {
+            let s = schedule.lock().unwrap();
+            let start = range.map_or(0, |(a, _)| a);
+            if s.dead.contains(&path) || s.dead_after.get(&path).is_some_and(|&x| start >= x) {
+                Some(Fault::Status(503))
+            } else {
+                match s.every {
+                    Some(every) if n % every == 0 && !s.kinds.is_empty() => {
+                        injected.fetch_add(1, Ordering::SeqCst);
+                        Some(s.kinds[(n / every) as usize % s.kinds.len()])
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let Some(data) = files.get(&path) else {
+            write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
+            continue;
+        };
+        let total = data.len() as u64;
+        match fault {
+            Some(Fault::Status(code)) => {
+                let why = if code == 429 {
+                    "Too Many Requests"
+                } else {
+                    "Service Unavailable"
+                };
+                write!(
+                    out,
+                    "HTTP/1.1 {code} {why}\r\nContent-Length: 4\r\nRetry-After: 0\r\n\r\nbusy"
+                )?;
+                continue;
+            }
+            Some(Fault::Slow) => std::thread::sleep(SLOW),
+            _ => {}
+        }
+        let (status, lo, hi) = match range {
+            Some((a, b)) => {
+                let hi = b.map_or(total, |b| (b + 1).min(total));
+                if a >= hi {
+                    write!(
+                        out,
+                        "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{total}\r\nContent-Length: 0\r\n\r\n"
+                    )?;
+                    continue;
+                }
+                ("206 Partial Content", a, hi)
+            }
+            None => ("200 OK", 0, total),
+        };
+        let mut head = format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
+             Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"v1\"\r\n",
+            hi - lo
+        );
+        if range.is_some() {
+            head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
+        }
+        head.push_str("\r\n");
+        out.write_all(head.as_bytes())?;
+        if method == "HEAD" {
+            continue;
+        }
+        let body = &data[lo as usize..hi as usize];
+        if fault == Some(Fault::Cut) {
+            out.write_all(&body[..body.len() / 2])?;
+            out.flush()?;
+            return Ok(()); // closed mid-body
+        }
+        out.write_all(body)?;
+    }
+}
+
+/// The options every test uses (set once: they are process-wide): small
+/// parts so that a file takes many requests, a short time-out, a quick
+/// backoff. The guard runs the tests one at a time, so that the process's
+/// retry counter counts one test's retries.
+fn options() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    static SET: OnceLock<()> = OnceLock::new();
+    SET.get_or_init(|| {
+        remote::set_options(RemoteOptions {
+            part_bytes: 4096,
+            read_ahead: 2,
+            timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(2),
+            max_attempts: 6,
+            retry_budget: Duration::from_secs(30),
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(50),
+        })
+    });
+    guard
+}
+
+/// `files` JSON Lines files of `rows` records each: `{"id": f*1000+r, "v": …}`.
+fn jsonl_files(files: u64, rows: u64) -> HashMap<String, Vec<u8>> {
+    (0..files)
+        .map(|f| {
+            let mut text = String::new();
+            for r in 0..rows {
+                text.push_str(&format!(
+                    "{{\"id\": {}, \"v\": [{}.5, {}.25]}}\n",
+                    f * 1000 + r,
+                    r,
+                    f
+                ));
+            }
+            (format!("/data/part{f}.jsonl"), text.into_bytes())
+        })
+        .collect()
+}
+
+/// `files` small-preset TFRecord files of `records` each, as served bytes.
+fn tfrecord_files(files: usize, records: usize) -> HashMap<String, Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    cli_common::small_files(dir.path(), files, records)
+        .into_iter()
+        .map(|p| {
+            let name = std::path::Path::new(&p)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (format!("/tf/{name}"), std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+/// What a run delivered: (source, record) per pass, and the errors.
+struct Run {
+    per_pass: BTreeMap<u64, Vec<(String, u64)>>,
+    errors: Vec<String>,
+    skipped: Vec<(String, u64, bool)>,
+}
+
+fn run(urls: &[String], readers: usize, passes: u64, policy: ErrorPolicy) -> Run {
+    let loader = Loader::builder()
+        .files(urls.to_vec())
+        .readers(readers)
+        .batch(16)
+        .shuffle(64)
+        .chunk_records(8)
+        .passes(passes)
+        .seed(3)
+        .shard_from_env(false)
+        .error_policy(policy)
+        .build()
+        .unwrap_or_else(|e| panic!("building the loader: {e}"));
+    let stats = loader.stats_handle();
+    let mut per_pass: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for d in loader {
+        match d {
+            Ok(d) => per_pass.entry(d.pass).or_default().extend(
+                d.batch
+                    .origins()
+                    .iter()
+                    .map(|o| (o.source.name().to_string(), o.record)),
+            ),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let skipped = stats
+        .skipped()
+        .into_iter()
+        .map(|s| (s.source, s.record, s.rest_of_file))
+        .collect();
+    Run {
+        per_pass,
+        errors,
+        skipped,
+    }
+}
+
+/// Every (url, record) of `counts` exactly once in each of `passes` passes.
+fn assert_each_once(run: &Run, want: &[(String, u64)], passes: u64, what: &str) {
+    assert!(run.errors.is_empty(), "{what}: {:?}", run.errors);
+    assert_eq!(run.per_pass.len() as u64, passes, "{what}: passes");
+    let mut want = want.to_vec();
+    want.sort();
+    for (pass, got) in &run.per_pass {
+        let mut got = got.clone();
+        got.sort();
+        let doubled: Vec<_> = got.windows(2).filter(|w| w[0] == w[1]).collect();
+        assert!(
+            doubled.is_empty(),
+            "{what}: pass {pass} doubled {doubled:?}"
+        );
+        assert_eq!(got.len(), want.len(), "{what}: pass {pass}: count");
+        assert!(got == want, "{what}: pass {pass}: another set of records");
+    }
+}
+
+fn all_records(urls: &[String], per_file: u64) -> Vec<(String, u64)> {
+    urls.iter()
+        .flat_map(|u| (0..per_file).map(move |r| (u.clone(), r)))
+        .collect()
+}
+
+#[test]
+fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
+    let _one = options();
+    let cases: [(&str, Files, u64); 2] = [
+        ("jsonl", jsonl_files(5, 300), 300),
+        ("tfrecord", tfrecord_files(4, 150), 150),
+    ];
+    for (name, files, per_file) in cases {
+        let mut names: Vec<String> = files.keys().cloned().collect();
+        names.sort();
+        let server = Server::start(
+            files,
+            Schedule {
+                every: Some(7),
+                kinds: vec![
+                    Fault::Status(503),
+                    Fault::Status(429),
+                    Fault::Cut,
+                    Fault::Status(500),
+                    Fault::Status(503),
+                    Fault::Cut,
+                    Fault::Slow,
+                ],
+                ..Schedule::default()
+            },
+        );
+        let urls: Vec<String> = names.iter().map(|n| server.url(&n[1..])).collect();
+        let want = all_records(&urls, per_file);
+        for readers in [1, 4, 16] {
+            let before = remote::stats();
+            let injected = server.injected.load(Ordering::SeqCst);
+            let r = run(&urls, readers, 2, ErrorPolicy::Fail);
+            let what = format!("{name}, {readers} readers");
+            assert_each_once(&r, &want, 2, &what);
+            let injected = server.injected.load(Ordering::SeqCst) - injected;
+            let retries = remote::stats().retries - before.retries;
+            assert!(injected > 0, "{what}: no fault was injected");
+            // Every injected fault failed one attempt, retried unless the
+            // stream it was for was dropped first (a read-ahead part
+            // after schema inference, or at the end of a file).
+            assert!(
+                retries > 0 && retries <= injected,
+                "{what}: {injected} faults injected, {retries} retries counted"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
+    let _one = options();
+    let files = jsonl_files(3, 100);
+    let mut schedule = Schedule::default();
+    schedule.dead.insert("/data/part1.jsonl".into());
+    let server = Server::start(files, schedule);
+    let urls: Vec<String> = (0..3)
+        .map(|f| server.url(&format!("data/part{f}.jsonl")))
+        .collect();
+    let dead = &urls[1];
+    let r = run(&urls, 2, 1, ErrorPolicy::Fail);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    let e = &r.errors[0];
+    assert!(e.contains(dead.as_str()) && e.contains("503"), "{e}");
+    assert!(
+        e.contains("6 attempt(s)"),
+        "the whole budget was spent: {e}"
+    );
+    let r = run(&urls, 2, 1, ErrorPolicy::skip());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let mut want = all_records(&[urls[0].clone(), urls[2].clone()], 100);
+    want.sort();
+    let mut got = r.per_pass[&0].clone();
+    got.sort();
+    assert_eq!(got, want);
+    assert!(
+        r.skipped.iter().any(|(s, _, rest)| s == dead && *rest),
+        "{:?}",
+        r.skipped
+    );
+}
+
+#[test]
+fn an_object_that_dies_midway_is_an_error_at_its_offset_and_its_head_is_kept_under_skip() {
+    let _one = options();
+    let files = jsonl_files(2, 400);
+    let len = files["/data/part0.jsonl"].len() as u64;
+    let mut schedule = Schedule::default();
+    // Parts are 4096 bytes: the part at 8192 and all after it fail.
+    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
+    let server = Server::start(files.clone(), schedule);
+    let urls: Vec<String> = (0..2)
+        .map(|f| server.url(&format!("data/part{f}.jsonl")))
+        .collect();
+    let r = run(&urls, 1, 1, ErrorPolicy::Fail);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    let e = &r.errors[0];
+    assert!(
+        e.contains(urls[0].as_str()) && e.contains(&format!("byte offset 8192 of {len}")),
+        "{e}"
+    );
+    // Under skip: the records whole in the first 8192 bytes arrive once,
+    // the rest of the file is skipped, the other file is whole.
+    let text = &files["/data/part0.jsonl"][..8192];
+    let whole = text.iter().filter(|&&b| b == b'\n').count() as u64;
+    let r = run(&urls, 1, 1, ErrorPolicy::skip());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let mut want = all_records(&urls[1..], 400);
+    want.extend((0..whole).map(|i| (urls[0].clone(), i)));
+    want.sort();
+    let mut got = r.per_pass[&0].clone();
+    got.sort();
+    assert_eq!(got, want);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|(s, rec, rest)| s == &urls[0] && *rec == whole && *rest),
+        "{:?}",
+        r.skipped
+    );
+}
+
+#[test]
+fn a_missing_object_is_not_retried_and_a_url_glob_on_http_is_a_clear_error() {
+    let _one = options();
+    let server = Server::start(jsonl_files(1, 10), Schedule::default());
+    let missing = server.url("data/nope.jsonl");
+    let e = Loader::builder()
+        .files([missing.clone()])
+        .shard_from_env(false)
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains(&missing) && e.contains("1 attempt(s)"), "{e}");
+    assert_eq!(server.requests_for("data/nope.jsonl"), 1);
+    let pattern = server.url("data/*.jsonl");
+    let e = Loader::builder()
+        .files([pattern.clone()])
+        .shard_from_env(false)
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains(&pattern) && e.contains("listing"), "{e}");
+}
+
+#[test]
+fn brace_ranges_expand_to_urls_and_the_bytes_read_are_the_bytes_served() {
+    let _one = options();
+    let files = jsonl_files(3, 50);
+    let server = Server::start(files.clone(), Schedule::default());
+    let spec = server.url("data/part{0..2}.jsonl");
+    let expanded = feedline::plan::expand_inputs(&[spec]).unwrap();
+    let urls: Vec<String> = (0..3)
+        .map(|f| server.url(&format!("data/part{f}.jsonl")))
+        .collect();
+    assert_eq!(expanded, urls);
+    let r = run(&expanded, 3, 1, ErrorPolicy::Fail);
+    assert_each_once(&r, &all_records(&urls, 50), 1, "braces");
+    // The stream itself: byte for byte, across part boundaries.
+    let mut s = feedline::format::open_stream(
+        std::path::Path::new(&urls[2]),
+        feedline::format::Compression::None,
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, files["/data/part2.jsonl"]);
+    let stamp = feedline::checkpoint::FileStamp::of(&urls[2]).unwrap();
+    assert_eq!(stamp.size, got.len() as u64);
+    assert!(stamp.mtime_ns.is_some());
+}
+
+/// Every record of `spec`, as JSON, through the built-in formats.
+fn records(spec: &str) -> Vec<serde_json::Value> {
+    let reg = feedline::format::Registry::with_builtin();
+    let mut r = reg
+        .open(spec, None, &feedline::format::OpenOptions::default())
+        .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().unwrap_or_else(|e| panic!("{spec}: {e}")) {
+        out.push(rec.to_json());
+    }
+    out
+}
+
+#[test]
+fn parquet_reads_by_ranges_over_http_and_equals_the_local_file() {
+    let _one = options();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let names = ["pq_table.zstd.parquet", "pq_table.snappy.parquet"];
+    let files: Files = names
+        .iter()
+        .map(|n| (format!("/pq/{n}"), std::fs::read(fixtures.join(n)).unwrap()))
+        .collect();
+    // Faults on every 5th request: the footer and column chunks are
+    // retried like stream parts.
+    let server = Server::start(
+        files,
+        Schedule {
+            every: Some(5),
+            kinds: vec![Fault::Status(503), Fault::Cut],
+            ..Schedule::default()
+        },
+    );
+    for n in names {
+        let local = records(&fixtures.join(n).to_string_lossy());
+        assert!(!local.is_empty(), "{n}");
+        assert_eq!(records(&server.url(&format!("pq/{n}"))), local, "{n}");
+    }
+}
