@@ -64,8 +64,12 @@ pub struct Loader {
     /// What this loader's iteration and its device iterators took (for
     /// [`checkpoint`](Self::checkpoint)).
     progress: Arc<Mutex<Progress>>,
-    /// The inputs and settings, stamped at the start.
-    base: Result<CheckpointBase, PipelineError>,
+    /// The settings as given, to stamp the inputs and settings with at the
+    /// first [`checkpoint`](Self::checkpoint) (a stat — for a remote object
+    /// a HEAD request — per input: not paid by runs that never checkpoint).
+    given: Box<PipelineConfig>,
+    /// The inputs and settings, stamped at the first checkpoint.
+    base: Option<Result<CheckpointBase, PipelineError>>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -88,13 +92,7 @@ impl Loader {
 
     fn start_full(config: PipelineConfig) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
         // Stamped from the settings as given (the pipeline expands them).
-        let base = if config.push.is_some() {
-            Err(PipelineError::Config(
-                "a push-mode loader has no checkpoint: its data is what is pushed".into(),
-            ))
-        } else {
-            CheckpointBase::of(&config)
-        };
+        let given = Box::new(config.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("feedline-system".into())
@@ -137,7 +135,8 @@ impl Loader {
         let loader = Loader {
             merged: MergedState::new(&running.queue, &running.recorders, config),
             progress,
-            base,
+            given,
+            base: None,
             stats: running.recorders.stats(),
             _feed: running.feed,
             queue: running.queue,
@@ -203,7 +202,9 @@ impl Loader {
     /// [`next_timeout`](Self::next_timeout)) or by its
     /// [`device_iter`](Self::device_iter)s — take it between two batches
     /// (with device iterators: while none is inside `next`);
-    /// [`LoaderBuilder::resume`] goes on from exactly there.
+    /// [`LoaderBuilder::resume`] goes on from exactly there. The first
+    /// checkpoint stamps the inputs (size and modification time of each,
+    /// a HEAD request for a remote object) and the order-fixing settings.
     ///
     /// ```no_run
     /// use feedline_actors::Loader;
@@ -218,7 +219,17 @@ impl Loader {
     /// # Ok::<(), feedline_actors::PipelineError>(())
     /// ```
     pub fn checkpoint(&mut self) -> Result<Checkpoint, PipelineError> {
-        let base = self.base.as_ref().map_err(Clone::clone)?;
+        let given = &self.given;
+        let base = self.base.get_or_insert_with(|| {
+            if given.push.is_some() {
+                Err(PipelineError::Config(
+                    "a push-mode loader has no checkpoint: its data is what is pushed".into(),
+                ))
+            } else {
+                CheckpointBase::of(given)
+            }
+        });
+        let base = base.as_ref().map_err(Clone::clone)?;
         Ok(self.progress.lock().checkpoint(base))
     }
 
