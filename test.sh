@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # All tests: the Rust workspace, then the Python package (built into a venv
-# under target/, created on first use, and its pytest suite).
+# under target/, created on first use, and its pytest suite). The venv also
+# holds moto's S3 server, which the Rust S3 test starts (required here).
 set -euo pipefail
 cd "$(dirname "$0")"
-cargo test --workspace --release
 VENV="${FEEDLINE_VENV:-target/py-venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
 fi
+VENV="$(cd "$VENV" && pwd)"
+"$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1"
+FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
+  cargo test --workspace --release
 # The extension shares the workspace's target dir (its dependencies are built once).
-CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python "pytest==8.3.4" "numpy>=1.24,<3"
+CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python
 "$VENV/bin/python" -m pytest -q python/tests

@@ -186,6 +186,11 @@ impl ShuffleRecorder {
         }
     }
 
+    /// Batches made over the cost budget so far (the batcher's count).
+    pub fn oversize_batches(&self, total: u64) {
+        self.c.oversize_batches.fetch_max(total, Relaxed);
+    }
+
     /// An instance was left out so that every rank gets the same batches.
     pub fn equalize_dropped(&self) {
         self.c.equalize_dropped.fetch_add(1, Relaxed);

@@ -96,6 +96,7 @@ pub(crate) struct Counters {
     pub reader_stalls: AtomicU64,
     pub equalize_dropped: AtomicU64,
     pub equalize_padded: AtomicU64,
+    pub oversize_batches: AtomicU64,
     /// The watch of each reader's current incarnation, by reader id.
     pub watches: Mutex<Vec<Arc<ReaderWatch>>>,
     /// When (ns since start) the shuffle stage last received a chunk.
@@ -125,6 +126,7 @@ impl Counters {
             reader_stalls: AtomicU64::new(0),
             equalize_dropped: AtomicU64::new(0),
             equalize_padded: AtomicU64::new(0),
+            oversize_batches: AtomicU64::new(0),
             watches: Mutex::new(Vec::new()),
             last_chunk_ns: AtomicU64::new(0),
             skipped: Mutex::new(Vec::new()),
@@ -271,6 +273,7 @@ impl Stats {
             reader_stalls: i.reader_stalls.load(Relaxed),
             equalize_dropped: i.equalize_dropped.load(Relaxed),
             equalize_padded: i.equalize_padded.load(Relaxed),
+            oversize_batches: i.oversize_batches.load(Relaxed),
             bad_records: i.bad_records.load(Relaxed),
             bottleneck: Bottleneck::Devices,
         };
@@ -377,6 +380,10 @@ pub struct StatsSnapshot {
     pub equalize_dropped: u64,
     /// Instances repeated so that every rank gets the same batches.
     pub equalize_padded: u64,
+    /// Batches over the cost budget: one instance that alone costs more
+    /// than `BatchPolicy::Budget`'s `max_cost` (the batcher logs the first
+    /// of each pass; every one is counted here).
+    pub oversize_batches: u64,
     /// Records skipped under the skip policy.
     pub bad_records: u64,
     /// The limiting stage.
@@ -424,6 +431,27 @@ impl StatsSnapshot {
             self.feed_queue_capacity,
             wait * 100.0,
             self.bottleneck
-        )
+        ) + &self.notes()
+    }
+
+    /// What the library otherwise says only through `log` (no logger, no
+    /// message): records skipped, batches over the cost budget, readers
+    /// restarted or found stuck — `""` when none.
+    fn notes(&self) -> String {
+        let mut notes = Vec::new();
+        for (n, what) in [
+            (self.bad_records, "bad records skipped"),
+            (self.oversize_batches, "batches over the cost budget"),
+            (self.reader_restarts, "readers restarted"),
+            (self.reader_stalls, "readers found stuck"),
+        ] {
+            if n > 0 {
+                notes.push(format!("{n} {what}"));
+            }
+        }
+        match notes.is_empty() {
+            true => String::new(),
+            false => format!("; {}", notes.join(", ")),
+        }
     }
 }

@@ -95,3 +95,42 @@ fn readers_read_on_after_short_chunks() {
         assert_exactly_once(&per_pass, &all_ids(&counts, &[]), 2);
     }
 }
+
+#[test]
+fn batches_over_the_cost_budget_are_counted_in_the_stats_and_the_summary() {
+    // Ids of file f1 cost 20 against a budget of 10: each forms a batch
+    // alone (counted; the batcher logs only the first of a pass); the others
+    // cost 1 and share batches.
+    let cost: feedline::batcher::CostFn = std::sync::Arc::new(|chunk: &feedline::Chunk, i| {
+        let row = chunk.row(i).ok();
+        let id = row.as_ref().and_then(|r| r.get("id").ok()?.as_i64().map(|v| v[0]));
+        if id.is_some_and(|id| id / 1_000_000 == 1) {
+            20
+        } else {
+            1
+        }
+    });
+    let loader = synth_loader(SynthFormat::with_files(&[12, 5, 9]).build())
+        .readers(2)
+        .passes(2)
+        .shuffle(8)
+        .batch_policy(feedline::batcher::BatchPolicy::Budget { max_cost: 10, cost })
+        .build()
+        .unwrap();
+    let stats = loader.stats_handle();
+    let mut alone = 0;
+    for d in loader {
+        let ids = ids(&d.unwrap());
+        let heavy = ids.iter().filter(|id| **id / 1_000_000 == 1).count();
+        assert!(heavy == 0 || ids.len() == 1, "a costly instance shares a batch: {ids:?}");
+        alone += heavy;
+    }
+    assert_eq!(alone, 10, "5 costly instances in each of 2 passes");
+    let s = stats.snapshot();
+    assert_eq!(s.oversize_batches, 10);
+    assert!(
+        s.summary_line().ends_with("; 10 batches over the cost budget"),
+        "{}",
+        s.summary_line()
+    );
+}

@@ -2,8 +2,11 @@
 //! (`moto_server`, from PyPI's `moto[server]`) started on 127.0.0.1 by the
 //! test, configured only through the standard environment (AWS_ENDPOINT_URL,
 //! AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP).
-//! Without `moto_server` on the PATH the test says so and checks nothing
-//! else (CI does not install it).
+//! `./test.sh` installs `moto[server]` in its venv and sets
+//! `FEEDLINE_MOTO_SERVER` and `FEEDLINE_REQUIRE_S3`, so that the test runs
+//! (and a server that cannot start fails it). Run alone without either,
+//! it looks for `moto_server` on the PATH and, if there is none, says
+//! SKIPPED and checks nothing.
 //!
 //! The client talks to moto through a fault-injecting proxy of the test's
 //! own (loopback only): every 20th request (5 %) gets 503, 429, or its
@@ -37,15 +40,19 @@ impl Drop for Moto {
     }
 }
 
-/// Start `moto_server` on a free loopback port; `None` (with the reason
-/// printed) when it is not installed.
+/// Start `moto_server` (`$FEEDLINE_MOTO_SERVER`, else from the PATH) on a
+/// free loopback port; `None` (with the reason printed) when it is not
+/// installed — unless `FEEDLINE_REQUIRE_S3` is set (as `./test.sh` does,
+/// having installed it): then a missing server fails the test.
 fn start_moto() -> Option<Moto> {
+    let exe = std::env::var_os("FEEDLINE_MOTO_SERVER").unwrap_or_else(|| "moto_server".into());
+    let required = std::env::var_os("FEEDLINE_REQUIRE_S3").is_some();
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let child = match Command::new("moto_server")
+    let child = match Command::new(&exe)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -53,6 +60,9 @@ fn start_moto() -> Option<Moto> {
         .spawn()
     {
         Ok(c) => c,
+        Err(e) if required => {
+            panic!("FEEDLINE_REQUIRE_S3 is set but {exe:?} cannot start: {e}")
+        }
         Err(e) => {
             eprintln!("SKIPPED: moto_server is not available ({e}); `pip install 'moto[server]'`");
             return None;

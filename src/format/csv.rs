@@ -583,6 +583,12 @@ impl CsvReader {
 /// record (0-based, header not counted) and byte offset; after a read error
 /// the iterator ends. [`CsvFormat::read_typed_with`] takes other options.
 ///
+/// What it is for: one file's rows as your own serde types, in file order —
+/// inspecting data, preprocessing, tests. It has none of the loader's work
+/// (no shuffle, batching, passes, sharding, parallel readers, error policy);
+/// to train, read the file with the `Loader` and take typed views of its
+/// batches (`Batch::view`).
+///
 /// ```
 /// use feedline::format::{csv, Compression};
 /// #[derive(serde::Deserialize, Debug)]

@@ -483,6 +483,12 @@ impl<'de> Visitor<'de> for ElemVisitor<'_, '_> {
 /// is one line's value or an error naming the file, record and byte offset;
 /// after a read error (e.g. a corrupt gzip stream) the iterator ends.
 ///
+/// What it is for: one file's records as your own serde types, in file
+/// order — inspecting data, preprocessing, tests. It has none of the
+/// loader's work (no shuffle, batching, passes, sharding, parallel readers,
+/// error policy); to train, read the file with the `Loader` and take typed
+/// views of its batches (`Batch::view`).
+///
 /// ```
 /// use feedline::format::{jsonl, Compression};
 /// #[derive(serde::Deserialize, Debug)]
