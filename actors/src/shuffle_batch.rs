@@ -316,7 +316,8 @@ impl ShuffleBatch {
     fn batch_row(&mut self, row: RowRef) {
         self.padding.rows_in += 1;
         if let Some(rows) = self.batcher.push(row) {
-            self.recorder.oversize_batches(self.batcher.oversize_batches());
+            self.recorder
+                .oversize_batches(self.batcher.oversize_batches());
             self.emit(rows);
         }
     }

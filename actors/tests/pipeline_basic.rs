@@ -103,7 +103,9 @@ fn batches_over_the_cost_budget_are_counted_in_the_stats_and_the_summary() {
     // cost 1 and share batches.
     let cost: feedline::batcher::CostFn = std::sync::Arc::new(|chunk: &feedline::Chunk, i| {
         let row = chunk.row(i).ok();
-        let id = row.as_ref().and_then(|r| r.get("id").ok()?.as_i64().map(|v| v[0]));
+        let id = row
+            .as_ref()
+            .and_then(|r| r.get("id").ok()?.as_i64().map(|v| v[0]));
         if id.is_some_and(|id| id / 1_000_000 == 1) {
             20
         } else {
@@ -122,14 +124,18 @@ fn batches_over_the_cost_budget_are_counted_in_the_stats_and_the_summary() {
     for d in loader {
         let ids = ids(&d.unwrap());
         let heavy = ids.iter().filter(|id| **id / 1_000_000 == 1).count();
-        assert!(heavy == 0 || ids.len() == 1, "a costly instance shares a batch: {ids:?}");
+        assert!(
+            heavy == 0 || ids.len() == 1,
+            "a costly instance shares a batch: {ids:?}"
+        );
         alone += heavy;
     }
     assert_eq!(alone, 10, "5 costly instances in each of 2 passes");
     let s = stats.snapshot();
     assert_eq!(s.oversize_batches, 10);
     assert!(
-        s.summary_line().ends_with("; 10 batches over the cost budget"),
+        s.summary_line()
+            .ends_with("; 10 batches over the cost budget"),
         "{}",
         s.summary_line()
     );
