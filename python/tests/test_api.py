@@ -10,22 +10,7 @@ import numpy as np
 import pytest
 
 import feedline
-
-
-def threads():
-    return len(os.listdir("/proc/self/task"))
-
-
-def make_npz(tmp_path, files=4, rows=50):
-    """files × rows instances; y is a global id 0..files*rows, x = [id]*4."""
-    paths = []
-    for f in range(files):
-        ids = np.arange(f * rows, (f + 1) * rows, dtype=np.int64)
-        x = np.repeat(ids.astype(np.float32)[:, None], 4, axis=1)
-        p = tmp_path / f"part{f}.npz"
-        np.savez(p, x=x, y=ids)
-        paths.append(str(p))
-    return paths
+from helpers import make_npz, threads
 
 
 SCHEMA = {"x": ("float32", [4]), "y": ("int64", [])}
