@@ -6,6 +6,7 @@
 //! listed — for several reader counts and seeds.
 
 mod cli_common;
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -215,19 +216,8 @@ fn run(case: &Case, readers: usize, seed: u64, policy: ErrorPolicy) -> Run {
         .build()
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let stats = loader.stats_handle();
-    let mut got = Vec::new();
-    let mut errors = Vec::new();
-    for d in loader {
-        match d {
-            Ok(d) => got.extend(
-                d.batch
-                    .origins()
-                    .iter()
-                    .map(|o| (o.source.name().to_string(), o.record)),
-            ),
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
+    let (per_pass, errors) = common::origins(loader);
+    let got = per_pass.into_values().flatten().collect();
     let skipped = stats
         .skipped()
         .into_iter()

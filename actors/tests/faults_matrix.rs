@@ -7,6 +7,8 @@
 //! file, record and offset, and every pipeline thread ends; with skip, every
 //! good record arrives exactly once and the stats list every skipped place.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -207,20 +209,9 @@ fn every_fault_under_both_policies() {
             };
             let loader = loader(&case, fault, 64, 0, policy);
             let stats = loader.stats_handle();
-            let mut got: Vec<(String, u64)> = Vec::new();
-            let mut errors = Vec::new();
-            for d in loader {
-                match d {
-                    Ok(d) => got.extend(
-                        d.batch
-                            .origins()
-                            .iter()
-                            .map(|o| (o.source.name().to_string(), o.record)),
-                    ),
-                    Err(e) => errors.push(e.to_string()),
-                }
-            }
-            // The loader is dropped here: its system thread must be gone at once.
+            let (per_pass, errors) = common::origins(loader);
+            let mut got: Vec<(String, u64)> = per_pass.into_values().flatten().collect();
+            // The loader was dropped: its system thread must be gone at once.
             let t0 = Instant::now();
             while pipeline_threads() > 0 && t0.elapsed() < Duration::from_secs(1) {
                 std::thread::sleep(Duration::from_millis(5));

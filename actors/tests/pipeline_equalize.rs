@@ -138,50 +138,18 @@ fn padding_a_rank_with_no_records_fails_the_pipeline() {
     }
 }
 
-/// The synthetic format, but a file named in `shrink` has no records from
-/// its second opening on (the first is the loader's count): a file that
-/// changed between counting and reading.
-struct Shrinking {
-    inner: SynthFormat,
-    shrink: &'static str,
-    opened: std::sync::atomic::AtomicU32,
-}
-
-impl feedline::format::Format for Shrinking {
-    fn name(&self) -> &str {
-        "synth"
-    }
-    fn extensions(&self) -> &[&str] {
-        &[]
-    }
-    fn open(
-        &self,
-        path: &std::path::Path,
-        opts: &feedline::format::OpenOptions,
-    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
-        let mut opts = opts.clone();
-        if path.to_string_lossy() == self.shrink
-            && self
-                .opened
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-                > 0
-        {
-            opts.start_record = u64::MAX;
-        }
-        self.inner.open(path, &opts)
-    }
-}
-
 #[test]
 fn padding_with_nothing_to_repeat_fails_the_pipeline() {
     let synth = SynthFormat::with_files(&[5, 10]).build();
     let specs = synth.specs();
-    let mut registry = feedline::format::Registry::with_builtin();
-    registry.register(std::sync::Arc::new(Shrinking {
-        inner: synth,
-        shrink: "f0",
-        opened: Default::default(),
-    }));
+    // f0 has no records from its second opening on (the first is the
+    // loader's count): a file that changed between counting and reading.
+    let registry = common::Hooked::registry(synth, |o| {
+        if o.file == "f0" && o.earlier > 0 {
+            o.opts.start_record = u64::MAX;
+        }
+        None
+    });
     // Rank 0 counted 5 records in f0 and pads 5 to rank 1's 10, but reads none.
     let loader = feedline_actors::Loader::builder()
         .registry(registry)

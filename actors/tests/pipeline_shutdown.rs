@@ -7,7 +7,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{synth_loader, synth_registry, Fault, SynthFormat};
+use common::{block_at, synth_loader, synth_registry, Fault, Gate, Hooked, SynthFormat};
 use feedline_actors::{
     Delivered, FeedMode, Loader, Pipeline, PipelineConfig, PipelineError, TrainStep,
 };
@@ -180,80 +180,25 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
     );
 }
 
-/// The synthetic format, but reading record `at` of `hold` blocks (as a
-/// read of a hung network file does) until the test releases it; the
-/// reader says so on `entered` first.
-struct BlockedRead {
-    inner: SynthFormat,
-    hold: &'static str,
-    at: u64,
-    entered: Mutex<std::sync::mpsc::Sender<()>>,
-    release: std::sync::Arc<(Mutex<bool>, std::sync::Condvar)>,
-}
-
-struct BlockedReader {
-    inner: Box<dyn feedline::format::RecordReader>,
-    at: Option<u64>,
-    entered: std::sync::mpsc::Sender<()>,
-    release: std::sync::Arc<(Mutex<bool>, std::sync::Condvar)>,
-}
-
-impl feedline::format::Format for BlockedRead {
-    fn name(&self) -> &str {
-        "synth"
-    }
-    fn extensions(&self) -> &[&str] {
-        &[]
-    }
-    fn open(
-        &self,
-        path: &std::path::Path,
-        opts: &feedline::format::OpenOptions,
-    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
-        let name = path.to_string_lossy().to_string();
-        Ok(Box::new(BlockedReader {
-            inner: self.inner.open(path, opts)?,
-            at: (name == self.hold).then_some(self.at),
-            entered: self.entered.lock().unwrap().clone(),
-            release: self.release.clone(),
-        }))
-    }
-}
-
-impl feedline::format::RecordReader for BlockedReader {
-    fn next_record(&mut self) -> feedline::Result<Option<feedline::Record>> {
-        if self.at == Some(self.inner.next_index()) {
-            self.at = None;
-            let _ = self.entered.send(());
-            let (m, c) = &*self.release;
-            let mut released = m.lock().unwrap();
-            while !*released {
-                released = c.wait(released).unwrap();
-            }
-        }
-        self.inner.next_record()
-    }
-    fn next_index(&self) -> u64 {
-        self.inner.next_index()
-    }
-}
-
 #[test]
 fn dropping_the_loader_while_a_reader_is_blocked_in_a_read_returns_and_the_thread_ends_after() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = threads();
     let (entered_tx, entered) = std::sync::mpsc::channel();
-    let release = std::sync::Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let gate = Gate::default();
     let synth = SynthFormat::with_files(&[50, 50]).build();
     let specs = synth.specs();
-    let mut registry = feedline::format::Registry::with_builtin();
-    registry.register(std::sync::Arc::new(BlockedRead {
-        inner: synth,
-        hold: "f1",
-        at: 7,
-        entered: Mutex::new(entered_tx),
-        release: release.clone(),
-    }));
+    // The reader of f1 blocks in its read of record 7 until the gate opens.
+    let held = gate.clone();
+    let entered_tx = Mutex::new(entered_tx);
+    let registry = Hooked::registry(synth, move |o| {
+        (o.file == "f1").then(|| {
+            let entered = entered_tx.lock().unwrap().clone();
+            block_at(7, held.clone(), move || {
+                let _ = entered.send(());
+            })
+        })
+    });
     let mut loader = Loader::builder()
         .registry(registry)
         .files(specs)
@@ -283,11 +228,7 @@ fn dropping_the_loader_while_a_reader_is_blocked_in_a_read_returns_and_the_threa
         .expect("drop returned while a read was blocked");
     dropper.join().unwrap();
     // The read returns: its thread sees the pipeline gone and ends.
-    {
-        let (m, c) = &*release;
-        *m.lock().unwrap() = true;
-        c.notify_all();
-    }
+    gate.open();
     assert!(
         threads_back_to(before),
         "threads left after the blocked read returned: {} > {before}",

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{all_ids, synth_loader, Fault, SynthFormat};
+use common::{all_ids, block_at, synth_loader, Fault, Gate, Hooked, SynthFormat};
 use feedline_actors::{Loader, LoaderBuilder, PipelineError, StallPolicy};
 
 fn builder(synth: SynthFormat) -> LoaderBuilder {
@@ -31,16 +31,11 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
         // go — after the whole pass was delivered without it.
         let synth = SynthFormat::with_files(&counts).build();
         let specs = synth.specs();
-        let latch: Latch = Default::default();
-        let mut registry = feedline::format::Registry::with_builtin();
-        registry.register(std::sync::Arc::new(HeldAtTheEnd {
-            inner: synth,
-            hold: "f1",
-            at: Some(35),
-            reopen_releases: false,
-            latch: latch.clone(),
-            opened: Default::default(),
-        }));
+        let gate = Gate::default();
+        let held = gate.clone();
+        let registry = Hooked::registry(synth, move |o| {
+            (o.file == "f1" && o.earlier == 0).then(|| block_at(35, held.clone(), || {}))
+        });
         let mut loader = Loader::builder()
             .registry(registry)
             .files(specs)
@@ -68,7 +63,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
         // A heavily loaded machine may see another slow read as a stall too: still exactly once.
         assert!(snap.reader_stalls >= 1);
         assert!(snap.reader_restarts >= 1);
-        release(&latch);
+        gate.open();
         drop(loader);
     }
 }
@@ -163,100 +158,24 @@ fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
     assert_the_rest_arrives(loader);
 }
 
-/// A latch: set once, waited on.
-type Latch = std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>;
-
-fn release(latch: &Latch) {
-    let (m, c) = &**latch;
-    *m.lock().unwrap() = true;
-    c.notify_all();
-}
-
-/// The synthetic format, but the first reader of `hold` is held at record
-/// `at` (`None`: in its last read, the one that finds the end of the file)
-/// until the latch is released — by the file's next opening (the fresh
-/// reader the watchdog gives it to) if `reopen_releases`, else by the test.
-struct HeldAtTheEnd {
-    inner: SynthFormat,
-    hold: &'static str,
-    at: Option<u64>,
-    reopen_releases: bool,
-    latch: Latch,
-    opened: std::sync::atomic::AtomicU32,
-}
-
-struct HeldReader {
-    inner: Box<dyn feedline::format::RecordReader>,
-    at: u64,
-    latch: Option<Latch>,
-}
-
-impl feedline::format::Format for HeldAtTheEnd {
-    fn name(&self) -> &str {
-        "synth"
-    }
-    fn extensions(&self) -> &[&str] {
-        &[]
-    }
-    fn open(
-        &self,
-        path: &std::path::Path,
-        opts: &feedline::format::OpenOptions,
-    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
-        let name = path.to_string_lossy().to_string();
-        let mut latch = None;
-        if name == self.hold {
-            if self
-                .opened
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-                == 0
-            {
-                latch = Some(self.latch.clone());
-            } else if self.reopen_releases {
-                release(&self.latch);
-            }
-        }
-        Ok(Box::new(HeldReader {
-            inner: self.inner.open(path, opts)?,
-            at: (self.at).unwrap_or(self.inner.files[&name].records),
-            latch,
-        }))
-    }
-}
-
-impl feedline::format::RecordReader for HeldReader {
-    fn next_record(&mut self) -> feedline::Result<Option<feedline::Record>> {
-        if self.inner.next_index() >= self.at {
-            if let Some(latch) = self.latch.take() {
-                let (m, c) = &*latch;
-                let mut released = m.lock().unwrap();
-                while !*released {
-                    released = c.wait(released).unwrap();
-                }
-            }
-        }
-        self.inner.next_record()
-    }
-    fn next_index(&self) -> u64 {
-        self.inner.next_index()
-    }
-}
-
 #[test]
 fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() {
     for det in [false, true] {
         let counts = [24u64, 40, 16];
         let synth = SynthFormat::with_files(&counts).build();
         let specs = synth.specs();
-        let mut registry = feedline::format::Registry::with_builtin();
-        registry.register(std::sync::Arc::new(HeldAtTheEnd {
-            inner: synth,
-            hold: "f0",
-            at: None,
-            reopen_releases: true,
-            latch: Default::default(),
-            opened: Default::default(),
-        }));
+        // The first reader of f0 is held in its last read (the one that
+        // finds the end of the file) until the file's next opening — the
+        // fresh reader the watchdog gives it to — lets it go.
+        let gate = Gate::default();
+        let registry = Hooked::registry(synth, move |o| match (o.file, o.earlier) {
+            ("f0", 0) => Some(block_at(o.records, gate.clone(), || {})),
+            ("f0", _) => {
+                gate.open();
+                None
+            }
+            _ => None,
+        });
         let loader = feedline_actors::Loader::builder()
             .registry(registry)
             .files(specs)
@@ -289,46 +208,18 @@ fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() 
     }
 }
 
-/// Every open blocks until `release` is set (then reads the synthetic file).
-struct OpenBlocks {
-    inner: SynthFormat,
-    release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-}
-
-impl feedline::format::Format for OpenBlocks {
-    fn name(&self) -> &str {
-        "synth"
-    }
-    fn extensions(&self) -> &[&str] {
-        &[]
-    }
-    fn open(
-        &self,
-        path: &std::path::Path,
-        opts: &feedline::format::OpenOptions,
-    ) -> feedline::Result<Box<dyn feedline::format::RecordReader>> {
-        let (m, c) = &*self.release;
-        let mut released = m.lock().unwrap();
-        while !*released {
-            released = c.wait(released).unwrap();
-        }
-        drop(released);
-        self.inner.open(path, opts)
-    }
-}
-
 #[test]
 fn a_stalled_first_input_fails_start_up_instead_of_hanging() {
     for infer in [true, false] {
         let synth = SynthFormat::with_files(&[10, 10]).build();
         let specs = synth.specs();
-        let release: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)> =
-            Default::default();
-        let mut registry = feedline::format::Registry::with_builtin();
-        registry.register(std::sync::Arc::new(OpenBlocks {
-            inner: synth,
-            release: release.clone(),
-        }));
+        // Every open blocks until the gate opens.
+        let gate = Gate::default();
+        let shut = gate.clone();
+        let registry = Hooked::registry(synth, move |_| {
+            shut.wait();
+            None
+        });
         let mut b = Loader::builder()
             .registry(registry)
             .files(specs)
@@ -348,9 +239,7 @@ fn a_stalled_first_input_fails_start_up_instead_of_hanging() {
         let built = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("hang: start-up never ended");
-        let (m, c) = &*release;
-        *m.lock().unwrap() = true;
-        c.notify_all();
+        gate.open();
         match built {
             Err(PipelineError::ReaderStuck { file, .. }) => {
                 assert!(file.starts_with("synth:f0"), "{file}");

@@ -321,3 +321,156 @@ pub fn assert_exactly_once(per_pass: &BTreeMap<u64, Vec<i64>>, want: &[i64], pas
         );
     }
 }
+
+/// A gate: shut until opened, once for good; `wait` blocks until then.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    /// Open the gate: every waiter goes on, and later waits return at once.
+    pub fn open(&self) {
+        let (m, c) = &*self.0;
+        *m.lock().unwrap() = true;
+        c.notify_all();
+    }
+
+    /// Block until the gate is open.
+    pub fn wait(&self) {
+        let (m, c) = &*self.0;
+        let mut open = m.lock().unwrap();
+        while !*open {
+            open = c.wait(open).unwrap();
+        }
+    }
+}
+
+/// A hook run by a [`Hooked`] reader before each read, with the index of
+/// the record about to be read.
+pub type BeforeRead = Box<dyn FnMut(u64) + Send>;
+
+/// One opening of a synthetic file, as a [`Hooked`] format's hook sees it.
+pub struct Opening<'a> {
+    /// The file's name (`f0`, `f1`, …).
+    pub file: &'a str,
+    /// How many times the file was opened before this (0: the first).
+    pub earlier: u32,
+    /// The file's record count.
+    pub records: u64,
+    /// The options of this opening; the hook may change them.
+    pub opts: &'a mut OpenOptions,
+}
+
+type OnOpen = Box<dyn Fn(Opening<'_>) -> Option<BeforeRead> + Send + Sync>;
+
+/// The synthetic format with a hook at every opening: it may block (a stuck
+/// open), change the options (a file that changed since it was counted) and
+/// give the reader a [`BeforeRead`] hook (a read that blocks at a record).
+pub struct Hooked {
+    inner: SynthFormat,
+    on_open: OnOpen,
+    opened: std::sync::Mutex<HashMap<String, u32>>,
+}
+
+impl Hooked {
+    /// A registry with `inner` wrapped in the hook `on_open`.
+    pub fn registry(
+        inner: SynthFormat,
+        on_open: impl Fn(Opening<'_>) -> Option<BeforeRead> + Send + Sync + 'static,
+    ) -> feedline::format::Registry {
+        let mut r = feedline::format::Registry::with_builtin();
+        r.register(Arc::new(Hooked {
+            inner,
+            on_open: Box::new(on_open),
+            opened: Default::default(),
+        }));
+        r
+    }
+}
+
+impl Format for Hooked {
+    fn name(&self) -> &str {
+        "synth"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        let file = path.to_string_lossy().to_string();
+        let earlier = {
+            let mut opened = self.opened.lock().unwrap();
+            let n = opened.entry(file.clone()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let mut opts = opts.clone();
+        let records = self.inner.files.get(&file).map_or(0, |f| f.records);
+        let before_read = (self.on_open)(Opening {
+            file: &file,
+            earlier,
+            records,
+            opts: &mut opts,
+        });
+        let inner = self.inner.open(path, &opts)?;
+        Ok(match before_read {
+            None => inner,
+            Some(before_read) => Box::new(HookedReader { inner, before_read }),
+        })
+    }
+}
+
+/// A reader with a hook. It gives no length hint, so its file always ends
+/// with an empty read — a read a hook can block.
+struct HookedReader {
+    inner: Box<dyn RecordReader>,
+    before_read: BeforeRead,
+}
+
+impl RecordReader for HookedReader {
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        (self.before_read)(self.inner.next_index());
+        self.inner.next_record()
+    }
+    fn next_index(&self) -> u64 {
+        self.inner.next_index()
+    }
+    fn can_continue(&self) -> bool {
+        self.inner.can_continue()
+    }
+}
+
+/// A [`BeforeRead`] hook that, the first time a read reaches record `at` or
+/// later, calls `reached` and then waits at `gate`.
+pub fn block_at(at: u64, gate: Gate, reached: impl FnOnce() + Send + 'static) -> BeforeRead {
+    let mut reached = Some(reached);
+    Box::new(move |next| {
+        if next >= at {
+            if let Some(reached) = reached.take() {
+                reached();
+                gate.wait();
+            }
+        }
+    })
+}
+
+/// Where each delivered instance came from: (source, record) per pass, in
+/// delivery order, and the text of every error the loader ended with. The
+/// loader is dropped before it returns.
+pub type Origins = (BTreeMap<u64, Vec<(String, u64)>>, Vec<String>);
+
+/// Iterate `loader` to its end, collecting [`Origins`].
+pub fn origins(loader: feedline_actors::Loader) -> Origins {
+    let mut per_pass: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for d in loader {
+        match d {
+            Ok(d) => per_pass.entry(d.pass).or_default().extend(
+                d.batch
+                    .origins()
+                    .iter()
+                    .map(|o| (o.source.name().to_string(), o.record)),
+            ),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    (per_pass, errors)
+}
