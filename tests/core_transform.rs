@@ -245,12 +245,15 @@ fn an_output_of_another_shape_names_file_record_and_field() {
         .field("y", DType::F32, [2])
         .build()
         .unwrap();
-    for t in [
-        t.clone(),
-        Transforms {
-            output_schema: Some(declared),
-            ..t
-        },
+    for (inferred, t) in [
+        (true, t.clone()),
+        (
+            false,
+            Transforms {
+                output_schema: Some(declared),
+                ..t
+            },
+        ),
     ] {
         let r = reader(&files, 1, 4, &t);
         let (rows, errors) = read_pass(&r, 0);
@@ -270,6 +273,14 @@ fn an_output_of_another_shape_names_file_record_and_field() {
                 assert_eq!(field, "y");
                 assert_eq!(expected, "[2] f32");
                 assert!(actual.contains('3'), "{actual}");
+                // An inferred shape says where it came from and what to do.
+                assert_eq!(
+                    actual.contains("inferred from the first transformed instance")
+                        && actual.contains("part-0.jsonl: record ")
+                        && actual.contains("resize or crop"),
+                    inferred,
+                    "{actual}"
+                );
             }
             other => panic!("{other}"),
         }

@@ -52,6 +52,9 @@ pub struct BatchTransformer {
     seed: u64,
     input: Schema,
     output: RwLock<Option<Schema>>,
+    /// Where the output schema was inferred from (`None`: declared, or not
+    /// known yet).
+    inferred_from: RwLock<Option<String>>,
 }
 
 /// One fixed-shape output field's buffer, `rows × unit` elements.
@@ -224,6 +227,7 @@ impl BatchTransformer {
             output: RwLock::new(
                 declared.or_else(|| transforms.instance.is_none().then(|| input.clone())),
             ),
+            inferred_from: RwLock::new(None),
         }))
     }
 
@@ -365,16 +369,17 @@ impl BatchTransformer {
             return Ok(());
         }
         let sample = guarded(name, origin, || map.map(&row, &mut ctx))?;
-        let inst = conform(sample, origin, schema)?;
+        let inst = conform(sample, origin, schema).map_err(|e| self.explained(e))?;
         for (f, v) in schema.fields().iter().zip(inst.values()) {
             let slot = out.slot(&f.name).expect("a slot per output field");
-            slot.copy_from(v, 0..v.len())
-                .map_err(|actual| Error::Field {
+            slot.copy_from(v, 0..v.len()).map_err(|actual| {
+                self.explained(Error::Field {
                     location: origin.location(),
                     field: f.name.clone(),
                     expected: f.describe(),
                     actual,
-                })?;
+                })
+            })?;
         }
         Ok(())
     }
@@ -404,7 +409,7 @@ impl BatchTransformer {
             let origin = r.origin();
             let checked = s.and_then(|sample| {
                 let schema = self.schema_for(&sample, origin)?;
-                conform(sample, origin, &schema)
+                conform(sample, origin, &schema).map_err(|e| self.explained(e))
             });
             match checked {
                 Ok(inst) => kept.push(inst),
@@ -443,6 +448,34 @@ impl BatchTransformer {
             "transform output schema inferred from {}: {inferred}",
             origin.location()
         );
-        Ok(self.output.write().get_or_insert(inferred).clone())
+        let mut output = self.output.write();
+        if output.is_none() {
+            *self.inferred_from.write() = Some(origin.location().to_string());
+        }
+        Ok(output.get_or_insert(inferred).clone())
+    }
+
+    /// A row's failure; when it is a shape that does not fit an *inferred*
+    /// output schema, said so, with what to do about it.
+    fn explained(&self, e: Error) -> Error {
+        let Some(from) = self.inferred_from.read().clone() else {
+            return e;
+        };
+        match e {
+            Error::Field {
+                location,
+                field,
+                expected,
+                actual,
+            } => Error::Field {
+                location,
+                field,
+                expected,
+                actual: format!(
+                    "{actual} — the expected shape was inferred from the first transformed instance ({from}); outputs of different shapes (e.g. `decode` of images of different sizes) cannot share a batch: resize or crop them to one shape (e.g. `decode,resize(256),center-crop(224)`), or, if only their first dimension differs, declare the output schema with that dimension variable"
+                ),
+            },
+            e => e,
+        }
     }
 }
