@@ -416,7 +416,14 @@ impl BatchTransformer {
                 Err(e) => failed.push(e),
             }
         }
-        let Some(schema) = self.output_schema() else {
+        // No row transformed yet: the map may know its output schema now
+        // (an image map has seen which fields hold images, even in rows
+        // that failed to decode), and the batch is made without rows.
+        let known = self.output_schema().or_else(|| {
+            let late = map.output_schema(&self.input)?;
+            Some(self.output.write().get_or_insert(late).clone())
+        });
+        let Some(schema) = known else {
             return Err(Error::Schema(format!(
                 "every instance of the first batch failed its transform ({} of them), so no output schema could be inferred: declare one; the first failure: {}",
                 failed.len(),

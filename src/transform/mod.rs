@@ -22,9 +22,11 @@
 //! **A skipped row's batch** is one row shorter (the rows after it move up;
 //! the batch keeps its number and its lane); a batch whose every row is
 //! skipped is delivered with no rows, so that batch numbers stay dense —
-//! once the output schema is known: when it is inferred and every row of
-//! the first batch fails, there is no schema to make that batch with, and
-//! the pass fails saying so (declare the output schema to skip such rows).
+//! once the output schema is known: when it is inferred, every row of the
+//! first batch fails and the map cannot tell its output schema from those
+//! rows either ([`InstanceMap::output_schema`], asked again), there is no
+//! schema to make that batch with, and the pass fails saying so (declare
+//! the output schema to skip such rows).
 //!
 //! Each instance's transform gets an RNG seeded from (seed, pass, source
 //! *name*, record) ([`instance_rng`]): the same instance is augmented the same

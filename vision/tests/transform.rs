@@ -21,13 +21,13 @@ use feedline::transform::{instance_rng, Transforms};
 use feedline::{BytesList, Error, Location, Record, SourceId, Tensor, Values};
 use feedline_vision::{Decoder, ImageArray, ImageFields, ImageTransform, Plan};
 
-/// A TFRecord of `n` records cycling through `images`; record `bad`'s JPEG
-/// cut in half.
-fn write_tfrecord(path: &Path, images: &[Vec<u8>], n: usize, bad: Option<usize>) {
+/// A TFRecord of `n` records cycling through `images`; the JPEGs of the
+/// records in `bad` cut in half.
+fn write_tfrecord(path: &Path, images: &[Vec<u8>], n: usize, bad: &[usize]) {
     let mut w = TfRecordWriter::new(std::fs::File::create(path).unwrap(), Compression::None);
     for i in 0..n {
         let mut jpeg = images[i % images.len()].clone();
-        if Some(i) == bad {
+        if bad.contains(&i) {
             jpeg.truncate(jpeg.len() / 2);
             let half = jpeg.len() / 2;
             jpeg[half..].fill(0x55);
@@ -51,6 +51,17 @@ fn write_tfrecord(path: &Path, images: &[Vec<u8>], n: usize, bad: Option<usize>)
 }
 
 fn reader(file: &str, spec: &str, workers: usize, fields: ImageFields) -> BatchesReader {
+    reader_chunks(file, spec, workers, fields, None)
+}
+
+/// [`reader`] with chunks of `chunk_rows` rows (`None`: the default).
+fn reader_chunks(
+    file: &str,
+    spec: &str,
+    workers: usize,
+    fields: ImageFields,
+    chunk_rows: Option<usize>,
+) -> BatchesReader {
     let registry = Registry::with_builtin();
     let schema = registry.infer_schema(file, None, 64).unwrap();
     let t = Transforms {
@@ -61,7 +72,7 @@ fn reader(file: &str, spec: &str, workers: usize, fields: ImageFields) -> Batche
         workers,
         ..Transforms::default()
     };
-    let cfg = BatchesConfig {
+    let mut cfg = BatchesConfig {
         shuffle: ShuffleConfig {
             pool_size: 8,
             min_pool_size: None,
@@ -70,6 +81,9 @@ fn reader(file: &str, spec: &str, workers: usize, fields: ImageFields) -> Batche
         },
         ..BatchesConfig::new(BatchPolicy::Fixed(5))
     };
+    if let Some(rows) = chunk_rows {
+        cfg.chunk_rows = rows;
+    }
     batches(
         registry,
         PassPlan::new(vec![file.to_string()]),
@@ -107,7 +121,7 @@ fn imagenet_train_pixels_are_the_plans_with_the_instance_rng_for_any_worker_coun
     let file = dir.path().join("train-0.tfrecord");
     let names = common::jpeg_names();
     let images: Vec<Vec<u8>> = names.iter().map(|n| common::fixture(n)).collect();
-    write_tfrecord(&file, &images, 23, Some(6));
+    write_tfrecord(&file, &images, 23, &[6]);
     let file = file.to_string_lossy().into_owned();
     let plan = Plan::parse("imagenet-train").unwrap();
     let mut runs = Vec::new();
@@ -164,7 +178,7 @@ fn decode_keeps_the_first_images_shape_and_names_an_image_of_another() {
         .iter()
         .map(|n| common::fixture(n))
         .collect();
-    write_tfrecord(&file, &images, 6, None);
+    write_tfrecord(&file, &images, 6, &[]);
     let file = file.to_string_lossy().into_owned();
     let r = reader(&file, "decode", 2, ImageFields::Detect);
     let mut labels = Vec::new();
@@ -206,5 +220,51 @@ fn decode_keeps_the_first_images_shape_and_names_an_image_of_another() {
             }
             other => panic!("{other}"),
         }
+    }
+}
+
+#[test]
+fn a_first_batch_of_corrupt_images_is_skipped_with_no_rows_and_the_pass_goes_on() {
+    // Records 0..14 are corrupt: the shuffle pool of 8, filled by chunks of
+    // 4 rows, draws the first batch of 5 from them alone, so no instance has
+    // transformed when it is made.
+    // The image map knows its output schema from the fields it detected in
+    // those rows, so that batch comes with no rows and the pass goes on.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad-first.tfrecord");
+    let names = common::jpeg_names();
+    let images: Vec<Vec<u8>> = names.iter().map(|n| common::fixture(n)).collect();
+    let bad: Vec<usize> = (0..14).collect();
+    write_tfrecord(&file, &images, 20, &bad);
+    let file = file.to_string_lossy().into_owned();
+    for workers in [1, 2] {
+        let r = reader_chunks(
+            &file,
+            "imagenet-train",
+            workers,
+            ImageFields::Detect,
+            Some(4),
+        );
+        let (mut labels, mut failed, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        for b in r.read_pass(0) {
+            match b {
+                Ok(b) => {
+                    let x = b.f32("image/encoded").unwrap();
+                    assert_eq!(&x.shape()[1..], &[3, 224, 224]);
+                    sizes.push(x.shape()[0]);
+                    labels.extend(b.i64("image/class/label").unwrap().iter().copied());
+                }
+                Err(Error::Transform { location, .. }) => failed.push(location.record),
+                Err(other) => panic!("workers {workers}: {other}"),
+            }
+        }
+        assert_eq!(
+            sizes[0], 0,
+            "workers {workers}: the first batch has no rows"
+        );
+        labels.sort_unstable();
+        failed.sort_unstable();
+        assert_eq!(labels, (14..20).collect::<Vec<i64>>(), "workers {workers}");
+        assert_eq!(failed, (0..14).collect::<Vec<u64>>(), "workers {workers}");
     }
 }
