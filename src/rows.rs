@@ -161,6 +161,21 @@ enum Elems<'a> {
     Bytes(&'a BytesList),
 }
 
+impl Elems<'_> {
+    /// Elements in all (byte strings for bytes).
+    fn len(&self) -> usize {
+        match self {
+            Elems::F32(a) => a.len(),
+            Elems::F64(a) => a.len(),
+            Elems::I64(a) => a.len(),
+            Elems::I32(a) => a.len(),
+            Elems::U8(a) => a.len(),
+            Elems::Bool(a) => a.len(),
+            Elems::Bytes(b) => b.len(),
+        }
+    }
+}
+
 /// One field of a batch, ready to be cut into rows.
 struct Flat<'a> {
     field: &'a Field,
@@ -204,26 +219,48 @@ impl<'a> Flat<'a> {
             unit
         };
         if !self.field.is_ragged() {
-            return Ok((k * unit, dims));
+            return self.within(k * unit, dims);
         }
         // Offsets and lengths count units of the trailing dims (numbers) or
         // byte strings; a padded row's slot is the longest row's.
-        let (start, units) =
-            match (self.offsets, self.lengths) {
-                (Some(o), _) => (o[k] * per, o[k + 1] - o[k]),
-                (None, Some(l)) => {
-                    let max = l.iter().copied().max().unwrap_or(0);
-                    (k * max * per, l[k])
-                }
-                (None, None) => return Err(de::Error::custom(
-                    "the field is ragged, but the batch has neither its offsets nor its lengths",
-                )),
-            };
+        let (start, units) = match (self.offsets, self.lengths) {
+            (Some(o), _) => {
+                let units = o[k + 1].checked_sub(o[k]).ok_or_else(|| {
+                    de::Error::custom(format!(
+                        "the field's offsets go back ({} then {})",
+                        o[k],
+                        o[k + 1]
+                    ))
+                })?;
+                (o[k] * per, units)
+            }
+            (None, Some(l)) => {
+                let max = l.iter().copied().max().unwrap_or(0);
+                (k * max * per, l[k])
+            }
+            (None, None) => return Err(de::Error::custom(NO_LAYOUT)),
+        };
         let mut shape = vec![units * per / unit.max(1)];
         shape.extend(dims);
+        self.within(start, shape)
+    }
+
+    /// `(start, shape)`, if the field's data holds those elements.
+    fn within(&self, start: usize, shape: Vec<usize>) -> Result<(usize, Vec<usize>), RowError> {
+        let end = start + shape.iter().product::<usize>();
+        if end > self.data.len() {
+            return Err(de::Error::custom(format!(
+                "the row's elements {start}..{end} are beyond the field's {} (its offsets or \
+                 lengths do not match its data)",
+                self.data.len()
+            )));
+        }
         Ok((start, shape))
     }
 }
+
+const NO_LAYOUT: &str =
+    "the field is ragged, but the batch has neither its offsets nor its lengths";
 
 /// Why a row did not fit: serde's message, and the field it was about.
 #[derive(Debug)]
@@ -741,6 +778,22 @@ mod tests {
             ),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn offsets_that_do_not_match_the_data_are_an_error_not_a_panic() {
+        for (k, bad) in [(1, vec![0, 3, 1, 4]), (2, vec![0, 1, 2, 99])] {
+            let mut b = batch(3, Ragged::Offsets);
+            b.fields[1].offsets = Some(bad);
+            #[derive(Deserialize, Debug)]
+            #[allow(dead_code)]
+            struct Tokens {
+                tokens: Vec<i64>,
+            }
+            let e = b.rows::<Tokens>().unwrap_err().to_string();
+            assert!(e.starts_with(&format!("batch row {k} ")), "{e}");
+            assert!(e.contains("field `tokens` ([?] i64): the "), "{e}");
+        }
     }
 
     #[test]
