@@ -100,6 +100,23 @@ pub enum Error {
         /// What the field is, e.g. `f32 [32, 64]: 2 dimensions, the batch's and the schema shape [64]`.
         actual: String,
     },
+    /// A batch row could not be read as the type asked
+    /// ([`Batch::rows`](crate::Batch::rows)).
+    #[error("batch row {row} ({origin}) as `{asked}`: {}{what}", field.as_deref().unwrap_or(""))]
+    Row {
+        /// The row's index in the batch.
+        row: usize,
+        /// Where the row's instance came from.
+        origin: Location,
+        /// The type asked for.
+        asked: String,
+        /// The field, with its schema shape (`` field `x` (f32 [2]): ``), if
+        /// the error is about one.
+        field: Option<String>,
+        /// What serde expected and what the row holds, e.g. "invalid
+        /// length 2, expected an array of length 3".
+        what: String,
+    },
     /// A worker thread (`buffered`, `xmap`) panicked.
     #[error("worker panicked: {0}")]
     WorkerPanic(String),
@@ -176,7 +193,10 @@ impl Error {
         match self {
             Error::Corrupt { location, .. }
             | Error::Field { location, .. }
-            | Error::Transform { location, .. } => Some(location),
+            | Error::Transform { location, .. }
+            | Error::Row {
+                origin: location, ..
+            } => Some(location),
             _ => None,
         }
     }

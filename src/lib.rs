@@ -64,6 +64,7 @@ mod infer;
 mod input;
 mod provenance;
 mod record;
+mod rows;
 mod schema;
 mod values;
 

@@ -163,6 +163,57 @@ fn the_schema_is_the_parquet_schema() {
     }
 }
 
+/// Tokens of row `i` of `pq_ragged.parquet` (see make_parquet_ragged.py):
+/// `i, i+1, …`, 3 of them but 5 in row 80 and 1 in row 99.
+fn ragged_tokens(i: i64) -> Vec<i64> {
+    let n = match i {
+        80 => 5,
+        99 => 1,
+        _ => 3,
+    };
+    (i..i + n).collect()
+}
+
+#[test]
+fn a_list_column_is_ragged_whatever_its_first_rows_hold() {
+    // `tokens` is list<int64> with 3 values in rows 0..80, `pairs`
+    // list<fixed_size_list<int32, 2>> with 2 pairs in every row but 90: the
+    // first 64 records alone would make both fixed, and row 80 misfit.
+    let path = fixture("pq_ragged.parquet");
+    let first: Vec<_> = all_records(&mut *open(&path, 0))
+        .into_iter()
+        .take(64)
+        .collect();
+    let guessed = Schema::infer(&first).unwrap();
+    assert_eq!(guessed.field("tokens").unwrap().shape, vec![Dim::Fixed(3)]);
+    // The Parquet schema says which columns are lists of any length.
+    let schema = Registry::with_builtin()
+        .infer_schema(path.to_str().unwrap(), None, 64)
+        .unwrap();
+    let shape = |name: &str| schema.field(name).unwrap().shape.clone();
+    assert_eq!(shape("tokens"), vec![Dim::Var]);
+    assert_eq!(shape("pairs"), vec![Dim::Var, Dim::Fixed(2)]);
+    assert_eq!(shape("xy"), vec![Dim::Fixed(2)], "fixed_size_list: fixed");
+    assert_eq!(shape("id"), Vec::<Dim>::new());
+    assert_eq!(schema.inferred_source(), None, "declared, not inferred");
+    // Every row decodes with it, the long and the short ones too.
+    let rows = chunk_rows(&mut *open(&path, 0), &schema, 48);
+    assert_eq!(rows.len(), 100);
+    for (i, (rec, row)) in rows.iter().enumerate() {
+        let i = i as i64;
+        assert_eq!(*rec, i as u64);
+        assert_eq!(row["id"], serde_json::json!([i]));
+        assert_eq!(
+            row["tokens"],
+            serde_json::json!(ragged_tokens(i)),
+            "row {i}"
+        );
+        let pairs = if i == 90 { 4 } else { 2 };
+        let want: Vec<i64> = (0..pairs).flat_map(|k| [i + k, -(i + k)]).collect();
+        assert_eq!(row["pairs"], serde_json::json!(want), "row {i}");
+    }
+}
+
 #[test]
 fn chunks_decode_only_the_schemas_columns() {
     // `when` is a timestamp: reading it is an error, so a chunk reader that

@@ -26,6 +26,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! A batch's fields are contiguous `ndarray` views ([`Batch::view`]); for
+//! records rather than columns, [`Batch::rows`] reads each row as your own
+//! `#[derive(serde::Deserialize)]` type, fields by name.
+//!
 //! Warnings (a skipped record, an over-budget batch) go through the `log`
 //! crate: with no logger installed (`env_logger::init()`) you see none;
 //! skipped records are also counted and listed by [`Loader::stats`].

@@ -241,7 +241,22 @@ pub(crate) type BatchQueue = FeedQueue<Delivered, PipelineError>;
 
 /// Take the next item for consumer `consumer` (a device index); answered
 /// when there is one. Embedding applications send this from their own
-/// actors to [`Pipeline::feed`](crate::Pipeline::feed).
+/// actors to [`Pipeline::feed`](crate::Pipeline::feed) (a full example is
+/// on [`Pipeline`](crate::Pipeline)).
+///
+/// ```no_run
+/// # use feedline_actors::{Pipeline, Pop, Popped};
+/// # async fn consume(pipeline: &Pipeline) -> Result<(), Box<dyn std::error::Error>> {
+/// let feed = pipeline.feed();
+/// loop {
+///     match feed.send(Pop { consumer: 0 }).await.map_err(|e| e.to_string())?? {
+///         Popped::Batch(d) => println!("pass {}: {} rows", d.pass, d.batch.len()),
+///         Popped::EndOfPass(pass) => println!("pass {pass} done"),
+///         Popped::EndOfData => return Ok(()),
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "Result<Popped, PipelineError>")]
 pub struct Pop {

@@ -21,7 +21,48 @@ pub(crate) use builder::Running;
 ///
 /// Consumers send [`Pop`] to [`feed`](Self::feed); each device uses its own
 /// consumer index. Or start it with trainers ([`Pipeline::start_with_trainers`]):
-/// then the devices are driven for you.
+/// then the devices are driven for you. Outside actix, the
+/// [`Loader`](crate::Loader) does all this for you.
+///
+/// Inside your own actix `System` (here one consumer; see the
+/// `actix_embed` example for several actors on their own threads):
+///
+/// ```
+/// use feedline_actors::actix::System;
+/// use feedline_actors::{BatchPolicy, Pipeline, PipelineConfig, Pop, Popped};
+/// # let dir = tempfile::tempdir()?;
+/// # let mut opts = feedline_actors::feedline::gen::GenOptions::new(
+/// #     feedline_actors::feedline::gen::Preset::Small, dir.path());
+/// # (opts.files, opts.records) = (Some(2), Some(100));
+/// # let files: Vec<String> = feedline_actors::feedline::gen::generate(&opts)?
+/// #     .iter().map(|p| p.display().to_string()).collect();
+///
+/// let config = PipelineConfig {
+///     files,                               // 2 files of 100 records
+///     batch: BatchPolicy::Fixed(32),
+///     passes: 2,
+///     devices: 1,                          // one consumer: index 0
+///     ..PipelineConfig::default()
+/// };
+/// let sys = System::new();
+/// let (pipeline, rows) = sys.block_on(async move {
+///     let pipeline = Pipeline::start(config)?;          // from inside the System
+///     let feed = pipeline.feed();
+///     let mut rows = [0; 2];
+///     loop {
+///         // Answered when there is a batch: the request is the backpressure.
+///         match feed.send(Pop { consumer: 0 }).await.map_err(|e| e.to_string())?? {
+///             Popped::Batch(d) => rows[d.pass as usize] += d.batch.len(),
+///             Popped::EndOfPass(_) => {}
+///             Popped::EndOfData => break,
+///         }
+///     }
+///     Ok::<_, Box<dyn std::error::Error>>((pipeline, rows))
+/// })?;
+/// assert_eq!(rows, [200, 200]);
+/// pipeline.join();                                      // every thread stopped
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Pipeline {
     running: Running,
     stats: Stats,

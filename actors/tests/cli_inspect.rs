@@ -63,6 +63,77 @@ fn inspect_prints_the_schema_the_loader_infers() {
 }
 
 #[test]
+fn a_parquet_list_column_is_ragged_in_inspect_and_the_loader_whatever_its_first_rows() {
+    // `tokens` (list<int64>) has 3 values in rows 0..80, 5 in row 80 and 1
+    // in row 99; `pairs` (list of 2-lists) 2 pairs but 4 in row 90; `xy` is
+    // a fixed-size list (make_parquet_ragged.py). The Parquet schema, not
+    // the first 64 rows, says which are ragged.
+    let pq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pq_ragged.parquet");
+    let pq = pq.to_str().unwrap();
+    let o = feedline(&["inspect", pq]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    for line in [
+        "  tokens: [?] i64 (ragged: 1..=5 values per record)\n",
+        "  pairs: [?, 2] i32 (ragged: 4..=8 values per record)\n",
+        "  xy: [2] f32\n",
+        "  id: [] i64\n",
+        "  (the schema this file declares, which a loader uses as it is)\n",
+        "  every record read, every checksum held\n",
+    ] {
+        assert!(text.contains(line), "`{line}` not in\n{text}");
+    }
+    assert!(!text.contains("DOES NOT FIT"), "{text}");
+    let schema = loader_schema(Path::new(pq));
+    for f in schema.fields() {
+        let line = format!("  {}: {}", f.name, f.describe());
+        assert!(text.contains(&line), "`{line}` not in\n{text}");
+    }
+    let o = feedline(&["inspect", pq, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["files"][0]["schema"],
+        serde_json::to_value(&schema).unwrap()
+    );
+    assert_eq!(v["files"][0]["schema_declared"], true);
+    assert_eq!(v["files"][0]["records"], 100);
+    // The loader delivers every row, at its own length.
+    let loader = Loader::builder()
+        .files(pq)
+        .batch(16)
+        .shuffle(0)
+        .build()
+        .unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for d in loader {
+        let b = d.unwrap().batch;
+        let tokens = b.i64("tokens").unwrap();
+        let offsets = b.offsets("tokens").unwrap().expect("ragged: offsets");
+        for (k, origin) in b.origins().iter().enumerate() {
+            let row: Vec<i64> = (offsets[k]..offsets[k + 1]).map(|j| tokens[[j]]).collect();
+            assert!(
+                seen.insert(origin.record, row).is_none(),
+                "{origin:?} twice"
+            );
+        }
+    }
+    assert_eq!(seen.len(), 100);
+    for (&i, row) in &seen {
+        let n = match i {
+            80 => 5,
+            99 => 1,
+            _ => 3,
+        };
+        assert_eq!(
+            *row,
+            (i as i64..(i + n) as i64).collect::<Vec<_>>(),
+            "row {i}"
+        );
+    }
+}
+
+#[test]
 fn every_file_is_reported_whatever_the_others_hold() {
     let dir = tempfile::tempdir().unwrap();
     let good = small_files(&dir.path().join("tf"), 2, 10);

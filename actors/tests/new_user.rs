@@ -1,5 +1,6 @@
 //! A new user's crate, built and run as a user would (issue 20): the crate
-//! in `tests/new_user/` depends on `feedline-actors` alone, by path, and
+//! in `tests/new_user/` depends on `feedline-actors` alone, by path (and on
+//! serde, for the derive of its own row type), and
 //! uses only `feedline_actors::prelude::*`, `feedline_actors::ndarray` and
 //! the re-exported core; every ```rust block of the README becomes one of
 //! its binaries, run on data the crate generates.
@@ -134,6 +135,7 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
         "npy columns: 300 images with their labels".to_string(),
         "npz: 300 images with their labels".to_string(),
         format!("jsonl: 200 lines, {tokens} tokens, batches of at most 256 tokens"),
+        "rows: 200 lines as Line, each with its own tokens".to_string(),
     ] {
         assert!(out.contains(&line), "`{line}` not in:\n{out}");
     }

@@ -587,7 +587,8 @@ impl CsvReader {
 /// inspecting data, preprocessing, tests. It has none of the loader's work
 /// (no shuffle, batching, passes, sharding, parallel readers, error policy);
 /// to train, read the file with the `Loader` and take typed views of its
-/// batches (`Batch::view`).
+/// batches ([`Batch::view`](crate::Batch::view)), or each batch's rows as
+/// your type ([`Batch::rows`](crate::Batch::rows)).
 ///
 /// ```
 /// use feedline::format::{csv, Compression};

@@ -116,12 +116,15 @@ struct FileReport {
     records: u64,
     /// File size; `None` for a stream (a pipe, a FIFO, a device).
     bytes: Option<u64>,
-    /// The schema a loader would infer from this file (from its first
-    /// records, as `Loader` does), in the schema-file format.
+    /// The schema a loader would use for this file, in the schema-file
+    /// format: the file's own (Parquet), or else inferred from its first
+    /// records, as `Loader` does.
     schema: Option<Schema>,
+    /// The schema is the file's own, not inferred from records.
+    schema_declared: bool,
     /// Per field: what every record read held.
     observed: BTreeMap<String, Observed>,
-    /// The first record that does not fit the inferred schema.
+    /// The first record that does not fit the schema.
     does_not_fit: Option<String>,
     /// Every record read and every checksum held.
     checksums_ok: bool,
@@ -174,6 +177,7 @@ fn inspect_file(
             records: 0,
             bytes: None,
             schema: None,
+            schema_declared: false,
             observed: BTreeMap::new(),
             does_not_fit: None,
             checksums_ok: false,
@@ -187,6 +191,12 @@ fn inspect_file(
         let (fmt, bare, _) = registry.resolve(path, format)?;
         insp.report.format = Some(fmt.name().to_string());
         insp.format = Some(fmt.clone());
+        // As a loader: a file that declares its schema (a Parquet file's
+        // list columns are ragged whatever the first rows hold) is read
+        // with it, not with one inferred from its first records.
+        if let Some(declared) = fmt.infer_schema(&bare) {
+            insp.declared(declared?);
+        }
         insp.report.bytes = match bare.to_str().filter(|b| feedline::remote::is_remote(b)) {
             Some(url) => Some(
                 feedline::remote::stat(url)
@@ -219,8 +229,10 @@ fn inspect_file(
 
 /// One file being read: its report so far, the first records (the sample
 /// a loader infers its schema from, [`SCHEMA_SAMPLE_RECORDS`] of them, by
-/// the same inference, the format's [`Format::infer_from_records`](feedline::format::Format::infer_from_records)), then every record checked against that
-/// schema as a loader's chunks check it.
+/// the same inference, the format's [`Format::infer_from_records`](feedline::format::Format::infer_from_records)) — or, for
+/// a file that declares its schema ([`Format::infer_schema`](feedline::format::Format::infer_schema): Parquet), no
+/// sample — then every record checked against that schema as a loader's
+/// chunks check it.
 struct Inspection {
     report: FileReport,
     sample: Vec<Record>,
@@ -257,6 +269,14 @@ impl Inspection {
             self.settle()?;
         }
         Ok(())
+    }
+
+    /// Use the schema the file declares: every record is checked against
+    /// it, none is kept as a sample.
+    fn declared(&mut self, schema: Schema) {
+        self.fit = Some(Chunk::new(&schema));
+        self.report.schema = Some(schema);
+        self.report.schema_declared = true;
     }
 
     /// Infer the schema from the sample (if not yet done and there is one)
@@ -318,16 +338,27 @@ fn print_report(r: &FileReport, out: &mut Stdout) -> CliResult<()> {
             }
             writeln!(out, "{line}")?;
         }
-        writeln!(
-            out,
-            "  (the schema a loader infers from this file's first {SCHEMA_SAMPLE_RECORDS} records)"
-        )?;
+        if r.schema_declared {
+            writeln!(
+                out,
+                "  (the schema this file declares, which a loader uses as it is)"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "  (the schema a loader infers from this file's first {SCHEMA_SAMPLE_RECORDS} records)"
+            )?;
+        }
     }
     if let Some(e) = &r.does_not_fit {
-        writeln!(
-            out,
-            "  DOES NOT FIT the inferred schema: {e} (declare the field's shape in a --schema file)"
-        )?;
+        if r.schema_declared {
+            writeln!(out, "  DOES NOT FIT the schema the file declares: {e}")?;
+        } else {
+            writeln!(
+                out,
+                "  DOES NOT FIT the inferred schema: {e} (declare the field's shape in a --schema file)"
+            )?;
+        }
     }
     match &r.error {
         None => writeln!(out, "  every record read, every checksum held"),

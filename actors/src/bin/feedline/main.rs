@@ -20,11 +20,13 @@ mod signals;
 
 use crate::error::CliError;
 
-/// Read training-data files (TFRecord, NumPy .npy/.npz, JSON Lines, CSV) and
-/// feed them, shuffled and batched, to training devices: look into the
-/// files, run the loader with simulated devices, and measure it.
+/// Read training-data files (TFRecord, NumPy .npy/.npz, JSON Lines, CSV,
+/// Parquet, WebDataset tar shards) and feed them, shuffled and batched, to
+/// training devices: look into the files, run the loader with simulated
+/// devices, and measure it.
 ///
-/// `feedline inspect` shows the schema the loader infers; `feedline run`
+/// `feedline inspect` shows the schema the loader uses (the file's own, or
+/// inferred from its first records); `feedline run`
 /// delivers every record once per pass and can trace each batch's records;
 /// `feedline bench` measures records/s, MB/s, CPU, memory and latency on
 /// your files. Libraries: `feedline` (core) and `feedline-actors` (the
@@ -40,8 +42,9 @@ struct Cli {
 enum Command {
     /// Print one JSON object per instance, in file order.
     Cat(files::CatArgs),
-    /// Print per file: records, bytes, the schema the loader infers, and
-    /// whether every record fits it and every checksum holds.
+    /// Print per file: records, bytes, the schema the loader uses (the
+    /// file's own, or inferred from its first records), and whether every
+    /// record fits it and every checksum holds.
     Inspect(files::InspectArgs),
     /// Write a reference dataset (TFRecord of tf.train.Example).
     Gen(files::GenArgs),

@@ -1,11 +1,13 @@
 //! A new user's first program: everything from `feedline_actors` (its
 //! prelude, its `ndarray`, its re-exported core), nothing else but a writer
-//! for the `.npy` files numpy would have made.
+//! for the `.npy` files numpy would have made and serde's derive for its
+//! own row type.
 //!
 //! `new-user DIR` writes, under `DIR/data/`: TFRecords of `x: f32 [64]`,
 //! `y: int64` (`train-*.tfrecord`), `images.npy` + `labels.npy` and the same
 //! arrays in `images_labels.npz`, `train.npz` (`x: f32 [n, 8]`, `y`), and
-//! `tokens.jsonl`; then loads each and prints one line per load, which
+//! `tokens.jsonl`; then loads each (the JSON Lines twice: as columns, and
+//! as rows of its own `Line` type) and prints one line per load, which
 //! actors/tests/new_user.rs checks. Any mismatch is an error (exit 1).
 
 use std::io::Write;
@@ -29,6 +31,7 @@ fn main() -> Res {
     numpy_columns(&data)?;
     npz_one_path(&data)?;
     jsonl_tokens(&data)?;
+    jsonl_rows(&data)?;
     Ok(())
 }
 
@@ -161,5 +164,38 @@ fn jsonl_tokens(data: &Path) -> Res {
         rows += batch.view::<i64, Ix1>("id")?.len();
     }
     println!("jsonl: {rows} lines, {tokens} tokens, batches of at most 256 tokens");
+    Ok(())
+}
+
+/// A line of tokens.jsonl as the user's own type.
+#[derive(serde::Deserialize)]
+struct Line {
+    id: u64,
+    tokens: Vec<u32>,
+}
+
+/// The same lines, each batch's rows read as `Line`s (`batch.rows()`).
+fn jsonl_rows(data: &Path) -> Res {
+    let schema = Schema::builder()
+        .ragged("tokens", DType::I64, Ragged::Offsets)
+        .field("id", DType::I64, [])
+        .build()?;
+    let loader = Loader::builder()
+        .files(data.join("tokens.jsonl"))
+        .schema(schema)
+        .batch(16)
+        .shuffle(64)
+        .build()?;
+    let mut ids = std::collections::BTreeSet::new();
+    for delivered in loader {
+        let lines: Vec<Line> = delivered?.batch.rows()?;
+        for line in lines {
+            let want: Vec<u32> = (0..1 + line.id as u32 % 37).collect();
+            if line.tokens != want || !ids.insert(line.id) {
+                return Err(format!("line {}: tokens {:?}", line.id, line.tokens).into());
+            }
+        }
+    }
+    println!("rows: {} lines as Line, each with its own tokens", ids.len());
     Ok(())
 }
