@@ -22,7 +22,10 @@
 //!   budget, the error names the URL and the byte offset the stream reached;
 //! - listing a glob (`s3://b/prefix/*.tfrecord`) by listing the prefix
 //!   before its first wildcard ([`expand_glob`]);
-//! - counters of requests, retries and bytes ([`stats`]).
+//! - counters of requests, retries, give-ups and bytes: the process's
+//!   ([`stats`]) and those of whoever reads inside [`counting`] (a
+//!   pipeline's [`RemoteCounters`]), so that pipelines in one process count
+//!   apart.
 //!
 //! All requests run on one small multi-threaded tokio runtime shared by the
 //! process (two worker threads, named `feedline-remote`); a reader waits for
@@ -230,27 +233,103 @@ impl RemoteOptions {
     }
 }
 
-/// Counters over the process's remote requests.
+/// Counters of remote requests: the process's (see [`stats`]) or one
+/// pipeline's ([`RemoteCounters::snapshot`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteStats {
     /// Requests sent (attempts, retries included).
     pub requests: u64,
     /// Attempts that failed transiently and were retried.
     pub retries: u64,
+    /// Requests given up after a transient failure because the retry
+    /// budget ([`RemoteOptions::max_attempts`], [`RemoteOptions::retry_budget`])
+    /// was spent.
+    pub give_ups: u64,
     /// Bytes received in parts delivered.
     pub bytes: u64,
 }
 
-static REQUESTS: AtomicU64 = AtomicU64::new(0);
-static RETRIES: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
+/// One owner's counters of remote requests (a pipeline's): what is counted
+/// in [`RemoteStats`]. Requests made on a thread inside [`counting`] are
+/// counted here as well as in the process's totals ([`stats`]); so are the
+/// parts a [`RemoteObject`] opened there fetches later, wherever it is read.
+#[derive(Debug, Default)]
+pub struct RemoteCounters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    give_ups: AtomicU64,
+    bytes: AtomicU64,
+}
 
-/// The counters so far (since the process started).
+impl RemoteCounters {
+    /// New counters at zero, to hand to [`counting`].
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> RemoteStats {
+        RemoteStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            give_ups: self.give_ups.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The process's totals.
+static PROCESS: RemoteCounters = RemoteCounters {
+    requests: AtomicU64::new(0),
+    retries: AtomicU64::new(0),
+    give_ups: AtomicU64::new(0),
+    bytes: AtomicU64::new(0),
+};
+
+/// The process's counters so far (every pipeline's, and requests made
+/// outside any [`counting`] scope).
 pub fn stats() -> RemoteStats {
-    RemoteStats {
-        requests: REQUESTS.load(Ordering::Relaxed),
-        retries: RETRIES.load(Ordering::Relaxed),
-        bytes: BYTES.load(Ordering::Relaxed),
+    PROCESS.snapshot()
+}
+
+thread_local! {
+    /// The counters of the [`counting`] scope this thread is in.
+    static SCOPE: std::cell::RefCell<Option<Arc<RemoteCounters>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f`, counting the remote requests it makes on this thread (and the
+/// later parts of the objects it opens) in `counters` too. Scopes nest: the
+/// innermost counts; the previous one is back when `f` returns or unwinds.
+pub fn counting<R>(counters: &Arc<RemoteCounters>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<RemoteCounters>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            SCOPE.with(|s| *s.borrow_mut() = prev);
+        }
+    }
+    let prev = SCOPE.with(|s| s.borrow_mut().replace(counters.clone()));
+    let _restore = Restore(prev);
+    f()
+}
+
+/// Where the requests of one operation are counted: the process and the
+/// scope it started in.
+#[derive(Clone, Default)]
+struct Count(Option<Arc<RemoteCounters>>);
+
+impl Count {
+    /// The current thread's scope.
+    fn here() -> Self {
+        Count(SCOPE.with(|s| s.borrow().clone()))
+    }
+
+    fn add(&self, field: impl Fn(&RemoteCounters) -> &AtomicU64, n: u64) {
+        field(&PROCESS).fetch_add(n, Ordering::Relaxed);
+        if let Some(c) = &self.0 {
+            field(c).fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -545,6 +624,7 @@ enum Attempt<T> {
 /// Run `attempt` until it succeeds, fails for good, or the budget is spent.
 async fn with_retries<T, F, Fut>(
     o: &RemoteOptions,
+    count: &Count,
     op: &str,
     mut attempt: F,
 ) -> Result<T, RemoteError>
@@ -557,7 +637,7 @@ where
     let mut n = 0;
     loop {
         n += 1;
-        REQUESTS.fetch_add(1, Ordering::Relaxed);
+        count.add(|c| &c.requests, 1);
         let e = match attempt(n).await {
             Attempt::Done(v) => return Ok(v),
             Attempt::Fail(e) => return Err(e),
@@ -565,9 +645,11 @@ where
         };
         let elapsed = start.elapsed();
         if n >= o.max_attempts.max(1) || elapsed >= o.retry_budget {
+            count.add(|c| &c.give_ups, 1);
+            log::debug!("{op}: given up after {n} attempt(s) in {elapsed:.1?}: {e}");
             return Err(e);
         }
-        RETRIES.fetch_add(1, Ordering::Relaxed);
+        count.add(|c| &c.retries, 1);
         let wait = rand::thread_rng().gen_range(Duration::ZERO..=backoff);
         log::debug!("{op}: attempt {n} failed ({e}); again in {wait:.1?}");
         tokio::time::sleep(wait).await;
@@ -591,9 +673,10 @@ pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("HEAD {url}");
+    let count = Count::here();
     block(async move {
         let start = Instant::now();
-        let meta = with_retries(&o, &op, |n| {
+        let meta = with_retries(&o, &count, &op, |n| {
             let (store, path, op) = (store.clone(), path.clone(), &op);
             async move {
                 match store.head(&path).await {
@@ -630,10 +713,11 @@ pub fn expand_glob(pattern: &str) -> Result<Vec<String>, RemoteError> {
     let prefix = StorePath::parse(dir).map_err(|e| list_err(format!("bad prefix `{dir}`: {e}")))?;
     let (store, o) = store_for(&u)?;
     let op = format!("LIST {}/{dir}", u.store);
+    let count = Count::here();
     let keys = block(async move {
         use futures_util_shim::collect;
         let start = Instant::now();
-        with_retries(&o, &op, |n| {
+        with_retries(&o, &count, &op, |n| {
             let (store, prefix, op) = (store.clone(), prefix.clone(), &op);
             async move {
                 let p = (!prefix.as_ref().is_empty()).then_some(&prefix);
@@ -671,7 +755,15 @@ pub fn read_range(url: &str, start: u64, len: u64) -> Result<bytes::Bytes, Remot
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("GET {url} bytes {start}..{}", start + len);
-    block(get_part(store, path, o, op, start, start + len))
+    block(get_part(
+        store,
+        path,
+        o,
+        Count::here(),
+        op,
+        start,
+        start + len,
+    ))
 }
 
 /// One part, `start..end`, with retries.
@@ -679,18 +771,19 @@ async fn get_part(
     store: Arc<dyn ObjectStore>,
     path: StorePath,
     o: RemoteOptions,
+    count: Count,
     op: String,
     start: u64,
     end: u64,
 ) -> Result<bytes::Bytes, RemoteError> {
     let t0 = Instant::now();
     let want = end - start;
-    with_retries(&o, &op, |n| {
-        let (store, path, op) = (store.clone(), path.clone(), &op);
+    with_retries(&o, &count, &op, |n| {
+        let (store, path, op, count) = (store.clone(), path.clone(), &op, &count);
         async move {
             match store.get_range(&path, start..end).await {
                 Ok(b) if b.len() as u64 == want => {
-                    BYTES.fetch_add(want, Ordering::Relaxed);
+                    count.add(|c| &c.bytes, want);
                     Attempt::Done(b)
                 }
                 Ok(b) => Attempt::Again(RemoteError::Short {
@@ -754,6 +847,8 @@ pub struct RemoteObject {
     pos: u64,
     /// The error that ended the stream (given again on every later read).
     failed: Option<String>,
+    /// Where its requests are counted: the scope it was opened in.
+    count: Count,
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -793,6 +888,7 @@ impl RemoteObject {
             used: 0,
             pos: start,
             failed: None,
+            count: Count::here(),
         };
         r.request_ahead();
         Ok(r)
@@ -821,7 +917,8 @@ impl RemoteObject {
             self.next = end;
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
-            let part = match spawn(get_part(store, path, o, op, start, end)) {
+            let count = self.count.clone();
+            let part = match spawn(get_part(store, path, o, count, op, start, end)) {
                 Ok((rx, task)) => (rx, Some(task)),
                 Err(e) => {
                     // Given to the read that reaches this part.

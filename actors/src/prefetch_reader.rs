@@ -164,7 +164,9 @@ impl PrefetchReader {
             }
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
-            let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
+            let opened = catch_unwind(AssertUnwindSafe(|| {
+                self.recorder.remote(|| self.open(&task))
+            }));
             self.watch.leave();
             if self.watch.lock().fenced {
                 return self.abandon(ctx);
@@ -215,9 +217,12 @@ impl PrefetchReader {
         let mut chunk = Chunk::with_budget(&self.schema, rows, cfg.chunk_bytes);
         let t0 = Instant::now();
         self.watch.enter(self.recorder.now_ns());
+        let recorder = &self.recorder;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            cur.reader
-                .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+            recorder.remote(|| {
+                cur.reader
+                    .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+            })
         }));
         self.watch.leave();
         self.recorder.busy(t0.elapsed());

@@ -125,6 +125,12 @@ impl ReaderRecorder {
     pub fn now_ns(&self) -> u64 {
         self.c.now_ns()
     }
+
+    /// Run `f` (opening or reading a file) counting its remote requests in
+    /// this pipeline's stats.
+    pub fn remote<R>(&self, f: impl FnOnce() -> R) -> R {
+        feedline::remote::counting(&self.c.remote, f)
+    }
 }
 
 /// What the shuffle stage records.

@@ -7,8 +7,9 @@
 //!
 //! Checked: every record exactly once per pass by identity (source URL,
 //! record) with 1, 4 and 16 readers while every 7th request fails; the
-//! failed attempts are retried (counted by `feedline::remote::stats`) and
-//! invisible; a dead object is an error naming its URL under the fail
+//! failed attempts are retried and invisible, and counted in the
+//! pipeline's own stats (`remote_retries`: exactly one per injected failure
+//! when each request fails once); a dead object is an error naming its URL under the fail
 //! policy and a skipped file under skip; a missing object is not retried.
 
 mod cli_common;
@@ -47,6 +48,11 @@ struct Schedule {
     dead: HashSet<String>,
     /// Paths whose ranges starting at or past this offset answer 503.
     dead_after: HashMap<String, u64>,
+    /// The first request of each (method, path, range) answers 503; the
+    /// ones after it are served.
+    once_each: bool,
+    /// The (method, path, range) requests seen, for `once_each`.
+    seen: HashSet<String>,
 }
 
 struct Server {
@@ -153,10 +159,18 @@ fn serve(
         let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
         *per_path.lock().unwrap().entry(path.clone()).or_default() += 1;
         let fault = {
-            let s = schedule.lock().unwrap();
+            let mut s = schedule.lock().unwrap();
             let start = range.map_or(0, |(a, _)| a);
             if s.dead.contains(&path) || s.dead_after.get(&path).is_some_and(|&x| start >= x) {
                 Some(Fault::Status(503))
+            } else if s.once_each {
+                let first = s.seen.insert(format!("{method} {path} {range:?}"));
+                if first && files.contains_key(&path) {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                    Some(Fault::Status(503))
+                } else {
+                    None
+                }
             } else {
                 match s.every {
                     Some(every) if n % every == 0 && !s.kinds.is_empty() => {
@@ -227,8 +241,8 @@ fn serve(
 
 /// The options every test uses (set once: they are process-wide): small
 /// parts so that a file takes many requests, a short time-out, a quick
-/// backoff. The guard runs the tests one at a time, so that the process's
-/// retry counter counts one test's retries.
+/// backoff. The guard runs the tests one at a time (a slow answer of one
+/// test's server would otherwise stretch another's time-outs).
 fn options() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -282,15 +296,40 @@ fn tfrecord_files(files: usize, records: usize) -> HashMap<String, Vec<u8>> {
         .collect()
 }
 
-/// What a run delivered: (source, record) per pass, and the errors.
+/// What a run delivered: (source, record) per pass, the errors, and the
+/// pipeline's own counts of remote requests.
 struct Run {
     per_pass: BTreeMap<u64, Vec<(String, u64)>>,
     errors: Vec<String>,
     skipped: Vec<(String, u64, bool)>,
+    remote: feedline_actors::StatsSnapshot,
 }
 
 fn run(urls: &[String], readers: usize, passes: u64, policy: ErrorPolicy) -> Run {
-    let loader = Loader::builder()
+    run_with(urls, readers, passes, policy, None)
+}
+
+/// The schema of `jsonl_files`.
+fn jsonl_schema() -> feedline::Schema {
+    feedline::Schema::from_json(
+        r#"{"fields": [{"name": "id", "dtype": "i64", "shape": []},
+                       {"name": "v", "dtype": "f32", "shape": [2]}]}"#,
+    )
+    .unwrap()
+}
+
+fn run_with(
+    urls: &[String],
+    readers: usize,
+    passes: u64,
+    policy: ErrorPolicy,
+    schema: Option<feedline::Schema>,
+) -> Run {
+    let mut builder = Loader::builder();
+    if let Some(schema) = schema {
+        builder = builder.schema(schema);
+    }
+    let loader = builder
         .files(urls.to_vec())
         .readers(readers)
         .batch(16)
@@ -325,6 +364,7 @@ fn run(urls: &[String], readers: usize, passes: u64, policy: ErrorPolicy) -> Run
         per_pass,
         errors,
         skipped,
+        remote: stats.snapshot(),
     }
 }
 
@@ -363,6 +403,7 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
     for (name, files, per_file) in cases {
         let mut names: Vec<String> = files.keys().cloned().collect();
         names.sort();
+        let total_bytes: u64 = files.values().map(|f| f.len() as u64).sum();
         let server = Server::start(
             files,
             Schedule {
@@ -382,13 +423,19 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
         let urls: Vec<String> = names.iter().map(|n| server.url(&n[1..])).collect();
         let want = all_records(&urls, per_file);
         for readers in [1, 4, 16] {
-            let before = remote::stats();
             let injected = server.injected.load(Ordering::SeqCst);
             let r = run(&urls, readers, 2, ErrorPolicy::Fail);
             let what = format!("{name}, {readers} readers");
             assert_each_once(&r, &want, 2, &what);
             let injected = server.injected.load(Ordering::SeqCst) - injected;
-            let retries = remote::stats().retries - before.retries;
+            // Counted by the pipeline itself: its stats, not the process's.
+            let retries = r.remote.remote_retries;
+            assert_eq!(r.remote.remote_give_ups, 0, "{what}");
+            assert!(
+                r.remote.remote_bytes >= 2 * total_bytes,
+                "{what}: {} bytes counted, the files hold {total_bytes} (2 passes)",
+                r.remote.remote_bytes
+            );
             assert!(injected > 0, "{what}: no fault was injected");
             // Every injected fault failed one attempt, retried unless the
             // stream it was for was dropped first (a read-ahead part
@@ -398,6 +445,51 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
                 "{what}: {injected} faults injected, {retries} retries counted"
             );
         }
+    }
+}
+
+#[test]
+fn each_injected_failure_is_one_retry_in_the_pipelines_stats() {
+    let _one = options();
+    for (readers, files, rows) in [(1, 2, 400), (4, 5, 300), (16, 20, 120)] {
+        let files = jsonl_files(files, rows);
+        // 4096-byte parts: the exact number of GETs each file takes.
+        let parts: u64 = files
+            .values()
+            .map(|f| (f.len() as u64).div_ceil(4096))
+            .sum();
+        let mut names: Vec<String> = files.keys().cloned().collect();
+        names.sort();
+        let server = Server::start(
+            files,
+            Schedule {
+                once_each: true,
+                ..Schedule::default()
+            },
+        );
+        let urls: Vec<String> = names.iter().map(|n| server.url(&n[1..])).collect();
+        let what = format!("{readers} readers");
+        // The schema is given: no inference reads the first file outside
+        // the pipeline. One pass: every HEAD and every part is asked once
+        // by the pipeline, and fails the first time.
+        let r = run_with(&urls, readers, 1, ErrorPolicy::Fail, Some(jsonl_schema()));
+        assert_each_once(&r, &all_records(&urls, rows), 1, &what);
+        let injected = server.injected.load(Ordering::SeqCst);
+        let heads = urls.len() as u64;
+        assert_eq!(injected, heads + parts, "{what}: one failure per request");
+        let s = &r.remote;
+        assert_eq!(s.remote_retries, injected, "{what}: retries counted");
+        assert_eq!(s.remote_requests, 2 * injected, "{what}: requests counted");
+        assert_eq!(s.remote_give_ups, 0, "{what}");
+        let line = s.summary_line();
+        assert!(
+            line.contains(&format!(
+                "remote: {} requests, {} retried, 0 given up",
+                2 * injected,
+                injected
+            )),
+            "{what}: {line}"
+        );
     }
 }
 
@@ -414,6 +506,7 @@ fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
     let dead = &urls[1];
     let r = run(&urls, 2, 1, ErrorPolicy::Fail);
     assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(r.remote.remote_give_ups >= 1, "{:?}", r.remote);
     let e = &r.errors[0];
     assert!(e.contains(dead.as_str()) && e.contains("503"), "{e}");
     assert!(
@@ -422,6 +515,9 @@ fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
     );
     let r = run(&urls, 2, 1, ErrorPolicy::skip());
     assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // The dead object's HEAD: 6 attempts, 5 retries, given up once.
+    assert_eq!(r.remote.remote_give_ups, 1, "{:?}", r.remote);
+    assert!(r.remote.remote_retries >= 5, "{:?}", r.remote);
     let mut want = all_records(&[urls[0].clone(), urls[2].clone()], 100);
     want.sort();
     let mut got = r.per_pass[&0].clone();
