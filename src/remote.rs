@@ -191,6 +191,14 @@ impl Default for RemoteOptions {
 }
 
 impl RemoteOptions {
+    /// The most bytes one [`RemoteObject`] holds: the part being read and
+    /// the parts requested ahead, `part_bytes × (read_ahead + 1)`.
+    pub fn held_bytes(&self) -> u64 {
+        self.part_bytes
+            .max(1)
+            .saturating_mul(self.read_ahead as u64 + 1)
+    }
+
     /// The defaults, overridden by `FEEDLINE_REMOTE_PART_BYTES`,
     /// `FEEDLINE_REMOTE_READ_AHEAD`, `FEEDLINE_REMOTE_TIMEOUT_MS`,
     /// `FEEDLINE_REMOTE_ATTEMPTS` and `FEEDLINE_REMOTE_RETRY_BUDGET_MS` where
@@ -890,7 +898,7 @@ impl RemoteObject {
             failed: None,
             count: Count::here(),
         };
-        r.request_ahead();
+        r.request_ahead(1);
         Ok(r)
     }
 
@@ -909,9 +917,10 @@ impl RemoteObject {
         &self.url
     }
 
-    /// Request parts until `read_ahead + 1` are on their way (or the end).
-    fn request_ahead(&mut self) {
-        while self.pending.len() <= self.options.read_ahead && self.next < self.len {
+    /// Request parts until `read_ahead + extra` are on their way (or the
+    /// end): `extra` is 1 while no part is held (the one to read next).
+    fn request_ahead(&mut self, extra: usize) {
+        while self.pending.len() < self.options.read_ahead + extra && self.next < self.len {
             let start = self.next;
             let end = (start + self.options.part_bytes.max(1)).min(self.len);
             self.next = end;
@@ -958,7 +967,11 @@ impl Read for RemoteObject {
             return Ok(0);
         }
         if self.used == self.part.len() {
-            self.request_ahead();
+            // The part read is let go before the next is asked for: at
+            // most `read_ahead + 1` parts are held, the one read included.
+            self.part = bytes::Bytes::new();
+            self.used = 0;
+            self.request_ahead(1);
             let Some(next) = self.pending.pop_front() else {
                 return Ok(0);
             };
@@ -967,7 +980,7 @@ impl Read for RemoteObject {
                 Ok(b) => {
                     self.part = b;
                     self.used = 0;
-                    self.request_ahead();
+                    self.request_ahead(0);
                 }
                 Err(e) => {
                     let e = RemoteError::At {
