@@ -39,6 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod cache;
+
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use parking_lot::{Mutex, RwLock};
@@ -127,6 +129,17 @@ pub enum RemoteError {
     /// The background runtime could not be started.
     #[error("cannot start the remote I/O runtime: {0}")]
     Runtime(String),
+    /// The local cache directory cannot be used.
+    #[error("remote cache directory {}: {what}: {source}", dir.display())]
+    Cache {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl RemoteError {
@@ -173,6 +186,11 @@ pub struct RemoteOptions {
     pub initial_backoff: Duration,
     /// The largest backoff.
     pub max_backoff: Duration,
+    /// A local cache directory objects are kept in after their first
+    /// whole read (none by default; `FEEDLINE_REMOTE_CACHE_DIR` with
+    /// `FEEDLINE_REMOTE_CACHE_MAX_BYTES`). A pipeline's own
+    /// ([`scoped`]) comes first.
+    pub cache: Option<cache::RemoteCache>,
 }
 
 impl Default for RemoteOptions {
@@ -186,6 +204,7 @@ impl Default for RemoteOptions {
             retry_budget: Duration::from_secs(180),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(15),
+            cache: None,
         }
     }
 }
@@ -201,7 +220,8 @@ impl RemoteOptions {
 
     /// The defaults, overridden by `FEEDLINE_REMOTE_PART_BYTES`,
     /// `FEEDLINE_REMOTE_READ_AHEAD`, `FEEDLINE_REMOTE_TIMEOUT_MS`,
-    /// `FEEDLINE_REMOTE_ATTEMPTS` and `FEEDLINE_REMOTE_RETRY_BUDGET_MS` where
+    /// `FEEDLINE_REMOTE_ATTEMPTS`, `FEEDLINE_REMOTE_RETRY_BUDGET_MS` and
+    /// `FEEDLINE_REMOTE_CACHE_DIR` + `FEEDLINE_REMOTE_CACHE_MAX_BYTES` where
     /// set. A malformed value is an error naming the variable.
     pub fn from_env() -> Result<Self, RemoteError> {
         fn num(var: &'static str, min: u64) -> Result<Option<u64>, RemoteError> {
@@ -237,6 +257,25 @@ impl RemoteOptions {
         if let Some(n) = num("FEEDLINE_REMOTE_RETRY_BUDGET_MS", 0)? {
             o.retry_budget = Duration::from_millis(n);
         }
+        let max = num("FEEDLINE_REMOTE_CACHE_MAX_BYTES", 1)?;
+        match std::env::var_os("FEEDLINE_REMOTE_CACHE_DIR") {
+            Some(dir) if !dir.is_empty() => {
+                let max = max.ok_or(RemoteError::BadEnv {
+                    var: "FEEDLINE_REMOTE_CACHE_MAX_BYTES",
+                    value: String::new(),
+                    expected: "the cache's bound in bytes, with FEEDLINE_REMOTE_CACHE_DIR",
+                })?;
+                o.cache = Some(cache::RemoteCache::new(dir, max));
+            }
+            _ if max.is_some() => {
+                return Err(RemoteError::BadEnv {
+                    var: "FEEDLINE_REMOTE_CACHE_DIR",
+                    value: String::new(),
+                    expected: "a directory, with FEEDLINE_REMOTE_CACHE_MAX_BYTES",
+                })
+            }
+            _ => {}
+        }
         Ok(o)
     }
 }
@@ -255,6 +294,11 @@ pub struct RemoteStats {
     pub give_ups: u64,
     /// Bytes received in parts delivered.
     pub bytes: u64,
+    /// Objects read from the local cache instead of the store
+    /// ([`cache::RemoteCache`]).
+    pub cache_hits: u64,
+    /// Bytes read from the local cache.
+    pub cache_bytes: u64,
 }
 
 /// One owner's counters of remote requests (a pipeline's): what is counted
@@ -267,6 +311,8 @@ pub struct RemoteCounters {
     retries: AtomicU64,
     give_ups: AtomicU64,
     bytes: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_bytes: AtomicU64,
 }
 
 impl RemoteCounters {
@@ -282,6 +328,8 @@ impl RemoteCounters {
             retries: self.retries.load(Ordering::Relaxed),
             give_ups: self.give_ups.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -292,6 +340,8 @@ static PROCESS: RemoteCounters = RemoteCounters {
     retries: AtomicU64::new(0),
     give_ups: AtomicU64::new(0),
     bytes: AtomicU64::new(0),
+    cache_hits: AtomicU64::new(0),
+    cache_bytes: AtomicU64::new(0),
 };
 
 /// The process's counters so far (every pipeline's, and requests made
@@ -300,26 +350,56 @@ pub fn stats() -> RemoteStats {
     PROCESS.snapshot()
 }
 
+/// What a [`counting`] / [`scoped`] scope sets for the requests made in it.
+#[derive(Clone, Default)]
+struct Scope {
+    counters: Option<Arc<RemoteCounters>>,
+    cache: Option<cache::RemoteCache>,
+}
+
 thread_local! {
-    /// The counters of the [`counting`] scope this thread is in.
-    static SCOPE: std::cell::RefCell<Option<Arc<RemoteCounters>>> =
-        const { std::cell::RefCell::new(None) };
+    /// The scope this thread is in.
+    static SCOPE: std::cell::RefCell<Scope> = std::cell::RefCell::new(Scope::default());
 }
 
 /// Run `f`, counting the remote requests it makes on this thread (and the
 /// later parts of the objects it opens) in `counters` too. Scopes nest: the
 /// innermost counts; the previous one is back when `f` returns or unwinds.
 pub fn counting<R>(counters: &Arc<RemoteCounters>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<RemoteCounters>>);
+    scoped(counters, None, f)
+}
+
+/// As [`counting`], and the objects `f` opens as streams go through `cache`
+/// when it is given (else through the cache of the [options](options) in
+/// force, if any).
+pub fn scoped<R>(
+    counters: &Arc<RemoteCounters>,
+    cache: Option<&cache::RemoteCache>,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore(Option<Scope>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let prev = self.0.take();
+            let prev = self.0.take().unwrap_or_default();
             SCOPE.with(|s| *s.borrow_mut() = prev);
         }
     }
-    let prev = SCOPE.with(|s| s.borrow_mut().replace(counters.clone()));
-    let _restore = Restore(prev);
+    let new = Scope {
+        counters: Some(counters.clone()),
+        cache: cache.cloned(),
+    };
+    let prev = SCOPE.with(|s| std::mem::replace(&mut *s.borrow_mut(), new));
+    let _restore = Restore(Some(prev));
     f()
+}
+
+/// The cache the current scope reads through: the scope's, else the
+/// options'.
+fn current_cache() -> Result<Option<cache::RemoteCache>, RemoteError> {
+    if let Some(c) = SCOPE.with(|s| s.borrow().cache.clone()) {
+        return Ok(Some(c));
+    }
+    Ok(options()?.cache)
 }
 
 /// Where the requests of one operation are counted: the process and the
@@ -330,7 +410,7 @@ struct Count(Option<Arc<RemoteCounters>>);
 impl Count {
     /// The current thread's scope.
     fn here() -> Self {
-        Count(SCOPE.with(|s| s.borrow().clone()))
+        Count(SCOPE.with(|s| s.borrow().counters.clone()))
     }
 
     fn add(&self, field: impl Fn(&RemoteCounters) -> &AtomicU64, n: u64) {
@@ -677,6 +757,23 @@ fn request_error(op: &str, n: usize, start: Instant, source: object_store::Error
 /// Size and modification time (nanoseconds since the Unix epoch) of the
 /// object at `url`, by a HEAD request (retried as every request is).
 pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
+    head(url).map(|h| (h.size, h.mtime_ns))
+}
+
+/// What a HEAD request tells of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: Option<u64>,
+    /// Its entity tag, when the store gives one.
+    pub e_tag: Option<String>,
+}
+
+/// Size, modification time and entity tag of the object at `url`, by a
+/// HEAD request (retried as every request is).
+pub fn head(url: &str) -> Result<ObjectInfo, RemoteError> {
     let u = parse(url)?;
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
@@ -699,7 +796,11 @@ pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
             .last_modified
             .timestamp_nanos_opt()
             .and_then(|n| u64::try_from(n).ok());
-        Ok((meta.size, mtime))
+        Ok(ObjectInfo {
+            size: meta.size,
+            mtime_ns: mtime,
+            e_tag: meta.e_tag,
+        })
     })
 }
 
@@ -875,6 +976,18 @@ impl RemoteObject {
     pub fn open(url: &str) -> Result<Self, RemoteError> {
         let (len, _) = stat(url)?;
         Self::open_at(url, len, 0)
+    }
+
+    /// Open the object at `url` as a stream from its start, through the
+    /// local cache of the current scope or options if there is one
+    /// ([`cache::RemoteCache::open`]): a cached copy whose size and ETag
+    /// (or modification time) match the HEAD's is read from disk; else the
+    /// object is streamed and kept once read whole.
+    pub fn open_cached(url: &str) -> Result<Box<dyn Read + Send>, RemoteError> {
+        match current_cache()? {
+            Some(c) => c.open(url),
+            None => Ok(Box::new(Self::open(url)?)),
+        }
     }
 
     /// The object at `url`, known to be `len` bytes long, as a stream from

@@ -215,6 +215,12 @@ pub struct PipelineConfig {
     /// Go on from a checkpoint (see [`ResumeFrom`](crate::ResumeFrom)):
     /// start at its first pass not complete, leaving out what was consumed.
     pub resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
+    /// A local cache directory for remote inputs: each object is kept on
+    /// disk after its first whole read, and later passes and runs read it
+    /// from there (see [`feedline::remote::cache`]). `None` (the default):
+    /// the one of the remote settings in force, if any
+    /// (`FEEDLINE_REMOTE_CACHE_DIR`).
+    pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
 }
 
 impl Default for PipelineConfig {
@@ -260,6 +266,7 @@ impl Default for PipelineConfig {
             transforms: Transforms::default(),
             faults: FaultPlan::default(),
             resume: None,
+            remote_cache: None,
         }
     }
 }

@@ -165,7 +165,8 @@ impl PrefetchReader {
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| {
-                self.recorder.remote(|| self.open(&task))
+                self.recorder
+                    .remote(self.config.remote_cache.as_ref(), || self.open(&task))
             }));
             self.watch.leave();
             if self.watch.lock().fenced {
@@ -219,7 +220,7 @@ impl PrefetchReader {
         self.watch.enter(self.recorder.now_ns());
         let recorder = &self.recorder;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            recorder.remote(|| {
+            recorder.remote(cfg.remote_cache.as_ref(), || {
                 cur.reader
                     .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
             })

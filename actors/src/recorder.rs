@@ -127,9 +127,14 @@ impl ReaderRecorder {
     }
 
     /// Run `f` (opening or reading a file) counting its remote requests in
-    /// this pipeline's stats.
-    pub fn remote<R>(&self, f: impl FnOnce() -> R) -> R {
-        feedline::remote::counting(&self.c.remote, f)
+    /// this pipeline's stats, reading remote objects through `cache` if
+    /// given.
+    pub fn remote<R>(
+        &self,
+        cache: Option<&feedline::remote::cache::RemoteCache>,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        feedline::remote::scoped(&self.c.remote, cache, f)
     }
 }
 

@@ -283,6 +283,8 @@ impl Stats {
             remote_retries: remote.retries,
             remote_give_ups: remote.give_ups,
             remote_bytes: remote.bytes,
+            remote_cache_hits: remote.cache_hits,
+            remote_cache_bytes: remote.cache_bytes,
             bottleneck: Bottleneck::Devices,
         };
         snap.bottleneck = snap.judge();
@@ -405,6 +407,11 @@ pub struct StatsSnapshot {
     pub remote_give_ups: u64,
     /// Bytes received from remote stores.
     pub remote_bytes: u64,
+    /// Remote objects read from the local cache directory instead of the
+    /// store ([`LoaderBuilder::remote_cache`](crate::LoaderBuilder::remote_cache)).
+    pub remote_cache_hits: u64,
+    /// Bytes read from the local cache directory.
+    pub remote_cache_bytes: u64,
     /// The limiting stage.
     pub bottleneck: Bottleneck,
 }
@@ -476,6 +483,13 @@ impl StatsSnapshot {
                 self.remote_retries,
                 self.remote_give_ups,
                 self.remote_bytes as f64 / 1e6
+            ));
+        }
+        if self.remote_cache_hits > 0 {
+            notes.push(format!(
+                "remote cache: {} objects, {:.1} MB read locally",
+                self.remote_cache_hits,
+                self.remote_cache_bytes as f64 / 1e6
             ));
         }
         match notes.is_empty() {
