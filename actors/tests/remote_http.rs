@@ -925,3 +925,60 @@ fn a_stream_that_fails_midway_leaves_no_cache_entry() {
     let (objs, tmps) = cache_files(dir.path());
     assert!(objs.is_empty() && tmps.is_empty(), "{objs:?} {tmps:?}");
 }
+
+#[test]
+fn cli_cat_and_run_with_cache_dir_read_each_object_from_the_store_once() {
+    let _one = options();
+    let files = jsonl_files(2, 80);
+    let server = Server::start(files.clone(), Schedule::default());
+    let urls: Vec<String> = (0..2)
+        .map(|f| server.url(&format!("data/part{f}.jsonl")))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("c");
+    let cache_s = cache.to_string_lossy().into_owned();
+    let flags = [
+        "--cache-dir",
+        cache_s.as_str(),
+        "--cache-max-bytes",
+        "1000000",
+    ];
+    let gets = || server.gets_for("data/part0.jsonl") + server.gets_for("data/part1.jsonl");
+
+    let mut args = vec!["cat"];
+    args.extend(urls.iter().map(String::as_str));
+    args.extend(flags);
+    let first = cli_common::feedline(&args);
+    assert_eq!(
+        cli_common::code(&first),
+        0,
+        "{}",
+        cli_common::stderr(&first)
+    );
+    assert_eq!(cli_common::stdout(&first).lines().count(), 160);
+    let after_first = gets();
+    assert!(after_first > 0);
+    assert_eq!(cache_files(&cache).0.len(), 2);
+    let second = cli_common::feedline(&args);
+    assert_eq!(cli_common::stdout(&second), cli_common::stdout(&first));
+    assert_eq!(gets(), after_first, "cat: the second read made a GET");
+
+    let mut args = vec!["run", "--passes", "2", "--batch", "16"];
+    args.extend(urls.iter().map(String::as_str));
+    args.extend(flags);
+    let run = cli_common::feedline(&args);
+    assert_eq!(cli_common::code(&run), 0, "{}", cli_common::stderr(&run));
+    assert_eq!(gets(), after_first, "run: a GET of a cached object");
+    let out = cli_common::stdout(&run);
+    assert!(out.contains("320 records"), "{out}");
+    assert!(out.contains("remote cache: 4 objects"), "{out}");
+
+    // One of the pair without the other: a usage error naming the flag.
+    let lone = cli_common::feedline(&["cat", urls[0].as_str(), "--cache-dir", cache_s.as_str()]);
+    assert_eq!(cli_common::code(&lone), 2);
+    assert!(
+        cli_common::stderr(&lone).contains("--cache-max-bytes"),
+        "{}",
+        cli_common::stderr(&lone)
+    );
+}

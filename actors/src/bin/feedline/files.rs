@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::error::{CliError, CliResult};
 use crate::output::{Stderr, Stdout};
-use crate::pipeline_args::{count, FormatArgs, TransformArgs};
+use crate::pipeline_args::{count, FormatArgs, RemoteCacheArgs, TransformArgs};
 
 #[derive(Args)]
 pub struct CatArgs {
@@ -33,6 +33,8 @@ pub struct CatArgs {
     seed: u64,
     #[command(flatten)]
     transform: TransformArgs,
+    #[command(flatten)]
+    cache: RemoteCacheArgs,
 }
 
 /// `record` through `image`: its image fields decoded (and augmented), the
@@ -55,6 +57,7 @@ fn transformed(image: &ImageTransform, record: &Record, seed: u64) -> CliResult<
 }
 
 pub fn cat(args: CatArgs) -> CliResult<ExitCode> {
+    args.cache.install()?;
     let registry = Registry::with_builtin();
     let opts = args.format.open_options()?;
     let mut out = Stdout::new();
