@@ -7,7 +7,8 @@
 //! with 1, 2, 4, 8 and 16 readers. Each reader streams its object by ranged
 //! GETs of 8 MiB with two parts requested ahead, so a few readers keep
 //! several requests in flight and hide the latency. For each reader count
-//! it prints records/s, MB/s (and the share of the link when it is shaped),
+//! it prints records/s, MB/s (and the share of the link when it is shaped:
+//! over the whole run, and "steady" after the first batch),
 //! the time to the first batch from a cold start (schema inference
 //! included), and the requests per GB read; first the same files read
 //! locally, as the reference the latency is measured against. Every record
@@ -16,6 +17,7 @@
 //! ```text
 //! cargo run --release --example remote
 //! cargo run --release --example remote -- --latency-ms 50 --link-mbit 1000     # the issue's benchmark
+//! cargo run --release --example remote -- --latency-ms 50 --link-mbit 1000 --min-pool 32   # first batch sooner
 //! cargo run --release --example remote -- --preset small --gen-files 8 --gen-records 20000 --readers 1,4
 //! ```
 
@@ -24,7 +26,7 @@ mod http_store;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -66,6 +68,13 @@ struct Args {
     /// Batch size.
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Shuffle pool, instances.
+    #[arg(long, default_value_t = 256)]
+    shuffle: usize,
+    /// Instances in the pool before the first draw (default: the pool
+    /// size; smaller: an earlier first batch).
+    #[arg(long)]
+    min_pool: Option<usize>,
     /// Bytes per ranged GET, MiB.
     #[arg(long, default_value_t = 8)]
     part_mib: u64,
@@ -81,24 +90,36 @@ struct Row {
     bytes: u64,
     secs: f64,
     first_batch: f64,
+    /// Bytes per second served after the first batch.
+    steady: f64,
     requests: u64,
 }
 
 /// Read `urls` once with `readers` readers into the devices; checks every
 /// (file, record) arrives exactly once.
-fn train(args: &Args, urls: &[String], readers: usize, expect: u64) -> Result<Row, String> {
+/// `served` is the server's count of bytes sent.
+fn train(
+    args: &Args,
+    urls: &[String],
+    readers: usize,
+    expect: u64,
+    served: &AtomicU64,
+) -> Result<Row, String> {
     let t0 = Instant::now();
-    let loader = Loader::builder()
+    let mut builder = Loader::builder()
         .files(urls.to_vec())
         .readers(readers)
         .batch(args.batch)
-        .shuffle(256)
+        .shuffle(args.shuffle)
         .devices(args.devices)
-        .shard_from_env(false)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .shard_from_env(false);
+    if let Some(m) = args.min_pool {
+        builder = builder.min_pool(m);
+    }
+    let loader = builder.build().map_err(|e| e.to_string())?;
     let step = Duration::from_secs_f64(args.step_ms / 1000.0);
-    let first = std::sync::Mutex::new(None::<Duration>);
+    // When the first batch arrived, and the bytes served by then.
+    let first = std::sync::Mutex::new(None::<(Duration, u64)>);
     let seen = std::sync::Mutex::new(HashMap::<(String, u64), u32>::new());
     let bytes = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| -> Result<(), String> {
@@ -109,7 +130,10 @@ fn train(args: &Args, urls: &[String], readers: usize, expect: u64) -> Result<Ro
                 s.spawn(move || -> Result<(), String> {
                     for b in it {
                         let b = b.map_err(|e| e.to_string())?;
-                        first.lock().unwrap().get_or_insert_with(|| t0.elapsed());
+                        first
+                            .lock()
+                            .unwrap()
+                            .get_or_insert_with(|| (t0.elapsed(), served.load(Ordering::Relaxed)));
                         bytes.fetch_add(b.batch.payload_bytes() as u64, Ordering::Relaxed);
                         let mut seen = seen.lock().unwrap();
                         for o in b.batch.origins() {
@@ -142,15 +166,17 @@ fn train(args: &Args, urls: &[String], readers: usize, expect: u64) -> Result<Ro
             seen.len()
         ));
     }
+    let first_at = first.into_inner().unwrap();
     Ok(Row {
         what: String::new(),
         records: stats.readers.records,
         bytes: bytes.into_inner(),
         secs,
-        first_batch: first
-            .into_inner()
-            .unwrap()
-            .map_or(f64::NAN, |d| d.as_secs_f64()),
+        first_batch: first_at.map_or(f64::NAN, |(d, _)| d.as_secs_f64()),
+        steady: first_at.map_or(f64::NAN, |(d, n)| {
+            served.load(Ordering::Relaxed).saturating_sub(n) as f64
+                / (secs - d.as_secs_f64()).max(1e-9)
+        }),
         requests: stats.remote_requests,
     })
 }
@@ -236,7 +262,7 @@ fn run(args: Args) -> Result<(), String> {
         .collect();
     let most = *args.readers.iter().max().unwrap();
     let mut rows = Vec::new();
-    let mut r = train(&args, &local, most, expect)?;
+    let mut r = train(&args, &local, most, expect, &AtomicU64::new(0))?;
     r.what = format!("local files, {most} readers");
     let local_rate = r.records as f64 / r.secs;
     rows.push(r);
@@ -245,7 +271,7 @@ fn run(args: Args) -> Result<(), String> {
             server.counts.requests.load(Ordering::Relaxed),
             server.counts.bytes.load(Ordering::Relaxed),
         );
-        let mut r = train(&args, &urls, readers, expect)?;
+        let mut r = train(&args, &urls, readers, expect, &server.counts.bytes)?;
         let served = server.counts.bytes.load(Ordering::Relaxed) - before.1;
         let asked = server.counts.requests.load(Ordering::Relaxed) - before.0;
         // The server's count includes schema inference at build time.
@@ -256,13 +282,23 @@ fn run(args: Args) -> Result<(), String> {
     }
 
     println!(
-        "{:<24} {:>10} {:>9} {:>8} {:>10} {:>10} {:>12} {:>9}",
-        "run", "records/s", "MB/s", "% link", "% local", "1st batch", "requests/GB", "seconds"
+        "{:<24} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10} {:>12} {:>9}",
+        "run",
+        "records/s",
+        "MB/s",
+        "% link",
+        "steady%",
+        "% local",
+        "1st batch",
+        "requests/GB",
+        "seconds"
     );
     for r in &rows {
         let rate = r.records as f64 / r.secs;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         let link_pct = link.map_or("-".to_string(), |l| format!("{:.0}", 100.0 * mbs * 1e6 / l));
+        // After the first batch: the link's use once the pipeline is full.
+        let steady_pct = link.map_or("-".to_string(), |l| format!("{:.0}", 100.0 * r.steady / l));
         let remote = r.what.starts_with("remote");
         let per_gb = if remote && r.bytes > 0 {
             format!("{:.0}", r.requests as f64 / (r.bytes as f64 / 1e9))
@@ -270,11 +306,12 @@ fn run(args: Args) -> Result<(), String> {
             "-".into()
         };
         println!(
-            "{:<24} {:>10.0} {:>9.1} {:>8} {:>10.0} {:>9.3}s {:>12} {:>9.2}",
+            "{:<24} {:>10.0} {:>9.1} {:>8} {:>8} {:>10.0} {:>9.3}s {:>12} {:>9.2}",
             r.what,
             rate,
             mbs,
             if remote { link_pct } else { "-".into() },
+            if remote { steady_pct } else { "-".into() },
             100.0 * rate / local_rate,
             r.first_batch,
             per_gb,

@@ -10,7 +10,8 @@
 //!   `AWS_REGION`, `AWS_ALLOW_HTTP`, …; `GOOGLE_SERVICE_ACCOUNT`,
 //!   `GOOGLE_BUCKET`, …);
 //! - [`RemoteObject`], a [`Read`] stream over one object by ranged GETs of
-//!   [`RemoteOptions::part_bytes`] with up to [`RemoteOptions::read_ahead`]
+//!   [`RemoteOptions::part_bytes`] (the first few smaller, ramping up:
+//!   [`RemoteOptions::part_size`]) with up to [`RemoteOptions::read_ahead`]
 //!   parts requested ahead (so at most `part_bytes × (read_ahead + 1)`
 //!   bytes are held per reader; never the whole object);
 //! - retries: every request (HEAD, ranged GET, LIST) that fails with a
@@ -216,6 +217,17 @@ impl RemoteOptions {
         self.part_bytes
             .max(1)
             .saturating_mul(self.read_ahead as u64 + 1)
+    }
+
+    /// The size of a stream's part number `n` (0-based): the first parts
+    /// ramp up, doubling from `max(part_bytes / 8, 1 MiB)` to `part_bytes`
+    /// (8 MiB parts: 1, 2, 4, 8, 8, … MiB), so that the first records of an
+    /// object arrive after a small GET rather than a whole part, while the
+    /// rest is read in large parts (few requests per GB).
+    pub fn part_size(&self, n: u32) -> u64 {
+        let full = self.part_bytes.max(1);
+        let first = (full / 8).max(1 << 20).min(full);
+        first.checked_shl(n).map_or(full, |s| s.min(full))
     }
 
     /// The defaults, overridden by `FEEDLINE_REMOTE_PART_BYTES`,
@@ -958,6 +970,9 @@ pub struct RemoteObject {
     failed: Option<String>,
     /// Where its requests are counted: the scope it was opened in.
     count: Count,
+    /// Parts requested so far (the first ones are smaller: see
+    /// [`RemoteOptions::part_size`]).
+    parts_asked: u32,
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -1010,6 +1025,7 @@ impl RemoteObject {
             pos: start,
             failed: None,
             count: Count::here(),
+            parts_asked: 0,
         };
         r.request_ahead(1);
         Ok(r)
@@ -1035,7 +1051,8 @@ impl RemoteObject {
     fn request_ahead(&mut self, extra: usize) {
         while self.pending.len() < self.options.read_ahead + extra && self.next < self.len {
             let start = self.next;
-            let end = (start + self.options.part_bytes.max(1)).min(self.len);
+            let end = (start + self.options.part_size(self.parts_asked)).min(self.len);
+            self.parts_asked += 1;
             self.next = end;
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
@@ -1136,6 +1153,25 @@ mod tests {
         assert_eq!(u.key, "d/x.jsonl");
         let e = parse("gs:///k").unwrap_err().to_string();
         assert!(e.contains("gs:///k") && e.contains("no bucket"), "{e}");
+    }
+
+    #[test]
+    fn the_first_parts_ramp_up_to_the_part_size() {
+        let o = RemoteOptions::default();
+        let mib = 1 << 20;
+        let sizes: Vec<u64> = (0..6).map(|n| o.part_size(n)).collect();
+        assert_eq!(sizes, [mib, 2 * mib, 4 * mib, 8 * mib, 8 * mib, 8 * mib]);
+        assert_eq!(o.part_size(200), 8 * mib);
+        let small = RemoteOptions {
+            part_bytes: 4096,
+            ..RemoteOptions::default()
+        };
+        assert_eq!((small.part_size(0), small.part_size(5)), (4096, 4096));
+        let big = RemoteOptions {
+            part_bytes: 64 * mib,
+            ..RemoteOptions::default()
+        };
+        assert_eq!((big.part_size(0), big.part_size(3)), (8 * mib, 64 * mib));
     }
 
     #[test]
