@@ -973,6 +973,34 @@ fn cli_cat_and_run_with_cache_dir_read_each_object_from_the_store_once() {
     assert!(out.contains("320 records"), "{out}");
     assert!(out.contains("remote cache: 4 objects"), "{out}");
 
+    // Brace ranges in cat and inspect, over URLs.
+    let braces = server.url("data/part{0..1}.jsonl");
+    let cat = cli_common::feedline(&["cat", braces.as_str()]);
+    assert_eq!(cli_common::code(&cat), 0, "{}", cli_common::stderr(&cat));
+    assert_eq!(cli_common::stdout(&cat), cli_common::stdout(&first));
+    let inspect = cli_common::feedline(&["inspect", "--json", braces.as_str()]);
+    assert_eq!(
+        cli_common::code(&inspect),
+        0,
+        "{}",
+        cli_common::stderr(&inspect)
+    );
+    let report: serde_json::Value = serde_json::from_str(&cli_common::stdout(&inspect)).unwrap();
+    let names: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, [urls[0].as_str(), urls[1].as_str()], "{report}");
+    let bad = cli_common::feedline(&["cat", &server.url("data/part{3..1}.jsonl")]);
+    assert_ne!(cli_common::code(&bad), 0);
+    assert!(
+        cli_common::stderr(&bad).contains("{3..1}"),
+        "{}",
+        cli_common::stderr(&bad)
+    );
+
     // One of the pair without the other: a usage error naming the flag.
     let lone = cli_common::feedline(&["cat", urls[0].as_str(), "--cache-dir", cache_s.as_str()]);
     assert_eq!(cli_common::code(&lone), 2);
