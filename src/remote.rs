@@ -1027,7 +1027,10 @@ impl RemoteObject {
             count: Count::here(),
             parts_asked: 0,
         };
-        r.request_ahead(1);
+        // Only the first part at once: until it arrives, parts ahead would
+        // share the link with it (and with every other reader's first
+        // part), delaying the first records; the first read asks for them.
+        r.request_first();
         Ok(r)
     }
 
@@ -1044,6 +1047,13 @@ impl RemoteObject {
     /// The URL it was opened by.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Request the first part of the stream (and none ahead).
+    fn request_first(&mut self) {
+        let ahead = std::mem::replace(&mut self.options.read_ahead, 0);
+        self.request_ahead(1);
+        self.options.read_ahead = ahead;
     }
 
     /// Request parts until `read_ahead + extra` are on their way (or the
