@@ -987,7 +987,8 @@ impl std::fmt::Debug for RemoteObject {
 
 impl RemoteObject {
     /// Open the object at `url`: one HEAD request for its length (retried
-    /// as every request is); the first parts are requested at once.
+    /// as every request is); the first part is requested at once, the
+    /// parts ahead at the first read.
     pub fn open(url: &str) -> Result<Self, RemoteError> {
         let (len, _) = stat(url)?;
         Self::open_at(url, len, 0)
