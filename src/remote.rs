@@ -10,7 +10,8 @@
 //!   `AWS_REGION`, `AWS_ALLOW_HTTP`, …; `GOOGLE_SERVICE_ACCOUNT`,
 //!   `GOOGLE_BUCKET`, …);
 //! - [`RemoteObject`], a [`Read`] stream over one object by ranged GETs of
-//!   [`RemoteOptions::part_bytes`] with up to [`RemoteOptions::read_ahead`]
+//!   [`RemoteOptions::part_bytes`] (the first few smaller, ramping up:
+//!   [`RemoteOptions::part_size`]) with up to [`RemoteOptions::read_ahead`]
 //!   parts requested ahead (so at most `part_bytes × (read_ahead + 1)`
 //!   bytes are held per reader; never the whole object);
 //! - retries: every request (HEAD, ranged GET, LIST) that fails with a
@@ -22,7 +23,10 @@
 //!   budget, the error names the URL and the byte offset the stream reached;
 //! - listing a glob (`s3://b/prefix/*.tfrecord`) by listing the prefix
 //!   before its first wildcard ([`expand_glob`]);
-//! - counters of requests, retries and bytes ([`stats`]).
+//! - counters of requests, retries, give-ups and bytes: the process's
+//!   ([`stats`]) and those of whoever reads inside [`counting`] (a
+//!   pipeline's [`RemoteCounters`]), so that pipelines in one process count
+//!   apart.
 //!
 //! All requests run on one small multi-threaded tokio runtime shared by the
 //! process (two worker threads, named `feedline-remote`); a reader waits for
@@ -35,6 +39,8 @@ use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+pub mod cache;
 
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
@@ -124,6 +130,17 @@ pub enum RemoteError {
     /// The background runtime could not be started.
     #[error("cannot start the remote I/O runtime: {0}")]
     Runtime(String),
+    /// The local cache directory cannot be used.
+    #[error("remote cache directory {}: {what}: {source}", dir.display())]
+    Cache {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl RemoteError {
@@ -170,6 +187,11 @@ pub struct RemoteOptions {
     pub initial_backoff: Duration,
     /// The largest backoff.
     pub max_backoff: Duration,
+    /// A local cache directory objects are kept in after their first
+    /// whole read (none by default; `FEEDLINE_REMOTE_CACHE_DIR` with
+    /// `FEEDLINE_REMOTE_CACHE_MAX_BYTES`). A pipeline's own
+    /// ([`scoped`]) comes first.
+    pub cache: Option<cache::RemoteCache>,
 }
 
 impl Default for RemoteOptions {
@@ -183,14 +205,35 @@ impl Default for RemoteOptions {
             retry_budget: Duration::from_secs(180),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(15),
+            cache: None,
         }
     }
 }
 
 impl RemoteOptions {
+    /// The most bytes one [`RemoteObject`] holds: the part being read and
+    /// the parts requested ahead, `part_bytes × (read_ahead + 1)`.
+    pub fn held_bytes(&self) -> u64 {
+        self.part_bytes
+            .max(1)
+            .saturating_mul(self.read_ahead as u64 + 1)
+    }
+
+    /// The size of a stream's part number `n` (0-based): the first parts
+    /// ramp up, doubling from `max(part_bytes / 8, 1 MiB)` to `part_bytes`
+    /// (8 MiB parts: 1, 2, 4, 8, 8, … MiB), so that the first records of an
+    /// object arrive after a small GET rather than a whole part, while the
+    /// rest is read in large parts (few requests per GB).
+    pub fn part_size(&self, n: u32) -> u64 {
+        let full = self.part_bytes.max(1);
+        let first = (full / 8).max(1 << 20).min(full);
+        first.checked_shl(n).map_or(full, |s| s.min(full))
+    }
+
     /// The defaults, overridden by `FEEDLINE_REMOTE_PART_BYTES`,
     /// `FEEDLINE_REMOTE_READ_AHEAD`, `FEEDLINE_REMOTE_TIMEOUT_MS`,
-    /// `FEEDLINE_REMOTE_ATTEMPTS` and `FEEDLINE_REMOTE_RETRY_BUDGET_MS` where
+    /// `FEEDLINE_REMOTE_ATTEMPTS`, `FEEDLINE_REMOTE_RETRY_BUDGET_MS` and
+    /// `FEEDLINE_REMOTE_CACHE_DIR` + `FEEDLINE_REMOTE_CACHE_MAX_BYTES` where
     /// set. A malformed value is an error naming the variable.
     pub fn from_env() -> Result<Self, RemoteError> {
         fn num(var: &'static str, min: u64) -> Result<Option<u64>, RemoteError> {
@@ -226,31 +269,167 @@ impl RemoteOptions {
         if let Some(n) = num("FEEDLINE_REMOTE_RETRY_BUDGET_MS", 0)? {
             o.retry_budget = Duration::from_millis(n);
         }
+        let max = num("FEEDLINE_REMOTE_CACHE_MAX_BYTES", 1)?;
+        match std::env::var_os("FEEDLINE_REMOTE_CACHE_DIR") {
+            Some(dir) if !dir.is_empty() => {
+                let max = max.ok_or(RemoteError::BadEnv {
+                    var: "FEEDLINE_REMOTE_CACHE_MAX_BYTES",
+                    value: String::new(),
+                    expected: "the cache's bound in bytes, with FEEDLINE_REMOTE_CACHE_DIR",
+                })?;
+                o.cache = Some(cache::RemoteCache::new(dir, max));
+            }
+            _ if max.is_some() => {
+                return Err(RemoteError::BadEnv {
+                    var: "FEEDLINE_REMOTE_CACHE_DIR",
+                    value: String::new(),
+                    expected: "a directory, with FEEDLINE_REMOTE_CACHE_MAX_BYTES",
+                })
+            }
+            _ => {}
+        }
         Ok(o)
     }
 }
 
-/// Counters over the process's remote requests.
+/// Counters of remote requests: the process's (see [`stats`]) or one
+/// pipeline's ([`RemoteCounters::snapshot`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteStats {
     /// Requests sent (attempts, retries included).
     pub requests: u64,
     /// Attempts that failed transiently and were retried.
     pub retries: u64,
+    /// Requests given up after a transient failure because the retry
+    /// budget ([`RemoteOptions::max_attempts`], [`RemoteOptions::retry_budget`])
+    /// was spent.
+    pub give_ups: u64,
     /// Bytes received in parts delivered.
     pub bytes: u64,
+    /// Objects read from the local cache instead of the store
+    /// ([`cache::RemoteCache`]).
+    pub cache_hits: u64,
+    /// Bytes read from the local cache.
+    pub cache_bytes: u64,
 }
 
-static REQUESTS: AtomicU64 = AtomicU64::new(0);
-static RETRIES: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
+/// One owner's counters of remote requests (a pipeline's): what is counted
+/// in [`RemoteStats`]. Requests made on a thread inside [`counting`] are
+/// counted here as well as in the process's totals ([`stats`]); so are the
+/// parts a [`RemoteObject`] opened there fetches later, wherever it is read.
+#[derive(Debug, Default)]
+pub struct RemoteCounters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    give_ups: AtomicU64,
+    bytes: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_bytes: AtomicU64,
+}
 
-/// The counters so far (since the process started).
+impl RemoteCounters {
+    /// New counters at zero, to hand to [`counting`].
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> RemoteStats {
+        RemoteStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            give_ups: self.give_ups.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The process's totals.
+static PROCESS: RemoteCounters = RemoteCounters {
+    requests: AtomicU64::new(0),
+    retries: AtomicU64::new(0),
+    give_ups: AtomicU64::new(0),
+    bytes: AtomicU64::new(0),
+    cache_hits: AtomicU64::new(0),
+    cache_bytes: AtomicU64::new(0),
+};
+
+/// The process's counters so far (every pipeline's, and requests made
+/// outside any [`counting`] scope).
 pub fn stats() -> RemoteStats {
-    RemoteStats {
-        requests: REQUESTS.load(Ordering::Relaxed),
-        retries: RETRIES.load(Ordering::Relaxed),
-        bytes: BYTES.load(Ordering::Relaxed),
+    PROCESS.snapshot()
+}
+
+/// What a [`counting`] / [`scoped`] scope sets for the requests made in it.
+#[derive(Clone, Default)]
+struct Scope {
+    counters: Option<Arc<RemoteCounters>>,
+    cache: Option<cache::RemoteCache>,
+}
+
+thread_local! {
+    /// The scope this thread is in.
+    static SCOPE: std::cell::RefCell<Scope> = std::cell::RefCell::new(Scope::default());
+}
+
+/// Run `f`, counting the remote requests it makes on this thread (and the
+/// later parts of the objects it opens) in `counters` too. Scopes nest: the
+/// innermost counts; the previous one is back when `f` returns or unwinds.
+pub fn counting<R>(counters: &Arc<RemoteCounters>, f: impl FnOnce() -> R) -> R {
+    scoped(counters, None, f)
+}
+
+/// As [`counting`], and the objects `f` opens as streams go through `cache`
+/// when it is given (else through the cache of the [options](options) in
+/// force, if any).
+pub fn scoped<R>(
+    counters: &Arc<RemoteCounters>,
+    cache: Option<&cache::RemoteCache>,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore(Option<Scope>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take().unwrap_or_default();
+            SCOPE.with(|s| *s.borrow_mut() = prev);
+        }
+    }
+    let new = Scope {
+        counters: Some(counters.clone()),
+        cache: cache.cloned(),
+    };
+    let prev = SCOPE.with(|s| std::mem::replace(&mut *s.borrow_mut(), new));
+    let _restore = Restore(Some(prev));
+    f()
+}
+
+/// The cache the current scope reads through: the scope's, else the
+/// options'.
+fn current_cache() -> Result<Option<cache::RemoteCache>, RemoteError> {
+    if let Some(c) = SCOPE.with(|s| s.borrow().cache.clone()) {
+        return Ok(Some(c));
+    }
+    Ok(options()?.cache)
+}
+
+/// Where the requests of one operation are counted: the process and the
+/// scope it started in.
+#[derive(Clone, Default)]
+struct Count(Option<Arc<RemoteCounters>>);
+
+impl Count {
+    /// The current thread's scope.
+    fn here() -> Self {
+        Count(SCOPE.with(|s| s.borrow().counters.clone()))
+    }
+
+    fn add(&self, field: impl Fn(&RemoteCounters) -> &AtomicU64, n: u64) {
+        field(&PROCESS).fetch_add(n, Ordering::Relaxed);
+        if let Some(c) = &self.0 {
+            field(c).fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -545,6 +724,7 @@ enum Attempt<T> {
 /// Run `attempt` until it succeeds, fails for good, or the budget is spent.
 async fn with_retries<T, F, Fut>(
     o: &RemoteOptions,
+    count: &Count,
     op: &str,
     mut attempt: F,
 ) -> Result<T, RemoteError>
@@ -557,7 +737,7 @@ where
     let mut n = 0;
     loop {
         n += 1;
-        REQUESTS.fetch_add(1, Ordering::Relaxed);
+        count.add(|c| &c.requests, 1);
         let e = match attempt(n).await {
             Attempt::Done(v) => return Ok(v),
             Attempt::Fail(e) => return Err(e),
@@ -565,9 +745,11 @@ where
         };
         let elapsed = start.elapsed();
         if n >= o.max_attempts.max(1) || elapsed >= o.retry_budget {
+            count.add(|c| &c.give_ups, 1);
+            log::debug!("{op}: given up after {n} attempt(s) in {elapsed:.1?}: {e}");
             return Err(e);
         }
-        RETRIES.fetch_add(1, Ordering::Relaxed);
+        count.add(|c| &c.retries, 1);
         let wait = rand::thread_rng().gen_range(Duration::ZERO..=backoff);
         log::debug!("{op}: attempt {n} failed ({e}); again in {wait:.1?}");
         tokio::time::sleep(wait).await;
@@ -587,13 +769,31 @@ fn request_error(op: &str, n: usize, start: Instant, source: object_store::Error
 /// Size and modification time (nanoseconds since the Unix epoch) of the
 /// object at `url`, by a HEAD request (retried as every request is).
 pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
+    head(url).map(|h| (h.size, h.mtime_ns))
+}
+
+/// What a HEAD request tells of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: Option<u64>,
+    /// Its entity tag, when the store gives one.
+    pub e_tag: Option<String>,
+}
+
+/// Size, modification time and entity tag of the object at `url`, by a
+/// HEAD request (retried as every request is).
+pub fn head(url: &str) -> Result<ObjectInfo, RemoteError> {
     let u = parse(url)?;
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("HEAD {url}");
+    let count = Count::here();
     block(async move {
         let start = Instant::now();
-        let meta = with_retries(&o, &op, |n| {
+        let meta = with_retries(&o, &count, &op, |n| {
             let (store, path, op) = (store.clone(), path.clone(), &op);
             async move {
                 match store.head(&path).await {
@@ -608,7 +808,11 @@ pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
             .last_modified
             .timestamp_nanos_opt()
             .and_then(|n| u64::try_from(n).ok());
-        Ok((meta.size, mtime))
+        Ok(ObjectInfo {
+            size: meta.size,
+            mtime_ns: mtime,
+            e_tag: meta.e_tag,
+        })
     })
 }
 
@@ -630,10 +834,11 @@ pub fn expand_glob(pattern: &str) -> Result<Vec<String>, RemoteError> {
     let prefix = StorePath::parse(dir).map_err(|e| list_err(format!("bad prefix `{dir}`: {e}")))?;
     let (store, o) = store_for(&u)?;
     let op = format!("LIST {}/{dir}", u.store);
+    let count = Count::here();
     let keys = block(async move {
         use futures_util_shim::collect;
         let start = Instant::now();
-        with_retries(&o, &op, |n| {
+        with_retries(&o, &count, &op, |n| {
             let (store, prefix, op) = (store.clone(), prefix.clone(), &op);
             async move {
                 let p = (!prefix.as_ref().is_empty()).then_some(&prefix);
@@ -671,7 +876,15 @@ pub fn read_range(url: &str, start: u64, len: u64) -> Result<bytes::Bytes, Remot
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("GET {url} bytes {start}..{}", start + len);
-    block(get_part(store, path, o, op, start, start + len))
+    block(get_part(
+        store,
+        path,
+        o,
+        Count::here(),
+        op,
+        start,
+        start + len,
+    ))
 }
 
 /// One part, `start..end`, with retries.
@@ -679,18 +892,19 @@ async fn get_part(
     store: Arc<dyn ObjectStore>,
     path: StorePath,
     o: RemoteOptions,
+    count: Count,
     op: String,
     start: u64,
     end: u64,
 ) -> Result<bytes::Bytes, RemoteError> {
     let t0 = Instant::now();
     let want = end - start;
-    with_retries(&o, &op, |n| {
-        let (store, path, op) = (store.clone(), path.clone(), &op);
+    with_retries(&o, &count, &op, |n| {
+        let (store, path, op, count) = (store.clone(), path.clone(), &op, &count);
         async move {
             match store.get_range(&path, start..end).await {
                 Ok(b) if b.len() as u64 == want => {
-                    BYTES.fetch_add(want, Ordering::Relaxed);
+                    count.add(|c| &c.bytes, want);
                     Attempt::Done(b)
                 }
                 Ok(b) => Attempt::Again(RemoteError::Short {
@@ -754,6 +968,11 @@ pub struct RemoteObject {
     pos: u64,
     /// The error that ended the stream (given again on every later read).
     failed: Option<String>,
+    /// Where its requests are counted: the scope it was opened in.
+    count: Count,
+    /// Parts requested so far (the first ones are smaller: see
+    /// [`RemoteOptions::part_size`]).
+    parts_asked: u32,
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -768,10 +987,23 @@ impl std::fmt::Debug for RemoteObject {
 
 impl RemoteObject {
     /// Open the object at `url`: one HEAD request for its length (retried
-    /// as every request is); the first parts are requested at once.
+    /// as every request is); the first part is requested at once, the
+    /// parts ahead at the first read.
     pub fn open(url: &str) -> Result<Self, RemoteError> {
         let (len, _) = stat(url)?;
         Self::open_at(url, len, 0)
+    }
+
+    /// Open the object at `url` as a stream from its start, through the
+    /// local cache of the current scope or options if there is one
+    /// ([`cache::RemoteCache::open`]): a cached copy whose size and ETag
+    /// (or modification time) match the HEAD's is read from disk; else the
+    /// object is streamed and kept once read whole.
+    pub fn open_cached(url: &str) -> Result<Box<dyn Read + Send>, RemoteError> {
+        match current_cache()? {
+            Some(c) => c.open(url),
+            None => Ok(Box::new(Self::open(url)?)),
+        }
     }
 
     /// The object at `url`, known to be `len` bytes long, as a stream from
@@ -793,8 +1025,13 @@ impl RemoteObject {
             used: 0,
             pos: start,
             failed: None,
+            count: Count::here(),
+            parts_asked: 0,
         };
-        r.request_ahead();
+        // Only the first part at once: until it arrives, parts ahead would
+        // share the link with it (and with every other reader's first
+        // part), delaying the first records; the first read asks for them.
+        r.request_first();
         Ok(r)
     }
 
@@ -813,15 +1050,25 @@ impl RemoteObject {
         &self.url
     }
 
-    /// Request parts until `read_ahead + 1` are on their way (or the end).
-    fn request_ahead(&mut self) {
-        while self.pending.len() <= self.options.read_ahead && self.next < self.len {
+    /// Request the first part of the stream (and none ahead).
+    fn request_first(&mut self) {
+        let ahead = std::mem::replace(&mut self.options.read_ahead, 0);
+        self.request_ahead(1);
+        self.options.read_ahead = ahead;
+    }
+
+    /// Request parts until `read_ahead + extra` are on their way (or the
+    /// end): `extra` is 1 while no part is held (the one to read next).
+    fn request_ahead(&mut self, extra: usize) {
+        while self.pending.len() < self.options.read_ahead + extra && self.next < self.len {
             let start = self.next;
-            let end = (start + self.options.part_bytes.max(1)).min(self.len);
+            let end = (start + self.options.part_size(self.parts_asked)).min(self.len);
+            self.parts_asked += 1;
             self.next = end;
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
-            let part = match spawn(get_part(store, path, o, op, start, end)) {
+            let count = self.count.clone();
+            let part = match spawn(get_part(store, path, o, count, op, start, end)) {
                 Ok((rx, task)) => (rx, Some(task)),
                 Err(e) => {
                     // Given to the read that reaches this part.
@@ -861,7 +1108,11 @@ impl Read for RemoteObject {
             return Ok(0);
         }
         if self.used == self.part.len() {
-            self.request_ahead();
+            // The part read is let go before the next is asked for: at
+            // most `read_ahead + 1` parts are held, the one read included.
+            self.part = bytes::Bytes::new();
+            self.used = 0;
+            self.request_ahead(1);
             let Some(next) = self.pending.pop_front() else {
                 return Ok(0);
             };
@@ -870,7 +1121,7 @@ impl Read for RemoteObject {
                 Ok(b) => {
                     self.part = b;
                     self.used = 0;
-                    self.request_ahead();
+                    self.request_ahead(0);
                 }
                 Err(e) => {
                     let e = RemoteError::At {
@@ -913,6 +1164,25 @@ mod tests {
         assert_eq!(u.key, "d/x.jsonl");
         let e = parse("gs:///k").unwrap_err().to_string();
         assert!(e.contains("gs:///k") && e.contains("no bucket"), "{e}");
+    }
+
+    #[test]
+    fn the_first_parts_ramp_up_to_the_part_size() {
+        let o = RemoteOptions::default();
+        let mib = 1 << 20;
+        let sizes: Vec<u64> = (0..6).map(|n| o.part_size(n)).collect();
+        assert_eq!(sizes, [mib, 2 * mib, 4 * mib, 8 * mib, 8 * mib, 8 * mib]);
+        assert_eq!(o.part_size(200), 8 * mib);
+        let small = RemoteOptions {
+            part_bytes: 4096,
+            ..RemoteOptions::default()
+        };
+        assert_eq!((small.part_size(0), small.part_size(5)), (4096, 4096));
+        let big = RemoteOptions {
+            part_bytes: 64 * mib,
+            ..RemoteOptions::default()
+        };
+        assert_eq!((big.part_size(0), big.part_size(3)), (8 * mib, 64 * mib));
     }
 
     #[test]

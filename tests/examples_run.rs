@@ -244,3 +244,35 @@ fn jsonl_tokens_batches_by_a_token_budget_in_both_ragged_layouts() {
         assert!(out.contains("every line once"), "{out}");
     }
 }
+
+#[test]
+fn remote_trains_from_its_own_http_server_and_shows_readers_hiding_latency() {
+    let out = run(
+        "remote",
+        &[
+            "--latency-ms",
+            "10",
+            "--readers",
+            "1,4",
+            "--gen-files",
+            "4",
+            "--gen-records",
+            "16",
+            "--link-mbit",
+            "2000",
+        ],
+    );
+    assert!(
+        out.contains("remote, 1 readers") && out.contains("remote, 4 readers"),
+        "{out}"
+    );
+    assert!(
+        out.contains("requests/GB") && out.contains("% link"),
+        "{out}"
+    );
+    assert!(out.contains("exactly once in every run"), "{out}");
+    assert!(
+        out.contains("first batch from the cold remote dataset"),
+        "{out}"
+    );
+}

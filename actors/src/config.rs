@@ -215,6 +215,12 @@ pub struct PipelineConfig {
     /// Go on from a checkpoint (see [`ResumeFrom`](crate::ResumeFrom)):
     /// start at its first pass not complete, leaving out what was consumed.
     pub resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
+    /// A local cache directory for remote inputs: each object is kept on
+    /// disk after its first whole read, and later passes and runs read it
+    /// from there (see [`feedline::remote::cache`]). `None` (the default):
+    /// the one of the remote settings in force, if any
+    /// (`FEEDLINE_REMOTE_CACHE_DIR`).
+    pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
 }
 
 impl Default for PipelineConfig {
@@ -260,6 +266,7 @@ impl Default for PipelineConfig {
             transforms: Transforms::default(),
             faults: FaultPlan::default(),
             resume: None,
+            remote_cache: None,
         }
     }
 }
@@ -379,6 +386,10 @@ impl PipelineConfig {
     ///   the *encoded* records; give `record_bytes` as the larger of a
     ///   record's encoded and transformed size (the batches hold the latter).
     ///
+    /// - remote inputs (`s3://`, `gs://`, `http(s)://`): each reader's
+    ///   ranged-GET parts, the one being read and those requested ahead
+    ///   ([`remote_read_ahead_bytes`](Self::remote_read_ahead_bytes)).
+    ///
     /// Not in the bound: each transform worker's own working memory (for an
     /// image, its decoded region — at most width × height × 3 bytes — and
     /// the resampling rows), and memory-mapped input files' file-backed,
@@ -407,6 +418,78 @@ impl PipelineConfig {
         } else {
             0
         };
-        chunks + pool + drain + batches * batch * record_bytes + reorder + transforming
+        chunks
+            + pool
+            + drain
+            + batches * batch * record_bytes
+            + reorder
+            + transforming
+            + self.remote_read_ahead_bytes()
+    }
+
+    /// Bytes the readers hold in remote parts at most: when an input is a
+    /// remote URL, `readers × part_bytes × (read_ahead + 1)` of the remote
+    /// settings in force ([`feedline::remote::options`]: 8 MiB × 3 per reader
+    /// by default), else 0. A `.parquet` column chunk is fetched whole by one
+    /// request and is not in it. Inputs are judged as given: for the
+    /// expanded list, ask the built pipeline's config
+    /// ([`Loader::config`](crate::Loader::config)).
+    pub fn remote_read_ahead_bytes(&self) -> usize {
+        let remote = (self.files.iter())
+            .chain(self.sets.iter().flat_map(|s| &s.files))
+            .any(|f| {
+                let bare = match self.registry.resolve(f, self.format.as_deref()) {
+                    Ok((_, bare, _)) => bare.to_string_lossy().into_owned(),
+                    Err(_) => f.clone(),
+                };
+                feedline::remote::is_remote(&bare) || feedline::remote::is_remote(f)
+            });
+        if !remote {
+            return 0;
+        }
+        let per_reader = feedline::remote::options().unwrap_or_default().held_bytes();
+        let readers = self.readers.max(self.sets.iter().map(|s| s.readers).sum());
+        usize::try_from(per_reader)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(readers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_inputs_add_each_readers_parts_to_the_in_flight_bound() {
+        let per_reader = feedline::remote::options().unwrap().held_bytes() as usize;
+        assert!(per_reader > 0);
+        let mut c = PipelineConfig {
+            files: vec!["data/a.tfrecord".into(), "data/b.tfrecord".into()],
+            readers: 4,
+            ..PipelineConfig::default()
+        };
+        assert_eq!(c.remote_read_ahead_bytes(), 0);
+        let local = c.in_flight_bound_bytes(1000);
+        for url in [
+            "http://127.0.0.1:9/d/c.tfrecord",
+            "tfrecord:s3://bucket/c",
+            "gs://bucket/d.jsonl",
+        ] {
+            c.files = vec!["data/a.tfrecord".into(), url.into()];
+            assert_eq!(c.remote_read_ahead_bytes(), 4 * per_reader, "{url}");
+            assert_eq!(
+                c.in_flight_bound_bytes(1000),
+                local + 4 * per_reader,
+                "{url}"
+            );
+        }
+        // File sets: every set's readers.
+        c.files.clear();
+        c.readers = 0;
+        c.sets = vec![
+            FileSet::new("a", ["data/a.tfrecord"]).readers(3),
+            FileSet::new("b", ["https://h/b.tfrecord"]).readers(5),
+        ];
+        assert_eq!(c.remote_read_ahead_bytes(), 8 * per_reader);
     }
 }

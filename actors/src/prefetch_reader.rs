@@ -164,7 +164,10 @@ impl PrefetchReader {
             }
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
-            let opened = catch_unwind(AssertUnwindSafe(|| self.open(&task)));
+            let opened = catch_unwind(AssertUnwindSafe(|| {
+                self.recorder
+                    .remote(self.config.remote_cache.as_ref(), || self.open(&task))
+            }));
             self.watch.leave();
             if self.watch.lock().fenced {
                 return self.abandon(ctx);
@@ -215,9 +218,12 @@ impl PrefetchReader {
         let mut chunk = Chunk::with_budget(&self.schema, rows, cfg.chunk_bytes);
         let t0 = Instant::now();
         self.watch.enter(self.recorder.now_ns());
+        let recorder = &self.recorder;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            cur.reader
-                .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+            recorder.remote(cfg.remote_cache.as_ref(), || {
+                cur.reader
+                    .read_chunk(&mut chunk, cfg.chunk_records, cfg.chunk_bytes)
+            })
         }));
         self.watch.leave();
         self.recorder.busy(t0.elapsed());

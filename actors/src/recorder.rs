@@ -125,6 +125,17 @@ impl ReaderRecorder {
     pub fn now_ns(&self) -> u64 {
         self.c.now_ns()
     }
+
+    /// Run `f` (opening or reading a file) counting its remote requests in
+    /// this pipeline's stats, reading remote objects through `cache` if
+    /// given.
+    pub fn remote<R>(
+        &self,
+        cache: Option<&feedline::remote::cache::RemoteCache>,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        feedline::remote::scoped(&self.c.remote, cache, f)
+    }
 }
 
 /// What the shuffle stage records.

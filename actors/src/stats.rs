@@ -108,6 +108,8 @@ pub(crate) struct Counters {
     pub bad_by_pass: Mutex<std::collections::BTreeMap<u64, (u64, Arc<feedline::Error>)>>,
     /// The most collated batches the shuffle stage held waiting for room.
     pub waiting_peak: AtomicU64,
+    /// The readers' remote requests (objects on S3, GCS, HTTP).
+    pub remote: Arc<feedline::remote::RemoteCounters>,
 }
 
 impl Counters {
@@ -133,6 +135,7 @@ impl Counters {
             bad_records: AtomicU64::new(0),
             bad_by_pass: Mutex::new(Default::default()),
             waiting_peak: AtomicU64::new(0),
+            remote: feedline::remote::RemoteCounters::new(),
         }
     }
 
@@ -232,6 +235,7 @@ impl Stats {
             blocked: c.blocked_ns.load(Relaxed) as f64 / 1e9 / (elapsed * workers),
         };
         let readers = i.reader_count.max(1) as f64;
+        let remote = i.remote.snapshot();
         let devices: Vec<DeviceSnapshot> = i
             .devices
             .iter()
@@ -275,6 +279,12 @@ impl Stats {
             equalize_padded: i.equalize_padded.load(Relaxed),
             oversize_batches: i.oversize_batches.load(Relaxed),
             bad_records: i.bad_records.load(Relaxed),
+            remote_requests: remote.requests,
+            remote_retries: remote.retries,
+            remote_give_ups: remote.give_ups,
+            remote_bytes: remote.bytes,
+            remote_cache_hits: remote.cache_hits,
+            remote_cache_bytes: remote.cache_bytes,
             bottleneck: Bottleneck::Devices,
         };
         snap.bottleneck = snap.judge();
@@ -386,6 +396,22 @@ pub struct StatsSnapshot {
     pub oversize_batches: u64,
     /// Records skipped under the skip policy.
     pub bad_records: u64,
+    /// Requests the readers sent to remote stores (HEAD, ranged GET, LIST;
+    /// every attempt, retries included). 0 when every input is local.
+    pub remote_requests: u64,
+    /// Remote requests that failed transiently (time-out, broken
+    /// connection, 408, 429, 5xx) and were sent again.
+    pub remote_retries: u64,
+    /// Remote requests given up after their retry budget: each ended a
+    /// file (a failed file under the error policy).
+    pub remote_give_ups: u64,
+    /// Bytes received from remote stores.
+    pub remote_bytes: u64,
+    /// Remote objects read from the local cache directory instead of the
+    /// store ([`LoaderBuilder::remote_cache`](crate::LoaderBuilder::remote_cache)).
+    pub remote_cache_hits: u64,
+    /// Bytes read from the local cache directory.
+    pub remote_cache_bytes: u64,
     /// The limiting stage.
     pub bottleneck: Bottleneck,
 }
@@ -436,7 +462,8 @@ impl StatsSnapshot {
 
     /// What the library otherwise says only through `log` (no logger, no
     /// message): records skipped, batches over the cost budget, readers
-    /// restarted or found stuck — `""` when none.
+    /// restarted or found stuck, remote requests and their retries — `""`
+    /// when none.
     fn notes(&self) -> String {
         let mut notes = Vec::new();
         for (n, what) in [
@@ -448,6 +475,22 @@ impl StatsSnapshot {
             if n > 0 {
                 notes.push(format!("{n} {what}"));
             }
+        }
+        if self.remote_requests > 0 {
+            notes.push(format!(
+                "remote: {} requests, {} retried, {} given up, {:.1} MB",
+                self.remote_requests,
+                self.remote_retries,
+                self.remote_give_ups,
+                self.remote_bytes as f64 / 1e6
+            ));
+        }
+        if self.remote_cache_hits > 0 {
+            notes.push(format!(
+                "remote cache: {} objects, {:.1} MB read locally",
+                self.remote_cache_hits,
+                self.remote_cache_bytes as f64 / 1e6
+            ));
         }
         match notes.is_empty() {
             true => String::new(),

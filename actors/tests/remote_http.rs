@@ -7,8 +7,9 @@
 //!
 //! Checked: every record exactly once per pass by identity (source URL,
 //! record) with 1, 4 and 16 readers while every 7th request fails; the
-//! failed attempts are retried (counted by `feedline::remote::stats`) and
-//! invisible; a dead object is an error naming its URL under the fail
+//! failed attempts are retried and invisible, and counted in the
+//! pipeline's own stats (`remote_retries`: exactly one per injected failure
+//! when each request fails once); a dead object is an error naming its URL under the fail
 //! policy and a skipped file under skip; a missing object is not retried.
 
 mod cli_common;
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use feedline::remote::{self, RemoteOptions};
@@ -47,10 +48,17 @@ struct Schedule {
     dead: HashSet<String>,
     /// Paths whose ranges starting at or past this offset answer 503.
     dead_after: HashMap<String, u64>,
+    /// The first request of each (method, path, range) answers 503; the
+    /// ones after it are served.
+    once_each: bool,
+    /// The (method, path, range) requests seen, for `once_each`.
+    seen: HashSet<String>,
 }
 
 struct Server {
     port: u16,
+    /// What it serves (replaceable: a changed object).
+    files: Arc<RwLock<Files>>,
     /// Faults injected by the schedule (not the dead paths).
     injected: Arc<AtomicU64>,
     /// Requests per path.
@@ -64,13 +72,14 @@ impl Server {
     fn start(files: HashMap<String, Vec<u8>>, schedule: Schedule) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let files = Arc::new(files);
+        let files = Arc::new(RwLock::new(files));
         let schedule = Arc::new(Mutex::new(schedule));
         let requests = Arc::new(AtomicU64::new(0));
         let injected = Arc::new(AtomicU64::new(0));
         let per_path = Arc::new(Mutex::new(HashMap::new()));
         let s = Server {
             port,
+            files: files.clone(),
             injected: injected.clone(),
             per_path: per_path.clone(),
         };
@@ -97,12 +106,24 @@ impl Server {
     }
 
     fn requests_for(&self, name: &str) -> u64 {
-        self.per_path
-            .lock()
+        self.gets_for(name) + self.count(&format!("HEAD /{name}"))
+    }
+
+    /// GET requests of `name` so far.
+    fn gets_for(&self, name: &str) -> u64 {
+        self.count(&format!("GET /{name}"))
+    }
+
+    fn count(&self, key: &str) -> u64 {
+        self.per_path.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    /// Serve other bytes (another ETag) as `name` from now on.
+    fn replace(&self, name: &str, bytes: Vec<u8>) {
+        self.files
+            .write()
             .unwrap()
-            .get(&format!("/{name}"))
-            .copied()
-            .unwrap_or(0)
+            .insert(format!("/{name}"), bytes);
     }
 }
 
@@ -110,7 +131,7 @@ impl Server {
 /// closes it or a fault ends it).
 fn serve(
     conn: TcpStream,
-    files: &HashMap<String, Vec<u8>>,
+    files: &RwLock<Files>,
     schedule: &Mutex<Schedule>,
     requests: &AtomicU64,
     injected: &AtomicU64,
@@ -151,12 +172,24 @@ fn serve(
         let mut skip = vec![0u8; body_len];
         reader.read_exact(&mut skip)?;
         let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
-        *per_path.lock().unwrap().entry(path.clone()).or_default() += 1;
+        *per_path
+            .lock()
+            .unwrap()
+            .entry(format!("{method} {path}"))
+            .or_default() += 1;
         let fault = {
-            let s = schedule.lock().unwrap();
+            let mut s = schedule.lock().unwrap();
             let start = range.map_or(0, |(a, _)| a);
             if s.dead.contains(&path) || s.dead_after.get(&path).is_some_and(|&x| start >= x) {
                 Some(Fault::Status(503))
+            } else if s.once_each {
+                let first = s.seen.insert(format!("{method} {path} {range:?}"));
+                if first && files.read().unwrap().contains_key(&path) {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                    Some(Fault::Status(503))
+                } else {
+                    None
+                }
             } else {
                 match s.every {
                     Some(every) if n % every == 0 && !s.kinds.is_empty() => {
@@ -167,7 +200,7 @@ fn serve(
                 }
             }
         };
-        let Some(data) = files.get(&path) else {
+        let Some(data) = files.read().unwrap().get(&path).cloned() else {
             write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
             continue;
         };
@@ -204,8 +237,9 @@ fn serve(
         };
         let mut head = format!(
             "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
-             Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"v1\"\r\n",
-            hi - lo
+             Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"{:016x}\"\r\n",
+            hi - lo,
+            content_tag(&data)
         );
         if range.is_some() {
             head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
@@ -225,10 +259,17 @@ fn serve(
     }
 }
 
+/// The ETag of `data`: 64-bit FNV-1a of its bytes.
+fn content_tag(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The options every test uses (set once: they are process-wide): small
 /// parts so that a file takes many requests, a short time-out, a quick
-/// backoff. The guard runs the tests one at a time, so that the process's
-/// retry counter counts one test's retries.
+/// backoff. The guard runs the tests one at a time (a slow answer of one
+/// test's server would otherwise stretch another's time-outs).
 fn options() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -243,6 +284,7 @@ fn options() -> MutexGuard<'static, ()> {
             retry_budget: Duration::from_secs(30),
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(50),
+            cache: None,
         })
     });
     guard
@@ -282,15 +324,49 @@ fn tfrecord_files(files: usize, records: usize) -> HashMap<String, Vec<u8>> {
         .collect()
 }
 
-/// What a run delivered: (source, record) per pass, and the errors.
+/// What a run delivered: (source, record) per pass, the errors, and the
+/// pipeline's own counts of remote requests.
 struct Run {
     per_pass: BTreeMap<u64, Vec<(String, u64)>>,
     errors: Vec<String>,
     skipped: Vec<(String, u64, bool)>,
+    remote: feedline_actors::StatsSnapshot,
 }
 
 fn run(urls: &[String], readers: usize, passes: u64, policy: ErrorPolicy) -> Run {
-    let loader = Loader::builder()
+    run_with(urls, readers, passes, policy, None)
+}
+
+fn run_with(
+    urls: &[String],
+    readers: usize,
+    passes: u64,
+    policy: ErrorPolicy,
+    schema: Option<feedline::Schema>,
+) -> Run {
+    run_tweaked(urls, readers, passes, policy, |b| match schema {
+        Some(s) => b.schema(s),
+        None => b,
+    })
+}
+
+/// The schema of `jsonl_files`.
+fn jsonl_schema() -> feedline::Schema {
+    feedline::Schema::from_json(
+        r#"{"fields": [{"name": "id", "dtype": "i64", "shape": []},
+                       {"name": "v", "dtype": "f32", "shape": [2]}]}"#,
+    )
+    .unwrap()
+}
+
+fn run_tweaked(
+    urls: &[String],
+    readers: usize,
+    passes: u64,
+    policy: ErrorPolicy,
+    tweak: impl FnOnce(feedline_actors::LoaderBuilder) -> feedline_actors::LoaderBuilder,
+) -> Run {
+    let loader = tweak(Loader::builder())
         .files(urls.to_vec())
         .readers(readers)
         .batch(16)
@@ -325,6 +401,7 @@ fn run(urls: &[String], readers: usize, passes: u64, policy: ErrorPolicy) -> Run
         per_pass,
         errors,
         skipped,
+        remote: stats.snapshot(),
     }
 }
 
@@ -363,6 +440,7 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
     for (name, files, per_file) in cases {
         let mut names: Vec<String> = files.keys().cloned().collect();
         names.sort();
+        let total_bytes: u64 = files.values().map(|f| f.len() as u64).sum();
         let server = Server::start(
             files,
             Schedule {
@@ -382,13 +460,19 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
         let urls: Vec<String> = names.iter().map(|n| server.url(&n[1..])).collect();
         let want = all_records(&urls, per_file);
         for readers in [1, 4, 16] {
-            let before = remote::stats();
             let injected = server.injected.load(Ordering::SeqCst);
             let r = run(&urls, readers, 2, ErrorPolicy::Fail);
             let what = format!("{name}, {readers} readers");
             assert_each_once(&r, &want, 2, &what);
             let injected = server.injected.load(Ordering::SeqCst) - injected;
-            let retries = remote::stats().retries - before.retries;
+            // Counted by the pipeline itself: its stats, not the process's.
+            let retries = r.remote.remote_retries;
+            assert_eq!(r.remote.remote_give_ups, 0, "{what}");
+            assert!(
+                r.remote.remote_bytes >= 2 * total_bytes,
+                "{what}: {} bytes counted, the files hold {total_bytes} (2 passes)",
+                r.remote.remote_bytes
+            );
             assert!(injected > 0, "{what}: no fault was injected");
             // Every injected fault failed one attempt, retried unless the
             // stream it was for was dropped first (a read-ahead part
@@ -398,6 +482,51 @@ fn every_record_once_per_pass_over_http_while_every_7th_request_fails() {
                 "{what}: {injected} faults injected, {retries} retries counted"
             );
         }
+    }
+}
+
+#[test]
+fn each_injected_failure_is_one_retry_in_the_pipelines_stats() {
+    let _one = options();
+    for (readers, files, rows) in [(1, 2, 400), (4, 5, 300), (16, 20, 120)] {
+        let files = jsonl_files(files, rows);
+        // 4096-byte parts: the exact number of GETs each file takes.
+        let parts: u64 = files
+            .values()
+            .map(|f| (f.len() as u64).div_ceil(4096))
+            .sum();
+        let mut names: Vec<String> = files.keys().cloned().collect();
+        names.sort();
+        let server = Server::start(
+            files,
+            Schedule {
+                once_each: true,
+                ..Schedule::default()
+            },
+        );
+        let urls: Vec<String> = names.iter().map(|n| server.url(&n[1..])).collect();
+        let what = format!("{readers} readers");
+        // The schema is given: no inference reads the first file outside
+        // the pipeline. One pass: every HEAD and every part is asked once
+        // by the pipeline, and fails the first time.
+        let r = run_with(&urls, readers, 1, ErrorPolicy::Fail, Some(jsonl_schema()));
+        assert_each_once(&r, &all_records(&urls, rows), 1, &what);
+        let injected = server.injected.load(Ordering::SeqCst);
+        let heads = urls.len() as u64;
+        assert_eq!(injected, heads + parts, "{what}: one failure per request");
+        let s = &r.remote;
+        assert_eq!(s.remote_retries, injected, "{what}: retries counted");
+        assert_eq!(s.remote_requests, 2 * injected, "{what}: requests counted");
+        assert_eq!(s.remote_give_ups, 0, "{what}");
+        let line = s.summary_line();
+        assert!(
+            line.contains(&format!(
+                "remote: {} requests, {} retried, 0 given up",
+                2 * injected,
+                injected
+            )),
+            "{what}: {line}"
+        );
     }
 }
 
@@ -414,6 +543,7 @@ fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
     let dead = &urls[1];
     let r = run(&urls, 2, 1, ErrorPolicy::Fail);
     assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(r.remote.remote_give_ups >= 1, "{:?}", r.remote);
     let e = &r.errors[0];
     assert!(e.contains(dead.as_str()) && e.contains("503"), "{e}");
     assert!(
@@ -422,6 +552,9 @@ fn a_dead_object_fails_naming_its_url_or_is_skipped_whole() {
     );
     let r = run(&urls, 2, 1, ErrorPolicy::skip());
     assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // The dead object's HEAD: 6 attempts, 5 retries, given up once.
+    assert_eq!(r.remote.remote_give_ups, 1, "{:?}", r.remote);
+    assert!(r.remote.remote_retries >= 5, "{:?}", r.remote);
     let mut want = all_records(&[urls[0].clone(), urls[2].clone()], 100);
     want.sort();
     let mut got = r.per_pass[&0].clone();
@@ -563,4 +696,317 @@ fn parquet_reads_by_ranges_over_http_and_equals_the_local_file() {
         assert!(!local.is_empty(), "{n}");
         assert_eq!(records(&server.url(&format!("pq/{n}"))), local, "{n}");
     }
+}
+
+/// The entries (`*.obj`) and temporary files (`.tmp-*`) in a cache
+/// directory.
+fn cache_files(dir: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let mut objs = Vec::new();
+    let mut tmps = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") {
+            tmps.push(name);
+        } else if name.ends_with(".obj") {
+            objs.push(name);
+        }
+    }
+    (objs, tmps)
+}
+
+#[test]
+fn with_a_cache_dir_later_passes_and_runs_make_no_get_and_each_record_arrives_once() {
+    let _one = options();
+    for (seed_files, readers) in [(3u64, 1usize), (5, 4)] {
+        let files = jsonl_files(seed_files, 200);
+        let parts: HashMap<String, u64> = files
+            .iter()
+            .map(|(k, v)| (k[1..].to_string(), (v.len() as u64).div_ceil(4096)))
+            .collect();
+        let mut names: Vec<String> = files.keys().map(|k| k[1..].to_string()).collect();
+        names.sort();
+        let server = Server::start(files, Schedule::default());
+        let urls: Vec<String> = names.iter().map(|n| server.url(n)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let what = format!("{readers} readers");
+        let passes = 3;
+        let go = || {
+            run_tweaked(&urls, readers, passes, ErrorPolicy::Fail, |b| {
+                b.schema(jsonl_schema()).remote_cache(&cache, 1 << 30)
+            })
+        };
+        let r = go();
+        assert_each_once(&r, &all_records(&urls, 200), passes, &what);
+        let (objs, tmps) = cache_files(&cache);
+        assert_eq!(objs.len(), names.len(), "{what}: {objs:?}");
+        assert!(tmps.is_empty(), "{what}: {tmps:?}");
+        for n in &names {
+            let gets = server.gets_for(n);
+            if readers == 1 {
+                // One reader: pass 1 reads each object whole before pass 2
+                // opens it, so every later open is a hit.
+                assert_eq!(gets, parts[n], "{what}: {n} fetched once");
+            } else {
+                // Several readers may open an object for pass 2 while pass
+                // 1 still reads it: not cached yet, fetched again.
+                assert!(
+                    gets >= parts[n] && gets <= passes * parts[n],
+                    "{what}: {n}: {gets}"
+                );
+            }
+        }
+        if readers == 1 {
+            assert_eq!(
+                r.remote.remote_cache_hits,
+                (passes - 1) * names.len() as u64,
+                "{what}"
+            );
+        }
+        // A later run: every object from the disk, no GET at all.
+        let gets: Vec<u64> = names.iter().map(|n| server.gets_for(n)).collect();
+        let r = go();
+        assert_each_once(&r, &all_records(&urls, 200), passes, &what);
+        let after: Vec<u64> = names.iter().map(|n| server.gets_for(n)).collect();
+        assert_eq!(gets, after, "{what}: a GET in the second run");
+        assert_eq!(
+            r.remote.remote_cache_hits,
+            passes * names.len() as u64,
+            "{what}"
+        );
+        let line = r.remote.summary_line();
+        assert!(line.contains("remote cache:"), "{line}");
+    }
+}
+
+/// Read `url` whole through `cache`, counting in `counters`.
+fn read_cached(
+    cache: &feedline::remote::cache::RemoteCache,
+    counters: &Arc<remote::RemoteCounters>,
+    url: &str,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    remote::scoped(counters, Some(cache), || {
+        remote::RemoteObject::open_cached(url)
+            .unwrap()
+            .read_to_end(&mut out)
+            .unwrap()
+    });
+    out
+}
+
+#[test]
+fn the_cache_keeps_its_bound_by_evicting_the_least_recently_used_never_one_being_read() {
+    let _one = options();
+    let files = jsonl_files(4, 100);
+    let size = files.values().map(|f| f.len() as u64).max().unwrap();
+    let smallest = files.values().map(|f| f.len() as u64).min().unwrap();
+    let server = Server::start(files.clone(), Schedule::default());
+    let url = |f: usize| server.url(&format!("data/part{f}.jsonl"));
+    let body = |f: usize| files[&format!("/data/part{f}.jsonl")].clone();
+    let dir = tempfile::tempdir().unwrap();
+    // Room for any two objects, not three.
+    let max = 2 * size + size / 4;
+    assert!(3 * smallest > max);
+    let cache = feedline::remote::cache::RemoteCache::new(dir.path(), max);
+    let c = remote::RemoteCounters::new();
+    let cached = |f: usize| cache.contains(&url(f)).unwrap();
+    assert_eq!(read_cached(&cache, &c, &url(0)), body(0));
+    assert_eq!(read_cached(&cache, &c, &url(1)), body(1));
+    assert!(cached(0) && cached(1));
+    // 0 used again (a hit, no GET): 1 is now the least recently used.
+    let gets0 = server.gets_for("data/part0.jsonl");
+    assert_eq!(read_cached(&cache, &c, &url(0)), body(0));
+    assert_eq!(server.gets_for("data/part0.jsonl"), gets0);
+    assert_eq!(c.snapshot().cache_hits, 1);
+    assert_eq!(read_cached(&cache, &c, &url(2)), body(2));
+    assert!(cached(0) && !cached(1) && cached(2), "1 evicted, not 0");
+    assert!(cache.used_bytes().unwrap() <= max);
+    // 0 is now the least recently used, but it is being read: 2 goes.
+    let mut open0 = remote::scoped(&c, Some(&cache), || {
+        remote::RemoteObject::open_cached(&url(0)).unwrap()
+    });
+    assert_eq!(read_cached(&cache, &c, &url(3)), body(3));
+    assert!(
+        cached(0) && !cached(2) && cached(3),
+        "2 evicted, not 0 (in use)"
+    );
+    let mut got = Vec::new();
+    open0.read_to_end(&mut got).unwrap();
+    assert_eq!(got, body(0));
+    drop(open0);
+    assert!(cache.used_bytes().unwrap() <= max);
+    // An object larger than the bound is streamed, not kept.
+    let small = feedline::remote::cache::RemoteCache::new(dir.path().join("small"), smallest - 1);
+    let f = (0..4).find(|&f| body(f).len() as u64 == smallest).unwrap();
+    assert_eq!(read_cached(&small, &c, &url(f)), body(f));
+    assert!(!small.contains(&url(f)).unwrap());
+    assert_eq!(small.used_bytes().unwrap(), 0);
+}
+
+#[test]
+fn a_changed_object_is_fetched_again_and_a_corrupt_or_partial_cache_file_is_never_used() {
+    let _one = options();
+    let files = jsonl_files(2, 150);
+    let server = Server::start(files.clone(), Schedule::default());
+    let url = server.url("data/part0.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = feedline::remote::cache::RemoteCache::new(dir.path(), 1 << 30);
+    let c = remote::RemoteCounters::new();
+    let gets = || server.gets_for("data/part0.jsonl");
+    let v1 = files["/data/part0.jsonl"].clone();
+    assert_eq!(read_cached(&cache, &c, &url), v1);
+    let first = gets();
+    assert!(first > 0);
+    assert_eq!(read_cached(&cache, &c, &url), v1);
+    assert_eq!(gets(), first, "a hit makes no GET");
+
+    // Changed at the server (new ETag and size): fetched again, the old
+    // entry replaced.
+    let mut v2 = v1.clone();
+    v2.extend_from_slice(b"{\"id\": 99999, \"v\": [1.0, 2.0]}\n");
+    server.replace("data/part0.jsonl", v2.clone());
+    assert_eq!(read_cached(&cache, &c, &url), v2);
+    let second = gets();
+    assert!(second > first, "the changed object was not fetched");
+    assert_eq!(read_cached(&cache, &c, &url), v2);
+    assert_eq!(gets(), second);
+    let (objs, _) = cache_files(dir.path());
+    assert_eq!(objs.len(), 1, "the old version stays: {objs:?}");
+
+    // Same length, one byte changed on disk: the CRC says no; fetched again.
+    let entry = dir.path().join(&objs[0]);
+    let mut bytes = std::fs::read(&entry).unwrap();
+    bytes[10] ^= 0x20;
+    std::fs::write(&entry, &bytes).unwrap();
+    assert_eq!(read_cached(&cache, &c, &url), v2);
+    assert!(gets() > second, "the corrupt file was used");
+    let third = gets();
+    // Truncated on disk: fetched again.
+    let (objs, _) = cache_files(dir.path());
+    let entry = dir.path().join(&objs[0]);
+    let bytes = std::fs::read(&entry).unwrap();
+    std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
+    assert_eq!(read_cached(&cache, &c, &url), v2);
+    assert!(gets() > third, "the truncated file was used");
+
+    // A read that stops halfway leaves no entry and no temporary file.
+    let other = server.url("data/part1.jsonl");
+    let mut half = vec![0u8; files["/data/part1.jsonl"].len() / 2];
+    remote::scoped(&c, Some(&cache), || {
+        let mut r = remote::RemoteObject::open_cached(&other).unwrap();
+        r.read_exact(&mut half).unwrap();
+    });
+    assert!(!cache.contains(&other).unwrap());
+    let (objs, tmps) = cache_files(dir.path());
+    assert_eq!((objs.len(), tmps.len()), (1, 0), "{objs:?} {tmps:?}");
+}
+
+#[test]
+fn a_stream_that_fails_midway_leaves_no_cache_entry() {
+    let _one = options();
+    let files = jsonl_files(1, 400);
+    let mut schedule = Schedule::default();
+    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
+    let server = Server::start(files, schedule);
+    let url = server.url("data/part0.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = feedline::remote::cache::RemoteCache::new(dir.path(), 1 << 30);
+    let c = remote::RemoteCounters::new();
+    let e = remote::scoped(&c, Some(&cache), || {
+        let mut out = Vec::new();
+        remote::RemoteObject::open_cached(&url)
+            .unwrap()
+            .read_to_end(&mut out)
+            .unwrap_err()
+    });
+    assert!(e.to_string().contains("byte offset 8192"), "{e}");
+    assert_eq!(c.snapshot().give_ups, 1);
+    let (objs, tmps) = cache_files(dir.path());
+    assert!(objs.is_empty() && tmps.is_empty(), "{objs:?} {tmps:?}");
+}
+
+#[test]
+fn cli_cat_and_run_with_cache_dir_read_each_object_from_the_store_once() {
+    let _one = options();
+    let files = jsonl_files(2, 80);
+    let server = Server::start(files.clone(), Schedule::default());
+    let urls: Vec<String> = (0..2)
+        .map(|f| server.url(&format!("data/part{f}.jsonl")))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("c");
+    let cache_s = cache.to_string_lossy().into_owned();
+    let flags = [
+        "--cache-dir",
+        cache_s.as_str(),
+        "--cache-max-bytes",
+        "1000000",
+    ];
+    let gets = || server.gets_for("data/part0.jsonl") + server.gets_for("data/part1.jsonl");
+
+    let mut args = vec!["cat"];
+    args.extend(urls.iter().map(String::as_str));
+    args.extend(flags);
+    let first = cli_common::feedline(&args);
+    assert_eq!(
+        cli_common::code(&first),
+        0,
+        "{}",
+        cli_common::stderr(&first)
+    );
+    assert_eq!(cli_common::stdout(&first).lines().count(), 160);
+    let after_first = gets();
+    assert!(after_first > 0);
+    assert_eq!(cache_files(&cache).0.len(), 2);
+    let second = cli_common::feedline(&args);
+    assert_eq!(cli_common::stdout(&second), cli_common::stdout(&first));
+    assert_eq!(gets(), after_first, "cat: the second read made a GET");
+
+    let mut args = vec!["run", "--passes", "2", "--batch", "16"];
+    args.extend(urls.iter().map(String::as_str));
+    args.extend(flags);
+    let run = cli_common::feedline(&args);
+    assert_eq!(cli_common::code(&run), 0, "{}", cli_common::stderr(&run));
+    assert_eq!(gets(), after_first, "run: a GET of a cached object");
+    let out = cli_common::stdout(&run);
+    assert!(out.contains("320 records"), "{out}");
+    assert!(out.contains("remote cache: 4 objects"), "{out}");
+
+    // Brace ranges in cat and inspect, over URLs.
+    let braces = server.url("data/part{0..1}.jsonl");
+    let cat = cli_common::feedline(&["cat", braces.as_str()]);
+    assert_eq!(cli_common::code(&cat), 0, "{}", cli_common::stderr(&cat));
+    assert_eq!(cli_common::stdout(&cat), cli_common::stdout(&first));
+    let inspect = cli_common::feedline(&["inspect", "--json", braces.as_str()]);
+    assert_eq!(
+        cli_common::code(&inspect),
+        0,
+        "{}",
+        cli_common::stderr(&inspect)
+    );
+    let report: serde_json::Value = serde_json::from_str(&cli_common::stdout(&inspect)).unwrap();
+    let names: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, [urls[0].as_str(), urls[1].as_str()], "{report}");
+    let bad = cli_common::feedline(&["cat", &server.url("data/part{3..1}.jsonl")]);
+    assert_ne!(cli_common::code(&bad), 0);
+    assert!(
+        cli_common::stderr(&bad).contains("{3..1}"),
+        "{}",
+        cli_common::stderr(&bad)
+    );
+
+    // One of the pair without the other: a usage error naming the flag.
+    let lone = cli_common::feedline(&["cat", urls[0].as_str(), "--cache-dir", cache_s.as_str()]);
+    assert_eq!(cli_common::code(&lone), 2);
+    assert!(
+        cli_common::stderr(&lone).contains("--cache-max-bytes"),
+        "{}",
+        cli_common::stderr(&lone)
+    );
 }

@@ -25,7 +25,8 @@ fn stage<'py>(py: Python<'py>, s: &StageSnapshot, workers: u64) -> PyResult<Boun
 
 /// The snapshot as a dict: totals at the top (`records`, `batches`,
 /// `bytes`, `records_per_s`), per-stage busy/idle/blocked fractions under
-/// `stages`, and the `bottleneck`.
+/// `stages`, remote requests (`requests`, `retries`, `give_ups`, `bytes`,
+/// `cache_hits`, `cache_bytes`) under `remote`, and the `bottleneck`.
 pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new_bound(py);
     d.set_item("elapsed_s", s.elapsed_s)?;
@@ -64,6 +65,14 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     d.set_item("bad_records", s.bad_records)?;
     d.set_item("reader_restarts", s.reader_restarts)?;
     d.set_item("reader_stalls", s.reader_stalls)?;
+    let remote = PyDict::new_bound(py);
+    remote.set_item("requests", s.remote_requests)?;
+    remote.set_item("retries", s.remote_retries)?;
+    remote.set_item("give_ups", s.remote_give_ups)?;
+    remote.set_item("bytes", s.remote_bytes)?;
+    remote.set_item("cache_hits", s.remote_cache_hits)?;
+    remote.set_item("cache_bytes", s.remote_cache_bytes)?;
+    d.set_item("remote", remote)?;
     d.set_item("bottleneck", s.bottleneck.to_string())?;
     d.set_item("summary", s.summary_line())?;
     Ok(d)

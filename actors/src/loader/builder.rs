@@ -75,6 +75,28 @@ impl LoaderBuilder {
         self
     }
 
+    /// Keep remote inputs (`s3://`, `gs://`, `http(s)://`) in the local
+    /// directory `dir` after their first whole read, at most `max_bytes`
+    /// of them (least recently used evicted first): later passes, and later
+    /// runs, read the local copy once a HEAD request shows the object
+    /// unchanged (same size and ETag). Several processes may share `dir`.
+    /// See [`feedline::remote::cache`] for the rules. Default: none, or the
+    /// one of `FEEDLINE_REMOTE_CACHE_DIR` / `FEEDLINE_REMOTE_CACHE_MAX_BYTES`.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let loader = Loader::builder()
+    ///     .files(["s3://bucket/train/shard-{000000..000099}.tar"])
+    ///     .remote_cache("/mnt/nvme/feedline-cache", 200 << 30)
+    ///     .passes(10)
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn remote_cache(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
+        self.config.remote_cache = Some(feedline::remote::cache::RemoteCache::new(dir, max_bytes));
+        self
+    }
+
     /// The schema (default: inferred from the first file).
     pub fn schema(mut self, schema: Schema) -> Self {
         self.config.schema = Some(schema);

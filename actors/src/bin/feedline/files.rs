@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::error::{CliError, CliResult};
 use crate::output::{Stderr, Stdout};
-use crate::pipeline_args::{count, FormatArgs, TransformArgs};
+use crate::pipeline_args::{count, FormatArgs, RemoteCacheArgs, TransformArgs};
 
 #[derive(Args)]
 pub struct CatArgs {
@@ -33,6 +33,8 @@ pub struct CatArgs {
     seed: u64,
     #[command(flatten)]
     transform: TransformArgs,
+    #[command(flatten)]
+    cache: RemoteCacheArgs,
 }
 
 /// `record` through `image`: its image fields decoded (and augmented), the
@@ -54,7 +56,24 @@ fn transformed(image: &ImageTransform, record: &Record, seed: u64) -> CliResult<
     Ok(sample.into_record(record.location.clone()))
 }
 
-pub fn cat(args: CatArgs) -> CliResult<ExitCode> {
+/// The paths given to `cat` and `inspect`, with WebDataset brace ranges
+/// (`shard-{000..009}.tar`, `{a,b}`) expanded in place, for local paths and
+/// URLs alike; a path that exists as written is kept as it is.
+fn expand_brace_args(paths: &[String]) -> CliResult<Vec<String>> {
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        if p.contains('{') && !std::path::Path::new(p).exists() {
+            out.extend(feedline::plan::expand_inputs(std::slice::from_ref(p))?);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+pub fn cat(mut args: CatArgs) -> CliResult<ExitCode> {
+    args.cache.install()?;
+    args.paths = expand_brace_args(&args.paths)?;
     let registry = Registry::with_builtin();
     let opts = args.format.open_options()?;
     let mut out = Stdout::new();
@@ -138,7 +157,8 @@ impl FileReport {
     }
 }
 
-pub fn inspect(args: InspectArgs) -> CliResult<ExitCode> {
+pub fn inspect(mut args: InspectArgs) -> CliResult<ExitCode> {
+    args.paths = expand_brace_args(&args.paths)?;
     let registry = Registry::with_builtin();
     let opts = args.format.open_options()?;
     let reports: Vec<FileReport> = (args.paths.iter())

@@ -68,6 +68,43 @@ impl FormatArgs {
     }
 }
 
+/// A local cache directory for remote inputs (`--cache-dir`,
+/// `--cache-max-bytes`), shared by `run`, `bench` and `cat`.
+#[derive(Args, Clone, Debug)]
+pub struct RemoteCacheArgs {
+    /// Keep remote inputs (s3://, gs://, http(s)://) in this directory after
+    /// their first whole read; later passes and runs read the local copy
+    /// while the object is unchanged (same size and ETag). Needs
+    /// --cache-max-bytes. Default: $FEEDLINE_REMOTE_CACHE_DIR, else none.
+    #[arg(long, value_name = "DIR", requires = "cache_max_bytes")]
+    pub cache_dir: Option<PathBuf>,
+    /// The cache directory's bound in bytes, ≥ 1: the least recently used
+    /// objects are evicted to stay within it.
+    #[arg(long, value_name = "N", requires = "cache_dir",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub cache_max_bytes: Option<u64>,
+}
+
+impl RemoteCacheArgs {
+    /// The cache these flags ask for.
+    pub fn cache(&self) -> Option<feedline::remote::cache::RemoteCache> {
+        let (dir, max) = (self.cache_dir.as_ref()?, self.cache_max_bytes?);
+        Some(feedline::remote::cache::RemoteCache::new(dir, max))
+    }
+
+    /// Make the flags' cache the process's (every remote read of the
+    /// command goes through it, schema inference included).
+    pub fn install(&self) -> CliResult<()> {
+        let Some(cache) = self.cache() else {
+            return Ok(());
+        };
+        let mut o = feedline::remote::options().map_err(|e| CliError::usage(e.to_string()))?;
+        o.cache = Some(cache);
+        feedline::remote::set_options(o);
+        Ok(())
+    }
+}
+
 /// What to do with a bad record (`--on-error`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnError {
@@ -162,6 +199,8 @@ pub struct PipelineArgs {
     pub crc_on_read: bool,
     #[command(flatten)]
     pub transform: TransformArgs,
+    #[command(flatten)]
+    pub cache: RemoteCacheArgs,
 }
 
 /// The built-in image transforms (`--transform`), shared by `run`, `bench`
@@ -269,6 +308,7 @@ impl PipelineArgs {
                 max_bad_fraction: None,
             },
         };
+        self.cache.install()?;
         let mut open = self.format.open_options()?;
         open.verify_checksums = !self.no_checksums;
         open.defer_checksums = !self.crc_on_read;
@@ -302,6 +342,7 @@ impl PipelineArgs {
                 EqualizeArg::Pad => Equalize::Pad,
             },
             transforms: self.transform.transforms()?,
+            remote_cache: self.cache.cache(),
             ..defaults
         })
     }
