@@ -11,6 +11,9 @@ import numpy.typing as npt
 
 __all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray"]
 
+__version__: str
+"""The package's version (the Rust crate's)."""
+
 _DType = Union[str, type, np.dtype[Any]]
 """numpy's names: "float32", "float64", "int64", "int32", "uint8", "bool", or "bytes"."""
 
@@ -150,7 +153,9 @@ class Loader(Iterator[Batch]):
     def __len__(self) -> int:
         """Batches per pass for this rank (npy/npz, Parquet inputs); TypeError when not known."""
     def stats(self) -> dict[str, Any]:
-        """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ..."""
+        """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ...;
+        "python": next_calls, next_gil_s, next_gil_us (the mean time one next() held the GIL,
+        its waits for a batch excepted)."""
     @property
     def schema(self) -> dict[str, _FieldSpec]: ...
     @property

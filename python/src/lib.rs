@@ -20,7 +20,7 @@ mod stats;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use feedline::Schema;
 use feedline_actors::{
@@ -285,6 +285,8 @@ struct PyLoader {
     config: PipelineConfig,
     /// `len()`: batches per pass, or why it is not known (computed once).
     len: OnceLock<Result<u64, stats::LenUnknown>>,
+    /// Time `next()` held the GIL (`stats()["python"]`).
+    gil: stats::GilClock,
 }
 
 impl PyLoader {
@@ -312,6 +314,7 @@ impl PyLoader {
             config,
             inner,
             len: OnceLock::new(),
+            gil: stats::GilClock::default(),
         }
     }
 
@@ -323,6 +326,39 @@ impl PyLoader {
     /// The loader, locked (call with the GIL released).
     fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
         self.inner.lock()
+    }
+
+    /// The next batch, waited for without the GIL (`released` grows by the
+    /// time spent so).
+    fn next_batch(&self, py: Python<'_>, released: &mut Duration) -> PyResult<Option<PyBatch>> {
+        loop {
+            if self.inner.closing.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let t = Instant::now();
+            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
+            *released += t.elapsed();
+            match r {
+                // Closed, or the end of the data.
+                None | Some(None) => return Ok(None),
+                Some(Some(Ok(d))) => {
+                    if self.schema.get().is_none() {
+                        let _ = self.schema.set(d.batch.schema().clone());
+                    }
+                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
+                }
+                Some(Some(Err(PipelineError::Timeout { .. }))) => {
+                    if let Err(e) = py.check_signals() {
+                        self.close(py);
+                        return Err(e);
+                    }
+                }
+                Some(Some(Err(e))) => {
+                    self.close(py);
+                    return Err(to_py_err(e));
+                }
+            }
+        }
     }
 }
 
@@ -464,32 +500,11 @@ impl PyLoader {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
-        loop {
-            if self.inner.closing.load(Ordering::SeqCst) {
-                return Ok(None);
-            }
-            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
-            match r {
-                // Closed, or the end of the data.
-                None | Some(None) => return Ok(None),
-                Some(Some(Ok(d))) => {
-                    if self.schema.get().is_none() {
-                        let _ = self.schema.set(d.batch.schema().clone());
-                    }
-                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
-                }
-                Some(Some(Err(PipelineError::Timeout { .. }))) => {
-                    if let Err(e) = py.check_signals() {
-                        self.close(py);
-                        return Err(e);
-                    }
-                }
-                Some(Some(Err(e))) => {
-                    self.close(py);
-                    return Err(to_py_err(e));
-                }
-            }
-        }
+        let entered = Instant::now();
+        let mut released = Duration::ZERO;
+        let r = self.next_batch(py, &mut released);
+        self.gil.add(entered.elapsed().saturating_sub(released));
+        r
     }
 
     /// Batches per pass for this rank, when the inputs tell their record
@@ -513,7 +528,9 @@ impl PyLoader {
     /// Counters of the run so far: records, batches, bytes, records_per_s,
     /// per-stage busy/idle fractions under "stages", the bottleneck.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats::stats_dict(py, &self.stats.snapshot())
+        let d = stats::stats_dict(py, &self.stats.snapshot())?;
+        d.set_item("python", self.gil.dict(py)?)?;
+        Ok(d)
     }
 
     /// The schema of the batches, as a dict like `schema=` takes (with a
@@ -567,6 +584,7 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;
     m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;
     let ns = PyDict::new_bound(py);
