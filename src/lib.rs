@@ -67,7 +67,7 @@ mod record;
 mod schema;
 mod values;
 
-pub use batch::{Array, Batch, BatchField, Element};
+pub use batch::{Array, Batch, BatchField, Element, DATA_ALIGN};
 pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
 pub use error::{Error, Result};
