@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests: the Rust workspace, then the Python package (built into a venv
 # under target/, created on first use, and its pytest suite). The venv also
-# holds moto's S3 server, which the Rust S3 test starts (required here).
+# holds moto's S3 server, which the Rust S3 test starts (required here), and
+# JAX for the Python tests' DLPack check (torch's tests run where it is installed).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -10,7 +11,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 VENV="$(cd "$VENV" && pwd)"
-"$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1"
+# JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh venv).
+"$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
+  "jax[cpu]==0.10.2"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
   cargo test --workspace --release
 # The extension shares the workspace's target dir (its dependencies are built once).
