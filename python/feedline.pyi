@@ -133,10 +133,15 @@ class Loader(Iterator[Batch]):
         map: Optional[Callable[[dict[str, Any], np.random.Generator], Mapping[str, Any]]] = None,
         workers: Optional[int] = None,
         map_schema: Optional[_SchemaSpec] = None,
+        resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
-        a GIL build); its exceptions are bad records under `on_error`."""
+        a GIL build); its exceptions are bad records under `on_error`.
+        resume: a state_dict() (or the JSON of a checkpoint(path) file) to go
+        on from, or a list of them, one per rank of the old job, for an elastic
+        resume under this rank/world_size; settings or inputs that changed
+        since are a ValueError naming them."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
@@ -152,6 +157,12 @@ class Loader(Iterator[Batch]):
     def __next__(self) -> Batch: ...
     def __len__(self) -> int:
         """Batches per pass for this rank (npy/npz, Parquet inputs); TypeError when not known."""
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches taken so far (a JSON-serialisable dict, the
+        Rust Checkpoint): Loader(..., resume=state) goes on from exactly there."""
+    def checkpoint(self, path: Union[str, os.PathLike[str]]) -> None:
+        """Write state_dict() to `path` as JSON, atomically (the file `feedline run
+        --checkpoint` writes); OSError if it cannot be written."""
     def stats(self) -> dict[str, Any]:
         """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ...;
         "python": next_calls, next_gil_s, next_gil_us (the mean time one next() held the GIL,

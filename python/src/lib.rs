@@ -12,6 +12,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod batch;
+mod checkpoint;
 mod dlpack;
 mod feed;
 mod map;
@@ -120,7 +121,14 @@ fn to_py_err(e: PipelineError) -> PyErr {
 /// the data says: a file that is not what its format says, …) as during
 /// iteration.
 fn start_err(e: PipelineError) -> PyErr {
+    use feedline::checkpoint::CheckpointError as C;
     use feedline::Error as E;
+    if let PipelineError::Checkpoint(c) = &e {
+        // A resume that does not fit these settings or inputs: what changed.
+        if !matches!(&**c, C::Io { .. } | C::Read(_)) {
+            return PyValueError::new_err(e.to_string());
+        }
+    }
     if let PipelineError::Data(d) = &e {
         match &**d {
             E::Config(_) | E::UnknownFormat { .. } => return PyValueError::new_err(e.to_string()),
@@ -328,6 +336,17 @@ impl PyLoader {
         self.inner.lock()
     }
 
+    /// The checkpoint of the batches taken so far (without the GIL: the
+    /// first one stamps the inputs).
+    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
+        match py.allow_threads(|| self.lock().as_mut().map(|l| l.checkpoint())) {
+            None => Err(PyValueError::new_err(
+                "the loader is closed: take its state_dict() before close()",
+            )),
+            Some(r) => r.map_err(to_py_err),
+        }
+    }
+
     /// The next batch, waited for without the GIL (`released` grows by the
     /// time spent so).
     fn next_batch(&self, py: Python<'_>, released: &mut Duration) -> PyResult<Option<PyBatch>> {
@@ -383,7 +402,8 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
-        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None))]
+        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
+        resume=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -404,6 +424,7 @@ impl PyLoader {
         map: Option<Bound<'_, PyAny>>,
         workers: Option<usize>,
         map_schema: Option<Bound<'_, PyAny>>,
+        resume: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -449,6 +470,11 @@ impl PyLoader {
                 ))
             }
             None => {}
+        }
+        if let Some(r) = resume.filter(|r| !r.is_none()) {
+            for cp in checkpoint::resume_list(py, &r)? {
+                b = b.resume(cp);
+            }
         }
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),
@@ -523,6 +549,21 @@ impl PyLoader {
                 "this loader has no len(): the batches per pass are not known ({why})"
             ))),
         }
+    }
+
+    /// The loader's position (the Rust `Checkpoint`) as a JSON-serialisable
+    /// dict: `Loader(..., resume=state)` goes on from exactly there.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let cp = self.take_checkpoint(py)?;
+        checkpoint::to_dict(py, &cp)
+    }
+
+    /// Write the loader's position to `path` atomically, as `feedline run
+    /// --checkpoint` writes it (a JSON file; `resume=json.load(f)` reads it).
+    fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let cp = self.take_checkpoint(py)?;
+        py.allow_threads(|| cp.save_atomic(&path))
+            .map_err(|e| checkpoint::save_err(&e))
     }
 
     /// Counters of the run so far: records, batches, bytes, records_per_s,
