@@ -11,9 +11,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 VENV="$(cd "$VENV" && pwd)"
-# JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh venv).
+# JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh
+# venv); Pillow makes the JPEGs of the transform tests.
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
-  "jax[cpu]==0.10.2"
+  "jax[cpu]==0.10.2" "Pillow==13.0.0"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
   cargo test --workspace --release
 # The extension shares the workspace's target dir (its dependencies are built once).

@@ -134,6 +134,7 @@ class Loader(Iterator[Batch]):
         workers: Optional[int] = None,
         map_schema: Optional[_SchemaSpec] = None,
         resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
+        transform: Optional[str] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -141,7 +142,11 @@ class Loader(Iterator[Batch]):
         resume: a state_dict() (or the JSON of a checkpoint(path) file) to go
         on from, or a list of them, one per rank of the old job, for an elastic
         resume under this rank/world_size; settings or inputs that changed
-        since are a ValueError naming them."""
+        since are a ValueError naming them.
+        transform: a built-in image transform by its CLI name (`--transform SPEC`):
+        "decode", "imagenet-train", "imagenet-eval" or a chain such as
+        "decode,resize(256),center-crop(224),to-f32,chw", run in Rust on `workers`
+        threads (no GIL) on every image field; not with map=."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,

@@ -403,7 +403,7 @@ impl PyLoader {
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
-        resume=None))]
+        resume=None, transform=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -425,6 +425,7 @@ impl PyLoader {
         workers: Option<usize>,
         map_schema: Option<Bound<'_, PyAny>>,
         resume: Option<Bound<'_, PyAny>>,
+        transform: Option<&str>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -446,8 +447,30 @@ impl PyLoader {
             Some(s) => Some(schema::parse_schema(py, &s)?),
             None => None,
         };
-        match map.filter(|m| !m.is_none()) {
-            Some(f) => {
+        match (map.filter(|m| !m.is_none()), transform) {
+            (Some(_), Some(t)) => {
+                return Err(PyValueError::new_err(format!(
+                    "give map= or transform={t:?}, not both (a Python map after the built-in \
+                     transform is not supported)"
+                )))
+            }
+            (None, Some(spec)) => {
+                if map_schema.is_some() {
+                    return Err(PyValueError::new_err(
+                        "map_schema is a setting of map=: the built-in transforms know their output",
+                    ));
+                }
+                let plan = feedline_vision::Plan::parse(spec)
+                    .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
+                b = b.transform(std::sync::Arc::new(feedline_vision::ImageTransform::new(
+                    plan,
+                    feedline_vision::ImageFields::Detect,
+                )));
+                if let Some(w) = workers {
+                    b = b.workers(w);
+                }
+            }
+            (Some(f), None) => {
                 if !f.is_callable() {
                     return Err(PyValueError::new_err(format!(
                         "map: expected a callable (instance, rng) -> dict, got {}",
@@ -464,12 +487,13 @@ impl PyLoader {
                     b = b.workers(w);
                 }
             }
-            None if map_schema.is_some() || workers.is_some() => {
+            (None, None) if map_schema.is_some() || workers.is_some() => {
                 return Err(PyValueError::new_err(
-                    "map_schema and workers are settings of map=: give a map",
+                    "map_schema and workers are settings of map= (workers also of transform=): \
+                     give a map or a transform",
                 ))
             }
-            None => {}
+            (None, None) => {}
         }
         if let Some(r) = resume.filter(|r| !r.is_none()) {
             for cp in checkpoint::resume_list(py, &r)? {
