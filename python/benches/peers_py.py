@@ -1,14 +1,17 @@
 """feedline from Python as one more loader in the peers' benchmark harness
 (/work/shared/peers, `run_peers.sh` with PEERS_EXTRA=benches/peers-jobs.tsv).
 
-The same pipeline as the Rust adapter's jobs `A_feedline_r2` / `B_feedline_r2`
-(`benches/peers.rs`): the harness's TFRecord shards from its manifest.json,
-the presets' schema, a fresh `feedline.Loader` per pass (seed = pass index,
-as the adapter's `--seed 0` + pass), 2 readers, feed-queue capacity 4,
-shuffle 10,000 / batch 256 (A) or 1,000 / 32 (B) -- but iterated from Python,
-every batch checked by the harness's own `common.Checker` (record count, sum
-of the labels, probe sum: each record exactly once) and every pass timed and
-printed by the harness's `common.run_passes` (RESULT lines, RSS, CPU).
+The same pipelines as the Rust adapter's jobs `A_feedline_r2`,
+`B_feedline_r2` and `C_feedline_w2` (`benches/peers.rs`): the harness's
+TFRecord shards from its manifest.json, the presets' schema (C's inferred),
+a fresh `feedline.Loader` per pass (seed = pass index, as the adapter's
+`--seed 0` + pass), feed-queue capacity 4, the harness's shuffle and batch
+(A 10,000 / 256, B 1,000 / 32, C 1,000 / 64), for C the built-in transform
+by name (`--transform imagenet-train`, 2 workers) -- but iterated from
+Python, every batch checked by the harness's own `common.Checker` (record
+count, sum of the labels, probe sum: each record exactly once; C's layout)
+and every pass timed and printed by the harness's `common.run_passes`
+(RESULT lines, RSS, CPU).
 
 Each RESULT line also carries the time per batch under the GIL:
 `gil_us_next` (what `next()` held it, less its waits for a batch, measured by
@@ -47,12 +50,14 @@ import common  # noqa: E402  (the harness: Checker, run_passes, manifest)
 
 import feedline  # noqa: E402
 
-# The adapter's schemas (feedline::gen::preset_schema) and field names.
+# The adapter's schemas (feedline::gen::preset_schema; C's inferred from
+# the files) and field names.
 SCHEMA = {
     "A": {"x": ("float32", [64]), "y": ("int64", [1])},
     "B": {"image": ("uint8", [224 * 224 * 3]), "label": ("int64", [1])},
+    "C": None,
 }
-FIELDS = {"A": ("x", "y"), "B": ("image", "label")}
+FIELDS = {"A": ("x", "y"), "B": ("image", "label"), "C": ("image/encoded", "image/class/label")}
 
 
 class Epoch:
@@ -64,7 +69,8 @@ class Epoch:
             files=files, batch_size=args.batch, shuffle=args.shuffle, seed=seed,
             passes=1, readers=args.readers, capacity=args.capacity,
             deterministic=args.deterministic, rank=0, world_size=1,
-            schema=SCHEMA[args.dataset])
+            schema=SCHEMA[args.dataset], transform=args.transform,
+            workers=args.workers if args.transform else None)
         self.fields = FIELDS[args.dataset]
         self.extra = extra
 
@@ -99,13 +105,16 @@ def main():
     ap.add_argument("--shuffle", type=int, help="default: the harness's (A 10,000, B 1,000)")
     ap.add_argument("--batch", type=int, help="default: the harness's (A 256, B 32)")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--transform", help="a built-in transform (C: imagenet-train), as the CLI's --transform")
+    ap.add_argument("--workers", type=int, default=2, help="transform workers (with --transform)")
     # common.parser requires --variant; here it defaults to the Rust adapter's name.
     for a in ap._actions:
         if a.dest == "variant":
             a.required = False
     args = ap.parse_args()
-    if args.dataset not in SCHEMA:
-        ap.error("dataset C needs the built-in transforms from Python (not yet): use A or B")
+    if args.dataset == "C" and not args.transform:
+        ap.error("dataset C is JPEGs: give --transform imagenet-train (decode, RandomResizedCrop 224, "
+                 "flip, normalise to f32 CHW)")
     if args.shuffle is None:
         args.shuffle = common.SHUFFLE[args.dataset]
     if args.batch is None:
@@ -116,8 +125,10 @@ def main():
             args.variant += "_det"
         if args.capacity != 4:
             args.variant += f"_cap{args.capacity}"
+        if args.transform:
+            args.variant += f"_w{args.workers}"
     files = common.tfrecord_files(args.data, args.dataset)
-    # The RESULT extras; main_thread_cpu_us_per_batch is set at each pass's end.
+    # The RESULT extras; the gil_us_* ones are set at each pass's end.
     extra = {"api": "python", "version": feedline.__version__}
 
     def epoch(i):
