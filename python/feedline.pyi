@@ -11,6 +11,9 @@ import numpy.typing as npt
 
 __all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray"]
 
+__version__: str
+"""The package's version (the Rust crate's)."""
+
 _DType = Union[str, type, np.dtype[Any]]
 """numpy's names: "float32", "float64", "int64", "int32", "uint8", "bool", or "bytes"."""
 
@@ -130,10 +133,20 @@ class Loader(Iterator[Batch]):
         map: Optional[Callable[[dict[str, Any], np.random.Generator], Mapping[str, Any]]] = None,
         workers: Optional[int] = None,
         map_schema: Optional[_SchemaSpec] = None,
+        resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
+        transform: Optional[str] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
-        a GIL build); its exceptions are bad records under `on_error`."""
+        a GIL build); its exceptions are bad records under `on_error`.
+        resume: a state_dict() (or the JSON of a checkpoint(path) file) to go
+        on from, or a list of them, one per rank of the old job, for an elastic
+        resume under this rank/world_size; settings or inputs that changed
+        since are a ValueError naming them.
+        transform: a built-in image transform by its CLI name (`--transform SPEC`):
+        "decode", "imagenet-train", "imagenet-eval" or a chain such as
+        "decode,resize(256),center-crop(224),to-f32,chw", run in Rust on `workers`
+        threads (no GIL) on every image field; not with map=."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
@@ -149,8 +162,16 @@ class Loader(Iterator[Batch]):
     def __next__(self) -> Batch: ...
     def __len__(self) -> int:
         """Batches per pass for this rank (npy/npz, Parquet inputs); TypeError when not known."""
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches taken so far (a JSON-serialisable dict, the
+        Rust Checkpoint): Loader(..., resume=state) goes on from exactly there."""
+    def checkpoint(self, path: Union[str, os.PathLike[str]]) -> None:
+        """Write state_dict() to `path` as JSON, atomically (the file `feedline run
+        --checkpoint` writes); OSError if it cannot be written."""
     def stats(self) -> dict[str, Any]:
-        """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ..."""
+        """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ...;
+        "python": next_calls, next_gil_s, next_gil_us (the mean time one next() held the GIL,
+        its waits for a batch excepted)."""
     @property
     def schema(self) -> dict[str, _FieldSpec]: ...
     @property

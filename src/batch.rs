@@ -121,6 +121,109 @@ pub(crate) mod recycle {
     }
 }
 
+/// The alignment, in bytes, of the data of every numeric field of a batch
+/// that collation or a transform makes: its first element starts on a
+/// 64-byte boundary (a field with no elements has no data to align) (a cache line; what JAX and XLA ask of a buffer they
+/// take over through DLPack without a copy, and what SIMD code likes).
+/// A [`Batch`] made with [`Batch::from_parts`] from the caller's own arrays,
+/// or cloned, has whatever alignment those arrays have.
+pub const DATA_ALIGN: usize = 64;
+
+/// Batch buffers that start on a [`DATA_ALIGN`]-byte boundary, behind the
+/// usual `ArrayD`: the vector is allocated (or recycled) with room for up
+/// to `DATA_ALIGN` bytes more than the data, the data is written from the
+/// first aligned element on, and the array views the vector from there
+/// (`ArrayD` keeps an offset into its vector). No copy, no other
+/// allocator: the vector is freed, or recycled, whole as usual.
+pub(crate) mod aligned {
+    use std::mem::MaybeUninit;
+
+    use ndarray::{s, ArrayD, IxDyn, ShapeError};
+
+    use super::{recycle, DATA_ALIGN};
+
+    /// A vector being filled whose elements from `start` on are the data,
+    /// element `start` on a [`DATA_ALIGN`]-byte boundary.
+    #[derive(Debug)]
+    pub struct AlignedVec<T> {
+        vec: Vec<T>,
+        start: usize,
+    }
+
+    impl<T: recycle::Recycled + Copy + Default> AlignedVec<T> {
+        /// An empty buffer with room for `n` elements, aligned (a recycled
+        /// allocation if one fits).
+        pub fn with_capacity(n: usize) -> Self {
+            let size = std::mem::size_of::<T>();
+            // At least one element more, so that there is an allocation
+            // (its address, not a dangling one, is what is aligned).
+            let mut vec = recycle::take::<T>(n + DATA_ALIGN / size);
+            // The address is a multiple of align_of::<T>() == size_of::<T>()
+            // for the batch element types, so whole elements reach the boundary.
+            let misaligned = vec.as_ptr() as usize % DATA_ALIGN;
+            let start = if misaligned == 0 {
+                0
+            } else {
+                (DATA_ALIGN - misaligned) / size
+            };
+            debug_assert!(start + n <= vec.capacity());
+            vec.resize(start, T::default());
+            AlignedVec { vec, start }
+        }
+
+        /// Elements of data so far.
+        pub fn len(&self) -> usize {
+            self.vec.len() - self.start
+        }
+
+        /// The room after the data (no more than asked for at creation is
+        /// ever needed: the vector must not grow, which would move it).
+        pub fn spare_capacity_mut(&mut self) -> &mut [MaybeUninit<T>] {
+            self.vec.spare_capacity_mut()
+        }
+
+        /// Set the length of the data.
+        ///
+        /// # Safety
+        /// As [`Vec::set_len`]: the first `n` data elements are initialised
+        /// and fit in the capacity.
+        pub unsafe fn set_len(&mut self, n: usize) {
+            // SAFETY: the caller's promise, shifted by the initialised pad.
+            unsafe { self.vec.set_len(self.start + n) }
+        }
+
+        /// `n` data elements, those added set to `value` (within the room
+        /// asked for at creation).
+        pub fn resize(&mut self, n: usize, value: T) {
+            assert!(
+                self.start + n <= self.vec.capacity(),
+                "an aligned buffer must not grow past its capacity"
+            );
+            self.vec.resize(self.start + n, value);
+        }
+
+        /// The data.
+        pub fn as_mut_slice(&mut self) -> &mut [T] {
+            &mut self.vec[self.start..]
+        }
+
+        /// Keep the first `n` data elements.
+        pub fn truncate(&mut self, n: usize) {
+            self.vec.truncate(self.start + n);
+        }
+
+        /// The data as an array of `shape` (its element count must be the
+        /// data's), still aligned: no copy.
+        pub fn into_array(self, shape: &[usize]) -> Result<ArrayD<T>, ShapeError> {
+            let len = self.vec.len();
+            let whole = ArrayD::from_shape_vec(IxDyn(&[len]), self.vec)?;
+            whole
+                .slice_move(s![self.start..])
+                .into_shape_with_order(IxDyn(shape))
+        }
+    }
+}
+
 /// The data of one field in a batch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Array {

@@ -13,10 +13,11 @@
 
 use std::mem::MaybeUninit;
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::ArrayD;
 use rayon::prelude::*;
 
 use crate::backing::FileRow;
+use crate::batch::aligned::AlignedVec;
 use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::chunk::{Chunk, RowRef};
 use crate::error::{Error, Result};
@@ -119,9 +120,9 @@ fn collate_field(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Batch
 
 /// Append row `i` of field `fi` to `data` (one copy; a row left in its
 /// file read from it, its due CRC checked on the copy).
-fn append_row<T: Elem>(data: &mut Vec<T>, c: &Chunk, fi: usize, i: usize) -> Result<()> {
+/// `data` was made with room for every row.
+fn append_row<T: Elem>(data: &mut AlignedVec<T>, c: &Chunk, fi: usize, i: usize) -> Result<()> {
     let len = c.columns()[fi].range(i).len();
-    data.reserve(len);
     copy_row(c, fi, i, &mut data.spare_capacity_mut()[..len])?;
     // SAFETY: `copy_row` wrote all `len` slots (or returned an error).
     unsafe { data.set_len(data.len() + len) };
@@ -169,7 +170,8 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
         let data = gather::<T>(rows, fi, unit, n * unit)?;
         return Ok(BatchField {
             data: T::wrap(
-                ArrayD::from_shape_vec(IxDyn(&shape), data).expect("collate: shape matches length"),
+                data.into_array(&shape)
+                    .expect("collate: shape matches length"),
             ),
             offsets: None,
             lengths: None,
@@ -188,7 +190,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
                 total += l;
                 offsets.push(total);
             }
-            let mut data = Vec::with_capacity(total * unit);
+            let mut data = AlignedVec::with_capacity(total * unit);
             for (c, i) in rows {
                 append_row(&mut data, c, fi, *i)?;
             }
@@ -196,7 +198,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
             shape.extend(&dims);
             Ok(BatchField {
                 data: T::wrap(
-                    ArrayD::from_shape_vec(IxDyn(&shape), data)
+                    data.into_array(&shape)
                         .expect("collate: shape matches length"),
                 ),
                 offsets: Some(offsets),
@@ -206,8 +208,12 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
         Ragged::Padded => {
             let max = lens.iter().copied().max().unwrap_or(0);
             let stride = max * unit;
-            let mut data = vec![T::default(); n * stride];
-            for ((c, i), out) in rows.iter().zip(data.chunks_mut(stride.max(1))) {
+            let mut data = AlignedVec::with_capacity(n * stride);
+            data.resize(n * stride, T::default());
+            for ((c, i), out) in rows
+                .iter()
+                .zip(data.as_mut_slice().chunks_mut(stride.max(1)))
+            {
                 let len = c.columns()[fi].range(*i).len();
                 // SAFETY: initialized `T`s seen as maybe-uninitialized ones,
                 // only written (with `T`s) through the view.
@@ -218,7 +224,7 @@ fn numeric<T: Elem>(f: &Field, fi: usize, rows: &[(&Chunk, usize)]) -> Result<Ba
             shape.extend(&dims);
             Ok(BatchField {
                 data: T::wrap(
-                    ArrayD::from_shape_vec(IxDyn(&shape), data)
+                    data.into_array(&shape)
                         .expect("collate: shape matches length"),
                 ),
                 offsets: None,
@@ -236,8 +242,8 @@ fn gather<T: Elem>(
     fi: usize,
     unit: usize,
     total: usize,
-) -> Result<Vec<T>> {
-    let mut data: Vec<T> = recycle::take(total);
+) -> Result<AlignedVec<T>> {
+    let mut data = AlignedVec::<T>::with_capacity(total);
     if unit > 0 {
         if total * std::mem::size_of::<T>() >= PARALLEL_BYTES && rows.len() > 1 {
             data.spare_capacity_mut()[..total]

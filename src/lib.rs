@@ -68,7 +68,7 @@ mod rows;
 mod schema;
 mod values;
 
-pub use batch::{Array, Batch, BatchField, Element};
+pub use batch::{Array, Batch, BatchField, Element, DATA_ALIGN};
 pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
 pub use error::{Error, Result};

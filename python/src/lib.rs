@@ -12,6 +12,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod batch;
+mod checkpoint;
 mod dlpack;
 mod feed;
 mod map;
@@ -20,7 +21,7 @@ mod stats;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use feedline::Schema;
 use feedline_actors::{
@@ -120,7 +121,14 @@ fn to_py_err(e: PipelineError) -> PyErr {
 /// the data says: a file that is not what its format says, …) as during
 /// iteration.
 fn start_err(e: PipelineError) -> PyErr {
+    use feedline::checkpoint::CheckpointError as C;
     use feedline::Error as E;
+    if let PipelineError::Checkpoint(c) = &e {
+        // A resume that does not fit these settings or inputs: what changed.
+        if !matches!(&**c, C::Io { .. } | C::Read(_)) {
+            return PyValueError::new_err(e.to_string());
+        }
+    }
     if let PipelineError::Data(d) = &e {
         match &**d {
             E::Config(_) | E::UnknownFormat { .. } => return PyValueError::new_err(e.to_string()),
@@ -285,6 +293,8 @@ struct PyLoader {
     config: PipelineConfig,
     /// `len()`: batches per pass, or why it is not known (computed once).
     len: OnceLock<Result<u64, stats::LenUnknown>>,
+    /// Time `next()` held the GIL (`stats()["python"]`).
+    gil: stats::GilClock,
 }
 
 impl PyLoader {
@@ -312,6 +322,7 @@ impl PyLoader {
             config,
             inner,
             len: OnceLock::new(),
+            gil: stats::GilClock::default(),
         }
     }
 
@@ -323,6 +334,50 @@ impl PyLoader {
     /// The loader, locked (call with the GIL released).
     fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
         self.inner.lock()
+    }
+
+    /// The checkpoint of the batches taken so far (without the GIL: the
+    /// first one stamps the inputs).
+    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
+        match py.allow_threads(|| self.lock().as_mut().map(|l| l.checkpoint())) {
+            None => Err(PyValueError::new_err(
+                "the loader is closed: take its state_dict() before close()",
+            )),
+            Some(r) => r.map_err(to_py_err),
+        }
+    }
+
+    /// The next batch, waited for without the GIL (`released` grows by the
+    /// time spent so).
+    fn next_batch(&self, py: Python<'_>, released: &mut Duration) -> PyResult<Option<PyBatch>> {
+        loop {
+            if self.inner.closing.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let t = Instant::now();
+            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
+            *released += t.elapsed();
+            match r {
+                // Closed, or the end of the data.
+                None | Some(None) => return Ok(None),
+                Some(Some(Ok(d))) => {
+                    if self.schema.get().is_none() {
+                        let _ = self.schema.set(d.batch.schema().clone());
+                    }
+                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
+                }
+                Some(Some(Err(PipelineError::Timeout { .. }))) => {
+                    if let Err(e) = py.check_signals() {
+                        self.close(py);
+                        return Err(e);
+                    }
+                }
+                Some(Some(Err(e))) => {
+                    self.close(py);
+                    return Err(to_py_err(e));
+                }
+            }
+        }
     }
 }
 
@@ -347,7 +402,8 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
-        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None))]
+        max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
+        resume=None, transform=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -368,6 +424,8 @@ impl PyLoader {
         map: Option<Bound<'_, PyAny>>,
         workers: Option<usize>,
         map_schema: Option<Bound<'_, PyAny>>,
+        resume: Option<Bound<'_, PyAny>>,
+        transform: Option<&str>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -389,8 +447,30 @@ impl PyLoader {
             Some(s) => Some(schema::parse_schema(py, &s)?),
             None => None,
         };
-        match map.filter(|m| !m.is_none()) {
-            Some(f) => {
+        match (map.filter(|m| !m.is_none()), transform) {
+            (Some(_), Some(t)) => {
+                return Err(PyValueError::new_err(format!(
+                    "give map= or transform={t:?}, not both (a Python map after the built-in \
+                     transform is not supported)"
+                )))
+            }
+            (None, Some(spec)) => {
+                if map_schema.is_some() {
+                    return Err(PyValueError::new_err(
+                        "map_schema is a setting of map=: the built-in transforms know their output",
+                    ));
+                }
+                let plan = feedline_vision::Plan::parse(spec)
+                    .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
+                b = b.transform(std::sync::Arc::new(feedline_vision::ImageTransform::new(
+                    plan,
+                    feedline_vision::ImageFields::Detect,
+                )));
+                if let Some(w) = workers {
+                    b = b.workers(w);
+                }
+            }
+            (Some(f), None) => {
                 if !f.is_callable() {
                     return Err(PyValueError::new_err(format!(
                         "map: expected a callable (instance, rng) -> dict, got {}",
@@ -407,12 +487,18 @@ impl PyLoader {
                     b = b.workers(w);
                 }
             }
-            None if map_schema.is_some() || workers.is_some() => {
+            (None, None) if map_schema.is_some() || workers.is_some() => {
                 return Err(PyValueError::new_err(
-                    "map_schema and workers are settings of map=: give a map",
+                    "map_schema and workers are settings of map= (workers also of transform=): \
+                     give a map or a transform",
                 ))
             }
-            None => {}
+            (None, None) => {}
+        }
+        if let Some(r) = resume.filter(|r| !r.is_none()) {
+            for cp in checkpoint::resume_list(py, &r)? {
+                b = b.resume(cp);
+            }
         }
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),
@@ -464,32 +550,11 @@ impl PyLoader {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
-        loop {
-            if self.inner.closing.load(Ordering::SeqCst) {
-                return Ok(None);
-            }
-            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
-            match r {
-                // Closed, or the end of the data.
-                None | Some(None) => return Ok(None),
-                Some(Some(Ok(d))) => {
-                    if self.schema.get().is_none() {
-                        let _ = self.schema.set(d.batch.schema().clone());
-                    }
-                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
-                }
-                Some(Some(Err(PipelineError::Timeout { .. }))) => {
-                    if let Err(e) = py.check_signals() {
-                        self.close(py);
-                        return Err(e);
-                    }
-                }
-                Some(Some(Err(e))) => {
-                    self.close(py);
-                    return Err(to_py_err(e));
-                }
-            }
-        }
+        let entered = Instant::now();
+        let mut released = Duration::ZERO;
+        let r = self.next_batch(py, &mut released);
+        self.gil.add(entered.elapsed().saturating_sub(released));
+        r
     }
 
     /// Batches per pass for this rank, when the inputs tell their record
@@ -510,10 +575,27 @@ impl PyLoader {
         }
     }
 
+    /// The loader's position (the Rust `Checkpoint`) as a JSON-serialisable
+    /// dict: `Loader(..., resume=state)` goes on from exactly there.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let cp = self.take_checkpoint(py)?;
+        checkpoint::to_dict(py, &cp)
+    }
+
+    /// Write the loader's position to `path` atomically, as `feedline run
+    /// --checkpoint` writes it (a JSON file; `resume=json.load(f)` reads it).
+    fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let cp = self.take_checkpoint(py)?;
+        py.allow_threads(|| cp.save_atomic(&path))
+            .map_err(|e| checkpoint::save_err(&e))
+    }
+
     /// Counters of the run so far: records, batches, bytes, records_per_s,
     /// per-stage busy/idle fractions under "stages", the bottleneck.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats::stats_dict(py, &self.stats.snapshot())
+        let d = stats::stats_dict(py, &self.stats.snapshot())?;
+        d.set_item("python", self.gil.dict(py)?)?;
+        Ok(d)
     }
 
     /// The schema of the batches, as a dict like `schema=` takes (with a
@@ -567,6 +649,7 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;
     m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;
     let ns = PyDict::new_bound(py);

@@ -4,6 +4,8 @@
 //! being read through.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use feedline::batcher::BatchPolicy;
 use feedline::plan::PassPlan;
@@ -76,6 +78,43 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     d.set_item("bottleneck", s.bottleneck.to_string())?;
     d.set_item("summary", s.summary_line())?;
     Ok(d)
+}
+
+/// The time `Loader.__next__` held the GIL: from its entry to its return,
+/// less the waits done with the GIL released (`stats()["python"]`).
+#[derive(Debug, Default)]
+pub struct GilClock {
+    calls: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl GilClock {
+    /// Count one `next()` that held the GIL for `held`.
+    pub fn add(&self, held: Duration) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.nanos.fetch_add(
+            held.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// `{"next_calls": n, "next_gil_s": s, "next_gil_us": mean µs per call}`.
+    pub fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let calls = self.calls.load(Ordering::Relaxed);
+        let secs = self.nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let d = PyDict::new_bound(py);
+        d.set_item("next_calls", calls)?;
+        d.set_item("next_gil_s", secs)?;
+        d.set_item(
+            "next_gil_us",
+            if calls > 0 {
+                secs * 1e6 / calls as f64
+            } else {
+                0.0
+            },
+        )?;
+        Ok(d)
+    }
 }
 
 /// Why `len(loader)` is not known.

@@ -19,12 +19,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use ndarray::{ArrayD, IxDyn};
 use parking_lot::RwLock;
 use rayon::prelude::*;
 
 use super::workers::Workers;
 use super::{BatchMap, InstanceMap, OutRow, Row, SlotMut, TransformCtx, Transforms};
+use crate::batch::aligned::AlignedVec;
 use crate::batch::{recycle, Array, Batch, BatchField};
 use crate::chunk::{Chunk, RowRef};
 use crate::collate::{collate_chunks, collate_rows};
@@ -57,18 +57,19 @@ pub struct BatchTransformer {
     inferred_from: RwLock<Option<String>>,
 }
 
-/// One fixed-shape output field's buffer, `rows × unit` elements.
+/// One fixed-shape output field's buffer, `rows × unit` elements
+/// ([`DATA_ALIGN`](crate::DATA_ALIGN)-aligned, as collation's).
 enum Buffer {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I64(Vec<i64>),
-    I32(Vec<i32>),
-    U8(Vec<u8>),
-    Bool(Vec<bool>),
+    F32(AlignedVec<f32>),
+    F64(AlignedVec<f64>),
+    I64(AlignedVec<i64>),
+    I32(AlignedVec<i32>),
+    U8(AlignedVec<u8>),
+    Bool(AlignedVec<bool>),
 }
 
-fn zeroed<T: recycle::Recycled + Copy + Default>(n: usize) -> Vec<T> {
-    let mut v = recycle::take::<T>(n);
+fn zeroed<T: recycle::Recycled + Copy + Default>(n: usize) -> AlignedVec<T> {
+    let mut v = AlignedVec::with_capacity(n);
     v.resize(n, T::default());
     v
 }
@@ -113,12 +114,12 @@ impl Buffer {
             v.chunks_exact_mut(unit).map(f).collect()
         }
         match self {
-            Buffer::F32(v) => cut(v, rows, unit, SlotMut::F32),
-            Buffer::F64(v) => cut(v, rows, unit, SlotMut::F64),
-            Buffer::I64(v) => cut(v, rows, unit, SlotMut::I64),
-            Buffer::I32(v) => cut(v, rows, unit, SlotMut::I32),
-            Buffer::U8(v) => cut(v, rows, unit, SlotMut::U8),
-            Buffer::Bool(v) => cut(v, rows, unit, SlotMut::Bool),
+            Buffer::F32(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::F32),
+            Buffer::F64(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::F64),
+            Buffer::I64(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::I64),
+            Buffer::I32(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::I32),
+            Buffer::U8(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::U8),
+            Buffer::Bool(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::Bool),
         }
     }
 
@@ -127,7 +128,7 @@ impl Buffer {
         each_buffer!(self, v => {
             for (to, &from) in keep.iter().enumerate() {
                 if to != from {
-                    v.copy_within(from * unit..(from + 1) * unit, to * unit);
+                    v.as_mut_slice().copy_within(from * unit..(from + 1) * unit, to * unit);
                 }
             }
             v.truncate(keep.len() * unit);
@@ -135,15 +136,14 @@ impl Buffer {
     }
 
     fn into_array(self, shape: Vec<usize>) -> Result<Array> {
-        let shape = IxDyn(&shape);
         let bad = |e: ndarray::ShapeError| Error::Schema(format!("transform output: {e}"));
         Ok(match self {
-            Buffer::F32(v) => Array::F32(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
-            Buffer::F64(v) => Array::F64(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
-            Buffer::I64(v) => Array::I64(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
-            Buffer::I32(v) => Array::I32(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
-            Buffer::U8(v) => Array::U8(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
-            Buffer::Bool(v) => Array::Bool(ArrayD::from_shape_vec(shape, v).map_err(bad)?),
+            Buffer::F32(v) => Array::F32(v.into_array(&shape).map_err(bad)?),
+            Buffer::F64(v) => Array::F64(v.into_array(&shape).map_err(bad)?),
+            Buffer::I64(v) => Array::I64(v.into_array(&shape).map_err(bad)?),
+            Buffer::I32(v) => Array::I32(v.into_array(&shape).map_err(bad)?),
+            Buffer::U8(v) => Array::U8(v.into_array(&shape).map_err(bad)?),
+            Buffer::Bool(v) => Array::Bool(v.into_array(&shape).map_err(bad)?),
         })
     }
 }

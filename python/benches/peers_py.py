@@ -1,0 +1,141 @@
+"""feedline from Python as one more loader in the peers' benchmark harness
+(/work/shared/peers, `run_peers.sh` with PEERS_EXTRA=benches/peers-jobs.tsv).
+
+The same pipelines as the Rust adapter's jobs `A_feedline_r2`,
+`B_feedline_r2` and `C_feedline_w2` (`benches/peers.rs`): the harness's
+TFRecord shards from its manifest.json, the presets' schema (C's inferred),
+a fresh `feedline.Loader` per pass (seed = pass index, as the adapter's
+`--seed 0` + pass), feed-queue capacity 4, the harness's shuffle and batch
+(A 10,000 / 256, B 1,000 / 32, C 1,000 / 64), for C the built-in transform
+by name (`--transform imagenet-train`, 2 workers) -- but iterated from
+Python, every batch checked by the harness's own `common.Checker` (record
+count, sum of the labels, probe sum: each record exactly once; C's layout)
+and every pass timed and printed by the harness's `common.run_passes`
+(RESULT lines, RSS, CPU).
+
+Each RESULT line also carries the time per batch under the GIL:
+`gil_us_next` (what `next()` held it, less its waits for a batch, measured by
+the loader itself: `loader.stats()["python"]`), `gil_us_fields` (the two
+field look-ups, which make the numpy views) and their sum `gil_us_per_batch`
+(the target is < 5 us).
+
+    # the package in a venv (./test.sh makes target/py-venv and installs it there):
+    CARGO_TARGET_DIR=$PWD/target target/py-venv/bin/pip install ./python
+    target/py-venv/bin/python python/benches/peers_py.py --dataset A --data /tmp/peers/data
+"""
+
+import os
+import sys
+import time
+
+
+def _harness_dir():
+    """Where the harness's common.py is: $PEERS_HARNESS, else ../shared/peers
+    beside the repository or beside the current directory (where the team
+    keeps it)."""
+    env = os.environ.get("PEERS_HARNESS")
+    if env:
+        return env
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tried = [os.path.join(os.path.dirname(d), "shared", "peers") for d in (repo, os.getcwd())]
+    for d in tried:
+        if os.path.isfile(os.path.join(d, "common.py")):
+            return d
+    sys.exit(f"peers_py.py: the harness's common.py is not in {' or '.join(tried)}: "
+             "set PEERS_HARNESS to its directory")
+
+
+sys.path.insert(0, _harness_dir())
+import common  # noqa: E402  (the harness: Checker, run_passes, manifest)
+
+import feedline  # noqa: E402
+
+# The adapter's schemas (feedline::gen::preset_schema; C's inferred from
+# the files) and field names.
+SCHEMA = {
+    "A": {"x": ("float32", [64]), "y": ("int64", [1])},
+    "B": {"image": ("uint8", [224 * 224 * 3]), "label": ("int64", [1])},
+    "C": None,
+}
+FIELDS = {"A": ("x", "y"), "B": ("image", "label"), "C": ("image/encoded", "image/class/label")}
+
+
+class Epoch:
+    """One pass: a fresh loader, iterated as (features, labels) pairs; its
+    close() is the pass's teardown (timed apart by run_passes)."""
+
+    def __init__(self, args, files, seed, extra):
+        self.loader = feedline.Loader(
+            files=files, batch_size=args.batch, shuffle=args.shuffle, seed=seed,
+            passes=1, readers=args.readers, capacity=args.capacity,
+            deterministic=args.deterministic, rank=0, world_size=1,
+            schema=SCHEMA[args.dataset], transform=args.transform,
+            workers=args.workers if args.transform else None)
+        self.fields = FIELDS[args.dataset]
+        self.extra = extra
+
+    def __iter__(self):
+        feat, label = self.fields
+        it = iter(self.loader)
+        clock = time.perf_counter
+        fields, batches = 0.0, 0
+        for batch in it:
+            t0 = clock()
+            pair = (batch[feat], batch[label])
+            fields += clock() - t0
+            batches += 1
+            yield pair
+        # Under the GIL per batch: next() (the loader's own clock) + the look-ups.
+        nxt = self.loader.stats()["python"]["next_gil_us"]
+        look = fields / max(batches, 1) * 1e6
+        self.extra["gil_us_per_batch"] = round(nxt + look, 2)
+        self.extra["gil_us_next"] = round(nxt, 2)
+        self.extra["gil_us_fields"] = round(look, 2)
+
+    def close(self):
+        self.loader.close()
+
+
+def main():
+    ap = common.parser(__doc__.splitlines()[0])
+    # The Rust adapter's seed (0; pass i uses seed + i), not common.py's 1234.
+    ap.set_defaults(variant=None, seed=0)
+    ap.add_argument("--readers", type=int, default=2)
+    ap.add_argument("--capacity", type=int, default=4)
+    ap.add_argument("--shuffle", type=int, help="default: the harness's (A 10,000, B 1,000)")
+    ap.add_argument("--batch", type=int, help="default: the harness's (A 256, B 32)")
+    ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--transform", help="a built-in transform (C: imagenet-train), as the CLI's --transform")
+    ap.add_argument("--workers", type=int, default=2, help="transform workers (with --transform)")
+    # common.parser requires --variant; here it defaults to the Rust adapter's name.
+    for a in ap._actions:
+        if a.dest == "variant":
+            a.required = False
+    args = ap.parse_args()
+    if args.dataset == "C" and not args.transform:
+        ap.error("dataset C is JPEGs: give --transform imagenet-train (decode, RandomResizedCrop 224, "
+                 "flip, normalise to f32 CHW)")
+    if args.shuffle is None:
+        args.shuffle = common.SHUFFLE[args.dataset]
+    if args.batch is None:
+        args.batch = common.BATCH[args.dataset]
+    if args.variant is None:
+        args.variant = f"r{args.readers}_s{args.shuffle}_b{args.batch}"
+        if args.deterministic:
+            args.variant += "_det"
+        if args.capacity != 4:
+            args.variant += f"_cap{args.capacity}"
+        if args.transform:
+            args.variant += f"_w{args.workers}"
+    files = common.tfrecord_files(args.data, args.dataset)
+    # The RESULT extras; the gil_us_* ones are set at each pass's end.
+    extra = {"api": "python", "version": feedline.__version__}
+
+    def epoch(i):
+        return Epoch(args, files, args.seed + i, extra)
+
+    return common.run_passes(args, "feedline-python", epoch, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

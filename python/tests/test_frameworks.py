@@ -1,0 +1,96 @@
+"""Batches handed to the frameworks without a copy: every field's buffer is
+64-byte aligned (what JAX asks of a buffer it takes over), and — where torch
+or JAX is installed (the tests skip otherwise; nothing here needs them) —
+torch.from_dlpack and jax.dlpack.from_dlpack share the batch's memory."""
+
+import numpy as np
+import pytest
+
+import feedline
+from helpers import make_npz
+
+
+def fields(batch):
+    """Every array field of a batch, with its name."""
+    return [(name, batch[name]) for name in batch]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8, 50, 200])
+def test_every_field_of_every_batch_is_64_byte_aligned(tmp_path, batch_size):
+    paths = make_npz(tmp_path, files=4, rows=50)
+    seen, checked = [], 0
+    for seed in (1, 2):
+        with feedline.Loader(files=paths, batch_size=batch_size, shuffle=37, seed=seed,
+                             readers=2, rank=0, world_size=1) as loader:
+            for b in loader:
+                for name, arr in fields(b):
+                    assert arr.ctypes.data % 64 == 0, (
+                        f"seed {seed}, batch size {batch_size}: field {name} "
+                        f"at {arr.ctypes.data:#x}")
+                    checked += 1
+                seen.extend(b["y"].tolist())
+    assert checked == 2 * 2 * -(-200 // batch_size)
+    assert sorted(seen) == sorted(list(range(200)) * 2)
+
+
+def test_ragged_values_are_64_byte_aligned(tmp_path):
+    """Ragged fields (values + offsets, and padded) from a JSON-lines file."""
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(f'{{"id": {i}, "tok": {list(range(i % 5 + 1))}}}\n' for i in range(90)))
+    for layout in ("offsets", "padded"):
+        schema = {"id": ("int64", []), "tok": ("int64", [None], layout)}
+        with feedline.Loader(files=[str(p)], batch_size=7, shuffle=20, seed=3, schema=schema,
+                             rank=0, world_size=1) as loader:
+            ids = []
+            for b in loader:
+                tok = b["tok"]
+                assert tok.ctypes.data % 64 == 0, (layout, hex(tok.ctypes.data))
+                assert b["id"].ctypes.data % 64 == 0
+                ids.extend(b["id"].tolist())
+        assert sorted(ids) == list(range(90)), layout
+
+
+def test_torch_from_dlpack_shares_memory(tmp_path):
+    torch = pytest.importorskip("torch")
+    paths = make_npz(tmp_path)
+    loader = feedline.Loader(files=paths, batch_size=16, shuffle=30, seed=5,
+                             rank=0, world_size=1)
+    seen, kept = [], []
+    for b in loader:
+        x = b["x"]
+        t = torch.from_dlpack(x)
+        assert t.data_ptr() == x.ctypes.data
+        assert t.dtype == torch.float32 and tuple(t.shape) == x.shape
+        y = torch.from_dlpack(b["y"])
+        assert y.data_ptr() == b["y"].ctypes.data and y.dtype == torch.int64
+        seen.extend(y.tolist())
+        kept.append((t, x.copy()))
+    loader.close()
+    del b, x
+    # The tensors outlive the batches and the loader, and still hold the data.
+    for t, want in kept:
+        assert np.array_equal(t.numpy(), want)
+    assert sorted(seen) == list(range(200))
+
+
+def test_jax_from_dlpack_is_zero_copy_for_every_batch(tmp_path):
+    jax = pytest.importorskip("jax")
+    paths = make_npz(tmp_path)
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)  # int64 stays int64 (else JAX converts: a copy)
+    try:
+        seen, copies = [], []
+        for batch_size in (1, 7, 16, 64):
+            with feedline.Loader(files=paths, batch_size=batch_size, shuffle=30, seed=batch_size,
+                                 rank=0, world_size=1) as loader:
+                for b in loader:
+                    for name, arr in fields(b):
+                        j = jax.dlpack.from_dlpack(arr)
+                        if j.unsafe_buffer_pointer() != arr.ctypes.data:
+                            copies.append((batch_size, name, hex(arr.ctypes.data)))
+                        assert np.array_equal(np.asarray(j), arr)
+                    seen.extend(b["y"].tolist())
+        assert copies == [], f"JAX copied these (batch size, field, address): {copies[:5]}"
+        assert sorted(seen) == sorted(list(range(200)) * 4)
+    finally:
+        jax.config.update("jax_enable_x64", old)
