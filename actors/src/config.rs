@@ -178,6 +178,11 @@ pub struct PipelineConfig {
     pub deterministic: bool,
     /// Bytes of out-of-order chunks held in deterministic mode.
     pub reorder_window: usize,
+    /// Deterministic mode: the shuffle stage snapshots its draw before
+    /// every `snapshot_every`-th batch of a pass, for checkpoints (a resume
+    /// draws on from the latest snapshot before its first batch instead of
+    /// from the pass's start); 0 = never. It does not change the batches.
+    pub snapshot_every: u64,
     /// Devices (trainers, or per-device iterators).
     pub devices: usize,
     /// Shared queue or round-robin.
@@ -215,6 +220,11 @@ pub struct PipelineConfig {
     /// Go on from a checkpoint (see [`ResumeFrom`](crate::ResumeFrom)):
     /// start at its first pass not complete, leaving out what was consumed.
     pub resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
+    /// Where the shuffle stage leaves snapshots of its draw for checkpoints
+    /// (deterministic mode; see [`DrawSnapshots`](crate::DrawSnapshots)):
+    /// give the same handle to the [`Progress`](crate::Progress) that makes
+    /// them. Each pipeline should have its own (the default is new).
+    pub snapshots: crate::resume::DrawSnapshots,
 }
 
 impl Default for PipelineConfig {
@@ -243,6 +253,7 @@ impl Default for PipelineConfig {
             shuffle_files: true,
             deterministic: false,
             reorder_window: 64 << 20,
+            snapshot_every: crate::SNAPSHOT_EVERY,
             devices: 1,
             feed: FeedMode::Shared,
             capacity: 4,
@@ -260,6 +271,7 @@ impl Default for PipelineConfig {
             transforms: Transforms::default(),
             faults: FaultPlan::default(),
             resume: None,
+            snapshots: Default::default(),
         }
     }
 }

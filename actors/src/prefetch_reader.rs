@@ -51,6 +51,19 @@ struct Current {
     done_reading: bool,
 }
 
+/// Open `file` at record `start` as a reader of `config` does.
+pub(crate) fn open_file(
+    config: &PipelineConfig,
+    file: &str,
+    start: u64,
+) -> Result<Box<dyn RecordReader>, feedline::Error> {
+    let mut opts = config.open.clone();
+    opts.start_record = start;
+    // A record skipped as bad must be found bad here, not in collation.
+    opts.defer_checksums &= matches!(config.error_policy, ErrorPolicy::Fail);
+    config.registry.open(file, config.format.as_deref(), &opts)
+}
+
 /// A prefetching file reader.
 pub(crate) struct PrefetchReader {
     id: usize,
@@ -97,13 +110,7 @@ impl PrefetchReader {
     }
 
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
-        let mut opts = self.config.open.clone();
-        opts.start_record = task.start_record;
-        // A record skipped as bad must be found bad here, not in collation.
-        opts.defer_checksums &= matches!(self.config.error_policy, ErrorPolicy::Fail);
-        self.config
-            .registry
-            .open(&task.task.file, self.config.format.as_deref(), &opts)
+        open_file(&self.config, &task.task.file, task.start_record)
     }
 
     fn mark_busy(&mut self) {
@@ -420,6 +427,7 @@ impl PrefetchReader {
             },
         };
         let n = chunk.len() as u64;
+        let start_record = cur.task.start_record;
         cur.delivered = cur.reader.next_index();
         cur.records_sent += n;
         cur.task.start_record = cur.delivered;
@@ -430,6 +438,8 @@ impl PrefetchReader {
             file_seq: cur.task.task.seq,
             chunk_seq: cur.task.next_chunk,
             last,
+            start_record,
+            end_record: cur.delivered,
             chunk: Arc::new(chunk),
         };
         cur.task.next_chunk += 1;

@@ -422,3 +422,64 @@ fn device_iterators_are_covered() {
         }
     }
 }
+
+/// Deterministic mode with the draw snapshot every 3 batches (and a byte
+/// bound on the pool that decides when draws start, in half the cases): a
+/// checkpoint carries the latest snapshot before its first batch not
+/// taken, the resume draws on from it — with other reader and device
+/// counts — and the batches are still the uninterrupted run's.
+#[test]
+fn deterministic_resume_from_a_snapshot_of_the_draw() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut used = 0;
+    for seed in [1u64, 7, 123] {
+        for bad in [false, true] {
+            for (readers, devices, round_robin, bytes) in [
+                (1, 1, false, None),
+                (2, 3, true, Some(600)),
+                (8, 3, false, None),
+                (8, 1, true, Some(900)),
+            ] {
+                let case = Case {
+                    seed,
+                    det: true,
+                    readers,
+                    devices,
+                    round_robin,
+                    bad,
+                    sets: false,
+                };
+                let make = |readers, devices| {
+                    let b = builder(&case, readers, devices).snapshot_every(3);
+                    match bytes {
+                        Some(n) => b.shuffle_bytes(n),
+                        None => b,
+                    }
+                };
+                let full = all(make(readers, devices).build().unwrap());
+                let mut at = stops(&full, &mut rng);
+                at.extend((0..3).map(|_| rng.gen_range(1..full.len())));
+                for stop in at {
+                    let (before, cp) = take(make(readers, devices).build().unwrap(), stop);
+                    if let Some(p) = cp.passes.iter().find(|p| !p.complete) {
+                        if let Some(s) = &p.snapshot {
+                            let taken_in_pass = before.iter().filter(|g| g.0 == p.pass).count();
+                            assert!(s.seq <= taken_in_pass as u64 && s.seq % 3 == 0, "{s:?}");
+                            used += 1;
+                        }
+                    }
+                    let after = all(make(readers % 8 + 1, 4 - devices)
+                        .resume(cp)
+                        .build()
+                        .unwrap());
+                    assert_eq!(before, full[..before.len()], "{case:?} stop {stop}");
+                    assert!(
+                        after == full[before.len()..],
+                        "{case:?} bytes {bytes:?} stop {stop}: the resumed batches differ from the uninterrupted run's"
+                    );
+                }
+            }
+        }
+    }
+    assert!(used > 20, "only {used} checkpoints had a snapshot");
+}

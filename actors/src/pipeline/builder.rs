@@ -30,7 +30,7 @@ use crate::messages::{BatchQueue, StartPasses};
 use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
 use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
-use crate::shuffle_batch::{ShuffleBatch, ShuffleLinks};
+use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleLinks};
 use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
@@ -73,7 +73,7 @@ pub(crate) fn build<S: TrainStep>(
         config.devices = steps.len();
     }
     let Prepared {
-        config,
+        mut config,
         schema,
         plans,
         batcher,
@@ -86,6 +86,18 @@ pub(crate) fn build<S: TrainStep>(
         .as_ref()
         .and_then(|t| t.output_schema())
         .unwrap_or_else(|| schema.clone());
+    // A deterministic resume with a snapshot of the draw: the pool made
+    // again now; if it cannot be, the pass is drawn again from its start.
+    let restored = match RestoredDraw::of(&config, &schema, &plans[0]) {
+        Ok(r) => r,
+        Err(e) => {
+            log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
+            if let Some(r) = &config.resume {
+                config.resume = Some(Arc::new(r.without_snapshot()));
+            }
+            None
+        }
+    };
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
@@ -118,6 +130,7 @@ pub(crate) fn build<S: TrainStep>(
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
             ShuffleBatch::new(config, schema, batcher, queue, links, recorder, guard)
                 .with_transformer(transformer)
+                .with_restored(restored)
         })
     };
 

@@ -358,7 +358,8 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     let progress = match &config.resume {
         Some(r) => Progress::resumed(r, args.devices),
         None => Progress::new(args.devices),
-    };
+    }
+    .with_snapshots(config.snapshots.clone());
     let (stop_tx, stop_rx) = oneshot::channel();
     let delivery = Arc::new(Mutex::new(Delivery {
         trace: trace.clone(),
