@@ -427,7 +427,7 @@ mod tests {
             let mut a = ShuffleBuffer::new(cfg.clone());
             a.start_pass(2);
             let mut next = 0u64;
-            let mut step = |b: &mut ShuffleBuffer, out: &mut Vec<u64>, next: &mut u64| {
+            let step = |b: &mut ShuffleBuffer, out: &mut Vec<u64>, next: &mut u64| {
                 while !b.can_draw() {
                     b.push_chunk(chunk(&schema, "/pool/f", *next, 7));
                     *next += 7;
