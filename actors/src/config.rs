@@ -225,6 +225,11 @@ pub struct PipelineConfig {
     /// give the same handle to the [`Progress`](crate::Progress) that makes
     /// them. Each pipeline should have its own (the default is new).
     pub snapshots: crate::resume::DrawSnapshots,
+    /// Keep what the consumers take ([`Pop`](crate::Pop) consumers and
+    /// trainers) for [`Pipeline::checkpoint`](crate::Pipeline::checkpoint)
+    /// (default true; off for callers that keep a [`Progress`](crate::Progress)
+    /// of their own).
+    pub track_progress: bool,
 }
 
 impl Default for PipelineConfig {
@@ -272,6 +277,7 @@ impl Default for PipelineConfig {
             faults: FaultPlan::default(),
             resume: None,
             snapshots: Default::default(),
+            track_progress: true,
         }
     }
 }

@@ -366,6 +366,9 @@ impl Progress {
     }
 }
 
+/// A [`Progress`] shared by a pipeline's consumers.
+pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
+
 /// What identifies a pipeline's position beyond what was taken: its
 /// inputs, its order-fixing settings, its rank.
 #[derive(Clone, Debug)]

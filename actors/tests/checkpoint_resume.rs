@@ -544,3 +544,52 @@ fn padding_marks_survive_a_resume() {
     }
     assert!(padded_seen > 0, "no batch was padded");
 }
+
+/// An actix embedder's pipeline: `Pipeline::checkpoint` covers exactly the
+/// batches its `Pop` consumer took; a loader resumed from it delivers the
+/// rest — in deterministic mode the uninterrupted run's batches.
+#[test]
+fn pipeline_checkpoint_covers_what_pop_consumers_took() {
+    use feedline_actors::{Pipeline, Pop, Popped};
+    for det in [true, false] {
+        for seed in [3u64, 8] {
+            let case = Case {
+                seed,
+                det,
+                readers: 2,
+                devices: 1,
+                round_robin: false,
+                bad: false,
+                sets: false,
+            };
+            let full = all(builder(&case, 2, 1).build().unwrap());
+            for stop in [1, 9, full.len() / 2 + 1, full.len() - 1] {
+                let config = builder(&case, 2, 1).settings().clone();
+                let (before, cp) = actix::System::new().block_on(async move {
+                    let p = Pipeline::start(config).unwrap();
+                    let feed = p.feed();
+                    let mut before = Vec::new();
+                    while before.len() < stop {
+                        match feed.send(Pop { consumer: 0 }).await.unwrap().unwrap() {
+                            Popped::Batch(d) => before.push(got(&d)),
+                            Popped::EndOfPass(_) => {}
+                            Popped::EndOfData => break,
+                        }
+                    }
+                    let cp = p.checkpoint().unwrap();
+                    p.join();
+                    (before, cp)
+                });
+                assert_eq!(cp.batches, stop as u64);
+                let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+                let mut both = before.clone();
+                both.extend(after.iter().cloned());
+                assert_exactly_once(&ids_by_pass(&both), &all_ids(&COUNTS, &[]), 2);
+                if det {
+                    assert_eq!(before, full[..stop]);
+                    assert!(after == full[stop..], "seed {seed} stop {stop}");
+                }
+            }
+        }
+    }
+}

@@ -30,6 +30,7 @@ use crate::messages::{BatchQueue, StartPasses};
 use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
 use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
+use crate::resume::{Progress, SharedProgress};
 use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleLinks};
 use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
 use crate::task_queue::TaskQueues;
@@ -59,6 +60,10 @@ pub(crate) struct Running {
     pub done: Option<oneshot::Receiver<Result<(), PipelineError>>>,
     /// Push mode: the handle that feeds it.
     pub push: Option<FeedHandle>,
+    /// What the consumers took (`Pop` consumers or trainers; `None` for
+    /// the loader, whose iterators keep their own, and when
+    /// `track_progress` is off).
+    pub progress: Option<SharedProgress>,
 }
 
 /// Start a pipeline in the current actix `System`: one [`Trainer`] per step
@@ -117,7 +122,24 @@ pub(crate) fn build<S: TrainStep>(
 
     let clocks =
         account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
-    let feed = FeedQueueActor::start(queue.clone(), clocks, guard.named("feed queue"));
+    let progress: Option<SharedProgress> =
+        ((account_in_queue || !steps.is_empty()) && config.track_progress && config.push.is_none())
+            .then(|| {
+                let p = match &config.resume {
+                    Some(r) => Progress::resumed(r, config.devices),
+                    None => Progress::new(config.devices),
+                };
+                Arc::new(parking_lot::Mutex::new(
+                    p.with_snapshots(config.snapshots.clone()),
+                ))
+            });
+    let pop_progress = progress.clone().filter(|_| account_in_queue);
+    let feed = FeedQueueActor::start(
+        queue.clone(),
+        clocks,
+        pop_progress,
+        guard.named("feed queue"),
+    );
 
     let shuffle = {
         let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
@@ -195,8 +217,9 @@ pub(crate) fn build<S: TrainStep>(
         let (queue, done) = (queue.clone(), supervisor.clone().recipient());
         let clock = recorders.device(device);
         let guard = guard.named(format!("trainer of device {device}"));
+        let progress = progress.clone();
         Trainer::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            Trainer::new(device, step, queue, done, clock, guard)
+            Trainer::new(device, step, queue, done, clock, guard).with_progress(progress)
         });
     }
 
@@ -231,6 +254,7 @@ pub(crate) fn build<S: TrainStep>(
         arbiters,
         done: Some(done_rx),
         push,
+        progress,
     })
 }
 

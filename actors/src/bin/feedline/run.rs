@@ -321,6 +321,8 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         } else {
             FeedMode::Shared
         },
+        // The devices keep the progress, with the trace (`Delivery`).
+        track_progress: false,
         ..args.pipeline.config()?
     };
     if args.stop_after.is_some() && args.checkpoint.is_none() {
