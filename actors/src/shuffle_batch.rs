@@ -429,6 +429,7 @@ impl ShuffleBatch {
             && self.batcher.pending() == 0
         {
             let rows = [self.padding.rows_in, self.padding.out];
+            let t0 = Instant::now();
             let s = (self.tracker).capture(
                 job.pass,
                 next,
@@ -438,6 +439,13 @@ impl ShuffleBatch {
                 rows,
             );
             if let Some(s) = s {
+                log::trace!(
+                    "snapshot of the draw before batch {next} of pass {}: {} rows, {} chunks, in {:.1} µs",
+                    job.pass,
+                    s.row_slots.len(),
+                    s.chunks.iter().flatten().count(),
+                    t0.elapsed().as_secs_f64() * 1e6
+                );
                 self.config.snapshots.push(s);
             }
         }

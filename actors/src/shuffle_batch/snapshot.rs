@@ -26,7 +26,7 @@ use crate::prefetch_reader::open_file;
 /// is taken before every batch whose number is a multiple of this
 /// (deterministic mode): a resume draws at most this many batches (plus
 /// those the consumers had not taken yet) before its first.
-pub const SNAPSHOT_EVERY: u64 = 64;
+pub const SNAPSHOT_EVERY: u64 = 128;
 
 /// Where a chunk came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
