@@ -593,3 +593,61 @@ fn pipeline_checkpoint_covers_what_pop_consumers_took() {
         }
     }
 }
+
+/// Trainers: a step that fails at its `n+1`-th batch stops the pipeline;
+/// `Pipeline::checkpoint` covers exactly the `n` batches stepped, and a
+/// loader resumed from it delivers the rest, the failed batch included.
+#[test]
+fn pipeline_checkpoint_covers_what_trainers_stepped() {
+    use feedline_actors::{Delivered, Pipeline, TrainStep};
+    use std::sync::{Arc, Mutex};
+    struct Step {
+        left: usize,
+        seen: Arc<Mutex<Vec<Got>>>,
+    }
+    impl TrainStep for Step {
+        fn step(&mut self, _: usize, d: &Delivered) -> Result<(), String> {
+            if self.left == 0 {
+                return Err("the device failed".into());
+            }
+            self.left -= 1;
+            self.seen.lock().unwrap().push(got(d));
+            Ok(())
+        }
+    }
+    for seed in [4u64, 21] {
+        let case = Case {
+            seed,
+            det: true,
+            readers: 2,
+            devices: 1,
+            round_robin: false,
+            bad: false,
+            sets: false,
+        };
+        let full = all(builder(&case, 2, 1).build().unwrap());
+        for n in [0, 5, full.len() / 2 + 3] {
+            let config = builder(&case, 2, 1).settings().clone();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let step = Step {
+                left: n,
+                seen: seen.clone(),
+            };
+            let (ended, cp) = actix::System::new().block_on(async move {
+                let mut p = Pipeline::start_with_trainers(config, vec![step]).unwrap();
+                let ended = p.finished().await;
+                let cp = p.checkpoint().unwrap();
+                p.join();
+                (ended, cp)
+            });
+            let e = ended.expect_err("the step failed");
+            assert!(e.to_string().contains("the device failed"), "{e}");
+            let before = seen.lock().unwrap().clone();
+            assert_eq!(before.len(), n);
+            assert_eq!(cp.batches, n as u64);
+            let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+            assert_eq!(before, full[..n]);
+            assert!(after == full[n..], "seed {seed} n {n}");
+        }
+    }
+}
