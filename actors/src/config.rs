@@ -232,6 +232,21 @@ pub struct PipelineConfig {
     pub track_progress: bool,
 }
 
+impl PipelineConfig {
+    /// Open `file` at record `start` as the readers of these settings do.
+    pub(crate) fn open_file(
+        &self,
+        file: &str,
+        start: u64,
+    ) -> Result<Box<dyn feedline::format::RecordReader>, feedline::Error> {
+        let mut opts = self.open.clone();
+        opts.start_record = start;
+        // A record skipped as bad must be found bad here, not in collation.
+        opts.defer_checksums &= matches!(self.error_policy, ErrorPolicy::Fail);
+        self.registry.open(file, self.format.as_deref(), &opts)
+    }
+}
+
 impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {

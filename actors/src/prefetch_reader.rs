@@ -51,19 +51,6 @@ struct Current {
     done_reading: bool,
 }
 
-/// Open `file` at record `start` as a reader of `config` does.
-pub(crate) fn open_file(
-    config: &PipelineConfig,
-    file: &str,
-    start: u64,
-) -> Result<Box<dyn RecordReader>, feedline::Error> {
-    let mut opts = config.open.clone();
-    opts.start_record = start;
-    // A record skipped as bad must be found bad here, not in collation.
-    opts.defer_checksums &= matches!(config.error_policy, ErrorPolicy::Fail);
-    config.registry.open(file, config.format.as_deref(), &opts)
-}
-
 /// A prefetching file reader.
 pub(crate) struct PrefetchReader {
     id: usize,
@@ -110,7 +97,7 @@ impl PrefetchReader {
     }
 
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
-        open_file(&self.config, &task.task.file, task.start_record)
+        self.config.open_file(&task.task.file, task.start_record)
     }
 
     fn mark_busy(&mut self) {

@@ -20,7 +20,6 @@ use feedline::shuffle::{PoolParts, ShuffleBuffer, ShuffleConfig};
 use feedline::{Chunk, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
-use crate::prefetch_reader::open_file;
 
 /// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
 /// is taken before every batch whose number is a multiple of this
@@ -231,7 +230,9 @@ pub(crate) fn restore(
                 r
             }
             _ => {
-                let r = open_file(config, &task.file, record).map_err(|e| e.to_string())?;
+                let r = config
+                    .open_file(&task.file, record)
+                    .map_err(|e| e.to_string())?;
                 &mut open.insert((file, r)).1
             }
         };
