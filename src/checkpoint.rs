@@ -450,6 +450,65 @@ pub struct PassProgress {
     pub seqs: RecordRanges,
     /// The consumed records, per source index.
     pub records: BTreeMap<u32, RecordRanges>,
+    /// The state of the draw before one of the pass's batches, all batches
+    /// before it consumed (deterministic mode): a resume starts there
+    /// instead of drawing the pass again from its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<DrawSnapshot>,
+}
+
+/// A chunk of the shuffle pool by reference: the `chunk`-th chunk of the
+/// `file`-th file of the pass (in this rank's order), read from record
+/// `start` on; its rows still in the pool are named by their records.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    /// The file's position in the pass's order.
+    pub file: u64,
+    /// The chunk's index in the file.
+    pub chunk: u64,
+    /// The record its reading started at.
+    pub start: u64,
+    /// Its instances (after the rank's stride).
+    pub rows: u64,
+    /// The bytes the pool counted it for.
+    pub bytes: u64,
+}
+
+/// The state of a deterministic draw just before batch `seq` of `pass` —
+/// the shuffle pool's chunks (by reference, [`ChunkRef`]) and rows, the
+/// position of its random stream, where reading goes on — so that a
+/// resumed run draws from there what the uninterrupted run drew, without
+/// drawing the pass again from its start. Provenance, not data: ~8 bytes
+/// per pooled instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrawSnapshot {
+    /// The pass.
+    pub pass: u64,
+    /// The number of the next batch drawn.
+    pub seq: u64,
+    /// By pool slot: its chunk (`None`: a free slot).
+    pub chunks: Vec<Option<ChunkRef>>,
+    /// The pool's rows in pool order: the slot of each…
+    pub row_slots: Vec<u32>,
+    /// …and its record (index in its file).
+    pub row_records: Vec<u64>,
+    /// The free slots, in reuse order.
+    pub free_slots: Vec<u32>,
+    /// Capacities of the pool's row, slot and free-slot tables.
+    pub capacities: [u64; 3],
+    /// The random stream's word position.
+    pub word_pos: u64,
+    /// The next chunk to take into the pool: the file's position in the
+    /// pass's order…
+    pub next_file: u64,
+    /// …the chunk's index in it…
+    pub next_chunk: u64,
+    /// …and the record its reading starts at (`None`: the file's start).
+    pub next_record: Option<u64>,
+    /// Instances taken into the pool in the pass so far.
+    pub pass_records: u64,
+    /// Rows into and out of the batcher in the pass so far.
+    pub batcher_rows: [u64; 2],
 }
 
 /// A loader's position: the provenance of everything consumed so far,
@@ -810,6 +869,7 @@ mod tests {
                 by_seq: true,
                 seqs: RecordRanges::from_records(0..17),
                 records,
+                snapshot: None,
             }],
         }
     }

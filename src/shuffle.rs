@@ -100,6 +100,24 @@ struct Slot {
     bytes: usize,
 }
 
+/// A [`ShuffleBuffer`]'s exact state ([`ShuffleBuffer::parts`],
+/// [`ShuffleBuffer::restore`]).
+#[derive(Clone, Debug)]
+pub struct PoolParts {
+    /// By slot: the chunk held there and the bytes it was counted for
+    /// (`None`: a free slot).
+    pub chunks: Vec<Option<(Arc<Chunk>, usize)>>,
+    /// The held rows in pool order: (slot, row of the slot's chunk).
+    pub rows: Vec<(u32, u32)>,
+    /// Free slots, in the order they are reused (last first).
+    pub free_slots: Vec<u32>,
+    /// Capacities of the row, slot and free-slot tables (counted by
+    /// [`ShuffleBuffer::memory_bytes`]).
+    pub capacities: [usize; 3],
+    /// Position of the draw stream (`ChaCha8Rng` word position).
+    pub word_pos: u128,
+}
+
 /// A bounded random-pick pool of rows; see the [module docs](self).
 pub struct ShuffleBuffer {
     cfg: ShuffleConfig,
@@ -146,10 +164,19 @@ impl ShuffleBuffer {
     }
 
     /// Start pass `pass`: draw from `(seed, pass)` from now on, and stop
-    /// draining. Rows still held stay (normally there are none).
+    /// draining. Rows still held stay (normally there are none); an empty
+    /// buffer also starts with empty tables, so that what a pass draws
+    /// depends on its own pushes only, not on the passes before (the byte
+    /// bound counts the tables' capacities).
     pub fn start_pass(&mut self, pass: u64) {
         self.rng = pass_rng(self.cfg.seed, DOMAIN_SHUFFLE_BUFFER, pass);
         self.draining = false;
+        if self.rows.is_empty() {
+            self.rows = VecDeque::new();
+            self.slots = Vec::new();
+            self.free_slots = Vec::new();
+            self.held_bytes = 0;
+        }
     }
 
     /// Draw from `(seed, pass 0)` from now on, with a new seed.
@@ -279,11 +306,187 @@ impl ShuffleBuffer {
         self.slots.len() - self.free_slots.len()
     }
 
+    /// The pool's exact state: what [`restore`](Self::restore) needs to
+    /// make a buffer that draws what this one draws from here on, given the
+    /// same pushes (a checkpoint's snapshot of the draw, issue 17).
+    pub fn parts(&self) -> PoolParts {
+        PoolParts {
+            chunks: (self.slots.iter())
+                .map(|s| s.chunk.as_ref().map(|c| (c.clone(), s.bytes)))
+                .collect(),
+            rows: (self.rows.iter())
+                .map(|&(s, r)| (s as u32, r as u32))
+                .collect(),
+            free_slots: self.free_slots.iter().map(|&s| s as u32).collect(),
+            capacities: [
+                self.rows.capacity(),
+                self.slots.capacity(),
+                self.free_slots.capacity(),
+            ],
+            word_pos: self.rng.get_word_pos(),
+        }
+    }
+
+    /// A buffer of `cfg` drawing pass `pass`, in the state `parts` describe
+    /// (the chunks may be equal copies of the ones [`parts`](Self::parts)
+    /// saw): the same rows in the same places, the same byte accounting and
+    /// the draw stream at the same position. An error says what does not
+    /// fit (a row naming a free slot or a row past its chunk's end, a chunk
+    /// with no row).
+    pub fn restore(
+        cfg: ShuffleConfig,
+        pass: u64,
+        parts: PoolParts,
+    ) -> std::result::Result<Self, String> {
+        let mut buf = ShuffleBuffer::new(cfg);
+        buf.start_pass(pass);
+        buf.rng.set_word_pos(parts.word_pos);
+        let [rows_cap, slots_cap, free_cap] = parts.capacities;
+        buf.rows = VecDeque::with_capacity(rows_cap.max(parts.rows.len()));
+        buf.slots = Vec::with_capacity(slots_cap.max(parts.chunks.len()));
+        buf.free_slots = Vec::with_capacity(free_cap.max(parts.free_slots.len()));
+        for slot in parts.chunks {
+            let (chunk, bytes) = match slot {
+                Some((c, bytes)) => (Some(c), bytes),
+                None => (None, 0),
+            };
+            buf.held_bytes += bytes;
+            buf.slots.push(Slot {
+                chunk,
+                remaining: 0,
+                bytes,
+            });
+        }
+        let n = buf.slots.len();
+        for (s, r) in parts.rows {
+            let (s, r) = (s as usize, r as usize);
+            let slot = (buf.slots.get_mut(s)).ok_or_else(|| {
+                format!("a row of the pool names slot {s}, the pool has {n} slots")
+            })?;
+            match &slot.chunk {
+                Some(c) if r < c.len() => slot.remaining += 1,
+                Some(c) => {
+                    return Err(format!(
+                        "a row of the pool is row {r} of a chunk of {} rows",
+                        c.len()
+                    ))
+                }
+                None => return Err(format!("a row of the pool names the free slot {s}")),
+            }
+            buf.rows.push_back((s, r));
+        }
+        for (i, slot) in buf.slots.iter().enumerate() {
+            if slot.chunk.is_some() && slot.remaining == 0 {
+                return Err(format!("slot {i} holds a chunk but no row of the pool"));
+            }
+        }
+        buf.free_slots
+            .extend(parts.free_slots.iter().map(|&s| s as usize));
+        Ok(buf)
+    }
+
     /// Drop every held row (e.g. when a pass is abandoned).
     pub fn clear(&mut self) {
         self.rows.clear();
         self.slots.clear();
         self.free_slots.clear();
         self.held_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Instance, Origin, Schema, SourceId, Values};
+
+    fn chunk(schema: &Schema, file: &str, from: u64, n: u64) -> Arc<Chunk> {
+        let mut c = Chunk::new(schema);
+        for i in from..from + n {
+            let o = Origin::new(SourceId::intern(file), i);
+            let v = vec![Values::I64(vec![i as i64])];
+            c.push_instance(&Instance::new(schema, v, o).unwrap());
+        }
+        Arc::new(c)
+    }
+
+    /// A buffer restored from `parts` (with copies of the chunks) draws what
+    /// the original draws, pushes included — with a byte bound in play.
+    #[test]
+    fn restored_parts_draw_what_the_original_draws() {
+        let schema = Schema::builder()
+            .field("x", DType::I64, [])
+            .build()
+            .unwrap();
+        for seed in [1u64, 5, 99] {
+            let cfg = ShuffleConfig {
+                pool_size: 40,
+                min_pool_size: Some(25),
+                max_bytes: 3000,
+                seed,
+            };
+            let mut a = ShuffleBuffer::new(cfg.clone());
+            a.start_pass(2);
+            let mut next = 0u64;
+            let step = |b: &mut ShuffleBuffer, out: &mut Vec<u64>, next: &mut u64| {
+                while !b.can_draw() {
+                    b.push_chunk(chunk(&schema, "/pool/f", *next, 7));
+                    *next += 7;
+                }
+                out.push(b.draw().unwrap().origin().record);
+            };
+            let mut skip = Vec::new();
+            for _ in 0..57 {
+                step(&mut a, &mut skip, &mut next);
+            }
+            let parts = a.parts();
+            // The chunks re-made from their records: equal copies.
+            let copies = PoolParts {
+                chunks: (parts.chunks.iter())
+                    .map(|c| {
+                        c.as_ref().map(|(c, bytes)| {
+                            let first = c.origins()[0].record;
+                            (chunk(&schema, "/pool/f", first, c.len() as u64), *bytes)
+                        })
+                    })
+                    .collect(),
+                ..parts
+            };
+            let mut b = ShuffleBuffer::restore(cfg, 2, copies).unwrap();
+            assert_eq!(b.memory_bytes(), a.memory_bytes());
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            let mut next_b = next;
+            for _ in 0..200 {
+                step(&mut a, &mut want, &mut next);
+                step(&mut b, &mut got, &mut next_b);
+            }
+            assert_eq!(got, want, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn restore_refuses_rows_that_do_not_fit() {
+        let schema = Schema::builder()
+            .field("x", DType::I64, [])
+            .build()
+            .unwrap();
+        let c = chunk(&schema, "/pool/g", 0, 2);
+        let parts = |rows: Vec<(u32, u32)>| PoolParts {
+            chunks: vec![Some((c.clone(), 10)), None],
+            rows,
+            free_slots: vec![1],
+            capacities: [4, 2, 1],
+            word_pos: 0,
+        };
+        let e =
+            ShuffleBuffer::restore(ShuffleConfig::default(), 0, parts(vec![(0, 2)])).unwrap_err();
+        assert!(e.contains("row 2 of a chunk of 2 rows"), "{e}");
+        let e =
+            ShuffleBuffer::restore(ShuffleConfig::default(), 0, parts(vec![(1, 0)])).unwrap_err();
+        assert!(e.contains("free slot 1"), "{e}");
+        let e =
+            ShuffleBuffer::restore(ShuffleConfig::default(), 0, parts(vec![(5, 0)])).unwrap_err();
+        assert!(e.contains("slot 5"), "{e}");
+        let e = ShuffleBuffer::restore(ShuffleConfig::default(), 0, parts(vec![])).unwrap_err();
+        assert!(e.contains("no row"), "{e}");
     }
 }

@@ -178,6 +178,11 @@ pub struct PipelineConfig {
     pub deterministic: bool,
     /// Bytes of out-of-order chunks held in deterministic mode.
     pub reorder_window: usize,
+    /// Deterministic mode: the shuffle stage snapshots its draw before
+    /// every `snapshot_every`-th batch of a pass, for checkpoints (a resume
+    /// draws on from the latest snapshot before its first batch instead of
+    /// from the pass's start); 0 = never. It does not change the batches.
+    pub snapshot_every: u64,
     /// Devices (trainers, or per-device iterators).
     pub devices: usize,
     /// Shared queue or round-robin.
@@ -221,6 +226,31 @@ pub struct PipelineConfig {
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
+    /// Where the shuffle stage leaves snapshots of its draw for checkpoints
+    /// (deterministic mode; see [`DrawSnapshots`](crate::DrawSnapshots)):
+    /// give the same handle to the [`Progress`](crate::Progress) that makes
+    /// them. Each pipeline should have its own (the default is new).
+    pub snapshots: crate::resume::DrawSnapshots,
+    /// Keep what the consumers take ([`Pop`](crate::Pop) consumers and
+    /// trainers) for [`Pipeline::checkpoint`](crate::Pipeline::checkpoint)
+    /// (default true; off for callers that keep a [`Progress`](crate::Progress)
+    /// of their own).
+    pub track_progress: bool,
+}
+
+impl PipelineConfig {
+    /// Open `file` at record `start` as the readers of these settings do.
+    pub(crate) fn open_file(
+        &self,
+        file: &str,
+        start: u64,
+    ) -> Result<Box<dyn feedline::format::RecordReader>, feedline::Error> {
+        let mut opts = self.open.clone();
+        opts.start_record = start;
+        // A record skipped as bad must be found bad here, not in collation.
+        opts.defer_checksums &= matches!(self.error_policy, ErrorPolicy::Fail);
+        self.registry.open(file, self.format.as_deref(), &opts)
+    }
 }
 
 impl Default for PipelineConfig {
@@ -249,6 +279,7 @@ impl Default for PipelineConfig {
             shuffle_files: true,
             deterministic: false,
             reorder_window: 64 << 20,
+            snapshot_every: crate::SNAPSHOT_EVERY,
             devices: 1,
             feed: FeedMode::Shared,
             capacity: 4,
@@ -267,6 +298,8 @@ impl Default for PipelineConfig {
             faults: FaultPlan::default(),
             resume: None,
             remote_cache: None,
+            snapshots: Default::default(),
+            track_progress: true,
         }
     }
 }

@@ -18,12 +18,15 @@ use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::recorder::DeviceClock;
+use crate::resume::SharedProgress;
 
 /// The feed queue actor.
 pub(crate) struct FeedQueueActor {
     queue: BatchQueue,
     /// Per consumer, when the queue runs their clocks.
     clocks: Option<Vec<DeviceClock>>,
+    /// What the consumers took, for [`Pipeline::checkpoint`](crate::Pipeline::checkpoint).
+    progress: Option<SharedProgress>,
     guard: StageGuard,
 }
 
@@ -35,6 +38,7 @@ impl FeedQueueActor {
     pub(crate) fn start(
         queue: BatchQueue,
         clocks: Option<Vec<DeviceClock>>,
+        progress: Option<SharedProgress>,
         guard: StageGuard,
     ) -> Addr<Self> {
         FeedQueueActor::create(move |ctx| {
@@ -42,6 +46,7 @@ impl FeedQueueActor {
             FeedQueueActor {
                 queue,
                 clocks,
+                progress,
                 guard,
             }
         })
@@ -55,12 +60,15 @@ pub(crate) struct PopReply {
     queue: BatchQueue,
     consumer: usize,
     clock: Option<DeviceClock>,
+    progress: Option<SharedProgress>,
 }
 
-/// A parked `Pop`'s reply: actix's sender, and the consumer's clock.
+/// A parked `Pop`'s reply: actix's sender, the consumer's clock, and what
+/// the consumers took (a batch or an end of pass counts once handed over).
 struct ActixReply {
     tx: OneshotSender<Result<Popped, PipelineError>>,
     clock: Option<DeviceClock>,
+    progress: Option<SharedProgress>,
 }
 
 impl Reply<Delivered, PipelineError> for ActixReply {
@@ -72,7 +80,22 @@ impl Reply<Delivered, PipelineError> for ActixReply {
             Ok(Popped::Batch(d)) => Some(d.batch.len()),
             _ => None,
         };
+        let taken = match (&self.progress, &answer) {
+            (Some(_), Ok(Popped::Batch(d))) => Some(Ok(d.clone())),
+            (Some(_), Ok(Popped::EndOfPass(p))) => Some(Err(*p)),
+            _ => None,
+        };
+        // Counted under the lock held across the send: a checkpoint the
+        // consumer asks for once it has the item covers it.
+        let mut progress = self.progress.as_ref().map(|p| p.lock());
         self.tx.send(answer)?;
+        if let (Some(progress), Some(taken)) = (&mut progress, taken) {
+            match taken {
+                Ok(d) => progress.take(&d),
+                Err(pass) => progress.pass_ended(pass),
+            }
+        }
+        drop(progress);
         if let Some(clock) = &self.clock {
             clock.item_arrives(records);
         }
@@ -93,6 +116,7 @@ impl MessageResponse<FeedQueueActor, Pop> for PopReply {
         let reply = ActixReply {
             tx,
             clock: self.clock,
+            progress: self.progress,
         };
         self.queue.pop_or_park(self.consumer, Box::new(reply));
     }
@@ -122,12 +146,14 @@ impl Handler<Pop> for FeedQueueActor {
             queue: me.queue.clone(),
             consumer: msg.consumer,
             clock: (me.clocks.as_ref()).and_then(|c| c.get(msg.consumer).cloned()),
+            progress: me.progress.clone(),
         });
         // After a panic the queue has failed: the pop is answered with that.
         reply.unwrap_or_else(|| PopReply {
             queue: self.queue.clone(),
             consumer: msg.consumer,
             clock: None,
+            progress: None,
         })
     }
 }
@@ -186,7 +212,8 @@ mod tests {
         System::new().block_on(async move {
             let q = BatchQueue::new(FeedMode::Shared.lanes(1), 2).unwrap();
             let guard = StageGuard::new("feed queue", q.clone(), None, Default::default());
-            let addr = FeedQueueActor::start(q.clone(), Some(vec![recorders.device(0)]), guard);
+            let addr =
+                FeedQueueActor::start(q.clone(), Some(vec![recorders.device(0)]), None, guard);
             // A pop parked on the empty lane whose requester goes away.
             let req = Box::pin(addr.send(Pop { consumer: 0 }));
             let delay = futures_timer::Delay::new(Duration::from_millis(30));

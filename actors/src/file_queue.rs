@@ -140,21 +140,35 @@ impl FileQueue {
         if !nothing && !self.send_quota(pass) {
             return;
         }
+        // A draw resumed from a snapshot reads on from its next chunk.
+        let from = (self.resume.as_ref())
+            .filter(|r| r.first_pass() == pass)
+            .and_then(|r| r.snapshot())
+            .map(|s| (s.next_file as usize, s.next_chunk, s.next_record));
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
-            let tasks = if nothing {
+            let mut tasks = if nothing {
                 Vec::new()
             } else {
                 sq.plan.tasks(pass)
             };
+            if let Some((file, _, _)) = from {
+                tasks.retain(|t| t.seq >= file);
+            }
             sq.outstanding = tasks.len();
             files.push(tasks.len());
             for task in tasks {
+                let (start_record, next_chunk) = match from {
+                    Some((file, chunk, record)) if task.seq == file => {
+                        (record.unwrap_or(task.start_record), chunk)
+                    }
+                    _ => (task.start_record, 0),
+                };
                 sq.queues.tasks.push(ReadTask {
                     set,
-                    start_record: task.start_record,
+                    start_record,
                     task,
-                    next_chunk: 0,
+                    next_chunk,
                     attempts: 0,
                 });
             }

@@ -117,7 +117,8 @@ pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::Pipeline;
 pub use crate::push::{FeedHandle, PushStats};
-pub use crate::resume::{CheckpointBase, Progress, ResumeFrom};
+pub use crate::resume::{CheckpointBase, DrawSnapshots, Progress, ResumeFrom};
+pub use crate::shuffle_batch::SNAPSHOT_EVERY;
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
     MAX_SKIPPED_LISTED,

@@ -128,10 +128,13 @@ impl Loader {
         let push = running.push.take();
         let config = &running.config;
         // Device iterators: one consumer per device, each sees every end of pass.
-        let progress = Arc::new(Mutex::new(match &config.resume {
-            Some(r) => Progress::resumed(r, config.devices),
-            None => Progress::new(config.devices),
-        }));
+        let progress = Arc::new(Mutex::new(
+            match &config.resume {
+                Some(r) => Progress::resumed(r, config.devices),
+                None => Progress::new(config.devices),
+            }
+            .with_snapshots(config.snapshots.clone()),
+        ));
         let loader = Loader {
             merged: MergedState::new(&running.queue, &running.recorders, config),
             progress,

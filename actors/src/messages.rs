@@ -60,6 +60,10 @@ pub(crate) struct ChunkMsg {
     pub chunk_seq: u64,
     /// True for the file's last chunk (possibly empty).
     pub last: bool,
+    /// The record the chunk's reading started at (0 when pushed).
+    pub start_record: u64,
+    /// The record after it: where the file's next chunk starts.
+    pub end_record: u64,
     /// The instances.
     pub chunk: Arc<Chunk>,
 }

@@ -13,9 +13,11 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::messages::{Pop, Shutdown};
 use crate::push::FeedHandle;
+use crate::resume::CheckpointBase;
 use crate::stats::Stats;
 use crate::trainer::{SimulatedDevice, TrainStep};
 pub(crate) use builder::Running;
+use feedline::checkpoint::Checkpoint;
 
 /// A running pipeline's handle.
 ///
@@ -66,6 +68,8 @@ pub(crate) use builder::Running;
 pub struct Pipeline {
     running: Running,
     stats: Stats,
+    /// The inputs stamped, at the first checkpoint.
+    base: std::sync::OnceLock<Result<CheckpointBase, PipelineError>>,
 }
 
 impl Pipeline {
@@ -97,6 +101,7 @@ impl Pipeline {
         Pipeline {
             stats: running.recorders.stats(),
             running,
+            base: std::sync::OnceLock::new(),
         }
     }
 
@@ -139,6 +144,42 @@ impl Pipeline {
                 None => Err(PipelineError::Config("finished() was already taken".into())),
             }
         }
+    }
+
+    /// The checkpoint of the batches the consumers took so far — popped
+    /// with [`Pop`] (a batch counts once its reply is handed over) or
+    /// stepped by the trainers (once its step succeeded) —, as
+    /// [`Loader::checkpoint`](crate::Loader::checkpoint) gives it: set
+    /// [`PipelineConfig::resume`] from it (via [`ResumeFrom::new`](crate::ResumeFrom::new))
+    /// to go on from exactly there. Take it between batches (with
+    /// trainers: from a step, or once they are done). An error when the
+    /// pipeline keeps no progress (push mode, `track_progress` off) or
+    /// the inputs cannot be stamped.
+    ///
+    /// ```no_run
+    /// use feedline_actors::{Pipeline, PipelineConfig, Pop, Popped};
+    /// # async fn demo() -> Result<(), feedline_actors::PipelineError> {
+    /// let config = PipelineConfig { files: vec!["data/*.jsonl".into()], ..Default::default() };
+    /// let pipeline = Pipeline::start(config)?;
+    /// let feed = pipeline.feed();
+    /// for _ in 0..10 {
+    ///     if let Ok(Ok(Popped::Batch(_))) = feed.send(Pop { consumer: 0 }).await {}
+    /// }
+    /// let cp = pipeline.checkpoint()?;
+    /// assert!(cp.batches <= 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn checkpoint(&self) -> Result<Checkpoint, PipelineError> {
+        let Some(progress) = &self.running.progress else {
+            return Err(PipelineError::Config(
+                "this pipeline keeps no progress (push mode, or track_progress off)".into(),
+            ));
+        };
+        let base = self
+            .base
+            .get_or_init(|| CheckpointBase::of(&self.running.config));
+        let base = base.as_ref().map_err(Clone::clone)?;
+        Ok(progress.lock().checkpoint(base))
     }
 
     /// Ask every actor to stop. Consumers get [`PipelineError::Stopped`] —

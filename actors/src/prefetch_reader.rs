@@ -97,13 +97,7 @@ impl PrefetchReader {
     }
 
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
-        let mut opts = self.config.open.clone();
-        opts.start_record = task.start_record;
-        // A record skipped as bad must be found bad here, not in collation.
-        opts.defer_checksums &= matches!(self.config.error_policy, ErrorPolicy::Fail);
-        self.config
-            .registry
-            .open(&task.task.file, self.config.format.as_deref(), &opts)
+        self.config.open_file(&task.task.file, task.start_record)
     }
 
     fn mark_busy(&mut self) {
@@ -426,6 +420,7 @@ impl PrefetchReader {
             },
         };
         let n = chunk.len() as u64;
+        let start_record = cur.task.start_record;
         cur.delivered = cur.reader.next_index();
         cur.records_sent += n;
         cur.task.start_record = cur.delivered;
@@ -436,6 +431,8 @@ impl PrefetchReader {
             file_seq: cur.task.task.seq,
             chunk_seq: cur.task.next_chunk,
             last,
+            start_record,
+            end_record: cur.delivered,
             chunk: Arc::new(chunk),
         };
         cur.task.next_chunk += 1;

@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use feedline::checkpoint::{
-    Checkpoint, CheckpointError, InputFingerprint, PassProgress, RecordRanges, SettingsFingerprint,
-    SourceTable, CHECKPOINT_VERSION,
+    Checkpoint, CheckpointError, DrawSnapshot, InputFingerprint, PassProgress, RecordRanges,
+    SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
 use feedline::plan::Equalize;
 use feedline::{Chunk, SourceId};
@@ -150,6 +150,65 @@ struct PassTaken {
     by_seq: bool,
     seqs: RangeSet,
     records: HashMap<SourceId, RecordSet>,
+    /// The snapshot of the draw this pass was resumed from, if any.
+    snapshot: Option<Arc<DrawSnapshot>>,
+}
+
+impl RangeSet {
+    /// The smallest number not in the set.
+    fn first_gap(&self) -> u64 {
+        match self.0.first_key_value() {
+            Some((&0, &e)) => e,
+            _ => 0,
+        }
+    }
+}
+
+/// How many of the latest snapshots of the draw are kept for checkpoints.
+const SNAPSHOTS_KEPT: usize = 16;
+
+/// Where the shuffle stage leaves snapshots of its draw (deterministic
+/// mode, every [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY) batches) for the
+/// checkpoints of the pipeline's consumers: a [`Progress`] given this
+/// handle ([`Progress::with_snapshots`]) puts into its checkpoint the
+/// latest snapshot before its first batch not taken, and a resume from it
+/// starts drawing there instead of at the pass's start. One handle per
+/// pipeline ([`PipelineConfig::snapshots`](crate::PipelineConfig)); the
+/// latest 16 snapshots are kept.
+#[derive(Clone, Debug, Default)]
+pub struct DrawSnapshots(Arc<parking_lot::Mutex<VecDeque<Arc<DrawSnapshot>>>>);
+
+impl DrawSnapshots {
+    /// A new, empty handle.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn push(&self, s: DrawSnapshot) {
+        let mut q = self.0.lock();
+        if q.len() >= SNAPSHOTS_KEPT {
+            q.pop_front();
+        }
+        q.push_back(Arc::new(s));
+    }
+
+    /// The latest snapshot of `pass` before batch `seq` (at most `seq`).
+    fn best(&self, pass: u64, seq: u64) -> Option<Arc<DrawSnapshot>> {
+        let q = self.0.lock();
+        (q.iter().rev())
+            .find(|s| s.pass == pass && s.seq <= seq)
+            .cloned()
+    }
+
+    /// Snapshots held (tests).
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// True when none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What the consumers took, pass by pass: updated with every batch taken
@@ -166,6 +225,7 @@ pub struct Progress {
     /// Consumers that each see every end of pass.
     consumers: usize,
     ends: BTreeMap<u64, usize>,
+    snapshots: Option<DrawSnapshots>,
 }
 
 impl Progress {
@@ -178,7 +238,17 @@ impl Progress {
             next_pass: 0,
             consumers: consumers.max(1),
             ends: BTreeMap::new(),
+            snapshots: None,
         }
+    }
+
+    /// Put into each checkpoint the latest fitting snapshot of the draw
+    /// the pipeline left in `snapshots` (its
+    /// [`PipelineConfig::snapshots`](crate::PipelineConfig)): a
+    /// deterministic resume then starts there, not at the pass's start.
+    pub fn with_snapshots(mut self, snapshots: DrawSnapshots) -> Self {
+        self.snapshots = Some(snapshots);
+        self
     }
 
     /// What a resumed run starts from: what its checkpoints say was taken
@@ -250,7 +320,21 @@ impl Progress {
                 let mut records: Vec<(SourceId, RecordRanges)> =
                     t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
                 records.sort_by_key(|(s, _)| s.name());
+                let snapshot = (t.by_seq && !t.complete)
+                    .then(|| {
+                        let gap = t.seqs.first_gap();
+                        let fresh = (self.snapshots.as_ref()).and_then(|s| s.best(p, gap));
+                        let old = t.snapshot.clone().filter(|s| s.seq <= gap);
+                        match (fresh, old) {
+                            (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
+                            (a, b) => a.or(b),
+                        }
+                    })
+                    .flatten()
+                    .filter(|s| s.seq > 0)
+                    .map(|s| (*s).clone());
                 PassProgress {
+                    snapshot,
                     pass: p,
                     complete: t.complete,
                     batches: t.batches,
@@ -281,6 +365,9 @@ impl Progress {
         }
     }
 }
+
+/// A [`Progress`] shared by a pipeline's consumers.
+pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
 
 /// What identifies a pipeline's position beyond what was taken: its
 /// inputs, its order-fixing settings, its rank.
@@ -320,6 +407,8 @@ pub struct ResumeFrom {
     taken: BTreeMap<u64, PassTaken>,
     done_before: u64,
     by_record: bool,
+    /// Where the draw of the first pass starts (by batch number only).
+    snapshot: Option<Arc<DrawSnapshot>>,
 }
 
 impl ResumeFrom {
@@ -404,7 +493,25 @@ impl ResumeFrom {
                 .map(|(s, rs)| (s, RecordRanges::union(rs)))
                 .collect();
             let seqs = RecordRanges::union(parts.iter().map(|(_, p)| &p.seqs));
+            // A snapshot of the draw counts if every batch before it was
+            // consumed (by batch number, one checkpoint).
+            let snapshot = (by_seq && parts.len() == 1)
+                .then(|| parts[0].1.snapshot.clone())
+                .flatten()
+                .filter(|s| {
+                    let fits = s.pass == pass && RangeSet::of(&seqs).first_gap() >= s.seq;
+                    if !fits {
+                        log::warn!(
+                            "the checkpoint's snapshot of the draw (pass {}, batch {}) does not fit its pass {pass}: the pass is drawn again from its start",
+                            s.pass,
+                            s.seq
+                        );
+                    }
+                    fits
+                })
+                .map(Arc::new);
             let t = PassTaken {
+                snapshot,
                 complete: !by_record && parts.iter().all(|(_, p)| p.complete),
                 batches: parts.iter().map(|(_, p)| p.batches).sum(),
                 by_seq,
@@ -428,6 +535,7 @@ impl ResumeFrom {
                 },
             );
         }
+        let snapshot = taken.get(&first_pass).and_then(|t| t.snapshot.clone());
         let mut first_pass = first_pass;
         let mut done_before = first_pass;
         if first_pass >= pass_count {
@@ -438,6 +546,7 @@ impl ResumeFrom {
             rules = BTreeMap::from([(first_pass, Rule::Nothing)]);
             taken.clear();
         }
+        let snapshot = snapshot.filter(|_| rules.contains_key(&first_pass) && !by_record);
         log::info!(
             "resuming from {} checkpoint(s) at pass {first_pass} by {}",
             checkpoints.len(),
@@ -449,6 +558,7 @@ impl ResumeFrom {
             taken,
             done_before,
             by_record,
+            snapshot,
         })
     }
 
@@ -461,6 +571,20 @@ impl ResumeFrom {
     /// false when by batch number (deterministic, same shard).
     pub fn by_record(&self) -> bool {
         self.by_record
+    }
+
+    /// The snapshot of the draw the first pass starts from (deterministic
+    /// resume by batch number), if the checkpoint has one.
+    pub fn snapshot(&self) -> Option<&DrawSnapshot> {
+        self.snapshot.as_deref()
+    }
+
+    /// The same resume, drawing the first pass from its start.
+    pub(crate) fn without_snapshot(&self) -> Self {
+        ResumeFrom {
+            snapshot: None,
+            ..self.clone()
+        }
     }
 
     /// True when batch `seq` of `pass` was consumed before: left out.
@@ -540,6 +664,7 @@ mod tests {
             taken: BTreeMap::new(),
             done_before: 1,
             by_record: true,
+            snapshot: None,
         };
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 0), 10);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 10), 10);

@@ -13,6 +13,8 @@
 //!     share waits, acknowledgements withheld);
 //! - [`quota`]: equalized ranks keep their share and pad with repeats;
 //! - [`state`]: what the parts hold, as one plain value;
+//! - [`snapshot`]: the draw's exact state every [`SNAPSHOT_EVERY`] batches
+//!   (deterministic mode), for checkpoints, and the pool made again from one;
 //! - [`drain`]: batches as jobs — drawn rows with their number and lane —
 //!   collated in a second step; at the end of a pass the pool's last
 //!   batches are collated only as the feed queue takes them.
@@ -33,7 +35,10 @@ mod intake;
 mod mix;
 mod quota;
 mod reorder;
+mod snapshot;
 mod state;
+
+pub use snapshot::SNAPSHOT_EVERY;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,7 +49,7 @@ use feedline::batcher::Batcher;
 use feedline::feed_queue::{Item, Pushed};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
 use feedline::transform::BatchTransformer;
-use feedline::{collate_rows, Chunk, RowRef, Schema};
+use feedline::{collate_rows, RowRef, Schema};
 
 use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
@@ -59,6 +64,7 @@ use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
 use intake::{Arrival, ChunkIntake, Decided};
 use quota::{Drawn, EqualizeQuota, Share};
 use reorder::ChunkKey;
+use snapshot::{DrawTracker, Place, Taken};
 use state::{records_of, RecordRef, ShuffleState};
 
 /// Where the shuffle stage reports.
@@ -89,10 +95,10 @@ pub(crate) struct ShuffleBatch {
     /// once the pool has drawn all it can after the one before — held here
     /// while a queue's worth of batches waits, so the draws are the same
     /// whatever the feed queue's pace.
-    pending: VecDeque<Arc<Chunk>>,
+    pending: VecDeque<Taken>,
     drain: EndOfPassDrain<RowRef>,
     /// Which chunks are taken, in what order (reorder window, file-set mix).
-    intake: ChunkIntake<Arc<Chunk>, Ack>,
+    intake: ChunkIntake<Taken, Ack>,
     quota: EqualizeQuota<RowRef>,
     idle_since: Instant,
     failed: bool,
@@ -104,6 +110,10 @@ pub(crate) struct ShuffleBatch {
     transformer: Option<BatchTransformer>,
     /// Which rows of this pass are equalize padding.
     padding: PaddingRows,
+    /// Where the pooled chunks came from, for snapshots of the draw.
+    tracker: DrawTracker,
+    /// Snapshots of the draw are taken (see [`snapshot::enabled`]).
+    snapshotting: bool,
 }
 
 /// Counts the rows of a pass into and out of the batcher (which keeps
@@ -129,14 +139,68 @@ impl PaddingRows {
     }
 }
 
-/// The shuffle buffer of these settings (drawing for pass 0).
-fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
-    ShuffleBuffer::new(ShuffleConfig {
+/// The shuffle buffer's sizes and seed of these settings.
+fn shuffle_config(config: &PipelineConfig) -> ShuffleConfig {
+    ShuffleConfig {
         pool_size: config.shuffle,
         min_pool_size: config.min_pool,
         max_bytes: config.shuffle_bytes,
         seed: config.seed,
-    })
+    }
+}
+
+/// The shuffle buffer of these settings (drawing for pass 0).
+fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
+    ShuffleBuffer::new(shuffle_config(config))
+}
+
+/// A resumed draw: the pool made again from the resume's snapshot, and
+/// where the stage goes on.
+pub(crate) struct RestoredDraw {
+    buffer: ShuffleBuffer,
+    tracker: DrawTracker,
+    snapshot: feedline::checkpoint::DrawSnapshot,
+}
+
+impl RestoredDraw {
+    /// The draw of `config`'s resume snapshot made again, if it has one
+    /// (`Ok(None)` if not); an error says why it cannot be (then the pass
+    /// is drawn again from its start).
+    pub(crate) fn of(
+        config: &PipelineConfig,
+        schema: &Schema,
+        plan: &feedline::plan::PassPlan,
+    ) -> Result<Option<Self>, String> {
+        let Some(s) = config.resume.as_ref().and_then(|r| r.snapshot()) else {
+            return Ok(None);
+        };
+        if !snapshot::enabled(config) {
+            return Err("these settings take no snapshot of the draw".into());
+        }
+        let t0 = std::time::Instant::now();
+        // A reader that panics is a reader's failure, not the pipeline's.
+        let (buffer, tracker) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            snapshot::restore(config, schema, plan, shuffle_config(config), s)
+        }))
+        .map_err(|p| {
+            format!(
+                "reading the pool's records panicked: {}",
+                crate::panic::panic_text(p)
+            )
+        })??;
+        log::info!(
+            "pass {}: the pool of the snapshot before batch {} made again in {:.1} ms ({} instances)",
+            s.pass,
+            s.seq,
+            t0.elapsed().as_secs_f64() * 1e3,
+            buffer.len()
+        );
+        Ok(Some(RestoredDraw {
+            buffer,
+            tracker,
+            snapshot: s.clone(),
+        }))
+    }
 }
 
 /// Collate a batch job: the second step of making a batch.
@@ -192,8 +256,34 @@ impl ShuffleBatch {
             guard,
             transformer: None,
             padding: PaddingRows::default(),
+            tracker: DrawTracker::default(),
+            snapshotting: snapshot::enabled(&config),
             config,
         }
+    }
+
+    /// Go on from a resumed draw: its pool, batch number and counters.
+    pub(crate) fn with_restored(mut self, restored: Option<RestoredDraw>) -> Self {
+        let Some(r) = restored else { return self };
+        let s = r.snapshot;
+        self.buffer = r.buffer;
+        self.tracker = r.tracker;
+        self.numbering.start_pass(s.pass);
+        self.numbering.resume_at(s.seq);
+        self.pass_records = s.pass_records;
+        self.padding.rows_in = s.batcher_rows[0];
+        self.padding.out = s.batcher_rows[1];
+        let intake = std::mem::replace(&mut self.intake, ChunkIntake::new(false, 0, Vec::new()));
+        self.intake = intake.next_chunk_at(s.next_file as usize, s.next_chunk);
+        log::info!(
+            "pass {}: the draw goes on from its snapshot before batch {} ({} instances pooled; reading from file #{} chunk {})",
+            s.pass,
+            s.seq,
+            self.buffer.len(),
+            s.next_file,
+            s.next_chunk
+        );
+        self
     }
 
     /// Make batches through `transformer` (the instance and batch maps).
@@ -254,7 +344,7 @@ impl ShuffleBatch {
     /// What the stage holds besides its pool, as a plain value.
     pub(crate) fn state(&self) -> ShuffleState {
         let row = |r: &RowRef| RecordRef::from(r.origin());
-        let (reorder, mix) = self.intake.state(records_of);
+        let (reorder, mix) = self.intake.state(|t: &Taken| records_of(&t.chunk));
         ShuffleState {
             pass: self.numbering.pass(),
             batches: self.numbering.batches(),
@@ -266,7 +356,11 @@ impl ShuffleBatch {
     }
 
     /// Put a chunk's instances into the pool.
-    fn accept(&mut self, chunk: Arc<Chunk>) {
+    fn accept(&mut self, taken: Taken) {
+        if self.snapshotting {
+            self.tracker.accepted(&taken);
+        }
+        let chunk = taken.chunk;
         if chunk.is_empty() {
             return;
         }
@@ -328,6 +422,33 @@ impl ShuffleBatch {
         let padded = self.padding.rows_out(rows.len());
         let mut job = self.numbering.job(rows);
         job.padded = padded;
+        let next = job.seq + 1;
+        if self.snapshotting
+            && next % self.config.snapshot_every == 0
+            && !self.drain.is_drawing()
+            && self.batcher.pending() == 0
+        {
+            let rows = [self.padding.rows_in, self.padding.out];
+            let t0 = Instant::now();
+            let s = (self.tracker).capture(
+                job.pass,
+                next,
+                &self.buffer,
+                &self.pending,
+                self.pass_records,
+                rows,
+            );
+            if let Some(s) = s {
+                log::trace!(
+                    "snapshot of the draw before batch {next} of pass {}: {} rows, {} chunks, in {:.1} µs",
+                    job.pass,
+                    s.row_slots.len(),
+                    s.chunks.iter().flatten().count(),
+                    t0.elapsed().as_secs_f64() * 1e6
+                );
+                self.config.snapshots.push(s);
+            }
+        }
         // Resumed: a batch the checkpoint says was consumed is left out
         // (after the padding count, which the uninterrupted run made too).
         if (self.config.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
@@ -444,7 +565,7 @@ impl ShuffleBatch {
 
     /// Do what the intake decided: send the acknowledgements, take the
     /// chunks into the pool in order.
-    fn take(&mut self, d: Decided<Arc<Chunk>, Ack>) {
+    fn take(&mut self, d: Decided<Taken, Ack>) {
         for ack in d.acks {
             ack.do_send(ChunkAck);
         }
@@ -507,6 +628,7 @@ impl ShuffleBatch {
         self.numbering.start_pass(pass + 1);
         self.pass_records = 0;
         self.buffer.start_pass(pass + 1);
+        self.tracker.start_pass();
     }
 
     /// The skip policy's `max_bad_fraction`, judged at the end of `pass` on
@@ -560,7 +682,16 @@ impl ShuffleBatch {
             last: msg.last,
             records: msg.chunk.len() as u64,
             bytes: msg.chunk.memory_bytes(),
-            item: msg.chunk,
+            item: Taken {
+                place: Place {
+                    file: msg.file_seq,
+                    chunk: msg.chunk_seq,
+                    start: msg.start_record,
+                    end: msg.end_record,
+                    last: msg.last,
+                },
+                chunk: msg.chunk,
+            },
         };
         let d = self.intake.offer(arrival, msg.ack);
         self.take(d);

@@ -14,6 +14,7 @@ use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Popped, Take, TrainerDone};
 use crate::recorder::DeviceClock;
+use crate::resume::SharedProgress;
 
 /// A device's training step: what a trainer does with each batch.
 pub trait TrainStep: Send + Unpin + 'static {
@@ -55,9 +56,17 @@ pub(crate) struct Trainer<S: TrainStep> {
     done: Recipient<TrainerDone>,
     clock: DeviceClock,
     guard: StageGuard,
+    /// What the devices took, for [`Pipeline::checkpoint`](crate::Pipeline::checkpoint).
+    progress: Option<SharedProgress>,
 }
 
 impl<S: TrainStep> Trainer<S> {
+    /// Count what this trainer's steps took into `progress`.
+    pub(crate) fn with_progress(mut self, progress: Option<SharedProgress>) -> Self {
+        self.progress = progress;
+        self
+    }
+
     /// Device `device`'s trainer, taking from `queue`, telling `done` when it ends.
     pub(crate) fn new(
         device: usize,
@@ -74,6 +83,7 @@ impl<S: TrainStep> Trainer<S> {
             done,
             clock,
             guard,
+            progress: None,
         }
     }
 
@@ -119,6 +129,9 @@ impl<S: TrainStep> Trainer<S> {
                 // device waits for it only from the step's end on.
                 self.request(ctx);
                 let result = self.step.step(self.device, &d);
+                if let (Ok(()), Some(p)) = (&result, &self.progress) {
+                    p.lock().take(&d);
+                }
                 self.clock.wait_begins();
                 if let Err(message) = result {
                     self.finish(
@@ -133,6 +146,9 @@ impl<S: TrainStep> Trainer<S> {
             Ok(Popped::EndOfPass(p)) => {
                 self.clock.item_arrives(None);
                 self.step.end_of_pass(self.device, p);
+                if let Some(progress) = &self.progress {
+                    progress.lock().pass_ended(p);
+                }
                 self.request(ctx);
             }
             Ok(Popped::EndOfData) => {

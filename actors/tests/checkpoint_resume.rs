@@ -422,3 +422,232 @@ fn device_iterators_are_covered() {
         }
     }
 }
+
+/// Deterministic mode with the draw snapshot every 3 batches (and a byte
+/// bound on the pool that decides when draws start, in half the cases): a
+/// checkpoint carries the latest snapshot before its first batch not
+/// taken, the resume draws on from it — with other reader and device
+/// counts — and the batches are still the uninterrupted run's.
+#[test]
+fn deterministic_resume_from_a_snapshot_of_the_draw() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut used = 0;
+    for seed in [1u64, 7, 123] {
+        for bad in [false, true] {
+            for (readers, devices, round_robin, bytes) in [
+                (1, 1, false, None),
+                (2, 3, true, Some(600)),
+                (8, 3, false, None),
+                (8, 1, true, Some(900)),
+            ] {
+                let case = Case {
+                    seed,
+                    det: true,
+                    readers,
+                    devices,
+                    round_robin,
+                    bad,
+                    sets: false,
+                };
+                let make = |readers, devices| {
+                    let b = builder(&case, readers, devices).snapshot_every(3);
+                    match bytes {
+                        Some(n) => b.shuffle_bytes(n),
+                        None => b,
+                    }
+                };
+                let full = all(make(readers, devices).build().unwrap());
+                let mut at = stops(&full, &mut rng);
+                at.extend((0..3).map(|_| rng.gen_range(1..full.len())));
+                for stop in at {
+                    let (before, cp) = take(make(readers, devices).build().unwrap(), stop);
+                    if let Some(p) = cp.passes.iter().find(|p| !p.complete) {
+                        if let Some(s) = &p.snapshot {
+                            let taken_in_pass = before.iter().filter(|g| g.0 == p.pass).count();
+                            assert!(s.seq <= taken_in_pass as u64 && s.seq % 3 == 0, "{s:?}");
+                            used += 1;
+                        }
+                    }
+                    let after = all(make(readers % 8 + 1, 4 - devices)
+                        .resume(cp)
+                        .build()
+                        .unwrap());
+                    assert_eq!(before, full[..before.len()], "{case:?} stop {stop}");
+                    assert!(
+                        after == full[before.len()..],
+                        "{case:?} bytes {bytes:?} stop {stop}: the resumed batches differ from the uninterrupted run's"
+                    );
+                }
+            }
+        }
+    }
+    assert!(used > 20, "only {used} checkpoints had a snapshot");
+}
+
+/// `Equalize::Pad`, deterministic: every batch of a resumed run — stopped
+/// anywhere, the end-of-pass drain with its padding included — carries the
+/// padding marks (`padded_rows`, `mask`) of the uninterrupted run's batch.
+#[test]
+fn padding_marks_survive_a_resume() {
+    type Marked = (u64, u64, Vec<i64>, usize, Vec<bool>);
+    let marked = |d: &feedline_actors::Delivered| -> Marked {
+        let ids = d.batch.i64("id").unwrap().iter().copied().collect();
+        let mask = d.batch.mask().iter().copied().collect();
+        (d.pass, d.seq, ids, d.batch.padded_rows(), mask)
+    };
+    let mut padded_seen = 0;
+    for seed in [2u64, 11, 31] {
+        for world in [2usize, 3] {
+            for rank in 0..world {
+                let case = Case {
+                    seed,
+                    det: true,
+                    readers: 2,
+                    devices: 1,
+                    round_robin: false,
+                    bad: false,
+                    sets: false,
+                };
+                let make = |readers: usize, devices: usize| {
+                    builder(&case, readers, devices)
+                        .shard(rank, world)
+                        .shard_by(ShardBy::File)
+                        .equalize(Equalize::Pad)
+                };
+                let full: Vec<Marked> = (make(2, 1).build().unwrap())
+                    .into_iter()
+                    .map(|d| marked(&d.unwrap()))
+                    .collect();
+                padded_seen += full.iter().filter(|m| m.3 > 0).count();
+                let per_pass = full.iter().filter(|m| m.0 == 0).count();
+                // Every stop in the first pass and at its boundary.
+                for stop in 1..=per_pass + 1 {
+                    let mut loader = make(2, 1).build().unwrap();
+                    let mut before = Vec::new();
+                    for d in loader.iter().take(stop) {
+                        before.push(marked(&d.unwrap()));
+                    }
+                    let cp = loader.checkpoint().unwrap();
+                    drop(loader);
+                    let after: Vec<Marked> = (make(3, 2).resume(cp).build().unwrap())
+                        .into_iter()
+                        .map(|d| marked(&d.unwrap()))
+                        .collect();
+                    assert_eq!(before, full[..stop]);
+                    assert!(
+                        after == full[stop..],
+                        "seed {seed} rank {rank}/{world} stop {stop}: padding marks or rows differ after the resume"
+                    );
+                }
+            }
+        }
+    }
+    assert!(padded_seen > 0, "no batch was padded");
+}
+
+/// An actix embedder's pipeline: `Pipeline::checkpoint` covers exactly the
+/// batches its `Pop` consumer took; a loader resumed from it delivers the
+/// rest — in deterministic mode the uninterrupted run's batches.
+#[test]
+fn pipeline_checkpoint_covers_what_pop_consumers_took() {
+    use feedline_actors::{Pipeline, Pop, Popped};
+    for det in [true, false] {
+        for seed in [3u64, 8] {
+            let case = Case {
+                seed,
+                det,
+                readers: 2,
+                devices: 1,
+                round_robin: false,
+                bad: false,
+                sets: false,
+            };
+            let full = all(builder(&case, 2, 1).build().unwrap());
+            for stop in [1, 9, full.len() / 2 + 1, full.len() - 1] {
+                let config = builder(&case, 2, 1).settings().clone();
+                let (before, cp) = actix::System::new().block_on(async move {
+                    let p = Pipeline::start(config).unwrap();
+                    let feed = p.feed();
+                    let mut before = Vec::new();
+                    while before.len() < stop {
+                        match feed.send(Pop { consumer: 0 }).await.unwrap().unwrap() {
+                            Popped::Batch(d) => before.push(got(&d)),
+                            Popped::EndOfPass(_) => {}
+                            Popped::EndOfData => break,
+                        }
+                    }
+                    let cp = p.checkpoint().unwrap();
+                    p.join();
+                    (before, cp)
+                });
+                assert_eq!(cp.batches, stop as u64);
+                let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+                let mut both = before.clone();
+                both.extend(after.iter().cloned());
+                assert_exactly_once(&ids_by_pass(&both), &all_ids(&COUNTS, &[]), 2);
+                if det {
+                    assert_eq!(before, full[..stop]);
+                    assert!(after == full[stop..], "seed {seed} stop {stop}");
+                }
+            }
+        }
+    }
+}
+
+/// Trainers: a step that fails at its `n+1`-th batch stops the pipeline;
+/// `Pipeline::checkpoint` covers exactly the `n` batches stepped, and a
+/// loader resumed from it delivers the rest, the failed batch included.
+#[test]
+fn pipeline_checkpoint_covers_what_trainers_stepped() {
+    use feedline_actors::{Delivered, Pipeline, TrainStep};
+    use std::sync::{Arc, Mutex};
+    struct Step {
+        left: usize,
+        seen: Arc<Mutex<Vec<Got>>>,
+    }
+    impl TrainStep for Step {
+        fn step(&mut self, _: usize, d: &Delivered) -> Result<(), String> {
+            if self.left == 0 {
+                return Err("the device failed".into());
+            }
+            self.left -= 1;
+            self.seen.lock().unwrap().push(got(d));
+            Ok(())
+        }
+    }
+    for seed in [4u64, 21] {
+        let case = Case {
+            seed,
+            det: true,
+            readers: 2,
+            devices: 1,
+            round_robin: false,
+            bad: false,
+            sets: false,
+        };
+        let full = all(builder(&case, 2, 1).build().unwrap());
+        for n in [0, 5, full.len() / 2 + 3] {
+            let config = builder(&case, 2, 1).settings().clone();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let step = Step {
+                left: n,
+                seen: seen.clone(),
+            };
+            let (ended, cp) = actix::System::new().block_on(async move {
+                let mut p = Pipeline::start_with_trainers(config, vec![step]).unwrap();
+                let ended = p.finished().await;
+                let cp = p.checkpoint().unwrap();
+                p.join();
+                (ended, cp)
+            });
+            let e = ended.expect_err("the step failed");
+            assert!(e.to_string().contains("the device failed"), "{e}");
+            let before = seen.lock().unwrap().clone();
+            assert_eq!(before.len(), n);
+            assert_eq!(cp.batches, n as u64);
+            let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
+            assert_eq!(before, full[..n]);
+            assert!(after == full[n..], "seed {seed} n {n}");
+        }
+    }
+}

@@ -202,6 +202,19 @@ pub trait RecordReader: Send {
     /// Index of the next record to be read.
     fn next_index(&self) -> u64;
 
+    /// Move on to record `record` (nothing if it is not ahead), as opening
+    /// at `start_record` would: the records between are not yielded. The
+    /// default reads them (an error is returned as reading gives it);
+    /// formats that can frame records without decoding them override it.
+    fn skip_to(&mut self, record: u64) -> Result<()> {
+        while self.next_index() < record {
+            if self.next_record()?.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// After an error: true if reading may go on with the next record.
     fn can_continue(&self) -> bool {
         false

@@ -926,6 +926,12 @@ impl RecordReader for TfRecordReader {
         self.cur.index.max(self.cur.skip_to)
     }
 
+    /// Frame headers only, as `start_record` does.
+    fn skip_to(&mut self, record: u64) -> Result<()> {
+        self.cur.skip_to = self.cur.skip_to.max(record);
+        Ok(())
+    }
+
     fn can_continue(&self) -> bool {
         self.cur.can_continue
     }

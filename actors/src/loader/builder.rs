@@ -179,6 +179,8 @@ impl LoaderBuilder {
         chunks_in_flight: usize => chunks_in_flight;
         /// Out-of-order bytes held in deterministic mode (default 64 MiB).
         reorder_window: usize => reorder_window;
+        /// Deterministic mode: snapshot the draw for checkpoints before every n-th batch (default [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY); 0 = never).
+        snapshot_every: u64 => snapshot_every;
         /// What to do with a stuck reader (default: retry its file on a fresh reader).
         on_stall: StallPolicy => on_stall;
         /// Readers that may fail on one file before the pass fails (default 3).

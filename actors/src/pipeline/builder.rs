@@ -30,7 +30,8 @@ use crate::messages::{BatchQueue, StartPasses};
 use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
 use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
-use crate::shuffle_batch::{ShuffleBatch, ShuffleLinks};
+use crate::resume::{Progress, SharedProgress};
+use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleLinks};
 use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
@@ -59,6 +60,10 @@ pub(crate) struct Running {
     pub done: Option<oneshot::Receiver<Result<(), PipelineError>>>,
     /// Push mode: the handle that feeds it.
     pub push: Option<FeedHandle>,
+    /// What the consumers took (`Pop` consumers or trainers; `None` for
+    /// the loader, whose iterators keep their own, and when
+    /// `track_progress` is off).
+    pub progress: Option<SharedProgress>,
 }
 
 /// Start a pipeline in the current actix `System`: one [`Trainer`] per step
@@ -73,7 +78,7 @@ pub(crate) fn build<S: TrainStep>(
         config.devices = steps.len();
     }
     let Prepared {
-        config,
+        mut config,
         schema,
         plans,
         batcher,
@@ -86,6 +91,18 @@ pub(crate) fn build<S: TrainStep>(
         .as_ref()
         .and_then(|t| t.output_schema())
         .unwrap_or_else(|| schema.clone());
+    // A deterministic resume with a snapshot of the draw: the pool made
+    // again now; if it cannot be, the pass is drawn again from its start.
+    let restored = match RestoredDraw::of(&config, &schema, &plans[0]) {
+        Ok(r) => r,
+        Err(e) => {
+            log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
+            if let Some(r) = &config.resume {
+                config.resume = Some(Arc::new(r.without_snapshot()));
+            }
+            None
+        }
+    };
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
@@ -105,7 +122,24 @@ pub(crate) fn build<S: TrainStep>(
 
     let clocks =
         account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
-    let feed = FeedQueueActor::start(queue.clone(), clocks, guard.named("feed queue"));
+    let progress: Option<SharedProgress> =
+        ((account_in_queue || !steps.is_empty()) && config.track_progress && config.push.is_none())
+            .then(|| {
+                let p = match &config.resume {
+                    Some(r) => Progress::resumed(r, config.devices),
+                    None => Progress::new(config.devices),
+                };
+                Arc::new(parking_lot::Mutex::new(
+                    p.with_snapshots(config.snapshots.clone()),
+                ))
+            });
+    let pop_progress = progress.clone().filter(|_| account_in_queue);
+    let feed = FeedQueueActor::start(
+        queue.clone(),
+        clocks,
+        pop_progress,
+        guard.named("feed queue"),
+    );
 
     let shuffle = {
         let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
@@ -118,6 +152,7 @@ pub(crate) fn build<S: TrainStep>(
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
             ShuffleBatch::new(config, schema, batcher, queue, links, recorder, guard)
                 .with_transformer(transformer)
+                .with_restored(restored)
         })
     };
 
@@ -182,8 +217,9 @@ pub(crate) fn build<S: TrainStep>(
         let (queue, done) = (queue.clone(), supervisor.clone().recipient());
         let clock = recorders.device(device);
         let guard = guard.named(format!("trainer of device {device}"));
+        let progress = progress.clone();
         Trainer::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            Trainer::new(device, step, queue, done, clock, guard)
+            Trainer::new(device, step, queue, done, clock, guard).with_progress(progress)
         });
     }
 
@@ -218,6 +254,7 @@ pub(crate) fn build<S: TrainStep>(
         arbiters,
         done: Some(done_rx),
         push,
+        progress,
     })
 }
 

@@ -145,6 +145,8 @@ impl Shared {
             file_seq: 0,
             chunk_seq: st.chunk_seq,
             last: false,
+            start_record: 0,
+            end_record: 0,
             chunk: Arc::new(chunk),
         };
         st.chunk_seq += 1;

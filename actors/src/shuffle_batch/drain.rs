@@ -85,6 +85,11 @@ impl BatchNumbering {
         }
     }
 
+    /// Number the next batch `seq` (a draw resumed mid-pass).
+    pub fn resume_at(&mut self, seq: u64) {
+        self.seq = seq;
+    }
+
     /// Number the batches of `pass` from 0.
     pub fn start_pass(&mut self, pass: u64) {
         self.pass = pass;

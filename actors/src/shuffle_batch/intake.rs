@@ -80,6 +80,15 @@ impl<T, A> ChunkIntake<T, A> {
         self
     }
 
+    /// Deterministic mode, one set: the first chunk to take is chunk
+    /// `chunk` of file `file` (a draw resumed from a snapshot).
+    pub fn next_chunk_at(mut self, file: usize, chunk: u64) -> Self {
+        if let Some(w) = &mut self.reorder {
+            w.set_next(0, (file, chunk));
+        }
+        self
+    }
+
     /// Deterministic mode: the set whose next chunk comes next (with one
     /// set, set 0).
     fn next_set(&self) -> Option<usize> {

@@ -87,6 +87,11 @@ impl<T, A> ReorderWindow<T, A> {
         &self.next
     }
 
+    /// Set `set`'s next `(file, chunk)` to take (a resumed draw).
+    pub fn set_next(&mut self, set: usize, next: (usize, u64)) {
+        self.next[set] = next;
+    }
+
     /// True if `key` is the next chunk of its set.
     pub fn is_next(&self, key: ChunkKey) -> bool {
         self.next.get(key.set) == Some(&(key.file, key.chunk))

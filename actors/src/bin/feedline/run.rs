@@ -321,6 +321,8 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         } else {
             FeedMode::Shared
         },
+        // The devices keep the progress, with the trace (`Delivery`).
+        track_progress: false,
         ..args.pipeline.config()?
     };
     if args.stop_after.is_some() && args.checkpoint.is_none() {
@@ -358,7 +360,8 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     let progress = match &config.resume {
         Some(r) => Progress::resumed(r, args.devices),
         None => Progress::new(args.devices),
-    };
+    }
+    .with_snapshots(config.snapshots.clone());
     let (stop_tx, stop_rx) = oneshot::channel();
     let delivery = Arc::new(Mutex::new(Delivery {
         trace: trace.clone(),
