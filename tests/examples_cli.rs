@@ -311,12 +311,19 @@ fn harness_data(dir: &Path, b_label_error: i128) {
     std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
 }
 
-/// Every job of `benches/peers-jobs.tsv`, with one timed pass: its name and arguments.
+/// Every job of `benches/peers-jobs.tsv` that runs the peers adapter (the
+/// Python package's jobs run `python/benches/peers_py.py`), with one timed
+/// pass: its name and arguments.
 fn jobs(data: &Path) -> Vec<(String, Vec<String>)> {
     let tsv = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers-jobs.tsv");
     let text = std::fs::read_to_string(tsv).unwrap();
     (text.lines())
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter(|l| {
+            l.split('\t')
+                .nth(1)
+                .is_some_and(|c| c.starts_with("$PEERS_ADAPTER "))
+        })
         .map(|l| {
             let (name, cmd) = l.split_once('\t').unwrap();
             let args = cmd
