@@ -240,3 +240,27 @@ fn f64_values_too_large_for_an_f32_field_are_refused() {
         &[0.1f32, -3e38f32]
     );
 }
+
+#[test]
+fn a_url_of_a_scheme_feedline_does_not_read_says_so() {
+    for url in [
+        "az://container/train-0.tfrecord",
+        "abfs://c@account.dfs.core.windows.net/x.parquet",
+        "ftp://host/x.jsonl",
+    ] {
+        let e = Registry::with_builtin()
+            .resolve(url, None)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        let scheme = url.split("://").next().unwrap();
+        assert!(
+            e.contains(&format!("`{scheme}://` is not a URL scheme")) && e.contains("s3://"),
+            "{e}"
+        );
+    }
+    // The schemes it reads resolve by their extension (no request is made).
+    for url in ["s3://b/x.tfrecord", "gs://b/x.jsonl", "https://h/x.tar"] {
+        assert!(Registry::with_builtin().resolve(url, None).is_ok(), "{url}");
+    }
+}

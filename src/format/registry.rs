@@ -1,7 +1,7 @@
 //! The [`Registry`]: the formats a loader knows and the rules that choose
 //! one for a path (see the [module docs](super)).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
@@ -95,6 +95,19 @@ impl Registry {
                 let path = PathBuf::from(rest);
                 let c = Compression::from_path(&path);
                 return Ok((f, path, c));
+            }
+        }
+        if let Some((scheme, _)) = spec.split_once("://") {
+            let url_like = scheme.len() >= 2
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if url_like && !crate::remote::is_remote(spec) && !Path::new(spec).exists() {
+                return Err(unknown(format!(
+                    "`{scheme}://` is not a URL scheme feedline reads: inputs are local paths \
+                     or s3://, gs://, http:// and https:// URLs"
+                )));
             }
         }
         let path = PathBuf::from(spec);
