@@ -13,6 +13,7 @@
 //! policy and a skipped file under skip; a missing object is not retried.
 
 mod cli_common;
+mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -379,19 +380,7 @@ fn run_tweaked(
         .build()
         .unwrap_or_else(|e| panic!("building the loader: {e}"));
     let stats = loader.stats_handle();
-    let mut per_pass: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
-    let mut errors = Vec::new();
-    for d in loader {
-        match d {
-            Ok(d) => per_pass.entry(d.pass).or_default().extend(
-                d.batch
-                    .origins()
-                    .iter()
-                    .map(|o| (o.source.name().to_string(), o.record)),
-            ),
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
+    let (per_pass, errors) = common::origins(loader);
     let skipped = stats
         .skipped()
         .into_iter()
