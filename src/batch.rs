@@ -123,8 +123,9 @@ pub(crate) mod recycle {
 
 /// The alignment, in bytes, of the data of every numeric field of a batch
 /// that collation or a transform makes: its first element starts on a
-/// 64-byte boundary (a field with no elements has no data to align) (a cache line; what JAX and XLA ask of a buffer they
-/// take over through DLPack without a copy, and what SIMD code likes).
+/// 64-byte boundary — a cache line, what JAX and XLA ask of a buffer they
+/// take over through DLPack without a copy, and what SIMD code likes (a
+/// field with no elements has no data to align).
 /// A [`Batch`] made with [`Batch::from_parts`] from the caller's own arrays,
 /// or cloned, has whatever alignment those arrays have.
 pub const DATA_ALIGN: usize = 64;
