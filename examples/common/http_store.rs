@@ -7,7 +7,7 @@
 //! cost. One thread per connection; for examples and benchmarks only.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -113,6 +113,57 @@ impl HttpStore {
 }
 
 /// 64-bit FNV-1a of the bytes: the ETag.
+/// One request's line and the headers that matter here.
+pub struct Request {
+    /// `GET`, `HEAD`, …
+    pub method: String,
+    /// The path asked for.
+    pub path: String,
+    /// `Range: bytes=A-B` (B inclusive; `None`: to the end).
+    pub range: Option<(u64, Option<u64>)>,
+}
+
+/// Read the next request on a connection (its body, if any, read and
+/// dropped); `None` when the client closed it.
+pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let path = parts.next().unwrap_or("").to_string();
+    let mut range = None;
+    let mut body_len = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 {
+            return Ok(None);
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':').unwrap_or((h, ""));
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+        if k == "range" {
+            range = v.strip_prefix("bytes=").and_then(|r| {
+                let (a, b) = r.split_once('-')?;
+                Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()))
+            });
+        } else if k == "content-length" {
+            body_len = v.parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; body_len];
+    reader.read_exact(&mut body)?;
+    Ok(Some(Request {
+        method,
+        path,
+        range,
+    }))
+}
+
 fn tag(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -131,37 +182,14 @@ fn serve(
     let mut out = conn;
     let mut tags: HashMap<String, u64> = HashMap::new();
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
+        let Some(Request {
+            method,
+            path,
+            range,
+        }) = read_request(&mut reader)?
+        else {
             return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let path = parts.next().unwrap_or("").to_string();
-        let mut range = None;
-        let mut body_len = 0usize;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            let (k, v) = h.split_once(':').unwrap_or((h, ""));
-            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-            if k == "range" {
-                range = v.strip_prefix("bytes=").and_then(|r| {
-                    let (a, b) = r.split_once('-')?;
-                    Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()))
-                });
-            } else if k == "content-length" {
-                body_len = v.parse().unwrap_or(0);
-            }
-        }
-        let mut skip = vec![0u8; body_len];
-        reader.read_exact(&mut skip)?;
+        };
         counts.requests.fetch_add(1, Ordering::Relaxed);
         if !shape.latency.is_zero() {
             std::thread::sleep(shape.latency);
