@@ -137,12 +137,7 @@ impl Batch {
                 true => format!(
                     "{} (the batch's fields: {})",
                     e.msg,
-                    self.schema
-                        .fields()
-                        .iter()
-                        .map(|f| f.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    self.schema.field_names()
                 ),
                 false => e.msg,
             },

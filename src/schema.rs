@@ -384,11 +384,16 @@ impl Schema {
             .ok_or_else(|| self.no_such_field(name))
     }
 
-    pub(crate) fn no_such_field(&self, name: &str) -> Error {
+    /// The field names in order, comma-separated (for messages).
+    pub fn field_names(&self) -> String {
         let names: Vec<&str> = self.inner.fields.iter().map(|f| f.name.as_str()).collect();
+        names.join(", ")
+    }
+
+    pub(crate) fn no_such_field(&self, name: &str) -> Error {
         Error::Schema(format!(
             "no field named `{name}` (fields: {})",
-            names.join(", ")
+            self.field_names()
         ))
     }
 }

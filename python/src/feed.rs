@@ -334,14 +334,7 @@ fn fields_of<'py>(
             dict.get_type()
         ))
     })?;
-    let names = || {
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = || schema.field_names();
     for k in dict.keys() {
         let k: String = k.extract()?;
         if schema.index_of(&k).is_none() {

@@ -20,12 +20,7 @@ pub(super) fn check_batch(
             "{} fields, the schema has {} ({})",
             batch.schema().len(),
             schema.len(),
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            schema.field_names()
         )));
     }
     let n = batch.len();
