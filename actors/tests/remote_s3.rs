@@ -17,7 +17,8 @@
 //! 1, 4 and 16 readers while the proxy injects faults, the retries are
 //! counted, and a key that does not exist is an error naming its URL.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -263,16 +264,8 @@ fn s3_glob_lists_and_every_record_arrives_once_per_pass() {
             .build()
             .unwrap_or_else(|e| panic!("{readers} readers: {e}"));
         let stats = loader.stats_handle();
-        let mut per_pass: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
-        for d in loader {
-            let d = d.unwrap_or_else(|e| panic!("{readers} readers: {e}"));
-            per_pass.entry(d.pass).or_default().extend(
-                d.batch
-                    .origins()
-                    .iter()
-                    .map(|o| (o.source.name().to_string(), o.record)),
-            );
-        }
+        let (per_pass, errors) = common::origins(loader);
+        assert!(errors.is_empty(), "{readers} readers: {errors:?}");
         assert_eq!(per_pass.len(), 2, "{readers} readers");
         for (pass, mut got) in per_pass {
             got.sort();
