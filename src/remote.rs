@@ -302,7 +302,9 @@ pub struct RemoteStats {
     pub retries: u64,
     /// Requests given up after a transient failure because the retry
     /// budget ([`RemoteOptions::max_attempts`], [`RemoteOptions::retry_budget`])
-    /// was spent.
+    /// was spent, counted where the failure reaches a reader: a stream's
+    /// parts asked ahead and let go when an earlier part failed count
+    /// nothing, so one object that dies is one give-up.
     pub give_ups: u64,
     /// Bytes received in parts delivered.
     pub bytes: u64,
@@ -484,14 +486,8 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, RemoteError> {
 /// Start `fut` on the runtime; its result arrives on the returned channel
 /// (the handle stops it).
 fn spawn<T: Send + 'static>(
-    fut: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
-) -> Result<
-    (
-        mpsc::Receiver<Result<T, RemoteError>>,
-        tokio::task::AbortHandle,
-    ),
-    RemoteError,
-> {
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<(mpsc::Receiver<T>, tokio::task::AbortHandle), RemoteError> {
     let (tx, rx) = mpsc::sync_channel(1);
     let task = runtime()?.spawn(async move {
         let _ = tx.send(fut.await);
@@ -721,13 +717,50 @@ enum Attempt<T> {
     Fail(RemoteError),
 }
 
-/// Run `attempt` until it succeeds, fails for good, or the budget is spent.
+/// A request that failed for good, and whether it was given up (a
+/// transient failure with the retry budget spent) rather than refused.
+struct Failed {
+    error: RemoteError,
+    gave_up: bool,
+}
+
+impl Failed {
+    /// The error, the give-up counted in `count`: done where the failure
+    /// reaches a reader, so that parts asked ahead and then let go (their
+    /// object failed before them) count nothing.
+    fn count(self, count: &Count) -> RemoteError {
+        if self.gave_up {
+            count.add(|c| &c.give_ups, 1);
+        }
+        self.error
+    }
+}
+
+/// Run `attempt` until it succeeds, fails for good, or the budget is spent
+/// (the give-up counted).
 async fn with_retries<T, F, Fut>(
     o: &RemoteOptions,
     count: &Count,
     op: &str,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, RemoteError>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    retrying(o, count, op, attempt)
+        .await
+        .map_err(|f| f.count(count))
+}
+
+/// Run `attempt` until it succeeds, fails for good, or the budget is spent
+/// (the give-up left for the caller to count).
+async fn retrying<T, F, Fut>(
+    o: &RemoteOptions,
+    count: &Count,
+    op: &str,
+    mut attempt: F,
+) -> Result<T, Failed>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Attempt<T>>,
@@ -740,14 +773,21 @@ where
         count.add(|c| &c.requests, 1);
         let e = match attempt(n).await {
             Attempt::Done(v) => return Ok(v),
-            Attempt::Fail(e) => return Err(e),
+            Attempt::Fail(error) => {
+                return Err(Failed {
+                    error,
+                    gave_up: false,
+                })
+            }
             Attempt::Again(e) => e,
         };
         let elapsed = start.elapsed();
         if n >= o.max_attempts.max(1) || elapsed >= o.retry_budget {
-            count.add(|c| &c.give_ups, 1);
             log::debug!("{op}: given up after {n} attempt(s) in {elapsed:.1?}: {e}");
-            return Err(e);
+            return Err(Failed {
+                error: e,
+                gave_up: true,
+            });
         }
         count.add(|c| &c.retries, 1);
         let wait = rand::thread_rng().gen_range(Duration::ZERO..=backoff);
@@ -876,18 +916,16 @@ pub fn read_range(url: &str, start: u64, len: u64) -> Result<bytes::Bytes, Remot
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("GET {url} bytes {start}..{}", start + len);
-    block(get_part(
-        store,
-        path,
-        o,
-        Count::here(),
-        op,
-        start,
-        start + len,
-    ))
+    let count = Count::here();
+    block(async move {
+        get_part(store, path, o, count.clone(), op, start, start + len)
+            .await
+            .map_err(|f| f.count(&count))
+    })
 }
 
-/// One part, `start..end`, with retries.
+/// One part, `start..end`, with retries (a give-up is the caller's to
+/// count: [`Failed::count`]).
 async fn get_part(
     store: Arc<dyn ObjectStore>,
     path: StorePath,
@@ -896,10 +934,10 @@ async fn get_part(
     op: String,
     start: u64,
     end: u64,
-) -> Result<bytes::Bytes, RemoteError> {
+) -> Result<bytes::Bytes, Failed> {
     let t0 = Instant::now();
     let want = end - start;
-    with_retries(&o, &count, &op, |n| {
+    retrying(&o, &count, &op, |n| {
         let (store, path, op, count) = (store.clone(), path.clone(), &op, &count);
         async move {
             match store.get_range(&path, start..end).await {
@@ -944,7 +982,7 @@ mod futures_util_shim {
 
 /// A part on its way: where its bytes arrive, and how to stop asking.
 type Part = (
-    mpsc::Receiver<Result<bytes::Bytes, RemoteError>>,
+    mpsc::Receiver<Result<bytes::Bytes, Failed>>,
     Option<tokio::task::AbortHandle>,
 );
 
@@ -1073,7 +1111,10 @@ impl RemoteObject {
                 Err(e) => {
                     // Given to the read that reaches this part.
                     let (tx, rx) = mpsc::sync_channel(1);
-                    let _ = tx.send(Err(e));
+                    let _ = tx.send(Err(Failed {
+                        error: e,
+                        gave_up: false,
+                    }));
                     (rx, None)
                 }
             };
@@ -1116,8 +1157,11 @@ impl Read for RemoteObject {
             let Some(next) = self.pending.pop_front() else {
                 return Ok(0);
             };
-            let got = next.0.recv().unwrap_or(Err(RemoteError::RuntimeGone));
-            match got {
+            let got = next.0.recv().unwrap_or(Err(Failed {
+                error: RemoteError::RuntimeGone,
+                gave_up: false,
+            }));
+            match got.map_err(|f| f.count(&self.count)) {
                 Ok(b) => {
                     self.part = b;
                     self.used = 0;

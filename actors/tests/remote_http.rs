@@ -897,6 +897,41 @@ fn a_stream_that_fails_midway_leaves_no_cache_entry() {
     assert!(objs.is_empty() && tmps.is_empty(), "{objs:?} {tmps:?}");
 }
 
+/// Two parts past the point where the object dies are asked ahead and
+/// both give up before the reader reaches them: the object is one give-up
+/// (the one its reader meets), not one per part on its way.
+#[test]
+fn parts_asked_ahead_of_a_failed_part_count_no_give_up() {
+    let _one = options();
+    let files = jsonl_files(1, 400);
+    let mut schedule = Schedule::default();
+    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
+    let server = Server::start(files, schedule);
+    let url = server.url("data/part0.jsonl");
+    let c = remote::RemoteCounters::new();
+    let e = remote::scoped(&c, None, || {
+        let mut r = remote::RemoteObject::open(&url).unwrap();
+        // Into the second part: parts 8192.. and 12288.. are on their way
+        // (read_ahead 2), each to fail 6 times.
+        let mut head = vec![0u8; 4097];
+        r.read_exact(&mut head).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while server.gets_for("data/part0.jsonl") < 2 + 2 * 6 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the parts were never asked for"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(c.snapshot().give_ups, 0, "counted before any reader met it");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap_err()
+    });
+    assert!(e.to_string().contains("byte offset 8192"), "{e}");
+    assert_eq!(c.snapshot().give_ups, 1, "{:?}", c.snapshot());
+    assert_eq!(c.snapshot().retries, 2 * 5, "{:?}", c.snapshot());
+}
+
 #[test]
 fn cli_cat_and_run_with_cache_dir_read_each_object_from_the_store_once() {
     let _one = options();
