@@ -340,3 +340,46 @@ fn bad_resumes_are_clear_errors() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--checkpoint"), "{}", stderr(&o));
 }
+
+/// A checkpoint that cannot be written (its directory removed mid-run)
+/// stops the run with an error naming it, at the next checkpoint due — not
+/// at the end of the run, however far that is.
+#[test]
+fn a_checkpoint_that_cannot_be_written_stops_the_run_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = small_files(dir.path(), 4, 500);
+    let ck_dir = dir.path().join("ck");
+    std::fs::create_dir(&ck_dir).unwrap();
+    let cp = ck_dir.join("run.json");
+    let trace = dir.path().join("run.trace");
+    let extra = [
+        "--trace",
+        p(&trace),
+        "--checkpoint",
+        p(&cp),
+        "--checkpoint-every",
+        "5",
+        "--step-ms",
+        "2",
+    ];
+    let child = cmd(&args(&files, &extra))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start feedline");
+    // The first checkpoint is on disk: take its directory away.
+    while !cp.exists() {
+        std::thread::yield_now();
+    }
+    std::fs::remove_dir_all(&ck_dir).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_ne!(code(&o), 0);
+    let err = stderr(&o);
+    assert!(err.contains(p(&ck_dir)), "{err}");
+    // 2 passes of 4 × 500 / 8 batches: stopped long before the end.
+    let lines = read_trace(&trace).len();
+    assert!(
+        lines < 500,
+        "{lines} batches delivered: the error waited for the end"
+    );
+}
