@@ -497,6 +497,7 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
         let mut rng = ChaCha8Rng::seed_from_u64(round);
         let cap = rng.gen_range(1..=32);
         let fail_after = (round % 2 == 1).then(|| rng.gen_range(0..8 * PER_PRODUCER as usize));
+        // Failed by a consumer (or at once for 0): see below.
         let q = queue(8, cap, false);
         let popped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let producers: Vec<_> = (0..8u64)
@@ -553,7 +554,14 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
                             None => {}
                             Some(Ok(Popped::Batch(b))) => {
                                 got.push(b);
-                                popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let n =
+                                    1 + popped.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                // The consumer that pops the `fail_after`-th
+                                // batch fails the queue: while the producers
+                                // still hold batches, however threads run.
+                                if Some(n) == fail_after {
+                                    q.fail("failed mid-stream".into());
+                                }
                             }
                             Some(Ok(Popped::EndOfPass(_))) => panic!("no markers pushed"),
                             Some(Ok(Popped::EndOfData)) => return (got, false),
@@ -563,13 +571,7 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
                 })
             })
             .collect();
-        if let Some(n) = fail_after {
-            let t0 = Instant::now();
-            while popped.load(std::sync::atomic::Ordering::Relaxed) < n
-                && t0.elapsed() < Duration::from_secs(20)
-            {
-                thread::sleep(Duration::from_micros(100));
-            }
+        if fail_after == Some(0) {
             q.fail("failed mid-stream".into());
         }
         let deadline = Instant::now() + Duration::from_secs(60);

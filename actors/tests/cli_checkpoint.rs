@@ -367,11 +367,12 @@ fn a_checkpoint_that_cannot_be_written_stops_the_run_naming_its_path() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start feedline");
-    // The first checkpoint is on disk: take its directory away.
+    // The first checkpoint is on disk: take its directory away (by one
+    // rename, which a write in flight cannot race as a removal could).
     while !cp.exists() {
         std::thread::yield_now();
     }
-    std::fs::remove_dir_all(&ck_dir).unwrap();
+    std::fs::rename(&ck_dir, dir.path().join("ck-gone")).unwrap();
     let o = child.wait_with_output().unwrap();
     assert_ne!(code(&o), 0);
     let err = stderr(&o);

@@ -305,7 +305,8 @@ fn a_blocked_producer_is_released_by_close() {
     // Read after the producer ended: a credit may have come back between
     // the observation and the close.
     let n = progress.load(Ordering::SeqCst);
-    assert!(t0.elapsed() < Duration::from_secs(2));
+    // A hang detector, not a speed check (the release is the event).
+    assert!(t0.elapsed() < Duration::from_secs(30));
     assert!(matches!(err, PushError::Closed(_)), "{err:?}");
     assert_eq!(
         err.into_inner(),
@@ -338,7 +339,9 @@ fn a_blocked_producer_is_released_by_dropping_the_loader() {
     let t0 = Instant::now();
     drop(loader);
     let err = t.join().unwrap().expect("the blocked push fails");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // A hang detector, not a speed check (dropping the loader may wait
+    // for its threads; the release is the event).
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
     assert!(matches!(err, PushError::Stopped(..)), "{err:?}");
     assert!(err.to_string().contains("stopped"), "{err}");
     match batch_pusher.join().unwrap() {

@@ -1,12 +1,25 @@
 """Shared by the test files: the process's thread count and generated .npz data."""
 
 import os
+import time
 
 import numpy as np
 
 
 def threads():
     return len(os.listdir("/proc/self/task"))
+
+
+def threads_back_to(before, deadline_s=30.0):
+    """True once the process has no more threads than `before` (polled: a
+    thread that was joined may still be listed in /proc for a moment);
+    False if it still has more after `deadline_s` (a thread left behind)."""
+    end = time.monotonic() + deadline_s
+    while threads() > before:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return threads() == before
 
 
 def make_npz(tmp_path, files=4, rows=50):

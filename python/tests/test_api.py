@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import feedline
-from helpers import make_npz, threads
+from helpers import make_npz, threads, threads_back_to
 
 
 SCHEMA = {"x": ("float32", [4]), "y": ("int64", [])}
@@ -435,7 +435,7 @@ def test_keyboard_interrupt_while_waiting_for_a_batch_stops_the_loader():
     assert loader.closed
     feed.close()
     del feed
-    assert threads() == before
+    assert threads_back_to(before), (threads(), before)
 
 
 def test_keyboard_interrupt_while_a_push_waits_for_room():
@@ -463,7 +463,7 @@ def test_keyboard_interrupt_while_a_push_waits_for_room():
     assert s["instances"] == pushed
     feed.close()
     loader.close()
-    assert threads() == before
+    assert threads_back_to(before), (threads(), before)
 
 
 def test_other_threads_use_the_loader_while_next_waits():
@@ -486,7 +486,7 @@ def test_other_threads_use_the_loader_while_next_waits():
     t.join(30)
     assert seen["stats"]["records"] == 0 and loader.closed
     feed.close()
-    assert threads() == before
+    assert threads_back_to(before), (threads(), before)
 
 
 def test_keyboard_interrupt_while_the_start_up_blocks(tmp_path):
