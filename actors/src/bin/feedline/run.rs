@@ -65,7 +65,7 @@ pub struct RunArgs {
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Delivered batches between two checkpoints, 1..=1000000000. When
-    /// they come faster than the disk syncs files, the writer rests 9× each
+    /// they come faster than the disk syncs files, the writer rests 49× each
     /// write's time (at most 1 s) between writes: the file on disk is then
     /// the newest every-N checkpoint made after the rest.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -153,7 +153,7 @@ struct Writer {
 }
 
 /// The writer's rest after a write, in multiples of the write's time.
-const WRITE_REST: u32 = 9;
+const WRITE_REST: u32 = 49;
 /// The longest rest after a write.
 const MAX_REST: Duration = Duration::from_secs(1);
 
