@@ -66,7 +66,7 @@ pub struct RunArgs {
     checkpoint: Option<PathBuf>,
     /// Delivered batches between two checkpoints, 1..=1000000000. When
     /// they come faster than the disk syncs files, the writer rests 49× each
-    /// write's time (at most 1 s) between writes: the file on disk is then
+    /// write's time (at most 100 ms) between writes: the file on disk is then
     /// the newest every-N checkpoint made after the rest.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     checkpoint_every: u64,
@@ -140,12 +140,14 @@ impl Saving {
 /// A thread that writes checkpoints atomically, in the order made (only
 /// the newest of those waiting: an older one would be overwritten at once).
 ///
-/// Paced: after a write that took `t`, no checkpoint is made for
-/// `WRITE_REST × t` (at most [`MAX_REST`]), so writing takes at most a
-/// `1 / (1 + WRITE_REST)` share of the time even when batches come faster
-/// than the disk syncs files (16 k batches/s at `--checkpoint-every 100`
-/// asks for 160 fsynced files a second). The file on disk is then one of
-/// the every-N checkpoints, at most about `MAX_REST` plus a write behind.
+/// Paced, for batches that come faster than a disk syncs files (16 k
+/// batches/s at `--checkpoint-every 100` asks for 160 fsynced files a
+/// second): after a write that took `t`, no checkpoint is made for
+/// `WRITE_REST × t`, at most [`MAX_REST`]. Writing then takes at most a
+/// `1 / (1 + WRITE_REST)` share of the time when writes are quick (under
+/// 2 ms), and checkpoints due a few times a second are never skipped. The
+/// file on disk is always one of the every-N checkpoints, at most about
+/// `MAX_REST` plus a write behind the newest one due.
 struct Writer {
     tx: mpsc::Sender<Checkpoint>,
     thread: JoinHandle<CheckpointResult<()>>,
@@ -155,7 +157,7 @@ struct Writer {
 /// The writer's rest after a write, in multiples of the write's time.
 const WRITE_REST: u32 = 49;
 /// The longest rest after a write.
-const MAX_REST: Duration = Duration::from_secs(1);
+const MAX_REST: Duration = Duration::from_millis(100);
 
 /// When the writer takes the next checkpoint.
 struct Pace {
