@@ -7,11 +7,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{all_ids, block_at, synth_loader, Fault, Gate, Hooked, SynthFormat};
+use common::{all_ids, block_at, Gate, Hooked, SynthFormat};
 use feedline_actors::{Loader, LoaderBuilder, PipelineError, StallPolicy};
 
-fn builder(synth: SynthFormat) -> LoaderBuilder {
-    synth_loader(synth).batch(10).shuffle(30).chunk_records(8)
+/// A loader of `specs` through a [`Hooked`] registry: batches of 10, a
+/// pool of 30, chunks of 8 records.
+fn hooked(registry: feedline::format::Registry, specs: Vec<String>) -> LoaderBuilder {
+    Loader::builder()
+        .registry(registry)
+        .files(specs)
+        .schema(SynthFormat::schema())
+        .batch(10)
+        .shuffle(30)
+        .chunk_records(8)
 }
 
 fn ids(loader: Loader) -> Result<Vec<i64>, PipelineError> {
@@ -70,16 +78,24 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
 
 #[test]
 fn stall_policy_fail_names_the_file_and_record() {
-    let synth = SynthFormat::with_files(&[50, 50])
-        .fault("f0", 20, hang_once(1500))
-        .build();
-    let loader = builder(synth)
+    // The first reader of f0 is held at record 20 until the test ends; the
+    // time-out is long enough that no read merely slowed by a loaded
+    // machine counts as a stall first.
+    let synth = SynthFormat::with_files(&[50, 50]).build();
+    let specs = synth.specs();
+    let gate = Gate::default();
+    let held = gate.clone();
+    let registry = Hooked::registry(synth, move |o| {
+        (o.file == "f0" && o.earlier == 0).then(|| block_at(20, held.clone(), || {}))
+    });
+    let loader = hooked(registry, specs)
         .readers(1)
-        .stall_timeout(Duration::from_millis(400))
+        .stall_timeout(Duration::from_secs(1))
         .on_stall(StallPolicy::Fail)
         .build()
         .unwrap();
     let err = ids(loader).expect_err("the pass fails");
+    gate.open();
     let msg = err.to_string();
     assert!(matches!(err, PipelineError::ReaderStuck { .. }), "{msg}");
     assert!(
@@ -88,31 +104,41 @@ fn stall_policy_fail_names_the_file_and_record() {
     );
 }
 
-/// Blocks the first reader that gets to its record for `ms` milliseconds.
-fn hang_once(ms: u64) -> Fault {
-    Fault::Hang {
-        time: Duration::from_millis(ms),
-        times: 1,
-    }
-}
-
-/// One reader of one file of 40 records that hangs 700 ms at `record`;
-/// no watchdog.
-fn hanging_at(record: u64) -> Loader {
-    let synth = SynthFormat::with_files(&[40])
-        .fault("f0", record, hang_once(700))
-        .build();
-    builder(synth)
+/// One reader of one file of 40 records, held at `record` until the gate
+/// opens; no watchdog. Returns once the reader is held (an event, whatever
+/// the machine's load).
+fn hanging_at(record: u64) -> (Loader, Gate) {
+    let synth = SynthFormat::with_files(&[40]).build();
+    let specs = synth.specs();
+    let gate = Gate::default();
+    let held = gate.clone();
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let reached_tx = std::sync::Mutex::new(Some(reached_tx));
+    let registry = Hooked::registry(synth, move |o| {
+        if o.file != "f0" {
+            return None;
+        }
+        let tx = reached_tx.lock().unwrap().take()?;
+        Some(block_at(record, held.clone(), move || {
+            let _ = tx.send(());
+        }))
+    });
+    let loader = hooked(registry, specs)
         .readers(1)
         .no_stall_timeout()
         .build()
-        .unwrap()
+        .unwrap();
+    reached_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the reader reached the record");
+    (loader, gate)
 }
 
 /// Nothing was lost: the rest of the pass arrives after the hang.
-fn assert_the_rest_arrives(mut loader: Loader) {
+fn assert_the_rest_arrives(mut loader: Loader, gate: Gate) {
+    gate.open();
     let mut n = 0;
-    while let Some(d) = loader.next_timeout(Duration::from_secs(5)) {
+    while let Some(d) = loader.next_timeout(Duration::from_secs(30)) {
         n += d.unwrap().batch.len();
     }
     assert_eq!(n, 40);
@@ -120,7 +146,7 @@ fn assert_the_rest_arrives(mut loader: Loader) {
 
 #[test]
 fn a_pop_timeout_says_which_stage_is_stuck() {
-    let mut loader = hanging_at(0);
+    let (mut loader, gate) = hanging_at(0);
     let err = loader
         .next_timeout(Duration::from_millis(150))
         .expect("an item")
@@ -132,14 +158,14 @@ fn a_pop_timeout_says_which_stage_is_stuck() {
         msg.contains("reader 0 has been reading synth:f0 at record 0 for"),
         "{msg}"
     );
-    assert_the_rest_arrives(loader);
+    assert_the_rest_arrives(loader, gate);
 }
 
 #[test]
 fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
     // Chunks of 8: records 0..16 arrive, then the reader hangs at record 20
     // and the pool (30) has not started drawing.
-    let mut loader = hanging_at(20);
+    let (mut loader, gate) = hanging_at(20);
     let stats = loader.stats_handle();
     let t0 = Instant::now();
     while stats.snapshot().shuffle_batch.records < 16 {
@@ -155,7 +181,7 @@ fn a_pop_timeout_says_when_the_shuffle_stage_last_received_a_chunk() {
         msg.contains("the shuffle stage last received a chunk"),
         "{msg}"
     );
-    assert_the_rest_arrives(loader);
+    assert_the_rest_arrives(loader, gate);
 }
 
 #[test]
