@@ -235,8 +235,22 @@ impl PyBatch {
                 layout: self.layouts[i].clone(),
             },
         )?;
-        let arr = numpy(py)?.call_method1("asarray", (holder,))?;
-        Ok(arr.call_method1("view", (feed_array_type(py)?,))?.unbind())
+        let (ptr, typestr, shape, strides, _) = &self.layouts[i];
+        // SAFETY: the layout is the field's own (pointer, shape and strides
+        // of its buffer), and `holder`, the array's base, keeps the batch
+        // (so the buffer) alive as long as the array.
+        let arr = unsafe {
+            crate::npapi::view(
+                py,
+                feed_array_type(py)?,
+                typestr,
+                shape,
+                strides,
+                *ptr,
+                holder.into_any(),
+            )?
+        };
+        Ok(arr.unbind())
     }
 
     /// Where each instance's units start and end in field `i`'s leading

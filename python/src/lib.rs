@@ -16,6 +16,7 @@ mod checkpoint;
 mod dlpack;
 mod feed;
 mod map;
+mod npapi;
 mod schema;
 mod stats;
 
