@@ -1,7 +1,9 @@
 //! Batches as Python sees them: [`PyBatch`], a read-only mapping of field
-//! name to numpy array, and [`FieldBuffer`], the object each array views
-//! (through `__array_struct__`, or `__array_interface__`) that holds the batch's `Arc<Batch>` — so
-//! the Rust buffer lives as long as any array (or DLPack importer) uses it.
+//! name to numpy array, and [`FieldBuffer`], the base object of each array
+//! (made by numpy's C API straight over the buffer, see `npapi`; it also
+//! exports `__array_struct__` and `__array_interface__`), which holds the
+//! batch's `Arc<Batch>` — so the Rust buffer lives as long as any array (or
+//! DLPack importer) uses it.
 //!
 //! Layouts, as the schema says:
 //! - fixed shape `[d…]`: an array `[batch, d…]`;
@@ -28,7 +30,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::{feed_array_type, numpy};
 
-/// One field of a batch, exported to numpy through `__array_interface__`.
+/// One field of a batch: the base of its numpy view (and an exporter of
+/// `__array_struct__` / `__array_interface__` for other consumers).
 #[pyclass(module = "feedline", frozen)]
 pub struct FieldBuffer {
     pub batch: Arc<Batch>,
