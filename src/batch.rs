@@ -18,7 +18,7 @@
 //! assert!(batch.i64("x").is_err()); // wrong type: a clear error
 //! ```
 
-use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension};
+use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, ShapeError};
 
 use crate::error::{Error, Result};
 use crate::provenance::Origin;
@@ -245,6 +245,27 @@ pub enum Array {
 }
 
 impl Array {
+    /// A copy of `data` as an array of `shape` whose first element is on a
+    /// [`DATA_ALIGN`]-byte boundary, in a recycled batch buffer when one
+    /// fits: for a batch assembled with [`Batch::from_parts`] from borrowed
+    /// data (one copy, as `to_vec` would make, but aligned as collated
+    /// batches are). An error if `shape` does not hold `data.len()` elements.
+    ///
+    /// ```
+    /// use feedline::{Array, DATA_ALIGN};
+    /// let a = Array::aligned_copy(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    /// let Array::F32(x) = &a else { unreachable!() };
+    /// assert_eq!(x.as_ptr() as usize % DATA_ALIGN, 0);
+    /// assert_eq!(x.shape(), &[2, 2]);
+    /// assert!(Array::aligned_copy(&[1u8, 2, 3], &[2, 2]).is_err());
+    /// ```
+    pub fn aligned_copy<T: Element>(
+        data: &[T],
+        shape: &[usize],
+    ) -> std::result::Result<Array, ShapeError> {
+        T::aligned_copy(data, shape)
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
@@ -340,6 +361,9 @@ pub trait Element: sealed::Sealed + Sized + 'static {
     /// The data, if it is of this type.
     #[doc(hidden)]
     fn of(array: &Array) -> Option<ArrayViewD<'_, Self>>;
+    /// `data` copied into an aligned array of `shape` (see [`Array::aligned_copy`]).
+    #[doc(hidden)]
+    fn aligned_copy(data: &[Self], shape: &[usize]) -> std::result::Result<Array, ShapeError>;
 }
 
 macro_rules! element {
@@ -352,6 +376,21 @@ macro_rules! element {
                     Array::$variant(a) => Some(a.view()),
                     _ => None,
                 }
+            }
+            fn aligned_copy(
+                data: &[Self],
+                shape: &[usize],
+            ) -> std::result::Result<Array, ShapeError> {
+                let mut v = aligned::AlignedVec::<$t>::with_capacity(data.len());
+                let room = &mut v.spare_capacity_mut()[..data.len()];
+                // SAFETY: `room` has room for `data.len()` elements (asked for
+                // above) and does not overlap `data` (a new or recycled buffer);
+                // those elements are then initialised.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), room.as_mut_ptr().cast::<$t>(), data.len());
+                    v.set_len(data.len());
+                }
+                Ok(Array::$variant(v.into_array(shape)?))
             }
         }
     )*};
@@ -693,6 +732,31 @@ mod tests {
         }
         let v: Vec<i32> = recycle::take(ODD / 4);
         assert!(v.is_empty() && v.capacity() >= ODD / 4);
+    }
+
+    /// `Array::aligned_copy` of every element type and of sizes either side
+    /// of the recycling threshold: the same values, the shape asked for, the
+    /// first element on a DATA_ALIGN boundary.
+    #[test]
+    fn an_aligned_copy_keeps_the_values_and_starts_on_the_boundary() {
+        use super::{Array, Element, DATA_ALIGN};
+        fn check<T: Element + Copy + PartialEq + std::fmt::Debug>(data: &[T]) {
+            let shape = [2, data.len() / 2];
+            let a = Array::aligned_copy(data, &shape).unwrap();
+            let v = T::of(&a).unwrap();
+            assert_eq!(v.shape(), &shape);
+            assert_eq!(v.as_ptr() as usize % DATA_ALIGN, 0, "{:?}", T::DTYPE);
+            assert_eq!(v.iter().copied().collect::<Vec<T>>(), data);
+            assert!(Array::aligned_copy(data, &[data.len() + 1]).is_err());
+        }
+        for n in [2, 6, 2 * 40_000, 2 * (MIN_BYTES + 7)] {
+            check(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
+            check(&(0..n).map(|i| i as f64 * 0.5).collect::<Vec<_>>());
+            check(&(0..n).map(|i| i as i64 - 3).collect::<Vec<_>>());
+            check(&(0..n).map(|i| i as i32 * 7).collect::<Vec<_>>());
+            check(&(0..n).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+            check(&(0..n).map(|i| i % 3 == 0).collect::<Vec<_>>());
+        }
     }
 
     #[test]

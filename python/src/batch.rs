@@ -1,7 +1,9 @@
 //! Batches as Python sees them: [`PyBatch`], a read-only mapping of field
-//! name to numpy array, and [`FieldBuffer`], the object each array views
-//! (through `__array_struct__`, or `__array_interface__`) that holds the batch's `Arc<Batch>` — so
-//! the Rust buffer lives as long as any array (or DLPack importer) uses it.
+//! name to numpy array, and [`FieldBuffer`], the base object of each array
+//! (made by numpy's C API straight over the buffer, see `npapi`; it also
+//! exports `__array_struct__` and `__array_interface__`), which holds the
+//! batch's `Arc<Batch>` — so the Rust buffer lives as long as any array (or
+//! DLPack importer) uses it.
 //!
 //! Layouts, as the schema says:
 //! - fixed shape `[d…]`: an array `[batch, d…]`;
@@ -28,11 +30,14 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::{feed_array_type, numpy};
 
-/// One field of a batch, exported to numpy through `__array_interface__`.
+/// One field of a batch: the base of its numpy view (and an exporter of
+/// `__array_struct__` / `__array_interface__` for other consumers).
 #[pyclass(module = "feedline", frozen)]
 pub struct FieldBuffer {
     pub batch: Arc<Batch>,
     pub field: usize,
+    /// The field's layout, worked out when the batch arrived (see [`PyBatch::new`]).
+    layout: Layout,
 }
 
 /// The layout of field `field` of `batch`: data pointer, numpy typestr,
@@ -40,7 +45,7 @@ pub struct FieldBuffer {
 /// 1-D uint8 array).
 type Layout = (usize, &'static str, Vec<usize>, Vec<isize>, usize);
 
-fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
+fn layout(batch: &Batch, field: usize) -> Layout {
     fn of<T>(a: &feedline_actors::ndarray::ArrayD<T>, typestr: &'static str) -> Layout {
         let item = std::mem::size_of::<T>();
         let strides = a.strides().iter().map(|s| s * item as isize).collect();
@@ -52,7 +57,7 @@ fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
             item,
         )
     }
-    Ok(match &batch.fields()[field].data {
+    match &batch.fields()[field].data {
         Array::F32(a) => of(a, "<f4"),
         Array::F64(a) => of(a, "<f8"),
         Array::I64(a) => of(a, "<i8"),
@@ -67,7 +72,7 @@ fn layout(batch: &Batch, field: usize) -> PyResult<Layout> {
             vec![1],
             1,
         ),
-    })
+    }
 }
 
 /// numpy's `PyArrayInterface` (the C side of the array interface).
@@ -113,7 +118,7 @@ impl FieldBuffer {
     /// build and parse). Read-only (no WRITEABLE flag): the buffer is shared.
     #[getter]
     fn __array_struct__(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let (ptr, typestr, shape, strides, item) = layout(&self.batch, self.field)?;
+        let (ptr, typestr, ref shape, ref strides, item) = self.layout;
         let mut b = Box::new(ArrayStructBox {
             iface: ArrayStruct {
                 two: 2,
@@ -127,7 +132,7 @@ impl FieldBuffer {
                 descr: std::ptr::null_mut(),
             },
             shape: shape.iter().map(|&n| n as isize).collect(),
-            strides,
+            strides: strides.clone(),
         });
         b.iface.shape = b.shape.as_mut_ptr();
         b.iface.strides = b.strides.as_mut_ptr();
@@ -149,7 +154,7 @@ impl FieldBuffer {
     /// The array interface, Python side (for consumers that read only it).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (ptr, typestr, shape, strides, _) = layout(&self.batch, self.field)?;
+        let (ptr, typestr, ref shape, ref strides, _) = self.layout;
         let d = PyDict::new_bound(py);
         d.set_item(intern!(py, "version"), 3)?;
         d.set_item(intern!(py, "typestr"), typestr)?;
@@ -173,6 +178,8 @@ pub struct PyBatch {
     pub seq: u64,
     /// Each field's value, made at its first access (the same object after).
     values: Vec<GILOnceCell<PyObject>>,
+    /// Each field's layout (pointer, dtype, shape, strides).
+    layouts: Vec<Layout>,
 }
 
 fn usize_array(py: Python<'_>, v: &[usize]) -> PyResult<PyObject> {
@@ -181,16 +188,21 @@ fn usize_array(py: Python<'_>, v: &[usize]) -> PyResult<PyObject> {
 }
 
 impl PyBatch {
-    /// A delivered batch.
+    /// A delivered batch. Needs no GIL, and the loader makes it before it
+    /// takes the GIL back: reading the batch's field headers here, once,
+    /// pulls them (written by the collating thread, on another core) into
+    /// this core's cache off the GIL — the first field view under the GIL
+    /// took several µs more than the next ones for those cache misses alone.
     pub fn new(batch: Arc<Batch>, pass_: u64, seq: u64) -> Self {
-        let values = (0..batch.fields().len())
-            .map(|_| GILOnceCell::new())
-            .collect();
+        let n = batch.fields().len();
+        let values = (0..n).map(|_| GILOnceCell::new()).collect();
+        let layouts = (0..n).map(|i| layout(&batch, i)).collect();
         PyBatch {
             batch,
             pass_,
             seq,
             values,
+            layouts,
         }
     }
 
@@ -223,10 +235,25 @@ impl PyBatch {
             FieldBuffer {
                 batch: self.batch.clone(),
                 field: i,
+                layout: self.layouts[i].clone(),
             },
         )?;
-        let arr = numpy(py)?.call_method1("asarray", (holder,))?;
-        Ok(arr.call_method1("view", (feed_array_type(py)?,))?.unbind())
+        let (ptr, typestr, shape, strides, _) = &self.layouts[i];
+        // SAFETY: the layout is the field's own (pointer, shape and strides
+        // of its buffer), and `holder`, the array's base, keeps the batch
+        // (so the buffer) alive as long as the array.
+        let arr = unsafe {
+            crate::npapi::view(
+                py,
+                feed_array_type(py)?,
+                typestr,
+                shape,
+                strides,
+                *ptr,
+                holder.into_any(),
+            )?
+        };
+        Ok(arr.unbind())
     }
 
     /// Where each instance's units start and end in field `i`'s leading

@@ -47,6 +47,20 @@ fn shape_text(shape: &[usize]) -> String {
 struct Checked {
     values: Values,
     shape: Vec<usize>,
+    /// A whole batch's numeric field: its array itself, already copied to a
+    /// [`feedline::DATA_ALIGN`]-aligned buffer (then `values` is empty) —
+    /// the one copy the push makes, aligned as collated batches are.
+    aligned: Option<Array>,
+}
+
+impl Checked {
+    fn new(values: Values, shape: Vec<usize>) -> Self {
+        Checked {
+            values,
+            shape,
+            aligned: None,
+        }
+    }
 }
 
 /// Element type, shape and contiguous copy of `obj` for field `f`; `lead`
@@ -72,15 +86,12 @@ fn convert(
     };
     if !batch && f.shape.is_empty() {
         if let Some(values) = scalar_fast(obj, f.dtype) {
-            return Ok(Checked {
-                values,
-                shape: vec![],
-            });
+            return Ok(Checked::new(values, vec![]));
         }
     }
-    if let Some((shape, values)) = array_fast(py, obj, f.dtype)? {
-        if shape_fits(f, &shape, batch) {
-            return Ok(Checked { values, shape });
+    if let Some(c) = array_fast(py, obj, f.dtype, batch)? {
+        if shape_fits(f, &c.shape, batch) {
+            return Ok(c);
         }
         // A wrong shape: the general path says so.
     }
@@ -122,8 +133,11 @@ fn convert(
     if !shape_fits(f, &shape, batch) {
         return Err(bad(actual));
     }
+    if batch {
+        return copy_aligned(py, &arr, f.dtype, shape);
+    }
     let values = copy_values(py, &arr, f.dtype)?;
-    Ok(Checked { values, shape })
+    Ok(Checked::new(values, shape))
 }
 
 /// A copy of `n` elements of `dtype` at `ptr`.
@@ -204,7 +218,8 @@ fn array_fast(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     dtype: DType,
-) -> PyResult<Option<(Vec<usize>, Values)>> {
+    batch: bool,
+) -> PyResult<Option<Checked>> {
     let np = numpy(py)?;
     if !obj.get_type().is(&np.getattr(intern!(py, "ndarray"))?) {
         return Ok(None);
@@ -226,8 +241,82 @@ fn array_fast(
     let n: usize = shape.iter().product();
     // SAFETY: a C-contiguous (no strides), aligned array of `n` elements of
     // `dtype` (its typestr), held by `obj`, copied with the GIL held.
-    let values = unsafe { copy_from(ptr, n, dtype)? };
-    Ok(Some((shape, values)))
+    unsafe {
+        if batch {
+            return aligned_from(ptr, dtype, shape).map(Some);
+        }
+        Ok(Some(Checked::new(copy_from(ptr, n, dtype)?, shape)))
+    }
+}
+
+/// A whole batch's field of `shape` from the `shape`'s worth of `dtype`
+/// elements at `ptr`: one copy, into a [`feedline::DATA_ALIGN`]-aligned
+/// (recycled when one fits) buffer (bool: numpy's bytes are read as
+/// `u8` and made `bool` first, a second copy).
+///
+/// # Safety
+/// As [`copy_from`], for the product of `shape` elements.
+unsafe fn aligned_from(ptr: usize, dtype: DType, shape: Vec<usize>) -> PyResult<Checked> {
+    let n: usize = shape.iter().product();
+    /// The `n` elements at `ptr` (none: no pointer is read).
+    ///
+    /// # Safety
+    /// As [`copy_from`].
+    unsafe fn slice<'a, T>(ptr: usize, n: usize) -> &'a [T] {
+        if n == 0 {
+            &[]
+        } else {
+            // SAFETY: as the caller promises.
+            unsafe { std::slice::from_raw_parts(ptr as *const T, n) }
+        }
+    }
+    // SAFETY: as the caller promises.
+    let array = unsafe {
+        match dtype {
+            DType::F32 => Array::aligned_copy(slice::<f32>(ptr, n), &shape),
+            DType::F64 => Array::aligned_copy(slice::<f64>(ptr, n), &shape),
+            DType::I64 => Array::aligned_copy(slice::<i64>(ptr, n), &shape),
+            DType::I32 => Array::aligned_copy(slice::<i32>(ptr, n), &shape),
+            DType::U8 => Array::aligned_copy(slice::<u8>(ptr, n), &shape),
+            DType::Bool => {
+                let b: Vec<bool> = slice::<u8>(ptr, n).iter().map(|&b| b != 0).collect();
+                Array::aligned_copy(&b, &shape)
+            }
+            DType::Bytes => {
+                return Err(PyValueError::new_err("a bytes field is not a numpy array"))
+            }
+        }
+    }
+    .map_err(|e| {
+        PyValueError::new_err(format!(
+            "push_batch: {} elements do not fill shape {}: {e}",
+            n,
+            shape_text(&shape)
+        ))
+    })?;
+    Ok(Checked {
+        values: Values::new(dtype),
+        shape,
+        aligned: Some(array),
+    })
+}
+
+/// [`aligned_from`] for numpy array `arr`, whose dtype is `dtype`'s
+/// (checked by the caller), of shape `shape`.
+fn copy_aligned(
+    py: Python<'_>,
+    arr: &Bound<'_, PyAny>,
+    dtype: DType,
+    shape: Vec<usize>,
+) -> PyResult<Checked> {
+    // C-contiguous and aligned (a copy only when it is not already).
+    let arr = numpy(py)?.call_method1("require", (arr, py.None(), "CA"))?;
+    let iface = arr.getattr("__array_interface__")?;
+    let (ptr, _): (usize, bool) = iface.get_item("data")?.extract()?;
+    // SAFETY: `arr` is a C-contiguous, aligned numpy array of `shape`'s
+    // elements of the type read (its dtype was checked by the caller); it is
+    // alive (held by `arr`) and the GIL is held while it is copied.
+    unsafe { aligned_from(ptr, dtype, shape) }
 }
 
 /// The dims `shape` must have for field `f` (with a leading instance
@@ -287,10 +376,7 @@ fn convert_bytes(what: &str, f: &Field, obj: &Bound<'_, PyAny>) -> PyResult<Chec
     if f.shape.is_empty() {
         let b = one_bytes(obj).ok_or_else(|| bad(obj.get_type().to_string()))?;
         list.push(&b);
-        return Ok(Checked {
-            values: Values::Bytes(list),
-            shape: vec![],
-        });
+        return Ok(Checked::new(Values::Bytes(list), vec![]));
     }
     if !(obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) {
         return Err(bad(obj.get_type().to_string()));
@@ -315,10 +401,7 @@ fn convert_bytes(what: &str, f: &Field, obj: &Bound<'_, PyAny>) -> PyResult<Chec
     } else {
         f.fixed_dims()
     };
-    Ok(Checked {
-        values: Values::Bytes(list),
-        shape,
-    })
+    Ok(Checked::new(Values::Bytes(list), shape))
 }
 
 /// The fields of `dict` in schema order, after checking that there are no
@@ -562,7 +645,10 @@ fn to_batch(
             )));
         }
         fields.push(BatchField {
-            data: to_array(&f.name, c.values, c.shape)?,
+            data: match c.aligned {
+                Some(a) => a,
+                None => to_array(&f.name, c.values, c.shape)?,
+            },
             offsets: None,
             lengths: None,
         });

@@ -16,6 +16,7 @@ mod checkpoint;
 mod dlpack;
 mod feed;
 mod map;
+mod npapi;
 mod schema;
 mod stats;
 
@@ -355,16 +356,23 @@ impl PyLoader {
                 return Ok(None);
             }
             let t = Instant::now();
-            let r = py.allow_threads(|| self.lock().as_mut().map(|l| l.next_timeout(WAIT_SLICE)));
+            // The batch's Python object is made before the GIL is taken back
+            // (`PyBatch::new` reads the batch's headers: cache misses, off the GIL).
+            let r = py.allow_threads(|| {
+                self.lock().as_mut().map(|l| {
+                    l.next_timeout(WAIT_SLICE)
+                        .map(|r| r.map(|d| PyBatch::new(d.batch, d.pass, d.seq)))
+                })
+            });
             *released += t.elapsed();
             match r {
                 // Closed, or the end of the data.
                 None | Some(None) => return Ok(None),
-                Some(Some(Ok(d))) => {
+                Some(Some(Ok(b))) => {
                     if self.schema.get().is_none() {
-                        let _ = self.schema.set(d.batch.schema().clone());
+                        let _ = self.schema.set(b.batch.schema().clone());
                     }
-                    return Ok(Some(PyBatch::new(d.batch, d.pass, d.seq)));
+                    return Ok(Some(b));
                 }
                 Some(Some(Err(PipelineError::Timeout { .. }))) => {
                     if let Err(e) = py.check_signals() {

@@ -3,6 +3,8 @@
 or JAX is installed (the tests skip otherwise; nothing here needs them) —
 torch.from_dlpack and jax.dlpack.from_dlpack share the batch's memory."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,90 @@ def test_jax_from_dlpack_is_zero_copy_for_every_batch(tmp_path):
         assert sorted(seen) == sorted(list(range(200)) * 4)
     finally:
         jax.config.update("jax_enable_x64", old)
+
+
+def misaligned(values, dtype, shift):
+    """`values` as a C-contiguous numpy array of `dtype` whose data starts
+    `shift` elements past a 64-byte boundary (what a slice of a caller's
+    buffer often is)."""
+    a = np.asarray(values, dtype)
+    size = a.dtype.itemsize
+    raw = np.zeros(a.nbytes + 64 + shift * size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64 + shift * size
+    out = raw[start:start + a.nbytes].view(dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == shift * size % 64
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_push_batch_fields_are_64_byte_aligned(seed):
+    """feed.push_batch copies each field once, into a 64-byte-aligned batch
+    buffer, whatever the alignment of the pushed arrays (numpy arrays on the
+    fast path, lists and strided arrays on the general one)."""
+    rng = np.random.default_rng(seed)
+    schema = {"f": ("float32", [3]), "d": ("float64", []), "i": ("int32", [2]),
+              "u": ("uint8", [5]), "b": ("bool", []), "y": ("int64", [])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=8, capacity=64)
+    pushed = []
+    with loader:
+        for k in range(12):
+            n = int(rng.integers(1, 40))
+            shift = int(rng.integers(1, 8))
+            b = {"f": misaligned(rng.random((n, 3)), np.float32, shift),
+                 "d": misaligned(rng.random(n), np.float64, shift % 3 + 1),
+                 "i": misaligned(rng.integers(-9, 9, (n, 2)), np.int32, shift),
+                 "u": misaligned(rng.integers(0, 255, (n, 5)), np.uint8, shift),
+                 "b": misaligned(rng.random(n) < 0.5, np.bool_, shift),
+                 "y": np.arange(k * 100, k * 100 + n)}
+            if k % 3 == 1:  # the general path: a list, and a strided array
+                b["y"] = b["y"].tolist()
+                b["f"] = np.asfortranarray(b["f"])
+            feed.push_batch(b)
+            pushed.append(b)
+        feed.close()
+        got = list(loader)
+    assert len(got) == len(pushed)
+    for k, (p, g) in enumerate(zip(pushed, got)):
+        for name in schema:
+            arr = g[name]
+            assert arr.ctypes.data % 64 == 0, (seed, k, name, hex(arr.ctypes.data))
+            assert np.array_equal(arr, np.asarray(p[name], arr.dtype)), (seed, k, name)
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_view_is_one_read_only_array_over_the_batch_buffer(seed):
+    """Each field of each dtype comes as one FeedArray of the schema's dtype
+    whose base is the batch buffer's owner (no intermediate array: the view
+    is made by numpy's C API straight over the buffer), read-only, and its
+    values stay right after the batch object and the loader are gone."""
+    rng = np.random.default_rng(seed)
+    schema = {"f": ("float32", [3]), "d": ("float64", []), "i": ("int32", [2]),
+              "u": ("uint8", [5]), "b": ("bool", []), "y": ("int64", [])}
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=8, capacity=64)
+    pushed, kept = [], []
+    with loader:
+        for k in range(5):
+            n = int(rng.integers(1, 20))
+            b = {"f": rng.random((n, 3)).astype(np.float32), "d": rng.random(n),
+                 "i": rng.integers(-9, 9, (n, 2)).astype(np.int32),
+                 "u": rng.integers(0, 255, (n, 5)).astype(np.uint8),
+                 "b": rng.random(n) < 0.5, "y": np.arange(k * 100, k * 100 + n)}
+            feed.push_batch(b)
+            pushed.append(b)
+        feed.close()
+        for batch in loader:
+            kept.append({name: batch[name] for name in schema})
+            del batch
+    gc.collect()
+    assert len(kept) == len(pushed)
+    for k, (p, g) in enumerate(zip(pushed, kept)):
+        for name, (dtype, _) in schema.items():
+            arr = g[name]
+            assert type(arr) is feedline.FeedArray, (seed, k, name)
+            assert type(arr.base).__name__ == "FieldBuffer", (seed, k, name, type(arr.base))
+            assert arr.dtype == np.dtype("bool" if dtype == "bool" else dtype), (seed, k, name)
+            assert not arr.flags.writeable and arr.flags.c_contiguous, (seed, k, name)
+            with pytest.raises(ValueError):
+                arr.reshape(-1)[0] = 0
+            assert np.array_equal(arr, p[name]), (seed, k, name)
