@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use feedline::plan::{equalized_counts, Equalize, PassPlan};
+use feedline::plan::{equalized_counts, Equalize, EqualizedCount, PassPlan};
 
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
@@ -44,6 +44,8 @@ impl SetQueue {
 /// batch size, drop_last and how.
 pub(crate) struct EqualizeRanks {
     pub counts: Vec<u64>,
+    /// Every file's path as a checkpoint names it (a resume's sources).
+    pub sources: Vec<String>,
     pub batch: usize,
     pub drop_last: bool,
     pub how: Equalize,
@@ -90,6 +92,22 @@ impl FileQueue {
 
     /// Tell the shuffle stage this rank's share of `pass`, from every rank's
     /// records in it; false if ranks cannot be equalized (the pipeline failed).
+    ///
+    /// What "equal" means on a pass resumed by record (shuffled mode, or
+    /// another shard):
+    /// - elastic resume (the checkpoints of all old ranks, merged, or another
+    ///   rank/world size): each new rank's records are those of its share
+    ///   under the new world size less the records the old ranks consumed in
+    ///   the pass; [`equalized_counts`] over these remainders gives every new
+    ///   rank the same number of batches (and batch sizes) in the resumed
+    ///   pass, dropping or padding only by its rule applied to the
+    ///   remainders;
+    /// - same shard (one checkpoint, shuffled): the rank's quota of the
+    ///   uninterrupted pass less what it delivered before the stop (batches ×
+    ///   batch size; kept instances first, then pads), so that before + after
+    ///   deliver exactly the uninterrupted pass's batch count;
+    ///
+    /// later passes are equalized as usual.
     fn send_quota(&self, pass: u64) -> bool {
         let Some(eq) = &self.equalize else {
             return true;
@@ -97,21 +115,46 @@ impl FileQueue {
         // Equalizing is refused with several sets (pipeline::prepare).
         let plan = &self.sets[0].plan;
         let world = plan.get_shard().world_size;
+        let resumed = (self.resume.as_ref()).and_then(|r| r.batches_taken(pass).map(|b| (r, b)));
+        let elastic = resumed.filter(|(r, _)| r.elastic()).map(|(r, _)| r);
         let per_rank: Vec<u64> = (0..world)
             .map(|r| {
                 plan.for_rank(r).map_or(0, |p| {
                     p.tasks(pass)
                         .iter()
-                        .map(|t| t.stride.count_from(t.start_record, eq.counts[t.file_index]))
+                        .map(|t| {
+                            let total = eq.counts[t.file_index];
+                            let all = t.stride.count_from(t.start_record, total);
+                            let taken = elastic.map_or(0, |res| {
+                                res.taken_of(
+                                    pass,
+                                    &eq.sources[t.file_index],
+                                    &t.stride,
+                                    t.start_record,
+                                    total,
+                                )
+                            });
+                            all - taken.min(all)
+                        })
                         .sum()
                 })
             })
             .collect();
-        match equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how) {
-            Ok(c) => {
-                let mine = c[plan.get_shard().rank];
+        let rank = plan.get_shard().rank;
+        let mine = equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how).and_then(|c| {
+            let mine = c[rank];
+            match resumed {
+                Some((r, batches)) if !r.elastic() => {
+                    resumed_quota(mine, batches * eq.batch as u64, eq.batch as u64, pass, rank)
+                }
+                _ => Ok(mine),
+            }
+        });
+        match mine {
+            Ok(mine) => {
                 log::info!(
-                    "pass {pass}: ranks have {per_rank:?} records; this rank keeps {}, drops {}, pads {} ({} batches)",
+                    "pass {pass}: ranks have {per_rank:?} records{}; this rank keeps {}, drops {}, pads {} ({} batches)",
+                    if elastic.is_some() { " left (elastic resume)" } else { "" },
                     mine.keep,
                     mine.drop,
                     mine.pad,
@@ -126,7 +169,12 @@ impl FileQueue {
             }
             Err(e) => {
                 self.guard.fail(PipelineError::Equalize(format!(
-                    "pass {pass}: ranks have {per_rank:?} records: {e}"
+                    "pass {pass}: ranks have {per_rank:?} records{}: {e}",
+                    if elastic.is_some() {
+                        " left after the resumed checkpoints"
+                    } else {
+                        ""
+                    },
                 )));
                 false
             }
@@ -315,4 +363,43 @@ impl Handler<Shutdown> for FileQueue {
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         guarded(self, ctx, "Shutdown", |me, ctx| me.stop(ctx));
     }
+}
+
+/// A rank's quota of a pass resumed on the same shard: `whole` (the quota of
+/// the uninterrupted pass) less the `delivered` instances before the stop —
+/// kept instances first, then pads (the pipeline pads after the kept ones).
+/// An error when pads are left but every kept instance was delivered before
+/// the stop (the resumed run has nothing of its own to repeat).
+fn resumed_quota(
+    whole: EqualizedCount,
+    delivered: u64,
+    batch: u64,
+    pass: u64,
+    rank: usize,
+) -> feedline::Result<EqualizedCount> {
+    let kept_before = delivered.min(whole.keep);
+    let padded_before = (delivered - kept_before).min(whole.pad);
+    let keep = whole.keep - kept_before;
+    let pad = whole.pad - padded_before;
+    if keep == 0 && pad > 0 {
+        return Err(feedline::Error::Config(format!(
+            "rank {rank} stopped in pass {pass} after all its {} kept instances: the {pad} pads left repeat instances delivered before the stop, which a resume does not have; resume in deterministic mode or with another checkpoint",
+            whole.keep
+        )));
+    }
+    let available = whole.available - kept_before;
+    let delivered_now = keep + pad;
+    let batches = delivered_now.div_ceil(batch);
+    Ok(EqualizedCount {
+        available,
+        keep,
+        drop: available - keep,
+        pad,
+        batches,
+        last_batch: if delivered_now == 0 {
+            0
+        } else {
+            delivered_now - (batches - 1) * batch
+        },
+    })
 }

@@ -407,6 +407,9 @@ pub struct ResumeFrom {
     taken: BTreeMap<u64, PassTaken>,
     done_before: u64,
     by_record: bool,
+    /// True when the checkpoints are of another shard (several merged, or
+    /// another rank or world size): an elastic resume.
+    elastic: bool,
     /// Where the draw of the first pass starts (by batch number only).
     snapshot: Option<Arc<DrawSnapshot>>,
 }
@@ -466,10 +469,14 @@ impl ResumeFrom {
                 .all(|p| p.by_seq);
         let by_record = !by_seq;
         if by_record && equalize != Equalize::Off {
-            return Err(PipelineError::Config(format!(
-                "equalize ({:?}) cannot be resumed by record (shuffled mode or another shard): its quotas count whole passes; resume in deterministic mode on the same shard, or without equalize",
-                equalize
-            )));
+            log::info!(
+                "equalize ({equalize:?}) under a resume by record: the resumed pass's quotas count {}",
+                if same_shard {
+                    "the uninterrupted pass's quota less what this rank delivered"
+                } else {
+                    "what remains for each new rank"
+                }
+            );
         }
         // Per pass from `first_pass` on: what every checkpoint took.
         let mut taken: BTreeMap<u64, PassTaken> = BTreeMap::new();
@@ -558,6 +565,7 @@ impl ResumeFrom {
             taken,
             done_before,
             by_record,
+            elastic: !same_shard,
             snapshot,
         })
     }
@@ -571,6 +579,48 @@ impl ResumeFrom {
     /// false when by batch number (deterministic, same shard).
     pub fn by_record(&self) -> bool {
         self.by_record
+    }
+
+    /// True when the checkpoints are of another shard (an elastic resume:
+    /// several merged, or another rank or world size).
+    pub fn elastic(&self) -> bool {
+        self.elastic
+    }
+
+    /// Batches of `pass` consumed before the resume (all checkpoints'),
+    /// when `pass` goes on by record; `None` otherwise.
+    pub(crate) fn batches_taken(&self, pass: u64) -> Option<u64> {
+        match self.rules.get(&pass) {
+            Some(Rule::Records(_)) => self.taken.get(&pass).map(|t| t.batches),
+            _ => None,
+        }
+    }
+
+    /// How many of the records of `source` that `stride` keeps from `start`
+    /// to `total` were consumed before the resume in `pass` (0 unless the
+    /// pass goes on by record).
+    pub(crate) fn taken_of(
+        &self,
+        pass: u64,
+        source: &str,
+        stride: &feedline::plan::RecordStride,
+        start: u64,
+        total: u64,
+    ) -> u64 {
+        let Some(Rule::Records(taken)) = self.rules.get(&pass) else {
+            return 0;
+        };
+        let Some(ranges) = taken.get(&SourceId::intern(source)) else {
+            return 0;
+        };
+        ranges
+            .ranges()
+            .iter()
+            .map(|&[s, e]| {
+                let (s, e) = (s.max(start).min(total), e.max(start).min(total));
+                stride.count_from(s, e)
+            })
+            .sum()
     }
 
     /// The snapshot of the draw the first pass starts from (deterministic

@@ -32,7 +32,7 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
         (Equalize::Off, _) => None,
         (how, BatchPolicy::Fixed(n)) => {
             let t0 = std::time::Instant::now();
-            let counts = count_records(&config)?;
+            let (counts, sources) = count_records(&config)?;
             log::info!(
                 "counted the records of {} files in {:?} to equalize ranks",
                 counts.len(),
@@ -40,6 +40,7 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
             );
             Some(EqualizeRanks {
                 counts,
+                sources,
                 batch: *n,
                 drop_last: config.drop_last,
                 how,
@@ -201,9 +202,14 @@ fn within_stall_timeout<T: Send + 'static>(
 
 /// Records per file (in `config.files` order), for equalizing ranks: the
 /// format's own count where it has one, else a read through the file —
-/// each within the stall timeout.
-fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
+/// each within the stall timeout. With each, the file's source name as its
+/// records (and so a checkpoint) name it — read from its first record when
+/// the pipeline is resumed (a resumed pass counts what is left of a file),
+/// else (or when the file has none or it cannot be read) the resolved path.
+fn count_records(config: &PipelineConfig) -> Result<(Vec<u64>, Vec<String>), PipelineError> {
     let mut counts = Vec::with_capacity(config.files.len());
+    let mut sources = Vec::with_capacity(config.files.len());
+    let resumed = config.resume.is_some();
     for f in &config.files {
         let (registry, format, open, file) = (
             config.registry.clone(),
@@ -211,20 +217,38 @@ fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
             config.open.clone(),
             f.clone(),
         );
-        let n = within_stall_timeout(config, f, "counting its records", move || {
+        let (n, source) = within_stall_timeout(config, f, "counting its records", move || {
+            let resolved = match registry.resolve(&file, format.as_deref()) {
+                Ok((_, path, _)) => path.to_string_lossy().into_owned(),
+                Err(_) => file.clone(),
+            };
             let mut r = registry.open(&file, format.as_deref(), &open)?;
+            let first = |r: &mut Box<dyn feedline::format::RecordReader>| match r.next_record() {
+                Ok(Some(rec)) => rec.location.source.name().to_string(),
+                _ => resolved.clone(),
+            };
             if let Some(n) = r.len_hint() {
-                return Ok(n);
+                let source = if resumed && n > 0 {
+                    first(&mut r)
+                } else {
+                    resolved.clone()
+                };
+                return Ok((n, source));
             }
             let mut n = 0;
-            while r.next_record()?.is_some() {
+            let mut source = resolved.clone();
+            while let Some(rec) = r.next_record()? {
+                if n == 0 {
+                    source = rec.location.source.name().to_string();
+                }
                 n += 1;
             }
-            Ok(n)
+            Ok((n, source))
         })??;
         counts.push(n);
+        sources.push(source);
     }
-    Ok(counts)
+    Ok((counts, sources))
 }
 
 /// Infer the schema from the first file that has a readable record (files
