@@ -22,6 +22,15 @@
 //!
 //! Later passes run as they would have.
 //!
+//! Under `equalize`, a pass resumed by record is equalized on what remains
+//! (see `FileQueue::send_quota`): in an elastic resume every new rank
+//! delivers the same number of batches in the resumed pass, `Drop`/`Pad`
+//! applied to the new ranks' remainders (the records of their shares not
+//! consumed by any old rank); a shuffled resume on the same shard delivers
+//! the uninterrupted pass's quota less what it delivered before the stop.
+//! The remainders are whole files' remainders per new rank (not rebalanced
+//! record by record), so `Drop` may leave out more than an even split would.
+//!
 //! [`Loader::checkpoint`](crate::Loader::checkpoint) and
 //! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
 //! actix embedder with its own [`TrainStep`](crate::TrainStep)s keeps a

@@ -353,6 +353,39 @@ fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
     let half = taken(base().shard(1, 2).build().unwrap(), 1);
     let e = msg(base().shard(0, 3).resume(half));
     assert!(e.contains("got ranks [1]"), "{e}");
+    // Equalized ranks resume by record too; a padding rank stopped after
+    // all its kept instances cannot repeat them: a clear error.
+    let eq = |rank| base().equalize(Equalize::Pad).shard(rank, 2);
+    let cp_eq = taken(eq(1).build().unwrap(), 1);
+    eq(1)
+        .resume(cp_eq)
+        .build()
+        .unwrap()
+        .into_iter()
+        .for_each(|d| {
+            d.unwrap();
+        });
+    // 40 records by record over 9 ranks: rank 8 has 4 (one batch), pads 1.
+    let cp_pad = taken(
+        base().equalize(Equalize::Pad).shard(8, 9).build().unwrap(),
+        1,
+    );
+    let e = match base()
+        .equalize(Equalize::Pad)
+        .shard(8, 9)
+        .resume(cp_pad)
+        .build()
+    {
+        Err(e) => e.to_string(),
+        Ok(l) => match l.into_iter().find_map(|d| d.err()) {
+            Some(e) => e.to_string(),
+            None => String::new(),
+        },
+    };
+    assert!(
+        e.contains("pads left repeat instances delivered before the stop"),
+        "{e}"
+    );
     // The file grew.
     std::fs::write(&path, format!("{text}{{\"v\": 40}}\n")).unwrap();
     let e = msg(base().resume(cp));
