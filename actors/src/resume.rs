@@ -723,8 +723,17 @@ mod tests {
             taken: BTreeMap::new(),
             done_before: 1,
             by_record: true,
+            elastic: true,
             snapshot: None,
         };
+        // Consumed records a stride keeps: every 3rd from 1 of 0..10 and
+        // 12..15 within 4..14 is 4, 7, 13.
+        let every3 = feedline::plan::RecordStride { offset: 1, step: 3 };
+        assert_eq!(by_record.taken_of(1, "/resume/unit/f0", &every3, 4, 14), 3);
+        let all = feedline::plan::RecordStride::ALL;
+        assert_eq!(by_record.taken_of(1, "/resume/unit/f0", &all, 0, 100), 13);
+        assert_eq!(by_record.taken_of(2, "/resume/unit/f0", &all, 0, 100), 0);
+        assert_eq!(by_record.taken_of(1, "/resume/unit/other", &all, 0, 100), 0);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 0), 10);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 10), 10);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 13), 15);
