@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use feedline::plan::{equalized_counts, Equalize, EqualizedCount, PassPlan};
+use feedline::plan::{
+    equalized_counts, Equalize, EqualizedCount, FileTask, PassPlan, RecordStride,
+};
 
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
@@ -96,9 +98,9 @@ impl FileQueue {
     /// What "equal" means on a pass resumed by record (shuffled mode, or
     /// another shard):
     /// - elastic resume (the checkpoints of all old ranks, merged, or another
-    ///   rank/world size): each new rank's records are those of its share
-    ///   under the new world size less the records the old ranks consumed in
-    ///   the pass; [`equalized_counts`] over these remainders gives every new
+    ///   rank/world size): each new rank's records are its piece of what the
+    ///   old ranks left of the pass (`ResumeFrom::rebalance`; with file sets,
+    ///   its files' remainders); [`equalized_counts`] over these gives every new
     ///   rank the same number of batches (and batch sizes) in the resumed
     ///   pass, dropping or padding only by its rule applied to the
     ///   remainders;
@@ -117,8 +119,12 @@ impl FileQueue {
         let world = plan.get_shard().world_size;
         let resumed = (self.resume.as_ref()).and_then(|r| r.batches_taken(pass).map(|b| (r, b)));
         let elastic = resumed.filter(|(r, _)| r.elastic()).map(|(r, _)| r);
+        let spread = resumed.and_then(|(r, _)| r.spread_sizes(pass));
         let per_rank: Vec<u64> = (0..world)
             .map(|r| {
+                if let Some(sizes) = spread {
+                    return sizes.get(r).copied().unwrap_or(0);
+                }
                 plan.for_rank(r).map_or(0, |p| {
                     p.tasks(pass)
                         .iter()
@@ -195,8 +201,22 @@ impl FileQueue {
             .map(|s| (s.next_file as usize, s.next_chunk, s.next_record));
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
+            let spread = (self.resume.as_ref()).and_then(|r| r.spread_files(pass));
             let mut tasks = if nothing {
                 Vec::new()
+            } else if let Some(files) = spread {
+                // A rebalanced elastic pass: whole files, the readers leave
+                // out what is not this rank's.
+                (files.iter().enumerate())
+                    .map(|(seq, &file_index)| FileTask {
+                        pass,
+                        seq,
+                        file_index,
+                        file: sq.plan.files()[file_index].clone(),
+                        start_record: 0,
+                        stride: RecordStride::ALL,
+                    })
+                    .collect()
             } else {
                 sq.plan.tasks(pass)
             };

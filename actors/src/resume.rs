@@ -16,20 +16,23 @@
 //! - **by record** (every other case: shuffled mode, elastic resume under
 //!   another rank or world size): the readers drop the records the
 //!   checkpoints say were consumed (in any rank), so the pass delivers
-//!   exactly the rest, numbered from 0. Across the ranks of an elastic
-//!   resume every file goes to one new rank, so every remaining instance
-//!   is delivered once.
+//!   exactly the rest, numbered from 0. In an elastic resume (one file
+//!   set) what is left of each resumed pass is split between the new ranks
+//!   record by record, in consecutive pieces whose sizes differ by at most
+//!   one (`ResumeFrom::rebalance`, from every file's record count), so
+//!   every remaining instance is delivered once and the ranks are even;
+//!   with file sets every file's remainder goes to the new rank the plan
+//!   gives it.
 //!
 //! Later passes run as they would have.
 //!
 //! Under `equalize`, a pass resumed by record is equalized on what remains
 //! (see `FileQueue::send_quota`): in an elastic resume every new rank
 //! delivers the same number of batches in the resumed pass, `Drop`/`Pad`
-//! applied to the new ranks' remainders (the records of their shares not
-//! consumed by any old rank); a shuffled resume on the same shard delivers
-//! the uninterrupted pass's quota less what it delivered before the stop.
-//! The remainders are whole files' remainders per new rank (not rebalanced
-//! record by record), so `Drop` may leave out more than an even split would.
+//! applied to the new ranks' remainders (even pieces, so `Drop` leaves out
+//! at most one record per rank and `Pad` repeats at most one); a shuffled
+//! resume on the same shard delivers the uninterrupted pass's quota less
+//! what it delivered before the stop.
 //!
 //! [`Loader::checkpoint`](crate::Loader::checkpoint) and
 //! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
@@ -394,6 +397,34 @@ pub struct CheckpointBase {
     pub deterministic: bool,
 }
 
+/// A pass of an elastic resume split record by record between the new
+/// ranks ([`ResumeFrom::rebalance`]).
+#[derive(Clone, Debug)]
+struct Spread {
+    /// The files (by index in the plan) holding this rank's share, in the
+    /// pass's order.
+    files: Vec<usize>,
+    /// Records of every new rank's share (differing by at most one).
+    sizes: Vec<u64>,
+}
+
+/// `[0, total)` less `ranges` (sorted, disjoint).
+fn complement(ranges: &[[u64; 2]], total: u64) -> Vec<[u64; 2]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &[s, e] in ranges {
+        let (s, e) = (s.min(total), e.min(total));
+        if s > at {
+            out.push([at, s]);
+        }
+        at = at.max(e);
+    }
+    if at < total {
+        out.push([at, total]);
+    }
+    out
+}
+
 /// How a resumed pass goes on.
 #[derive(Clone, Debug)]
 enum Rule {
@@ -419,6 +450,9 @@ pub struct ResumeFrom {
     /// True when the checkpoints are of another shard (several merged, or
     /// another rank or world size): an elastic resume.
     elastic: bool,
+    /// Per pass rebalanced by [`ResumeFrom::rebalance`]: the files this
+    /// rank reads (whole, by index in the plan) and every new rank's share.
+    spread: BTreeMap<u64, Spread>,
     /// Where the draw of the first pass starts (by batch number only).
     snapshot: Option<Arc<DrawSnapshot>>,
 }
@@ -575,6 +609,7 @@ impl ResumeFrom {
             done_before,
             by_record,
             elastic: !same_shard,
+            spread: BTreeMap::new(),
             snapshot,
         })
     }
@@ -594,6 +629,93 @@ impl ResumeFrom {
     /// several merged, or another rank or world size).
     pub fn elastic(&self) -> bool {
         self.elastic
+    }
+
+    /// Rebalance an elastic resume record by record: in every pass resumed
+    /// by record, the records not consumed by any old rank — the files in
+    /// `plan`'s order of the pass, each file's records in order — are cut
+    /// into `world` consecutive pieces whose sizes differ by at most one;
+    /// rank `rank` reads the files of its piece whole and leaves out every
+    /// other record (the readers' [`Rule::Records`]). `files` are every
+    /// plan file's source name (as a checkpoint names it) and record count.
+    /// Deterministic for (checkpoints, plan and seed, world); across the
+    /// new ranks every remaining record is delivered once.
+    pub(crate) fn rebalance(
+        &self,
+        plan: &feedline::plan::PassPlan,
+        files: &[(String, u64)],
+        rank: usize,
+        world: usize,
+    ) -> Self {
+        let mut out = self.clone();
+        if !self.elastic || !self.by_record || world == 0 {
+            return out;
+        }
+        for (&pass, rule) in &self.rules {
+            let Rule::Records(taken) = rule else { continue };
+            // The remaining records of the pass, file by file.
+            let order = plan.order(pass);
+            let left: Vec<(usize, Vec<[u64; 2]>)> = (order.iter())
+                .filter_map(|&fi| {
+                    let (name, total) = files.get(fi)?;
+                    let t = taken.get(&SourceId::intern(name));
+                    let r = t.map_or(&[][..], |r| r.ranges());
+                    Some((fi, complement(r, *total)))
+                })
+                .collect();
+            let all: u64 = (left.iter())
+                .flat_map(|(_, r)| r.iter().map(|[s, e]| e - s))
+                .sum();
+            let cut = |r: usize| (all as u128 * r as u128 / world as u128) as u64;
+            let sizes: Vec<u64> = (0..world).map(|r| cut(r + 1) - cut(r)).collect();
+            let (lo, hi) = (cut(rank), cut(rank + 1));
+            let mut at = 0u64;
+            let mut rules = HashMap::new();
+            let mut mine_files = Vec::new();
+            for (fi, ranges) in &left {
+                let mut mine = Vec::new();
+                for &[s, e] in ranges {
+                    // Records s..e sit at positions at..at + (e - s).
+                    let (ps, pe) = (at.max(lo), (at + (e - s)).min(hi));
+                    if ps < pe {
+                        mine.push([s + (ps - at), s + (pe - at)]);
+                    }
+                    at += e - s;
+                }
+                let (name, total) = &files[*fi];
+                if !mine.is_empty() {
+                    mine_files.push(*fi);
+                }
+                rules.insert(
+                    SourceId::intern(name),
+                    RecordRanges::from_ranges(complement(&mine, *total)),
+                );
+            }
+            log::info!(
+                "pass {pass}: {all} records left, split between {world} ranks as {sizes:?}; rank {rank} reads {} files",
+                mine_files.len()
+            );
+            out.rules.insert(pass, Rule::Records(rules));
+            out.spread.insert(
+                pass,
+                Spread {
+                    files: mine_files,
+                    sizes,
+                },
+            );
+        }
+        out
+    }
+
+    /// The files (by index in the plan) this rank reads whole in `pass`
+    /// when the pass was rebalanced ([`ResumeFrom::rebalance`]).
+    pub(crate) fn spread_files(&self, pass: u64) -> Option<&[usize]> {
+        self.spread.get(&pass).map(|s| &s.files[..])
+    }
+
+    /// Every new rank's records in `pass` when it was rebalanced.
+    pub(crate) fn spread_sizes(&self, pass: u64) -> Option<&[u64]> {
+        self.spread.get(&pass).map(|s| &s.sizes[..])
     }
 
     /// Batches of `pass` consumed before the resume (all checkpoints'),
@@ -724,6 +846,7 @@ mod tests {
             done_before: 1,
             by_record: true,
             elastic: true,
+            spread: BTreeMap::new(),
             snapshot: None,
         };
         // Consumed records a stride keeps: every 3rd from 1 of 0..10 and

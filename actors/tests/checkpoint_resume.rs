@@ -290,6 +290,16 @@ fn elastic(old: usize, new: usize, det: bool, seed: u64) {
     }
     let want = all_ids(&counts, &[]);
     assert_exactly_once(&ids_by_pass(&everything), &want, 2);
+    // Rebalanced: what is left of pass 0 is split between the new ranks
+    // record by record (sizes differ by at most one).
+    let left: Vec<usize> = (again.iter())
+        .map(|a| a.iter().filter(|g| g.0 == 0).map(|g| g.2.len()).sum())
+        .collect();
+    let (lo, hi) = (left.iter().min().unwrap(), left.iter().max().unwrap());
+    assert!(
+        hi - lo <= 1,
+        "{old} -> {new} seed {seed}: pass 0 left {left:?}"
+    );
     // Deterministic for (checkpoints, new world, seed).
     let mut b = make(0, new);
     for cp in &cps {
@@ -793,13 +803,7 @@ fn elastic_equalized(old: usize, new: usize, how: Equalize, seed: u64) {
         }
         all(b.build().unwrap())
     };
-    // What remains for each new rank: the same resume without equalize
-    // would deliver it (exactly once across ranks, tested above). Its
-    // settings differ, so it is resumed from checkpoints made without
-    // equalize — what the old ranks took is the same records either way
-    // only by chance, so count the remainder from the ids instead.
-    let taken: std::collections::BTreeSet<i64> = before
-        .iter()
+    let taken: std::collections::BTreeSet<i64> = (before.iter())
         .filter(|g| g.0 == 0)
         .flat_map(|g| g.2.iter().copied())
         .collect();
@@ -809,18 +813,10 @@ fn elastic_equalized(old: usize, new: usize, how: Equalize, seed: u64) {
         "old ranks took a record twice"
     );
     let afters: Vec<Vec<Got>> = (0..new).map(|r| resumed(r, how)).collect();
-    // The new ranks' shares by file under the new world size.
-    let shares: Vec<std::collections::BTreeSet<i64>> = (0..new)
-        .map(|r| {
-            let ids = ids_by_pass(&all(equalized(&counts, r, new, Equalize::Off, seed)
-                .build()
-                .unwrap()));
-            ids[&0].iter().copied().collect()
-        })
-        .collect();
-    let left: Vec<usize> = shares
-        .iter()
-        .map(|s| s.difference(&taken).count())
+    // What is left of pass 0 is split evenly between the new ranks.
+    let all_left = counts.iter().sum::<u64>() as usize - taken.len();
+    let left: Vec<usize> = (0..new)
+        .map(|r| all_left * (r + 1) / new - all_left * r / new)
         .collect();
     let (min, max) = (*left.iter().min().unwrap(), *left.iter().max().unwrap());
     let ctx = format!("{old} -> {new} {how:?} seed {seed}, left {left:?}");
@@ -831,8 +827,7 @@ fn elastic_equalized(old: usize, new: usize, how: Equalize, seed: u64) {
         assert_eq!(n, want, "{ctx}: new rank {r} instances in the resumed pass");
         assert_eq!(b, want.div_ceil(4), "{ctx}: new rank {r} batches");
         assert!(
-            ids.keys()
-                .all(|i| shares[r].contains(i) && !taken.contains(i)),
+            ids.keys().all(|i| !taken.contains(i)),
             "{ctx}: rank {r} delivered a record not left for it"
         );
         if how == Equalize::Pad {

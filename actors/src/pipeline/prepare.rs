@@ -3,6 +3,8 @@
 //! given or inferred, one pass plan per file set, and — to equalize ranks —
 //! the records of every file counted.
 
+use std::sync::Arc;
+
 use feedline::batcher::{BatchPolicy, Batcher};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
@@ -27,17 +29,42 @@ pub(crate) struct Prepared {
 
 /// Check and settle `config`; count records if ranks are equalized.
 pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError> {
-    let (config, schema, plans) = settle(config)?;
+    let (mut config, schema, plans) = settle(config)?;
+    // An elastic resume (one file set) splits what is left record by
+    // record; it needs every file's record count, as equalize does.
+    let elastic = (config.resume.as_ref())
+        .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
+        .cloned();
+    let counted = if elastic.is_some() || config.equalize != Equalize::Off {
+        let t0 = std::time::Instant::now();
+        let c = count_records(&config)?;
+        log::info!(
+            "counted the records of {} files in {:?} (equalize or elastic resume)",
+            c.0.len(),
+            t0.elapsed()
+        );
+        Some(c)
+    } else {
+        None
+    };
+    if let (Some(r), Some((counts, sources))) = (elastic, &counted) {
+        let files: Vec<(String, u64)> = sources
+            .iter()
+            .cloned()
+            .zip(counts.iter().copied())
+            .collect();
+        let shard = plans[0].get_shard();
+        config.resume = Some(Arc::new(r.rebalance(
+            &plans[0],
+            &files,
+            shard.rank,
+            shard.world_size,
+        )));
+    }
     let equalize = match (config.equalize, &config.batch) {
         (Equalize::Off, _) => None,
         (how, BatchPolicy::Fixed(n)) => {
-            let t0 = std::time::Instant::now();
-            let (counts, sources) = count_records(&config)?;
-            log::info!(
-                "counted the records of {} files in {:?} to equalize ranks",
-                counts.len(),
-                t0.elapsed()
-            );
+            let (counts, sources) = counted.unwrap_or_default();
             Some(EqualizeRanks {
                 counts,
                 sources,
