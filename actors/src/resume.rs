@@ -686,10 +686,10 @@ impl ResumeFrom {
                 if !mine.is_empty() {
                     mine_files.push(*fi);
                 }
-                rules.insert(
-                    SourceId::intern(name),
-                    RecordRanges::from_ranges(complement(&mine, *total)),
-                );
+                // Everything but its piece, and past the count too.
+                let mut out = complement(&mine, *total);
+                out.push([*total, u64::MAX]);
+                rules.insert(SourceId::intern(name), RecordRanges::from_ranges(out));
             }
             log::info!(
                 "pass {pass}: {all} records left, split between {world} ranks as {sizes:?}; rank {rank} reads {} files",

@@ -37,13 +37,24 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
         .cloned();
     let counted = if elastic.is_some() || config.equalize != Equalize::Off {
         let t0 = std::time::Instant::now();
-        let c = count_records(&config)?;
-        log::info!(
-            "counted the records of {} files in {:?} (equalize or elastic resume)",
-            c.0.len(),
-            t0.elapsed()
-        );
-        Some(c)
+        match count_records(&config) {
+            Ok(c) => {
+                log::info!(
+                    "counted the records of {} files in {:?} (equalize or elastic resume)",
+                    c.0.len(),
+                    t0.elapsed()
+                );
+                Some(c)
+            }
+            // Without equalize the counts only rebalance: go on without.
+            Err(e) if config.equalize == Equalize::Off => {
+                log::warn!(
+                    "elastic resume: counting the files' records failed ({e}); what is left is not rebalanced: each new rank reads what is left of its own files"
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        }
     } else {
         None
     };
@@ -237,6 +248,9 @@ fn count_records(config: &PipelineConfig) -> Result<(Vec<u64>, Vec<String>), Pip
     let mut counts = Vec::with_capacity(config.files.len());
     let mut sources = Vec::with_capacity(config.files.len());
     let resumed = config.resume.is_some();
+    // Equalize counts the records a read yields; an elastic resume alone
+    // only needs where each file's records end.
+    let counts_bad = config.equalize != Equalize::Off;
     for f in &config.files {
         let (registry, format, open, file) = (
             config.registry.clone(),
@@ -261,6 +275,18 @@ fn count_records(config: &PipelineConfig) -> Result<(Vec<u64>, Vec<String>), Pip
                     resolved.clone()
                 };
                 return Ok((n, source));
+            }
+            if !counts_bad {
+                // An elastic resume alone: frame past every record (formats
+                // that can do without decoding, such as TFRecord).
+                let source = if resumed {
+                    first(&mut r)
+                } else {
+                    resolved.clone()
+                };
+                r.skip_to(u64::MAX)?;
+                let _ = r.next_record()?;
+                return Ok((r.next_index(), source));
             }
             let mut n = 0;
             let mut source = resolved.clone();
