@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use feedline::plan::{equalized_counts, Equalize, PassPlan};
+use feedline::plan::{
+    equalized_counts, Equalize, EqualizedCount, FileTask, PassPlan, RecordStride,
+};
 
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
@@ -44,6 +46,8 @@ impl SetQueue {
 /// batch size, drop_last and how.
 pub(crate) struct EqualizeRanks {
     pub counts: Vec<u64>,
+    /// Every file's path as a checkpoint names it (a resume's sources).
+    pub sources: Vec<String>,
     pub batch: usize,
     pub drop_last: bool,
     pub how: Equalize,
@@ -90,6 +94,22 @@ impl FileQueue {
 
     /// Tell the shuffle stage this rank's share of `pass`, from every rank's
     /// records in it; false if ranks cannot be equalized (the pipeline failed).
+    ///
+    /// What "equal" means on a pass resumed by record (shuffled mode, or
+    /// another shard):
+    /// - elastic resume (the checkpoints of all old ranks, merged, or another
+    ///   rank/world size): each new rank's records are its piece of what the
+    ///   old ranks left of the pass (`ResumeFrom::rebalance`; with file sets,
+    ///   its files' remainders); [`equalized_counts`] over these gives every new
+    ///   rank the same number of batches (and batch sizes) in the resumed
+    ///   pass, dropping or padding only by its rule applied to the
+    ///   remainders;
+    /// - same shard (one checkpoint, shuffled): the rank's quota of the
+    ///   uninterrupted pass less what it delivered before the stop (batches ×
+    ///   batch size; kept instances first, then pads), so that before + after
+    ///   deliver exactly the uninterrupted pass's batch count;
+    ///
+    /// later passes are equalized as usual.
     fn send_quota(&self, pass: u64) -> bool {
         let Some(eq) = &self.equalize else {
             return true;
@@ -97,21 +117,50 @@ impl FileQueue {
         // Equalizing is refused with several sets (pipeline::prepare).
         let plan = &self.sets[0].plan;
         let world = plan.get_shard().world_size;
+        let resumed = (self.resume.as_ref()).and_then(|r| r.batches_taken(pass).map(|b| (r, b)));
+        let elastic = resumed.filter(|(r, _)| r.elastic()).map(|(r, _)| r);
+        let spread = resumed.and_then(|(r, _)| r.spread_sizes(pass));
         let per_rank: Vec<u64> = (0..world)
             .map(|r| {
+                if let Some(sizes) = spread {
+                    return sizes.get(r).copied().unwrap_or(0);
+                }
                 plan.for_rank(r).map_or(0, |p| {
                     p.tasks(pass)
                         .iter()
-                        .map(|t| t.stride.count_from(t.start_record, eq.counts[t.file_index]))
+                        .map(|t| {
+                            let total = eq.counts[t.file_index];
+                            let all = t.stride.count_from(t.start_record, total);
+                            let taken = elastic.map_or(0, |res| {
+                                res.taken_of(
+                                    pass,
+                                    &eq.sources[t.file_index],
+                                    &t.stride,
+                                    t.start_record,
+                                    total,
+                                )
+                            });
+                            all - taken.min(all)
+                        })
                         .sum()
                 })
             })
             .collect();
-        match equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how) {
-            Ok(c) => {
-                let mine = c[plan.get_shard().rank];
+        let rank = plan.get_shard().rank;
+        let mine = equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how).and_then(|c| {
+            let mine = c[rank];
+            match resumed {
+                Some((r, batches)) if !r.elastic() => {
+                    resumed_quota(mine, batches * eq.batch as u64, eq.batch as u64, pass, rank)
+                }
+                _ => Ok(mine),
+            }
+        });
+        match mine {
+            Ok(mine) => {
                 log::info!(
-                    "pass {pass}: ranks have {per_rank:?} records; this rank keeps {}, drops {}, pads {} ({} batches)",
+                    "pass {pass}: ranks have {per_rank:?} records{}; this rank keeps {}, drops {}, pads {} ({} batches)",
+                    if elastic.is_some() { " left (elastic resume)" } else { "" },
                     mine.keep,
                     mine.drop,
                     mine.pad,
@@ -126,7 +175,12 @@ impl FileQueue {
             }
             Err(e) => {
                 self.guard.fail(PipelineError::Equalize(format!(
-                    "pass {pass}: ranks have {per_rank:?} records: {e}"
+                    "pass {pass}: ranks have {per_rank:?} records{}: {e}",
+                    if elastic.is_some() {
+                        " left after the resumed checkpoints"
+                    } else {
+                        ""
+                    },
                 )));
                 false
             }
@@ -147,8 +201,22 @@ impl FileQueue {
             .map(|s| (s.next_file as usize, s.next_chunk, s.next_record));
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
+            let spread = (self.resume.as_ref()).and_then(|r| r.spread_files(pass));
             let mut tasks = if nothing {
                 Vec::new()
+            } else if let Some(files) = spread {
+                // A rebalanced elastic pass: whole files, the readers leave
+                // out what is not this rank's.
+                (files.iter().enumerate())
+                    .map(|(seq, &file_index)| FileTask {
+                        pass,
+                        seq,
+                        file_index,
+                        file: sq.plan.files()[file_index].clone(),
+                        start_record: 0,
+                        stride: RecordStride::ALL,
+                    })
+                    .collect()
             } else {
                 sq.plan.tasks(pass)
             };
@@ -315,4 +383,43 @@ impl Handler<Shutdown> for FileQueue {
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         guarded(self, ctx, "Shutdown", |me, ctx| me.stop(ctx));
     }
+}
+
+/// A rank's quota of a pass resumed on the same shard: `whole` (the quota of
+/// the uninterrupted pass) less the `delivered` instances before the stop —
+/// kept instances first, then pads (the pipeline pads after the kept ones).
+/// An error when pads are left but every kept instance was delivered before
+/// the stop (the resumed run has nothing of its own to repeat).
+fn resumed_quota(
+    whole: EqualizedCount,
+    delivered: u64,
+    batch: u64,
+    pass: u64,
+    rank: usize,
+) -> feedline::Result<EqualizedCount> {
+    let kept_before = delivered.min(whole.keep);
+    let padded_before = (delivered - kept_before).min(whole.pad);
+    let keep = whole.keep - kept_before;
+    let pad = whole.pad - padded_before;
+    if keep == 0 && pad > 0 {
+        return Err(feedline::Error::Config(format!(
+            "rank {rank} stopped in pass {pass} after all its {} kept instances: the {pad} pads left repeat instances delivered before the stop, which a resume does not have; resume in deterministic mode or with another checkpoint",
+            whole.keep
+        )));
+    }
+    let available = whole.available - kept_before;
+    let delivered_now = keep + pad;
+    let batches = delivered_now.div_ceil(batch);
+    Ok(EqualizedCount {
+        available,
+        keep,
+        drop: available - keep,
+        pad,
+        batches,
+        last_batch: if delivered_now == 0 {
+            0
+        } else {
+            delivered_now - (batches - 1) * batch
+        },
+    })
 }

@@ -16,11 +16,23 @@
 //! - **by record** (every other case: shuffled mode, elastic resume under
 //!   another rank or world size): the readers drop the records the
 //!   checkpoints say were consumed (in any rank), so the pass delivers
-//!   exactly the rest, numbered from 0. Across the ranks of an elastic
-//!   resume every file goes to one new rank, so every remaining instance
-//!   is delivered once.
+//!   exactly the rest, numbered from 0. In an elastic resume (one file
+//!   set) what is left of each resumed pass is split between the new ranks
+//!   record by record, in consecutive pieces whose sizes differ by at most
+//!   one (`ResumeFrom::rebalance`, from every file's record count), so
+//!   every remaining instance is delivered once and the ranks are even;
+//!   with file sets every file's remainder goes to the new rank the plan
+//!   gives it.
 //!
 //! Later passes run as they would have.
+//!
+//! Under `equalize`, a pass resumed by record is equalized on what remains
+//! (see `FileQueue::send_quota`): in an elastic resume every new rank
+//! delivers the same number of batches in the resumed pass, `Drop`/`Pad`
+//! applied to the new ranks' remainders (even pieces, so `Drop` leaves out
+//! at most one record per rank and `Pad` repeats at most one); a shuffled
+//! resume on the same shard delivers the uninterrupted pass's quota less
+//! what it delivered before the stop.
 //!
 //! [`Loader::checkpoint`](crate::Loader::checkpoint) and
 //! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
@@ -385,6 +397,34 @@ pub struct CheckpointBase {
     pub deterministic: bool,
 }
 
+/// A pass of an elastic resume split record by record between the new
+/// ranks ([`ResumeFrom::rebalance`]).
+#[derive(Clone, Debug)]
+struct Spread {
+    /// The files (by index in the plan) holding this rank's share, in the
+    /// pass's order.
+    files: Vec<usize>,
+    /// Records of every new rank's share (differing by at most one).
+    sizes: Vec<u64>,
+}
+
+/// `[0, total)` less `ranges` (sorted, disjoint).
+fn complement(ranges: &[[u64; 2]], total: u64) -> Vec<[u64; 2]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &[s, e] in ranges {
+        let (s, e) = (s.min(total), e.min(total));
+        if s > at {
+            out.push([at, s]);
+        }
+        at = at.max(e);
+    }
+    if at < total {
+        out.push([at, total]);
+    }
+    out
+}
+
 /// How a resumed pass goes on.
 #[derive(Clone, Debug)]
 enum Rule {
@@ -407,6 +447,12 @@ pub struct ResumeFrom {
     taken: BTreeMap<u64, PassTaken>,
     done_before: u64,
     by_record: bool,
+    /// True when the checkpoints are of another shard (several merged, or
+    /// another rank or world size): an elastic resume.
+    elastic: bool,
+    /// Per pass rebalanced by [`ResumeFrom::rebalance`]: the files this
+    /// rank reads (whole, by index in the plan) and every new rank's share.
+    spread: BTreeMap<u64, Spread>,
     /// Where the draw of the first pass starts (by batch number only).
     snapshot: Option<Arc<DrawSnapshot>>,
 }
@@ -466,10 +512,14 @@ impl ResumeFrom {
                 .all(|p| p.by_seq);
         let by_record = !by_seq;
         if by_record && equalize != Equalize::Off {
-            return Err(PipelineError::Config(format!(
-                "equalize ({:?}) cannot be resumed by record (shuffled mode or another shard): its quotas count whole passes; resume in deterministic mode on the same shard, or without equalize",
-                equalize
-            )));
+            log::info!(
+                "equalize ({equalize:?}) under a resume by record: the resumed pass's quotas count {}",
+                if same_shard {
+                    "the uninterrupted pass's quota less what this rank delivered"
+                } else {
+                    "what remains for each new rank"
+                }
+            );
         }
         // Per pass from `first_pass` on: what every checkpoint took.
         let mut taken: BTreeMap<u64, PassTaken> = BTreeMap::new();
@@ -558,6 +608,8 @@ impl ResumeFrom {
             taken,
             done_before,
             by_record,
+            elastic: !same_shard,
+            spread: BTreeMap::new(),
             snapshot,
         })
     }
@@ -571,6 +623,135 @@ impl ResumeFrom {
     /// false when by batch number (deterministic, same shard).
     pub fn by_record(&self) -> bool {
         self.by_record
+    }
+
+    /// True when the checkpoints are of another shard (an elastic resume:
+    /// several merged, or another rank or world size).
+    pub fn elastic(&self) -> bool {
+        self.elastic
+    }
+
+    /// Rebalance an elastic resume record by record: in every pass resumed
+    /// by record, the records not consumed by any old rank — the files in
+    /// `plan`'s order of the pass, each file's records in order — are cut
+    /// into `world` consecutive pieces whose sizes differ by at most one;
+    /// rank `rank` reads the files of its piece whole and leaves out every
+    /// other record (the readers' [`Rule::Records`]). `files` are every
+    /// plan file's source name (as a checkpoint names it) and record count.
+    /// Deterministic for (checkpoints, plan and seed, world); across the
+    /// new ranks every remaining record is delivered once.
+    pub(crate) fn rebalance(
+        &self,
+        plan: &feedline::plan::PassPlan,
+        files: &[(String, u64)],
+        rank: usize,
+        world: usize,
+    ) -> Self {
+        let mut out = self.clone();
+        if !self.elastic || !self.by_record || world == 0 {
+            return out;
+        }
+        for (&pass, rule) in &self.rules {
+            let Rule::Records(taken) = rule else { continue };
+            // The remaining records of the pass, file by file.
+            let order = plan.order(pass);
+            let left: Vec<(usize, Vec<[u64; 2]>)> = (order.iter())
+                .filter_map(|&fi| {
+                    let (name, total) = files.get(fi)?;
+                    let t = taken.get(&SourceId::intern(name));
+                    let r = t.map_or(&[][..], |r| r.ranges());
+                    Some((fi, complement(r, *total)))
+                })
+                .collect();
+            let all: u64 = (left.iter())
+                .flat_map(|(_, r)| r.iter().map(|[s, e]| e - s))
+                .sum();
+            let cut = |r: usize| (all as u128 * r as u128 / world as u128) as u64;
+            let sizes: Vec<u64> = (0..world).map(|r| cut(r + 1) - cut(r)).collect();
+            let (lo, hi) = (cut(rank), cut(rank + 1));
+            let mut at = 0u64;
+            let mut rules = HashMap::new();
+            let mut mine_files = Vec::new();
+            for (fi, ranges) in &left {
+                let mut mine = Vec::new();
+                for &[s, e] in ranges {
+                    // Records s..e sit at positions at..at + (e - s).
+                    let (ps, pe) = (at.max(lo), (at + (e - s)).min(hi));
+                    if ps < pe {
+                        mine.push([s + (ps - at), s + (pe - at)]);
+                    }
+                    at += e - s;
+                }
+                let (name, total) = &files[*fi];
+                if !mine.is_empty() {
+                    mine_files.push(*fi);
+                }
+                // Everything but its piece, and past the count too.
+                let mut out = complement(&mine, *total);
+                out.push([*total, u64::MAX]);
+                rules.insert(SourceId::intern(name), RecordRanges::from_ranges(out));
+            }
+            log::info!(
+                "pass {pass}: {all} records left, split between {world} ranks as {sizes:?}; rank {rank} reads {} files",
+                mine_files.len()
+            );
+            out.rules.insert(pass, Rule::Records(rules));
+            out.spread.insert(
+                pass,
+                Spread {
+                    files: mine_files,
+                    sizes,
+                },
+            );
+        }
+        out
+    }
+
+    /// The files (by index in the plan) this rank reads whole in `pass`
+    /// when the pass was rebalanced ([`ResumeFrom::rebalance`]).
+    pub(crate) fn spread_files(&self, pass: u64) -> Option<&[usize]> {
+        self.spread.get(&pass).map(|s| &s.files[..])
+    }
+
+    /// Every new rank's records in `pass` when it was rebalanced.
+    pub(crate) fn spread_sizes(&self, pass: u64) -> Option<&[u64]> {
+        self.spread.get(&pass).map(|s| &s.sizes[..])
+    }
+
+    /// Batches of `pass` consumed before the resume (all checkpoints'),
+    /// when `pass` goes on by record; `None` otherwise.
+    pub(crate) fn batches_taken(&self, pass: u64) -> Option<u64> {
+        match self.rules.get(&pass) {
+            Some(Rule::Records(_)) => self.taken.get(&pass).map(|t| t.batches),
+            _ => None,
+        }
+    }
+
+    /// How many of the records of `source` that `stride` keeps from `start`
+    /// to `total` were consumed before the resume in `pass` (0 unless the
+    /// pass goes on by record).
+    pub(crate) fn taken_of(
+        &self,
+        pass: u64,
+        source: &str,
+        stride: &feedline::plan::RecordStride,
+        start: u64,
+        total: u64,
+    ) -> u64 {
+        let Some(Rule::Records(taken)) = self.rules.get(&pass) else {
+            return 0;
+        };
+        let Some(ranges) = taken.get(&SourceId::intern(source)) else {
+            return 0;
+        };
+        ranges
+            .ranges()
+            .iter()
+            .map(|&[s, e]| {
+                let (s, e) = (s.max(start).min(total), e.max(start).min(total));
+                stride.count_from(s, e)
+            })
+            .sum()
     }
 
     /// The snapshot of the draw the first pass starts from (deterministic
@@ -664,8 +845,18 @@ mod tests {
             taken: BTreeMap::new(),
             done_before: 1,
             by_record: true,
+            elastic: true,
+            spread: BTreeMap::new(),
             snapshot: None,
         };
+        // Consumed records a stride keeps: every 3rd from 1 of 0..10 and
+        // 12..15 within 4..14 is 4, 7, 13.
+        let every3 = feedline::plan::RecordStride { offset: 1, step: 3 };
+        assert_eq!(by_record.taken_of(1, "/resume/unit/f0", &every3, 4, 14), 3);
+        let all = feedline::plan::RecordStride::ALL;
+        assert_eq!(by_record.taken_of(1, "/resume/unit/f0", &all, 0, 100), 13);
+        assert_eq!(by_record.taken_of(2, "/resume/unit/f0", &all, 0, 100), 0);
+        assert_eq!(by_record.taken_of(1, "/resume/unit/other", &all, 0, 100), 0);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 0), 10);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 10), 10);
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 13), 15);

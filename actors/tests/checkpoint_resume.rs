@@ -290,6 +290,16 @@ fn elastic(old: usize, new: usize, det: bool, seed: u64) {
     }
     let want = all_ids(&counts, &[]);
     assert_exactly_once(&ids_by_pass(&everything), &want, 2);
+    // Rebalanced: what is left of pass 0 is split between the new ranks
+    // record by record (sizes differ by at most one).
+    let left: Vec<usize> = (again.iter())
+        .map(|a| a.iter().filter(|g| g.0 == 0).map(|g| g.2.len()).sum())
+        .collect();
+    let (lo, hi) = (left.iter().min().unwrap(), left.iter().max().unwrap());
+    assert!(
+        hi - lo <= 1,
+        "{old} -> {new} seed {seed}: pass 0 left {left:?}"
+    );
     // Deterministic for (checkpoints, new world, seed).
     let mut b = make(0, new);
     for cp in &cps {
@@ -353,14 +363,37 @@ fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
     let half = taken(base().shard(1, 2).build().unwrap(), 1);
     let e = msg(base().shard(0, 3).resume(half));
     assert!(e.contains("got ranks [1]"), "{e}");
-    // Equalized ranks resume only by batch number (deterministic, same shard).
-    let e = msg(base().equalize(Equalize::Drop).resume(cp.clone()));
-    assert!(e.contains("setting `equalize` changed"), "{e}");
-    let eq = || base().equalize(Equalize::Drop).shard(0, 2);
-    let cp_eq = taken(eq().build().unwrap(), 1);
-    let e = msg(eq().resume(cp_eq));
+    // Equalized ranks resume by record too; a padding rank stopped after
+    // all its kept instances cannot repeat them: a clear error.
+    let eq = |rank| base().equalize(Equalize::Pad).shard(rank, 2);
+    let cp_eq = taken(eq(1).build().unwrap(), 1);
+    eq(1)
+        .resume(cp_eq)
+        .build()
+        .unwrap()
+        .into_iter()
+        .for_each(|d| {
+            d.unwrap();
+        });
+    // 40 records by record over 9 ranks: rank 8 has 4 (one batch), pads 1.
+    let cp_pad = taken(
+        base().equalize(Equalize::Pad).shard(8, 9).build().unwrap(),
+        1,
+    );
+    let e = match base()
+        .equalize(Equalize::Pad)
+        .shard(8, 9)
+        .resume(cp_pad)
+        .build()
+    {
+        Err(e) => e.to_string(),
+        Ok(l) => match l.into_iter().find_map(|d| d.err()) {
+            Some(e) => e.to_string(),
+            None => String::new(),
+        },
+    };
     assert!(
-        e.contains("equalize (Drop) cannot be resumed by record"),
+        e.contains("pads left repeat instances delivered before the stop"),
         "{e}"
     );
     // The file grew.
@@ -648,6 +681,191 @@ fn pipeline_checkpoint_covers_what_trainers_stepped() {
             let after = all(builder(&case, 1, 1).resume(cp).build().unwrap());
             assert_eq!(before, full[..n]);
             assert!(after == full[n..], "seed {seed} n {n}");
+        }
+    }
+}
+
+/// A loader over `counts` (one file each), rank `rank` of `world` by file,
+/// shuffled, equalized by `how`.
+fn equalized(counts: &[u64], rank: usize, world: usize, how: Equalize, seed: u64) -> LoaderBuilder {
+    let s = SynthFormat::with_files(counts).build();
+    let specs = s.specs();
+    Loader::builder()
+        .registry(synth_registry(s))
+        .schema(SynthFormat::schema())
+        .shard_from_env(false)
+        .files(specs)
+        .batch(4)
+        .shuffle(16)
+        .chunk_records(4)
+        .passes(2)
+        .seed(seed)
+        .deterministic(false)
+        .readers(2)
+        .equalize(how)
+        .shard(rank, world)
+        .shard_by(ShardBy::File)
+}
+
+/// Instances, distinct ids and batches of `pass` in `batches`.
+fn tally(batches: &[Got], pass: u64) -> (usize, BTreeMap<i64, usize>, usize) {
+    let mut ids: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut n = 0;
+    let mut b = 0;
+    for (p, _, i, _) in batches.iter().filter(|g| g.0 == pass) {
+        assert_eq!(*p, pass);
+        b += 1;
+        n += i.len();
+        for id in i {
+            *ids.entry(*id).or_default() += 1;
+        }
+    }
+    (n, ids, b)
+}
+
+#[test]
+fn equalized_shuffled_resume_keeps_the_uninterrupted_quota() {
+    // Two ranks by file: rank 0 has 20 + 17 + 25 = 62, rank 1 31 + 40 = 71.
+    let counts = [20u64, 31, 17, 40, 25];
+    for seed in [2u64, 9, 31] {
+        for how in [Equalize::Drop, Equalize::Pad] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for rank in 0..2 {
+                let share: BTreeMap<u64, Vec<i64>> =
+                    ids_by_pass(&all(equalized(&counts, rank, 2, Equalize::Off, seed)
+                        .build()
+                        .unwrap()));
+                let full = all(equalized(&counts, rank, 2, how, seed).build().unwrap());
+                // Stop among the kept instances of pass 0 (pads, if any, come last).
+                let stop = rng.gen_range(1..15);
+                let (before, cp) = take(
+                    equalized(&counts, rank, 2, how, seed).build().unwrap(),
+                    stop,
+                );
+                assert_eq!(cp.pass, 0);
+                let after = all(equalized(&counts, rank, 2, how, seed)
+                    .resume(cp)
+                    .build()
+                    .unwrap());
+                let mut both = before.clone();
+                both.extend(after);
+                for pass in 0..2 {
+                    let (n_full, ids_full, b_full) = tally(&full, pass);
+                    let (n, ids, b) = tally(&both, pass);
+                    let ctx = format!("seed {seed} {how:?} rank {rank} stop {stop} pass {pass}");
+                    assert_eq!((n, b), (n_full, b_full), "{ctx}: instances, batches");
+                    assert_eq!(ids.len(), ids_full.len(), "{ctx}: distinct records");
+                    let repeats =
+                        |m: &BTreeMap<i64, usize>| m.values().map(|c| c - 1).sum::<usize>();
+                    assert_eq!(repeats(&ids), repeats(&ids_full), "{ctx}: pads");
+                    if how == Equalize::Drop {
+                        assert_eq!(repeats(&ids), 0, "{ctx}");
+                    }
+                    let mine: std::collections::BTreeSet<i64> =
+                        share[&pass].iter().copied().collect();
+                    assert!(
+                        ids.keys().all(|i| mine.contains(i)),
+                        "{ctx}: a record of another rank"
+                    );
+                    if how == Equalize::Pad && rank == 0 {
+                        // The smaller rank pads: it keeps every record of its share.
+                        assert_eq!(ids.len(), mine.len(), "{ctx}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Elastic under equalize: `old` ranks stop mid-pass; `new` ranks resume
+/// from all checkpoints. In the resumed pass every new rank delivers the
+/// same batches; `Drop` keeps the smallest remainder on each (no record
+/// twice), `Pad` pads to the largest (every remaining record delivered).
+fn elastic_equalized(old: usize, new: usize, how: Equalize, seed: u64) {
+    let counts = [20u64, 31, 17, 40, 25, 12];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut before = Vec::new();
+    let mut cps = Vec::new();
+    for rank in 0..old {
+        let stop = rng.gen_range(1..3);
+        let (got, cp) = take(
+            equalized(&counts, rank, old, how, seed).build().unwrap(),
+            stop,
+        );
+        assert_eq!(cp.pass, 0);
+        before.extend(got);
+        cps.push(cp);
+    }
+    let resumed = |rank: usize, how: Equalize| {
+        let mut b = equalized(&counts, rank, new, how, seed);
+        for cp in &cps {
+            b = b.resume(cp.clone());
+        }
+        all(b.build().unwrap())
+    };
+    let taken: std::collections::BTreeSet<i64> = (before.iter())
+        .filter(|g| g.0 == 0)
+        .flat_map(|g| g.2.iter().copied())
+        .collect();
+    assert_eq!(
+        taken.len(),
+        before.iter().map(|g| g.2.len()).sum::<usize>(),
+        "old ranks took a record twice"
+    );
+    let afters: Vec<Vec<Got>> = (0..new).map(|r| resumed(r, how)).collect();
+    // What is left of pass 0 is split evenly between the new ranks.
+    let all_left = counts.iter().sum::<u64>() as usize - taken.len();
+    let left: Vec<usize> = (0..new)
+        .map(|r| all_left * (r + 1) / new - all_left * r / new)
+        .collect();
+    let (min, max) = (*left.iter().min().unwrap(), *left.iter().max().unwrap());
+    let ctx = format!("{old} -> {new} {how:?} seed {seed}, left {left:?}");
+    let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
+    for (r, after) in afters.iter().enumerate() {
+        let (n, ids, b) = tally(after, 0);
+        let want = if how == Equalize::Drop { min } else { max };
+        assert_eq!(n, want, "{ctx}: new rank {r} instances in the resumed pass");
+        assert_eq!(b, want.div_ceil(4), "{ctx}: new rank {r} batches");
+        assert!(
+            ids.keys().all(|i| !taken.contains(i)),
+            "{ctx}: rank {r} delivered a record not left for it"
+        );
+        if how == Equalize::Pad {
+            assert_eq!(ids.len(), left[r], "{ctx}: rank {r} left a record out");
+        } else {
+            assert!(
+                ids.values().all(|&c| c == 1),
+                "{ctx}: rank {r} repeated a record"
+            );
+        }
+        for id in ids.keys() {
+            *seen.entry(*id).or_default() += 1;
+        }
+        // The next pass: equalized as usual over the new ranks.
+        let (_, _, b1) = tally(after, 1);
+        let (_, _, b1_0) = tally(&afters[0], 1);
+        assert_eq!(b1, b1_0, "{ctx}: pass 1 batches of rank {r}");
+    }
+    assert!(
+        seen.values().all(|&c| c == 1),
+        "{ctx}: a record on two new ranks"
+    );
+    // Deterministic for (checkpoints, new world, seed) in what it keeps.
+    if how == Equalize::Pad {
+        let again = resumed(0, how);
+        assert_eq!(
+            tally(&again, 0).1.keys().collect::<Vec<_>>(),
+            tally(&afters[0], 0).1.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn elastic_equalized_three_to_two_and_two_to_three() {
+    for seed in [4u64, 17, 58] {
+        for how in [Equalize::Drop, Equalize::Pad] {
+            elastic_equalized(3, 2, how, seed);
+            elastic_equalized(2, 3, how, seed);
         }
     }
 }

@@ -3,6 +3,8 @@
 //! given or inferred, one pass plan per file set, and — to equalize ranks —
 //! the records of every file counted.
 
+use std::sync::Arc;
+
 use feedline::batcher::{BatchPolicy, Batcher};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
@@ -27,19 +29,56 @@ pub(crate) struct Prepared {
 
 /// Check and settle `config`; count records if ranks are equalized.
 pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError> {
-    let (config, schema, plans) = settle(config)?;
+    let (mut config, schema, plans) = settle(config)?;
+    // An elastic resume (one file set) splits what is left record by
+    // record; it needs every file's record count, as equalize does.
+    let elastic = (config.resume.as_ref())
+        .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
+        .cloned();
+    let counted = if elastic.is_some() || config.equalize != Equalize::Off {
+        let t0 = std::time::Instant::now();
+        match count_records(&config) {
+            Ok(c) => {
+                log::info!(
+                    "counted the records of {} files in {:?} (equalize or elastic resume)",
+                    c.0.len(),
+                    t0.elapsed()
+                );
+                Some(c)
+            }
+            // Without equalize the counts only rebalance: go on without.
+            Err(e) if config.equalize == Equalize::Off => {
+                log::warn!(
+                    "elastic resume: counting the files' records failed ({e}); what is left is not rebalanced: each new rank reads what is left of its own files"
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if let (Some(r), Some((counts, sources))) = (elastic, &counted) {
+        let files: Vec<(String, u64)> = sources
+            .iter()
+            .cloned()
+            .zip(counts.iter().copied())
+            .collect();
+        let shard = plans[0].get_shard();
+        config.resume = Some(Arc::new(r.rebalance(
+            &plans[0],
+            &files,
+            shard.rank,
+            shard.world_size,
+        )));
+    }
     let equalize = match (config.equalize, &config.batch) {
         (Equalize::Off, _) => None,
         (how, BatchPolicy::Fixed(n)) => {
-            let t0 = std::time::Instant::now();
-            let counts = count_records(&config)?;
-            log::info!(
-                "counted the records of {} files in {:?} to equalize ranks",
-                counts.len(),
-                t0.elapsed()
-            );
+            let (counts, sources) = counted.unwrap_or_default();
             Some(EqualizeRanks {
                 counts,
+                sources,
                 batch: *n,
                 drop_last: config.drop_last,
                 how,
@@ -201,9 +240,17 @@ fn within_stall_timeout<T: Send + 'static>(
 
 /// Records per file (in `config.files` order), for equalizing ranks: the
 /// format's own count where it has one, else a read through the file —
-/// each within the stall timeout.
-fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
+/// each within the stall timeout. With each, the file's source name as its
+/// records (and so a checkpoint) name it — read from its first record when
+/// the pipeline is resumed (a resumed pass counts what is left of a file),
+/// else (or when the file has none or it cannot be read) the resolved path.
+fn count_records(config: &PipelineConfig) -> Result<(Vec<u64>, Vec<String>), PipelineError> {
     let mut counts = Vec::with_capacity(config.files.len());
+    let mut sources = Vec::with_capacity(config.files.len());
+    let resumed = config.resume.is_some();
+    // Equalize counts the records a read yields; an elastic resume alone
+    // only needs where each file's records end.
+    let counts_bad = config.equalize != Equalize::Off;
     for f in &config.files {
         let (registry, format, open, file) = (
             config.registry.clone(),
@@ -211,20 +258,50 @@ fn count_records(config: &PipelineConfig) -> Result<Vec<u64>, PipelineError> {
             config.open.clone(),
             f.clone(),
         );
-        let n = within_stall_timeout(config, f, "counting its records", move || {
+        let (n, source) = within_stall_timeout(config, f, "counting its records", move || {
+            let resolved = match registry.resolve(&file, format.as_deref()) {
+                Ok((_, path, _)) => path.to_string_lossy().into_owned(),
+                Err(_) => file.clone(),
+            };
             let mut r = registry.open(&file, format.as_deref(), &open)?;
+            let first = |r: &mut Box<dyn feedline::format::RecordReader>| match r.next_record() {
+                Ok(Some(rec)) => rec.location.source.name().to_string(),
+                _ => resolved.clone(),
+            };
             if let Some(n) = r.len_hint() {
-                return Ok(n);
+                let source = if resumed && n > 0 {
+                    first(&mut r)
+                } else {
+                    resolved.clone()
+                };
+                return Ok((n, source));
+            }
+            if !counts_bad {
+                // An elastic resume alone: frame past every record (formats
+                // that can do without decoding, such as TFRecord).
+                let source = if resumed {
+                    first(&mut r)
+                } else {
+                    resolved.clone()
+                };
+                r.skip_to(u64::MAX)?;
+                let _ = r.next_record()?;
+                return Ok((r.next_index(), source));
             }
             let mut n = 0;
-            while r.next_record()?.is_some() {
+            let mut source = resolved.clone();
+            while let Some(rec) = r.next_record()? {
+                if n == 0 {
+                    source = rec.location.source.name().to_string();
+                }
                 n += 1;
             }
-            Ok(n)
+            Ok((n, source))
         })??;
         counts.push(n);
+        sources.push(source);
     }
-    Ok(counts)
+    Ok((counts, sources))
 }
 
 /// Infer the schema from the first file that has a readable record (files
