@@ -771,6 +771,33 @@ pub struct EqualizedCount {
     pub last_batch: u64,
 }
 
+impl EqualizedCount {
+    /// A rank with `available` instances that delivers `keep` of them and
+    /// `pad` repeats in batches of `batch` (≥ 1); `keep ≤ available`.
+    ///
+    /// ```
+    /// use feedline::plan::EqualizedCount;
+    /// let c = EqualizedCount::of(10, 7, 2, 4);
+    /// assert_eq!((c.drop, c.batches, c.last_batch), (3, 3, 1));
+    /// ```
+    pub fn of(available: u64, keep: u64, pad: u64, batch: u64) -> Self {
+        let delivered = keep + pad;
+        let batches = delivered.div_ceil(batch);
+        EqualizedCount {
+            available,
+            keep,
+            drop: available - keep,
+            pad,
+            batches,
+            last_batch: if delivered == 0 {
+                0
+            } else {
+                delivered - (batches - 1) * batch
+            },
+        }
+    }
+}
+
 /// How many instances each rank keeps, drops and pads in a pass.
 ///
 /// `records_per_rank[r]` is what rank `r` has in the pass; `batch` the batch
@@ -812,22 +839,7 @@ pub fn equalized_counts(
     let whole = |n: u64| if drop_last { n / b * b } else { n };
     let count = |available: u64, target: u64| {
         let keep = available.min(target);
-        let pad = target - keep;
-        let delivered = keep + pad;
-        let batches = delivered.div_ceil(b);
-        let last_batch = if delivered == 0 {
-            0
-        } else {
-            delivered - (batches - 1) * b
-        };
-        EqualizedCount {
-            available,
-            keep,
-            drop: available - keep,
-            pad,
-            batches,
-            last_batch,
-        }
+        EqualizedCount::of(available, keep, target - keep, b)
     };
     let min = records_per_rank.iter().copied().min().unwrap_or(0);
     let max = records_per_rank.iter().copied().max().unwrap_or(0);

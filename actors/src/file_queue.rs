@@ -407,19 +407,10 @@ fn resumed_quota(
             whole.keep
         )));
     }
-    let available = whole.available - kept_before;
-    let delivered_now = keep + pad;
-    let batches = delivered_now.div_ceil(batch);
-    Ok(EqualizedCount {
-        available,
+    Ok(EqualizedCount::of(
+        whole.available - kept_before,
         keep,
-        drop: available - keep,
         pad,
-        batches,
-        last_batch: if delivered_now == 0 {
-            0
-        } else {
-            delivered_now - (batches - 1) * batch
-        },
-    })
+        batch,
+    ))
 }

@@ -45,6 +45,21 @@ struct Case {
     sets: bool,
 }
 
+impl Case {
+    /// Two readers, one device, no bad records, no file sets.
+    fn plain(seed: u64, det: bool) -> Case {
+        Case {
+            seed,
+            det,
+            readers: 2,
+            devices: 1,
+            round_robin: false,
+            bad: false,
+            sets: false,
+        }
+    }
+}
+
 fn synth(case: &Case) -> SynthFormat {
     let mut s = SynthFormat::with_files(&COUNTS);
     if case.bad {
@@ -238,15 +253,7 @@ fn file_sets() {
 /// Elastic: `old` ranks each stop mid-pass; `new` ranks resume from all
 /// their checkpoints; every instance of every pass exactly once across all.
 fn elastic(old: usize, new: usize, det: bool, seed: u64) {
-    let case = Case {
-        seed,
-        det,
-        readers: 2,
-        devices: 1,
-        round_robin: false,
-        bad: false,
-        sets: false,
-    };
+    let case = Case::plain(seed, det);
     let counts = [20u64, 31, 17, 40, 25, 12];
     let shard = |b: LoaderBuilder, rank, world| b.shard(rank, world).shard_by(ShardBy::File);
     let make = |rank: usize, world: usize| {
@@ -413,13 +420,9 @@ fn device_iterators_are_covered() {
         for round_robin in [true, false] {
             for seed in [2u64, 9] {
                 let case = Case {
-                    seed,
-                    det,
-                    readers: 2,
                     devices: 3,
                     round_robin,
-                    bad: false,
-                    sets: false,
+                    ..Case::plain(seed, det)
                 };
                 let mut loader = builder(&case, 2, 3).build().unwrap();
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -532,15 +535,7 @@ fn padding_marks_survive_a_resume() {
     for seed in [2u64, 11, 31] {
         for world in [2usize, 3] {
             for rank in 0..world {
-                let case = Case {
-                    seed,
-                    det: true,
-                    readers: 2,
-                    devices: 1,
-                    round_robin: false,
-                    bad: false,
-                    sets: false,
-                };
+                let case = Case::plain(seed, true);
                 let make = |readers: usize, devices: usize| {
                     builder(&case, readers, devices)
                         .shard(rank, world)
@@ -586,15 +581,7 @@ fn pipeline_checkpoint_covers_what_pop_consumers_took() {
     use feedline_actors::{Pipeline, Pop, Popped};
     for det in [true, false] {
         for seed in [3u64, 8] {
-            let case = Case {
-                seed,
-                det,
-                readers: 2,
-                devices: 1,
-                round_robin: false,
-                bad: false,
-                sets: false,
-            };
+            let case = Case::plain(seed, det);
             let full = all(builder(&case, 2, 1).build().unwrap());
             for stop in [1, 9, full.len() / 2 + 1, full.len() - 1] {
                 let config = builder(&case, 2, 1).settings().clone();
@@ -649,15 +636,7 @@ fn pipeline_checkpoint_covers_what_trainers_stepped() {
         }
     }
     for seed in [4u64, 21] {
-        let case = Case {
-            seed,
-            det: true,
-            readers: 2,
-            devices: 1,
-            round_robin: false,
-            bad: false,
-            sets: false,
-        };
+        let case = Case::plain(seed, true);
         let full = all(builder(&case, 2, 1).build().unwrap());
         for n in [0, 5, full.len() / 2 + 3] {
             let config = builder(&case, 2, 1).settings().clone();

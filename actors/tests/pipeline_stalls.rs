@@ -44,13 +44,7 @@ fn a_hung_reader_is_replaced_and_its_file_resumes_where_it_stopped() {
         let registry = Hooked::registry(synth, move |o| {
             (o.file == "f1" && o.earlier == 0).then(|| block_at(35, held.clone(), || {}))
         });
-        let mut loader = Loader::builder()
-            .registry(registry)
-            .files(specs)
-            .schema(SynthFormat::schema())
-            .batch(10)
-            .shuffle(30)
-            .chunk_records(8)
+        let mut loader = hooked(registry, specs)
             .readers(2)
             .deterministic(det)
             .stall_timeout(Duration::from_millis(300))
@@ -202,13 +196,7 @@ fn a_reader_fenced_as_it_finishes_its_file_is_replaced_once_and_loses_nothing() 
             }
             _ => None,
         });
-        let loader = feedline_actors::Loader::builder()
-            .registry(registry)
-            .files(specs)
-            .schema(SynthFormat::schema())
-            .batch(10)
-            .shuffle(30)
-            .chunk_records(8)
+        let loader = hooked(registry, specs)
             .readers(2)
             .passes(2)
             .deterministic(det)

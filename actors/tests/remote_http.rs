@@ -873,14 +873,20 @@ fn a_changed_object_is_fetched_again_and_a_corrupt_or_partial_cache_file_is_neve
     assert_eq!((objs.len(), tmps.len()), (1, 0), "{objs:?} {tmps:?}");
 }
 
+/// A server of one JSON Lines object (400 rows) every ranged GET of which
+/// from byte 8192 on fails (503), and the object's URL.
+fn dead_at_8192() -> (Server, String) {
+    let mut schedule = Schedule::default();
+    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
+    let server = Server::start(jsonl_files(1, 400), schedule);
+    let url = server.url("data/part0.jsonl");
+    (server, url)
+}
+
 #[test]
 fn a_stream_that_fails_midway_leaves_no_cache_entry() {
     let _one = options();
-    let files = jsonl_files(1, 400);
-    let mut schedule = Schedule::default();
-    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
-    let server = Server::start(files, schedule);
-    let url = server.url("data/part0.jsonl");
+    let (_server, url) = dead_at_8192(); // kept alive to the end
     let dir = tempfile::tempdir().unwrap();
     let cache = feedline::remote::cache::RemoteCache::new(dir.path(), 1 << 30);
     let c = remote::RemoteCounters::new();
@@ -903,11 +909,7 @@ fn a_stream_that_fails_midway_leaves_no_cache_entry() {
 #[test]
 fn parts_asked_ahead_of_a_failed_part_count_no_give_up() {
     let _one = options();
-    let files = jsonl_files(1, 400);
-    let mut schedule = Schedule::default();
-    schedule.dead_after.insert("/data/part0.jsonl".into(), 8192);
-    let server = Server::start(files, schedule);
-    let url = server.url("data/part0.jsonl");
+    let (server, url) = dead_at_8192();
     let c = remote::RemoteCounters::new();
     let e = remote::scoped(&c, None, || {
         let mut r = remote::RemoteObject::open(&url).unwrap();
