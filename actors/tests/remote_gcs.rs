@@ -17,8 +17,6 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use feedline_actors::{ErrorPolicy, Loader};
-
 /// The emulator, killed when dropped.
 struct Gcs {
     child: Child,
@@ -127,39 +125,11 @@ fn gcs_glob_lists_and_every_record_arrives_once_per_pass() {
         .collect();
     want.sort();
     for readers in [1, 4] {
-        let loader = Loader::builder()
-            .files(["gs://bucket/train/*.jsonl"])
-            .readers(readers)
-            .batch(32)
-            .shuffle(100)
-            .passes(2)
-            .shard_from_env(false)
-            .error_policy(ErrorPolicy::Fail)
-            .build()
-            .unwrap_or_else(|e| panic!("{readers} readers: {e}"));
-        let stats = loader.stats_handle();
-        let (per_pass, errors) = common::origins(loader);
-        assert!(errors.is_empty(), "{readers} readers: {errors:?}");
-        assert_eq!(per_pass.len(), 2, "{readers} readers");
-        for (pass, mut got) in per_pass {
-            got.sort();
-            assert!(
-                got == want,
-                "{readers} readers, pass {pass}: not each record once"
-            );
-        }
-        let s = stats.snapshot();
+        let s =
+            common::each_object_record_once_per_pass("gs://bucket/train/*.jsonl", readers, &want);
         let total: u64 = (0..3).map(|f| jsonl(f, 200).len() as u64).sum();
         assert!(s.remote_bytes >= 2 * total, "{readers} readers: {s:?}");
         assert_eq!(s.remote_give_ups, 0);
     }
-    let missing = "gs://bucket/train/nope.jsonl";
-    let e = Loader::builder()
-        .files([missing])
-        .shard_from_env(false)
-        .build()
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(e.contains(missing) && e.contains("1 attempt(s)"), "{e}");
+    common::a_missing_object_is_one_attempt("gs://bucket/train/nope.jsonl");
 }

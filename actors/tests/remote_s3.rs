@@ -27,8 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use feedline_actors::{ErrorPolicy, Loader};
-
 /// The moto server, killed when dropped.
 struct Moto {
     child: Child,
@@ -254,32 +252,12 @@ fn s3_glob_lists_and_every_record_arrives_once_per_pass() {
     want.sort();
     for readers in [1, 4, 16] {
         let faults = injected.load(Ordering::SeqCst);
-        let loader = Loader::builder()
-            .files(["s3://bucket/train/*.jsonl"])
-            .readers(readers)
-            .batch(32)
-            .shuffle(100)
-            .passes(2)
-            .shard_from_env(false)
-            .error_policy(ErrorPolicy::Fail)
-            .build()
-            .unwrap_or_else(|e| panic!("{readers} readers: {e}"));
-        let stats = loader.stats_handle();
-        let (per_pass, errors) = common::origins(loader);
-        assert!(errors.is_empty(), "{readers} readers: {errors:?}");
-        assert_eq!(per_pass.len(), 2, "{readers} readers");
-        for (pass, mut got) in per_pass {
-            got.sort();
-            assert!(
-                got == want,
-                "{readers} readers, pass {pass}: not each record once"
-            );
-        }
+        let s =
+            common::each_object_record_once_per_pass("s3://bucket/train/*.jsonl", readers, &want);
         let faults = injected.load(Ordering::SeqCst) - faults;
         // The pipeline's own count (the listing at build is not the
         // pipeline's; a fault on a read-ahead part dropped at the end of a
         // file is not retried).
-        let s = stats.snapshot();
         let retries = s.remote_retries;
         assert!(
             faults > 0 && retries > 0 && retries <= faults,
@@ -293,13 +271,5 @@ fn s3_glob_lists_and_every_record_arrives_once_per_pass() {
             s.summary_line()
         );
     }
-    let missing = "s3://bucket/train/nope.jsonl";
-    let e = Loader::builder()
-        .files([missing])
-        .shard_from_env(false)
-        .build()
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(e.contains(missing) && e.contains("1 attempt(s)"), "{e}");
+    common::a_missing_object_is_one_attempt("s3://bucket/train/nope.jsonl");
 }

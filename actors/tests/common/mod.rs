@@ -474,3 +474,48 @@ pub fn origins(loader: feedline_actors::Loader) -> Origins {
     }
     (per_pass, errors)
 }
+
+/// Read the objects `glob` matches twice with `readers` readers (batches of
+/// 32, a pool of 100, the fail policy): no error, and each pass holds every
+/// (URL, record) of `want` (sorted) exactly once. The pipeline's stats.
+pub fn each_object_record_once_per_pass(
+    glob: &str,
+    readers: usize,
+    want: &[(String, u64)],
+) -> feedline_actors::StatsSnapshot {
+    let loader = feedline_actors::Loader::builder()
+        .files([glob])
+        .readers(readers)
+        .batch(32)
+        .shuffle(100)
+        .passes(2)
+        .shard_from_env(false)
+        .error_policy(feedline_actors::ErrorPolicy::Fail)
+        .build()
+        .unwrap_or_else(|e| panic!("{readers} readers: {e}"));
+    let stats = loader.stats_handle();
+    let (per_pass, errors) = origins(loader);
+    assert!(errors.is_empty(), "{readers} readers: {errors:?}");
+    assert_eq!(per_pass.len(), 2, "{readers} readers");
+    for (pass, mut got) in per_pass {
+        got.sort();
+        assert!(
+            got == want,
+            "{readers} readers, pass {pass}: not each record once"
+        );
+    }
+    stats.snapshot()
+}
+
+/// A missing object is an error naming its URL after one attempt (a 404 is
+/// not retried).
+pub fn a_missing_object_is_one_attempt(missing: &str) {
+    let e = feedline_actors::Loader::builder()
+        .files([missing])
+        .shard_from_env(false)
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains(missing) && e.contains("1 attempt(s)"), "{e}");
+}
