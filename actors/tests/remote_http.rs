@@ -18,7 +18,7 @@ mod common;
 #[allow(dead_code)]
 #[path = "../../examples/common/http_store.rs"]
 mod http_store;
-use http_store::{read_request, Request};
+use http_store::{read_request, write_head, Request};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufReader, Read, Write};
@@ -204,31 +204,9 @@ fn serve(
             Some(Fault::Slow) => std::thread::sleep(SLOW),
             _ => {}
         }
-        let (status, lo, hi) = match range {
-            Some((a, b)) => {
-                let hi = b.map_or(total, |b| (b + 1).min(total));
-                if a >= hi {
-                    write!(
-                        out,
-                        "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{total}\r\nContent-Length: 0\r\n\r\n"
-                    )?;
-                    continue;
-                }
-                ("206 Partial Content", a, hi)
-            }
-            None => ("200 OK", 0, total),
+        let Some((lo, hi)) = write_head(&mut out, range, total, content_tag(&data))? else {
+            continue;
         };
-        let mut head = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
-             Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"{:016x}\"\r\n",
-            hi - lo,
-            content_tag(&data)
-        );
-        if range.is_some() {
-            head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
-        }
-        head.push_str("\r\n");
-        out.write_all(head.as_bytes())?;
         if method == "HEAD" {
             continue;
         }

@@ -164,6 +164,43 @@ pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request
     }))
 }
 
+/// Answer the head of a GET or HEAD of an object of `total` bytes whose
+/// entity tag is `etag`: 206 with its Content-Range for `range`, else 200;
+/// the bytes `lo..hi` the body is to hold, or `None` when `range` is not
+/// satisfiable (a 416 was written instead).
+pub fn write_head(
+    out: &mut impl Write,
+    range: Option<(u64, Option<u64>)>,
+    total: u64,
+    etag: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    let (status, lo, hi) = match range {
+        Some((a, b)) => {
+            let hi = b.map_or(total, |b| (b + 1).min(total));
+            if a >= hi {
+                write!(
+                    out,
+                    "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{total}\r\nContent-Length: 0\r\n\r\n"
+                )?;
+                return Ok(None);
+            }
+            ("206 Partial Content", a, hi)
+        }
+        None => ("200 OK", 0, total),
+    };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
+         Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"{etag:016x}\"\r\n",
+        hi - lo
+    );
+    if range.is_some() {
+        head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    Ok(Some((lo, hi)))
+}
+
 fn tag(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -199,31 +236,10 @@ fn serve(
             continue;
         };
         let total = data.len() as u64;
-        let (status, lo, hi) = match range {
-            Some((a, b)) => {
-                let hi = b.map_or(total, |b| (b + 1).min(total));
-                if a >= hi {
-                    write!(
-                        out,
-                        "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{total}\r\nContent-Length: 0\r\n\r\n"
-                    )?;
-                    continue;
-                }
-                ("206 Partial Content", a, hi)
-            }
-            None => ("200 OK", 0, total),
-        };
         let etag = *tags.entry(path.clone()).or_insert_with(|| tag(data));
-        let mut head = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
-             Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"{etag:016x}\"\r\n",
-            hi - lo
-        );
-        if range.is_some() {
-            head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
-        }
-        head.push_str("\r\n");
-        out.write_all(head.as_bytes())?;
+        let Some((lo, hi)) = write_head(&mut out, range, total, etag)? else {
+            continue;
+        };
         if method == "HEAD" {
             continue;
         }
