@@ -4,7 +4,9 @@ each generates its own data."""
 import _thread
 import ctypes
 import os
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -412,8 +414,27 @@ def test_push_after_close_and_after_loader_close():
 
 
 def interrupt_when(event):
+    """Interrupt the main thread once `event` is set and the calling test's
+    frame has stayed on top of the main thread's stack for two looks 20 ms
+    apart — it is blocked in the native call that follows `event.set()`. An
+    interrupt that landed earlier could be taken by Python code the main
+    thread runs on its way there (a finalizer swallows it) and be lost."""
+    test = sys._getframe(1).f_code
+    main = threading.main_thread().ident
+
+    def on_top():
+        f = sys._current_frames().get(main)
+        return f is not None and f.f_code is test
+
     def run():
         event.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if on_top():
+                time.sleep(0.02)
+                if on_top():
+                    break
+            time.sleep(0.005)
         _thread.interrupt_main()
 
     t = threading.Thread(target=run, daemon=True)
