@@ -415,12 +415,14 @@ def test_push_after_close_and_after_loader_close():
 
 def interrupt_when(event):
     """Interrupt the main thread once `event` is set and the calling test's
-    frame has stayed on top of the main thread's stack for two looks 20 ms
-    apart — it is blocked in the native call that follows `event.set()`. An
-    interrupt that landed earlier could be taken by Python code the main
-    thread runs on its way there (a finalizer swallows it) and be lost."""
+    frame stays on top of the main thread's stack (blocked in the native
+    call that follows `event.set()`), again every 0.2 s while it does, until
+    the returned event is set: an interrupt taken by Python code the main
+    thread runs on its way into the call (a finalizer swallows it) was lost
+    once, and the call then waited for ever."""
     test = sys._getframe(1).f_code
     main = threading.main_thread().ident
+    done = threading.Event()
 
     def on_top():
         f = sys._current_frames().get(main)
@@ -428,18 +430,16 @@ def interrupt_when(event):
 
     def run():
         event.wait(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
             if on_top():
                 time.sleep(0.02)
-                if on_top():
-                    break
-            time.sleep(0.005)
-        _thread.interrupt_main()
+                if on_top() and not done.is_set():
+                    _thread.interrupt_main()
+            done.wait(0.2)
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+    threading.Thread(target=run, daemon=True).start()
+    return done
 
 
 def test_keyboard_interrupt_while_waiting_for_a_batch_stops_the_loader():
@@ -447,12 +447,12 @@ def test_keyboard_interrupt_while_waiting_for_a_batch_stops_the_loader():
     loader, feed = feedline.Loader.with_feed(schema=SCHEMA, batch_size=4)
     assert threads() > before
     waiting = threading.Event()
-    t = interrupt_when(waiting)
+    done = interrupt_when(waiting)
     it = iter(loader)
     with pytest.raises(KeyboardInterrupt):
         waiting.set()
         next(it)  # no data ever comes: only the interrupt ends this
-    t.join(5)
+    done.set()
     assert loader.closed
     feed.close()
     del feed
@@ -515,11 +515,11 @@ def test_keyboard_interrupt_while_the_start_up_blocks(tmp_path):
     fifo = tmp_path / "never.jsonl"
     os.mkfifo(fifo)
     starting = threading.Event()
-    t = interrupt_when(starting)
+    done = interrupt_when(starting)
     with pytest.raises(KeyboardInterrupt):
         starting.set()
         feedline.Loader(files=[str(fifo)], batch_size=4, rank=0, world_size=1)
-    t.join(5)
+    done.set()
     # Let the abandoned start-up see an empty file and end.
     fd = os.open(fifo, os.O_WRONLY)
     os.close(fd)
