@@ -155,11 +155,11 @@ impl FieldBuffer {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (ptr, typestr, ref shape, ref strides, _) = self.layout;
-        let d = PyDict::new_bound(py);
+        let d = PyDict::new(py);
         d.set_item(intern!(py, "version"), 3)?;
         d.set_item(intern!(py, "typestr"), typestr)?;
-        d.set_item(intern!(py, "shape"), PyTuple::new_bound(py, shape))?;
-        d.set_item(intern!(py, "strides"), PyTuple::new_bound(py, strides))?;
+        d.set_item(intern!(py, "shape"), PyTuple::new(py, shape)?)?;
+        d.set_item(intern!(py, "strides"), PyTuple::new(py, strides)?)?;
         // Read-only: the buffer is shared (Arc) and may be read by others.
         d.set_item(intern!(py, "data"), (ptr, true))?;
         Ok(d)
@@ -291,10 +291,10 @@ impl PyBatch {
             return self.view(py, i);
         };
         let sf = &self.batch.schema().fields()[i];
-        let item = |k: usize| PyBytes::new_bound(py, b.get(k)).into_any().unbind();
+        let item = |k: usize| PyBytes::new(py, b.get(k)).into_any().unbind();
         if !sf.is_ragged() && sf.shape.is_empty() {
             let items: Vec<PyObject> = (0..b.len()).map(item).collect();
-            return Ok(PyList::new_bound(py, items).into_any().unbind());
+            return Ok(PyList::new(py, items)?.into_any().unbind());
         }
         let unit = sf.unit_elements().max(1);
         let per: Vec<PyObject> = self
@@ -306,10 +306,10 @@ impl PyBatch {
                 } else {
                     (s, e)
                 };
-                PyList::new_bound(py, (s..e).map(item)).into_any().unbind()
+                Ok(PyList::new(py, (s..e).map(item))?.into_any().unbind())
             })
-            .collect();
-        Ok(PyList::new_bound(py, per).into_any().unbind())
+            .collect::<PyResult<_>>()?;
+        Ok(PyList::new(py, per)?.into_any().unbind())
     }
 
     fn names(&self) -> Vec<String> {
@@ -335,9 +335,9 @@ impl PyBatch {
         self.batch.schema().index_of(key).is_some()
     }
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyList::new_bound(py, self.names())
+        PyList::new(py, self.names())?
             .into_any()
-            .iter()
+            .try_iter()
             .map(|i| i.into_any())
     }
     /// The field names, in schema order.
@@ -400,22 +400,16 @@ impl PyBatch {
         let mut out = Vec::with_capacity(self.batch.len());
         for (k, (s, e)) in self.bounds(i).into_iter().enumerate() {
             let v = if padded {
-                all.get_item(k)?.get_item(pyo3::types::PySlice::new_bound(
-                    py,
-                    0,
-                    (e - s) as isize,
-                    1,
-                ))?
+                all.get_item(k)?
+                    .get_item(pyo3::types::PySlice::new(py, 0, (e - s) as isize, 1))?
             } else if sf.is_ragged() {
-                all.get_item(pyo3::types::PySlice::new_bound(
-                    py, s as isize, e as isize, 1,
-                ))?
+                all.get_item(pyo3::types::PySlice::new(py, s as isize, e as isize, 1))?
             } else {
                 all.get_item(k)?
             };
             out.push(v.unbind());
         }
-        Ok(PyList::new_bound(py, out).into_any().unbind())
+        Ok(PyList::new(py, out)?.into_any().unbind())
     }
     /// A bytes field without copies: `(data, offsets)`, `data` a read-only
     /// uint8 array viewing every byte string of the batch concatenated (in

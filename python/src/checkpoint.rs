@@ -16,15 +16,14 @@ use crate::FeedlineError;
 
 /// The checkpoint as Python objects (`json.loads` of its JSON form).
 pub fn to_dict<'py>(py: Python<'py>, cp: &Checkpoint) -> PyResult<Bound<'py, PyAny>> {
-    py.import_bound("json")?
-        .call_method1("loads", (cp.to_json(),))
+    py.import("json")?.call_method1("loads", (cp.to_json(),))
 }
 
 /// `resume=`: a state dict, or a list (tuple) of them.
 pub fn resume_list(py: Python<'_>, resume: &Bound<'_, PyAny>) -> PyResult<Vec<Checkpoint>> {
     let items: Vec<Bound<'_, PyAny>> =
         if resume.is_instance_of::<PyList>() || resume.is_instance_of::<PyTuple>() {
-            resume.iter()?.collect::<PyResult<_>>()?
+            resume.try_iter()?.collect::<PyResult<_>>()?
         } else {
             vec![resume.clone()]
         };
@@ -33,7 +32,7 @@ pub fn resume_list(py: Python<'_>, resume: &Bound<'_, PyAny>) -> PyResult<Vec<Ch
             "resume: an empty list (give a state_dict(), or one per rank of the old job)",
         ));
     }
-    let dumps = py.import_bound("json")?.getattr("dumps")?;
+    let dumps = py.import("json")?.getattr("dumps")?;
     items
         .iter()
         .enumerate()

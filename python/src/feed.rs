@@ -29,7 +29,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyList, PyLong, PyString, PyTuple,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
 };
 
 use crate::schema::{describe_field, numpy_name};
@@ -187,7 +187,7 @@ fn typestr(dtype: DType) -> &'static str {
 /// and float fields, floats for float fields, bools for bool fields (`None`:
 /// anything else, left to the general path and its errors).
 fn scalar_fast(obj: &Bound<'_, PyAny>, dtype: DType) -> Option<Values> {
-    if obj.is_exact_instance_of::<PyLong>() {
+    if obj.is_exact_instance_of::<PyInt>() {
         let v: i64 = obj.extract().ok()?;
         return match dtype {
             DType::I64 => Some(Values::I64(vec![v])),
@@ -214,9 +214,9 @@ fn scalar_fast(obj: &Bound<'_, PyAny>, dtype: DType) -> Option<Values> {
 /// A numpy array of exactly the field's dtype, C-contiguous and aligned:
 /// its shape and a copy of its elements from one `__array_interface__`
 /// (`None`: anything else, left to the general path).
-fn array_fast(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
+fn array_fast<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
     dtype: DType,
     batch: bool,
 ) -> PyResult<Option<Checked>> {
@@ -225,7 +225,7 @@ fn array_fast(
         return Ok(None);
     }
     let iface = obj.getattr(intern!(py, "__array_interface__"))?;
-    let get = |k: &Bound<'_, PyString>| iface.get_item(k);
+    let get = |k: &Bound<'py, PyString>| iface.get_item(k);
     let ts = get(intern!(py, "typestr"))?;
     if ts.downcast::<PyString>()?.to_cow()? != typestr(dtype) {
         return Ok(None);
@@ -381,7 +381,7 @@ fn convert_bytes(what: &str, f: &Field, obj: &Bound<'_, PyAny>) -> PyResult<Chec
     if !(obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) {
         return Err(bad(obj.get_type().to_string()));
     }
-    for item in obj.iter()? {
+    for item in obj.try_iter()? {
         let item = item?;
         let b =
             one_bytes(&item).ok_or_else(|| bad(format!("a list holding {}", item.get_type())))?;
@@ -499,7 +499,7 @@ fn ragged_field(
 ) -> PyResult<BatchField> {
     let items: Vec<Bound<'_, PyAny>> =
         if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-            obj.iter()?.collect::<PyResult<_>>()?
+            obj.try_iter()?.collect::<PyResult<_>>()?
         } else {
             return Err(PyValueError::new_err(format!(
             "{what}: field `{}` is ragged ({}): expected a list of {n} per-instance values, got {}",
@@ -613,7 +613,7 @@ fn to_batch(
                 continue;
             }
             // Fixed-shape bytes: a list of n per-instance values.
-            let items: Vec<Bound<'_, PyAny>> = v.iter()?.collect::<PyResult<_>>()?;
+            let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
             if items.len() != n {
                 return Err(PyValueError::new_err(format!(
                     "{what}: field `{}`: {} instances, the other fields have {n}",
@@ -798,7 +798,7 @@ impl PyFeed {
     /// (invalid, or the stream closed), blocked_s (time pushes waited for
     /// room), waiting (pushes waiting for room now).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new_bound(py);
+        let d = PyDict::new(py);
         {
             let s = self.lock().stats();
             d.set_item("instances", s.instances)?;

@@ -53,7 +53,7 @@ static FEED_ARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 /// The numpy module (imported once).
 pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     NUMPY
-        .get_or_try_init(py, || py.import_bound("numpy").map(Bound::unbind))
+        .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))
         .map(|m| m.bind(py))
 }
 
@@ -68,7 +68,7 @@ pub(crate) fn feed_array_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
 /// The ndarray subclass: numpy's behaviour, plus `__dlpack__` that exports
 /// the batch buffer itself (numpy refuses to export read-only arrays to
 /// DLPack < 1.0 consumers such as `torch.from_dlpack`).
-const FEED_ARRAY_SRC: &str = r#"
+const FEED_ARRAY_SRC: &std::ffi::CStr = cr#"
 import numpy as _np
 
 class FeedArray(_np.ndarray):
@@ -185,7 +185,7 @@ fn build_interruptibly<T: Send + 'static>(
 
 /// `files=`: a path (str or path-like) or a sequence of them.
 fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    let fspath = py.import_bound("os")?.getattr("fspath")?;
+    let fspath = py.import("os")?.getattr("fspath")?;
     let one = |f: &Bound<'_, PyAny>| -> PyResult<Option<String>> {
         match fspath.call1((f,)) {
             Ok(p) => p
@@ -198,7 +198,7 @@ fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> 
     if let Some(p) = one(files)? {
         return Ok(vec![p]);
     }
-    let iter = files.iter().map_err(|_| {
+    let iter = files.try_iter().map_err(|_| {
         PyValueError::new_err(format!(
             "files: expected a path or a list of paths, got {}",
             files.get_type()
@@ -649,31 +649,37 @@ impl PyLoader {
     }
 }
 
-#[pymodule]
+/// `gil_used = false`: on a free-threaded CPython (3.13t and later) the
+/// module does not turn the GIL back on. Everything it shares between
+/// threads is behind Rust's own synchronisation (the loader behind a mutex,
+/// counters atomic, every class frozen and `Sync`); the per-batch caches
+/// (`GILOnceCell`) may then make a field's view twice when two threads ask at
+/// once, keeping one — both are views of the same buffer.
+#[pymodule(gil_used = false)]
 #[pyo3(name = "feedline")]
 fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;
-    m.add("FeedlineError", py.get_type_bound::<FeedlineError>())?;
+    m.add("FeedlineError", py.get_type::<FeedlineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    let mapping = py.import_bound("collections.abc")?.getattr("Mapping")?;
-    mapping.call_method1("register", (py.get_type_bound::<PyBatch>(),))?;
-    let ns = PyDict::new_bound(py);
+    let mapping = py.import("collections.abc")?.getattr("Mapping")?;
+    mapping.call_method1("register", (py.get_type::<PyBatch>(),))?;
+    let ns = PyDict::new(py);
     ns.set_item("__name__", "feedline")?;
     ns.set_item(
         "_dlpack_capsule",
         wrap_pyfunction!(dlpack::dlpack_capsule, m)?,
     )?;
-    py.run_bound(FEED_ARRAY_SRC, Some(&ns), None)?;
+    py.run(FEED_ARRAY_SRC, Some(&ns), None)?;
     let cls = ns
         .get_item("FeedArray")?
         .ok_or_else(|| PyException::new_err("FeedArray was not defined"))?;
     let cls = cls.downcast_into::<PyType>()?;
     m.add("FeedArray", &cls)?;
     let _ = FEED_ARRAY.set(py, cls.unbind());
-    py.import_bound("atexit")?
+    py.import("atexit")?
         .call_method1("register", (wrap_pyfunction!(close_all, m)?,))?;
     Ok(())
 }

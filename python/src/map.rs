@@ -48,20 +48,20 @@ fn raw(v: &Values) -> Vec<u8> {
 /// An instance as the dict the callable gets.
 fn instance_dict<'py>(py: Python<'py>, inst: &Instance) -> PyResult<Bound<'py, PyDict>> {
     let np = numpy(py)?;
-    let d = PyDict::new_bound(py);
+    let d = PyDict::new(py);
     let sample = Sample::from_instance(inst);
     for (name, t) in &sample.fields {
         let v: PyObject = match &t.values {
             Values::Bytes(b) if t.shape.is_empty() && b.len() == 1 => {
-                PyBytes::new_bound(py, b.get(0)).into_any().unbind()
+                PyBytes::new(py, b.get(0)).into_any().unbind()
             }
-            Values::Bytes(b) => PyList::new_bound(py, b.iter().map(|s| PyBytes::new_bound(py, s)))
+            Values::Bytes(b) => PyList::new(py, b.iter().map(|s| PyBytes::new(py, s)))?
                 .into_any()
                 .unbind(),
             v => {
-                let buf = PyByteArray::new_bound(py, &raw(v));
+                let buf = PyByteArray::new(py, &raw(v));
                 let dtype = numpy_name(v.dtype());
-                let shape = PyTuple::new_bound(py, &t.shape);
+                let shape = PyTuple::new(py, &t.shape)?;
                 np.call_method1("frombuffer", (buf, dtype))?
                     .call_method1("reshape", (shape,))?
                     .unbind()
@@ -93,7 +93,7 @@ fn any_sample(py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<Sample> {
             continue;
         }
         if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
-            let items: Vec<Bound<'_, PyAny>> = v.iter()?.collect::<PyResult<_>>()?;
+            let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
             if !items.is_empty() && items.iter().all(|i| one_bytes(i).is_some()) {
                 let list: BytesList = items
                     .iter()
@@ -142,9 +142,9 @@ pub fn python_map(
                 }
             };
             run().map_err(|e| -> BoxError {
-                let ty = e.get_type_bound(py);
+                let ty = e.get_type(py);
                 let ty = ty.name().map(|n| n.to_string()).unwrap_or_default();
-                format!("the Python map raised {ty}: {}", e.value_bound(py)).into()
+                format!("the Python map raised {ty}: {}", e.value(py)).into()
             })
         })
     }

@@ -46,8 +46,8 @@ fn api(py: Python<'_>) -> PyResult<&Api> {
     API.get_or_try_init(py, || {
         // numpy 2 keeps the module in numpy._core, numpy 1 in numpy.core.
         let m = py
-            .import_bound("numpy._core._multiarray_umath")
-            .or_else(|_| py.import_bound("numpy.core.multiarray"))?;
+            .import("numpy._core._multiarray_umath")
+            .or_else(|_| py.import("numpy.core.multiarray"))?;
         let cap = m.getattr("_ARRAY_API")?;
         let cap = cap.downcast::<PyCapsule>()?;
         let table = cap.pointer() as *const *const c_void;

@@ -99,7 +99,7 @@ fn parse_shape(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Dim>> {
         ));
     }
     let mut dims = Vec::new();
-    for (i, d) in obj.iter()?.enumerate() {
+    for (i, d) in obj.try_iter()?.enumerate() {
         let d = d?;
         let dim = if d.is_none() {
             Dim::Var
@@ -187,32 +187,27 @@ pub fn parse_schema(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Schema> 
 
 /// The schema as the same kind of dict `schema=` takes.
 pub fn schema_dict<'py>(py: Python<'py>, schema: &Schema) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new_bound(py);
+    let d = PyDict::new(py);
     for f in schema.fields() {
-        let dims: Vec<PyObject> = f
+        let dims: Vec<Option<usize>> = f
             .shape
             .iter()
             .map(|d| match d {
-                Dim::Fixed(n) => n.into_py(py),
-                Dim::Var => py.None(),
+                Dim::Fixed(n) => Some(*n),
+                Dim::Var => None,
             })
             .collect();
-        let shape = PyList::new_bound(py, dims);
+        let shape = PyList::new(py, dims)?;
         let v = if f.is_ragged() {
             let layout = match f.ragged {
                 Ragged::Offsets => "offsets",
                 Ragged::Padded => "padded",
             };
-            PyTuple::new_bound(
-                py,
-                [
-                    numpy_name(f.dtype).into_py(py),
-                    shape.into_py(py),
-                    layout.into_py(py),
-                ],
-            )
+            (numpy_name(f.dtype), shape, layout)
+                .into_pyobject(py)?
+                .into_any()
         } else {
-            PyTuple::new_bound(py, [numpy_name(f.dtype).into_py(py), shape.into_py(py)])
+            (numpy_name(f.dtype), shape).into_pyobject(py)?.into_any()
         };
         d.set_item(&f.name, v)?;
     }

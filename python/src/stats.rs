@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 fn stage<'py>(py: Python<'py>, s: &StageSnapshot, workers: u64) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new_bound(py);
+    let d = PyDict::new(py);
     d.set_item("records", s.records)?;
     d.set_item("bytes", s.payload_bytes)?;
     d.set_item("records_per_s", s.records_per_s)?;
@@ -30,7 +30,7 @@ fn stage<'py>(py: Python<'py>, s: &StageSnapshot, workers: u64) -> PyResult<Boun
 /// `stages`, remote requests (`requests`, `retries`, `give_ups`, `bytes`,
 /// `cache_hits`, `cache_bytes`) under `remote`, and the `bottleneck`.
 pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new_bound(py);
+    let d = PyDict::new(py);
     d.set_item("elapsed_s", s.elapsed_s)?;
     d.set_item("records", s.readers.records)?;
     d.set_item("batches", s.batches)?;
@@ -40,14 +40,14 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     let delivered_records: u64 = s.devices.iter().map(|d| d.records).sum();
     d.set_item("delivered_batches", delivered_batches)?;
     d.set_item("delivered_records", delivered_records)?;
-    let stages = PyDict::new_bound(py);
+    let stages = PyDict::new(py);
     stages.set_item("readers", stage(py, &s.readers, s.readers_count)?)?;
     stages.set_item("shuffle_batch", stage(py, &s.shuffle_batch, 1)?)?;
     let (busy, wait) = s
         .devices
         .iter()
         .fold((0.0, 0.0), |(b, w), d| (b + d.busy_s, w + d.waiting_s));
-    let consumer = PyDict::new_bound(py);
+    let consumer = PyDict::new(py);
     consumer.set_item("batches", delivered_batches)?;
     consumer.set_item("records", delivered_records)?;
     consumer.set_item("busy_s", busy)?;
@@ -57,7 +57,7 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     consumer.set_item("idle", if total > 0.0 { wait / total } else { 0.0 })?;
     stages.set_item("consumer", consumer)?;
     d.set_item("stages", stages)?;
-    let queue = PyDict::new_bound(py);
+    let queue = PyDict::new(py);
     queue.set_item("depth", s.feed_queue_depth)?;
     queue.set_item("mean_depth", s.feed_queue_mean_depth)?;
     queue.set_item("capacity", s.feed_queue_capacity)?;
@@ -67,7 +67,7 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     d.set_item("bad_records", s.bad_records)?;
     d.set_item("reader_restarts", s.reader_restarts)?;
     d.set_item("reader_stalls", s.reader_stalls)?;
-    let remote = PyDict::new_bound(py);
+    let remote = PyDict::new(py);
     remote.set_item("requests", s.remote_requests)?;
     remote.set_item("retries", s.remote_retries)?;
     remote.set_item("give_ups", s.remote_give_ups)?;
@@ -102,7 +102,7 @@ impl GilClock {
     pub fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let calls = self.calls.load(Ordering::Relaxed);
         let secs = self.nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let d = PyDict::new_bound(py);
+        let d = PyDict::new(py);
         d.set_item("next_calls", calls)?;
         d.set_item("next_gil_s", secs)?;
         d.set_item(
