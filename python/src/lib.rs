@@ -1,15 +1,12 @@
 //! The Python module `feedline`: a thin PyO3 layer over
 //! `feedline_actors::Loader`. Batches are exposed as mappings of field name
-//! to numpy arrays that view the batch's Rust buffer (via
-//! `__array_interface__`; the array's base holds the `Arc<Batch>`), of a
+//! to numpy arrays that view the batch's Rust buffer (made by numpy's C
+//! API, [`npapi`]; the array's base holds the `Arc<Batch>`), of a
 //! small ndarray subclass, `feedline.FeedArray`, that adds DLPack export
 //! ([`dlpack`]). The GIL is released while waiting — for a batch, for room
 //! to push, for threads to stop — in slices, with signals checked between
 //! slices so Ctrl-C raises KeyboardInterrupt. Push-mode loaders
 //! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
-// pyo3 0.22's #[pymethods] expansion converts PyErr into PyErr (clippy's
-// useless_conversion on every PyResult method); the code has none itself.
-#![allow(clippy::useless_conversion)]
 
 mod batch;
 mod checkpoint;
@@ -659,6 +656,12 @@ impl PyLoader {
 #[pyo3(name = "feedline")]
 fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // `threading` imported here, on the importing (main) thread: the first
+    // import of `threading` takes the thread it runs on for the main thread,
+    // and a map= worker (which keeps its thread state until the loader
+    // stops, see `map`) taken so would make the interpreter's exit wait for
+    // that worker before the exit hook that stops it.
+    py.import("threading")?;
     m.add_class::<PyLoader>()?;
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;

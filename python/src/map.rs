@@ -3,8 +3,9 @@
 //! GIL: on CPython with a GIL the maps of all workers run one at a time (and
 //! in turn with the training loop's own Python code), so a Python map helps
 //! overlap with the Rust stages and I/O, not CPU parallelism; on a
-//! free-threaded CPython they would run in parallel, one per worker (this
-//! build — PyO3 0.22, abi3 — targets CPython with the GIL).
+//! free-threaded CPython (3.13t: the module declares `gil_used = false`)
+//! they run in parallel, one per worker
+//! (`python/examples/bench_map_workers.py`).
 //!
 //! The callable gets `(instance, rng)`: a dict of field name to a writable
 //! numpy array (bytes fields: `bytes`, or a list of `bytes`), and a
@@ -19,6 +20,7 @@ use feedline::format::generator::Sample;
 use feedline::transform::{BoxError, TransformCtx};
 use feedline::{BytesList, DType, Instance, Schema, Tensor, Values};
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
 use rand::RngCore;
@@ -122,6 +124,58 @@ fn any_sample(py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<Sample> {
     Ok(s)
 }
 
+/// A Python thread state kept for the life of a transform worker thread
+/// (made at its first map call, released when the thread ends). Without
+/// it each call's `with_gil` made the thread's state and destroyed it again
+/// — a worker thread is not a Python thread — which on a free-threaded
+/// CPython cost more than a small map's own work.
+struct KeptThreadState {
+    gilstate: ffi::PyGILState_STATE,
+    tstate: *mut ffi::PyThreadState,
+}
+
+impl Drop for KeptThreadState {
+    fn drop(&mut self) {
+        // SAFETY: this thread's own state, saved by `keep_thread_state`; the
+        // thread is ending. Loaders stop (and join their workers) before
+        // the interpreter finalizes — close(), or the module's exit hook —
+        // and after it has, nothing is touched.
+        unsafe {
+            if ffi::Py_IsInitialized() != 0 {
+                ffi::PyEval_RestoreThread(self.tstate);
+                ffi::PyGILState_Release(self.gilstate);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Option<KeptThreadState>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Give this thread a Python thread state that outlives each call, if it
+/// has none (a Python thread has its own: nothing is done there).
+fn keep_thread_state() {
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.is_some() {
+            return;
+        }
+        // SAFETY: the GIL is not held here (the map runs on the pipeline's
+        // threads with the GIL released); Ensure makes the thread's state
+        // and takes the GIL, SaveThread releases the GIL keeping the state
+        // (gilstate counter 1, so later `with_gil`s reuse it).
+        unsafe {
+            if ffi::PyGILState_GetThisThreadState().is_null() {
+                let gilstate = ffi::PyGILState_Ensure();
+                let tstate = ffi::PyEval_SaveThread();
+                *kept = Some(KeptThreadState { gilstate, tstate });
+            }
+        }
+    });
+}
+
 /// The loader's map for Python callable `f`.
 pub fn python_map(
     f: Py<PyAny>,
@@ -129,6 +183,7 @@ pub fn python_map(
 ) -> impl Fn(Instance, &mut TransformCtx) -> Result<Sample, BoxError> + Send + Sync + 'static {
     move |inst, ctx| {
         let seed = ctx.rng().next_u64();
+        keep_thread_state();
         Python::with_gil(|py| {
             let run = || -> PyResult<Sample> {
                 let d = instance_dict(py, &inst)?;

@@ -570,6 +570,30 @@ def test_python_map_rng_is_per_record_and_deterministic(tmp_path):
     assert a == b and len(a) == 100 and len(set(a.values())) > 90
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_python_map_keeps_each_worker_threads_python_state(tmp_path, workers):
+    """A worker thread keeps one Python thread state across its map calls:
+    what a call leaves in a `threading.local` (a per-worker cache, say) is
+    there at the worker's next call. (Each call used to make the thread's
+    state anew and drop it after, and the local with it.)"""
+    paths = make_npz(tmp_path, files=3, rows=40)
+    local = threading.local()
+    calls = {}  # worker thread id -> calls seen by its local, the last one
+
+    def count(inst, rng):
+        local.calls = getattr(local, "calls", 0) + 1
+        calls[threading.get_ident()] = local.calls
+        return {"y": inst["y"]}
+
+    with feedline.Loader(files=paths, batch_size=8, shuffle=16, seed=workers, passes=2,
+                         map=count, workers=workers, rank=0, world_size=1) as loader:
+        ys = sorted(y for b in loader for y in b["y"].tolist())
+    assert ys == sorted(list(range(120)) * 2)
+    assert threading.get_ident() not in calls and 1 <= len(calls) <= workers
+    # Every call on a thread saw all the earlier ones there.
+    assert sum(calls.values()) == 240, calls
+
+
 def test_python_map_errors_are_bad_records(tmp_path):
     paths = make_npz(tmp_path, files=1)
 
