@@ -29,7 +29,7 @@ CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python
 
 # The same suite on free-threaded CPython 3.13t, the GIL off (the module
 # declares it needs none): an interpreter from python/free-threaded-python.sh
-# (built under target/ the first time, about 9 minutes), a venv of its own.
+# (built under target/ the first time, about 3 minutes), a venv of its own.
 # Pillow 12.2 (13 has no free-threaded wheel yet); no JAX (none for 3.13t).
 FT_PYTHON="$(python/free-threaded-python.sh)"
 FT_VENV="${FEEDLINE_FT_VENV:-target/py313t-venv}"

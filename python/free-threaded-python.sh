@@ -9,7 +9,7 @@
 # source from Debian's archive (the upstream tarball, checked against its
 # SHA-256; if Debian's pool no longer has it, the current python3.13 source
 # package of trixie through apt-get), configured --disable-gil, built with
-# make -j$(nproc) (about 9 minutes on 2 cores) and installed under
+# make -j$(nproc) (about 3 minutes on 2 cores) and installed under
 # target/cpython-3.13t. Build messages go to target/cpython-3.13t.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,7 +22,7 @@ mean over the pass's batches; `gil_us_fields_p50` / `_p90` their median and
 `gil_us_per_batch_p50` (`gil_us_next` + the look-ups' median). The target is
 < 5 us. The look-ups are wall time: a batch whose look-ups were preempted
 (the main thread descheduled while it holds the GIL) counts that time too,
-which a few batches of a pass can make the mean of.
+so a few such batches can dominate a pass's mean.
 
     # the package in a venv (./test.sh makes target/py-venv and installs it there):
     CARGO_TARGET_DIR=$PWD/target target/py-venv/bin/pip install ./python
