@@ -199,9 +199,9 @@ impl FileQueue {
             .filter(|r| r.first_pass() == pass)
             .and_then(|r| r.snapshot())
             .map(|s| (s.next_file as usize, s.next_chunk, s.next_record));
+        let spread = (self.resume.as_ref()).and_then(|r| r.spread_files(pass));
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
-            let spread = (self.resume.as_ref()).and_then(|r| r.spread_files(pass));
             let mut tasks = if nothing {
                 Vec::new()
             } else if let Some(files) = spread {

@@ -108,6 +108,17 @@ fn bad_settings_are_refused_naming_the_setting() {
             &["budget"],
         ),
         (
+            "equalize with a cost budget",
+            base()
+                .shard(0, 2)
+                .equalize(feedline::plan::Equalize::Drop)
+                .batch_policy(BatchPolicy::Budget {
+                    max_cost: 4,
+                    cost: std::sync::Arc::new(|_, _| 1),
+                }),
+            &["equalizing ranks", "fixed batch size"],
+        ),
+        (
             "set readers 0",
             synth_loader(SynthFormat::with_files(&[3]).build())
                 .config(Default::default())

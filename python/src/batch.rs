@@ -36,14 +36,12 @@ use crate::{feed_array_type, numpy};
 pub struct FieldBuffer {
     pub batch: Arc<Batch>,
     pub field: usize,
-    /// The field's layout, worked out when the batch arrived (see [`PyBatch::new`]).
-    layout: Layout,
 }
 
 /// The layout of field `field` of `batch`: data pointer, numpy typestr,
-/// shape, strides in bytes, element size (a bytes field: its payload as a
-/// 1-D uint8 array).
-type Layout = (usize, &'static str, Vec<usize>, Vec<isize>, usize);
+/// shape (as numpy's `npy_intp` dims), strides in bytes, element size (a
+/// bytes field: its payload as a 1-D uint8 array).
+type Layout = (usize, &'static str, Vec<isize>, Vec<isize>, usize);
 
 fn layout(batch: &Batch, field: usize) -> Layout {
     fn of<T>(a: &feedline_actors::ndarray::ArrayD<T>, typestr: &'static str) -> Layout {
@@ -52,7 +50,7 @@ fn layout(batch: &Batch, field: usize) -> Layout {
         (
             a.as_ptr() as usize,
             typestr,
-            a.shape().to_vec(),
+            a.shape().iter().map(|&d| d as isize).collect(),
             strides,
             item,
         )
@@ -68,7 +66,7 @@ fn layout(batch: &Batch, field: usize) -> Layout {
         Array::Bytes(b) => (
             b.data().as_ptr() as usize,
             "|u1",
-            vec![b.data().len()],
+            vec![b.data().len() as isize],
             vec![1],
             1,
         ),
@@ -118,7 +116,7 @@ impl FieldBuffer {
     /// build and parse). Read-only (no WRITEABLE flag): the buffer is shared.
     #[getter]
     fn __array_struct__(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let (ptr, typestr, ref shape, ref strides, item) = self.layout;
+        let (ptr, typestr, shape, strides, item) = layout(&self.batch, self.field);
         let mut b = Box::new(ArrayStructBox {
             iface: ArrayStruct {
                 two: 2,
@@ -131,8 +129,8 @@ impl FieldBuffer {
                 data: ptr as *mut c_void,
                 descr: std::ptr::null_mut(),
             },
-            shape: shape.iter().map(|&n| n as isize).collect(),
-            strides: strides.clone(),
+            shape,
+            strides,
         });
         b.iface.shape = b.shape.as_mut_ptr();
         b.iface.strides = b.strides.as_mut_ptr();
@@ -154,7 +152,7 @@ impl FieldBuffer {
     /// The array interface, Python side (for consumers that read only it).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (ptr, typestr, ref shape, ref strides, _) = self.layout;
+        let (ptr, typestr, shape, strides, _) = layout(&self.batch, self.field);
         let d = PyDict::new(py);
         d.set_item(intern!(py, "version"), 3)?;
         d.set_item(intern!(py, "typestr"), typestr)?;
@@ -235,7 +233,6 @@ impl PyBatch {
             FieldBuffer {
                 batch: self.batch.clone(),
                 field: i,
-                layout: self.layouts[i].clone(),
             },
         )?;
         let (ptr, typestr, shape, strides, _) = &self.layouts[i];

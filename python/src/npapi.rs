@@ -92,17 +92,17 @@ fn type_num(typestr: &str) -> Option<c_int> {
 /// works out the contiguity flags from the strides.
 const NPY_ARRAY_ALIGNED: c_int = 0x0100;
 
-/// A read-only array of `subtype` over `data` (`typestr`, `shape`, `strides`
+/// A read-only array of `subtype` over `data` (`typestr`, `dims`, `strides`
 /// in bytes) whose base is `owner` (which keeps `data` alive).
 ///
 /// # Safety
-/// `data` must stay valid, for the shape and strides given, as long as
+/// `data` must stay valid, for the dims and strides given, as long as
 /// `owner` lives.
 pub unsafe fn view<'py>(
     py: Python<'py>,
     subtype: &Bound<'py, pyo3::types::PyType>,
     typestr: &str,
-    shape: &[usize],
+    dims: &[isize],
     strides: &[isize],
     data: usize,
     owner: Bound<'py, PyAny>,
@@ -110,7 +110,6 @@ pub unsafe fn view<'py>(
     let api = api(py)?;
     let num = type_num(typestr)
         .ok_or_else(|| PyRuntimeError::new_err(format!("no numpy type for {typestr}")))?;
-    let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
     // SAFETY: numpy's C API with the GIL held; `descr` is a new reference
     // that NewFromDescr steals; SetBaseObject steals `owner`'s reference
     // (also on failure); `arr` is released on failure.

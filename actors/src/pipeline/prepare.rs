@@ -30,6 +30,16 @@ pub(crate) struct Prepared {
 /// Check and settle `config`; count records if ranks are equalized.
 pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError> {
     let (mut config, schema, plans) = settle(config)?;
+    // Equalize's own setting first: the counts below read every file.
+    let fixed_batch = match (&config.batch, config.equalize) {
+        (BatchPolicy::Fixed(n), _) => Some(*n),
+        (_, Equalize::Off) => None,
+        _ => {
+            return Err(PipelineError::Config(
+                "equalizing ranks needs a fixed batch size".into(),
+            ))
+        }
+    };
     // An elastic resume (one file set) splits what is left record by
     // record; it needs every file's record count, as equalize does.
     let elastic = (config.resume.as_ref())
@@ -72,22 +82,17 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
             shard.world_size,
         )));
     }
-    let equalize = match (config.equalize, &config.batch) {
-        (Equalize::Off, _) => None,
-        (how, BatchPolicy::Fixed(n)) => {
+    let equalize = match (config.equalize, fixed_batch) {
+        (Equalize::Off, _) | (_, None) => None,
+        (how, Some(batch)) => {
             let (counts, sources) = counted.unwrap_or_default();
             Some(EqualizeRanks {
                 counts,
                 sources,
-                batch: *n,
+                batch,
                 drop_last: config.drop_last,
                 how,
             })
-        }
-        _ => {
-            return Err(PipelineError::Config(
-                "equalizing ranks needs a fixed batch size".into(),
-            ))
         }
     };
     let batcher = Batcher::new(config.batch.clone(), config.drop_last)?;
