@@ -270,7 +270,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     result?;
     report::print_report(&snap, &vec![step; args.devices]);
     println!(
-        "(the transform workers run inside the shuffle/collate stage: its busy % is decoding and augmenting; {} workers, {:.0} images/s)",
+        "(the transform workers are the batch maker's: its busy % per worker is decoding and augmenting; {} workers, {:.0} images/s)",
         args.workers,
         snap.readers.records as f64 / snap.elapsed_s.max(1e-9)
     );

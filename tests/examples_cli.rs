@@ -155,7 +155,8 @@ fn the_timeline_plot_keeps_legends_off_the_data_and_marks_passes_and_interval() 
         "device 0",
         "device 1",
         "readers busy % (per reader)",
-        "shuffle/collate busy %",
+        "shuffle busy %",
+        "batch maker busy % (per worker)",
         "queued batches (at each sample)",
         "capacity (per lane)",
     ];
@@ -185,7 +186,8 @@ fn the_timeline_plot_keeps_legends_off_the_data_and_marks_passes_and_interval() 
     }
     for dashed in [
         "readers busy % (per reader)",
-        "shuffle/collate busy %",
+        "shuffle busy %",
+        "batch maker busy % (per worker)",
         "capacity (per lane)",
     ] {
         assert!(segments(dashed) >= 3, "`{dashed}` is dashed in the chart");

@@ -1,6 +1,9 @@
-//! Pipeline settings: what [`LoaderBuilder`](crate::LoaderBuilder) fills in
-//! and every actor reads. How batches reach the devices ([`FeedMode`]) is the
-//! core feed queue's own setting.
+//! Pipeline settings: plain user data that [`LoaderBuilder`](crate::LoaderBuilder),
+//! the command and the Python package fill in, checked in one place
+//! ([`PipelineConfig::check`]), the defaults and limits beside them. No
+//! stage reads them: the wiring site derives each stage's own settings
+//! (`settings`). How batches reach the devices ([`FeedMode`]) is the core
+//! feed queue's own setting.
 
 use feedline::batcher::BatchPolicy;
 use feedline::feed_queue::FeedMode;
@@ -10,7 +13,12 @@ use feedline::transform::Transforms;
 use feedline::Schema;
 
 use crate::error::PipelineError;
-use crate::guard::FaultPlan;
+
+/// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
+/// is taken before every batch whose number is a multiple of this
+/// (deterministic mode): a resume draws at most this many batches (plus
+/// those the consumers had not taken yet) before its first.
+pub const SNAPSHOT_EVERY: u64 = 128;
 
 /// Records read from the first readable input file to infer a schema when
 /// none is given (`feedline inspect` prints what this infers, file by file).
@@ -19,6 +27,23 @@ pub const SCHEMA_SAMPLE_RECORDS: usize = 64;
 /// The most prefetch readers a pipeline starts (all file sets together):
 /// each is an OS thread, so more is refused.
 pub const MAX_READERS: usize = 1024;
+
+/// Rows each transform worker has in flight by default: the batch maker
+/// holds enough batches for this many ([`PipelineConfig::in_flight_batches`]).
+/// A worker done with its rows of one batch goes on with the next batches'
+/// while an earlier batch waits for its slowest row: with decode times as
+/// skewed as a lognormal of σ = 1, a batch's slowest row takes up to ~15×
+/// the mean, and 16 rows per worker keep the workers busy through it
+/// (`examples/worker_scaling.rs`).
+pub const ROWS_IN_FLIGHT_PER_WORKER: usize = 16;
+
+/// The fewest batches in flight the batch maker holds by default: one being
+/// made while the one before waits for room in the feed queue.
+pub const MIN_BATCHES_IN_FLIGHT: usize = 2;
+
+/// The most batches in flight a pipeline takes (each may be a whole batch
+/// of memory).
+pub const MAX_BATCHES_IN_FLIGHT: usize = 1024;
 
 /// The most devices a pipeline feeds: each has a lane in round-robin mode
 /// and, driven by trainers, an OS thread, so more is refused.
@@ -48,19 +73,6 @@ impl ErrorPolicy {
         ErrorPolicy::Skip {
             max_bad: None,
             max_bad_fraction: None,
-        }
-    }
-
-    /// The count budget that `bad` skipped records exceed, said as
-    /// configured; `None` within it (and always under `Fail`, which skips
-    /// none). The fraction (`max_bad_fraction`) is judged per pass, at its
-    /// end, by the shuffle stage.
-    pub(crate) fn count_exceeded(&self, bad: u64) -> Option<String> {
-        match self {
-            ErrorPolicy::Skip {
-                max_bad: Some(m), ..
-            } if bad > *m => Some(format!("{m} records")),
-            _ => None,
         }
     }
 }
@@ -189,6 +201,15 @@ pub struct PipelineConfig {
     pub feed: FeedMode,
     /// Feed-queue capacity in batches (per lane).
     pub capacity: usize,
+    /// Batches the batch maker holds at most: being made (side by side on
+    /// the transform workers), or made and not yet in the feed queue. More
+    /// lets the workers go on past a batch's slowest instance (decode times
+    /// are skewed, as image sizes are) at the cost of that many batches of
+    /// memory ([`in_flight_bound_bytes`](Self::in_flight_bound_bytes)); the
+    /// batches and their order do not depend on it. `None` (the default):
+    /// [`in_flight_batches`](Self::in_flight_batches) decides from the
+    /// transform workers and the batch size.
+    pub batches_in_flight: Option<usize>,
     /// Bad-record policy.
     pub error_policy: ErrorPolicy,
     /// This process's data-parallel shard.
@@ -213,44 +234,12 @@ pub struct PipelineConfig {
     /// per-instance map on `transforms.workers` transform workers after the
     /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
     pub transforms: Transforms,
-    /// Panics to inject into the stages' handlers (tests of the failure
-    /// paths; empty by default).
-    #[doc(hidden)]
-    pub faults: FaultPlan,
-    /// Go on from a checkpoint (see [`ResumeFrom`](crate::ResumeFrom)):
-    /// start at its first pass not complete, leaving out what was consumed.
-    pub resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
     /// A local cache directory for remote inputs: each object is kept on
     /// disk after its first whole read, and later passes and runs read it
     /// from there (see [`feedline::remote::cache`]). `None` (the default):
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
-    /// Where the shuffle stage leaves snapshots of its draw for checkpoints
-    /// (deterministic mode; see [`DrawSnapshots`](crate::DrawSnapshots)):
-    /// give the same handle to the [`Progress`](crate::Progress) that makes
-    /// them. Each pipeline should have its own (the default is new).
-    pub snapshots: crate::resume::DrawSnapshots,
-    /// Keep what the consumers take ([`Pop`](crate::Pop) consumers and
-    /// trainers) for [`Pipeline::checkpoint`](crate::Pipeline::checkpoint)
-    /// (default true; off for callers that keep a [`Progress`](crate::Progress)
-    /// of their own).
-    pub track_progress: bool,
-}
-
-impl PipelineConfig {
-    /// Open `file` at record `start` as the readers of these settings do.
-    pub(crate) fn open_file(
-        &self,
-        file: &str,
-        start: u64,
-    ) -> Result<Box<dyn feedline::format::RecordReader>, feedline::Error> {
-        let mut opts = self.open.clone();
-        opts.start_record = start;
-        // A record skipped as bad must be found bad here, not in collation.
-        opts.defer_checksums &= matches!(self.error_policy, ErrorPolicy::Fail);
-        self.registry.open(file, self.format.as_deref(), &opts)
-    }
 }
 
 impl Default for PipelineConfig {
@@ -279,10 +268,11 @@ impl Default for PipelineConfig {
             shuffle_files: true,
             deterministic: false,
             reorder_window: 64 << 20,
-            snapshot_every: crate::SNAPSHOT_EVERY,
+            snapshot_every: SNAPSHOT_EVERY,
             devices: 1,
             feed: FeedMode::Shared,
             capacity: 4,
+            batches_in_flight: None,
             error_policy: ErrorPolicy::Fail,
             shard: Shard {
                 rank: 0,
@@ -295,11 +285,7 @@ impl Default for PipelineConfig {
             on_stall: StallPolicy::Retry,
             push: None,
             transforms: Transforms::default(),
-            faults: FaultPlan::default(),
-            resume: None,
             remote_cache: None,
-            snapshots: Default::default(),
-            track_progress: true,
         }
     }
 }
@@ -317,6 +303,10 @@ impl PipelineConfig {
             ("chunks_in_flight", self.chunks_in_flight as u64),
             ("shuffle_bytes", self.shuffle_bytes as u64),
             ("capacity", self.capacity as u64),
+            (
+                "batches_in_flight",
+                self.batches_in_flight.unwrap_or(1) as u64,
+            ),
             ("devices", self.devices as u64),
             ("max_attempts", u64::from(self.max_attempts)),
         ];
@@ -329,6 +319,14 @@ impl PipelineConfig {
             return bad(
                 "reorder_window must be at least 1 byte in deterministic mode, not 0".into(),
             );
+        }
+        if let Some(k) = self
+            .batches_in_flight
+            .filter(|&k| k > MAX_BATCHES_IN_FLIGHT)
+        {
+            return bad(format!(
+                "batches_in_flight must be at most {MAX_BATCHES_IN_FLIGHT}, not {k}"
+            ));
         }
         if self.devices > MAX_DEVICES {
             return bad(format!(
@@ -398,10 +396,67 @@ impl PipelineConfig {
                 return bad(format!("max_bad_fraction must be within 0..=1, not {f}"));
             }
         }
+        if self.equalize != Equalize::Off && !matches!(self.batch, BatchPolicy::Fixed(_)) {
+            return bad("equalizing ranks needs a fixed batch size".into());
+        }
+        if let Some(m) = self
+            .min_pool
+            .filter(|&m| self.shuffle > 0 && m > self.shuffle)
+        {
+            return bad(format!(
+                "min_pool ({m}) must be at most the shuffle pool's size ({})",
+                self.shuffle
+            ));
+        }
+        self.check_inputs()?;
         self.batch.validate().map_err(|e| match e {
             feedline::Error::Config(m) => PipelineError::Config(m),
             e => e.into(),
         })
+    }
+
+    /// The inputs: files or file sets (not both, at least one), or a push
+    /// source (neither); set names unique; no equalizing with sets.
+    fn check_inputs(&self) -> Result<(), PipelineError> {
+        let bad = |m: String| Err(PipelineError::Config(m));
+        if self.push.is_some() {
+            if !self.sets.is_empty() {
+                return bad("push mode reads no file sets".into());
+            }
+            if !self.files.is_empty() {
+                return bad(format!(
+                    "push mode reads no files ({} given); to mix user code with files use generator sources",
+                    self.files.len()
+                ));
+            }
+            if self.schema.is_none() {
+                return bad(
+                    "push mode needs a schema (there are no files to infer it from)".into(),
+                );
+            }
+            return Ok(());
+        }
+        if self.sets.is_empty() {
+            if self.files.is_empty() {
+                return bad("no input files".into());
+            }
+            return Ok(());
+        }
+        if !self.files.is_empty() {
+            return bad(format!(
+                "give files or file sets, not both ({} files and {} sets)",
+                self.files.len(),
+                self.sets.len()
+            ));
+        }
+        if self.equalize != Equalize::Off {
+            return bad("equalizing ranks is not supported with file sets".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(set) = self.sets.iter().find(|s| !names.insert(&s.name)) {
+            return bad(format!("two file sets are named {:?}", set.name));
+        }
+        Ok(())
     }
 
     /// Upper bound of the payload bytes the pipeline holds, for records of
@@ -413,11 +468,15 @@ impl PipelineConfig {
     /// - the end-of-pass drain, which collates what the pool held;
     /// - batches: the queue, one being pushed, and per device one in use and
     ///   one requested ahead;
-    /// - with an instance map ([`transforms`](Self::transforms)): the batch
-    ///   being transformed — its outputs are written into the batch, so a
-    ///   decoded instance exists only there. The pool, chunks and drain hold
-    ///   the *encoded* records; give `record_bytes` as the larger of a
-    ///   record's encoded and transformed size (the batches hold the latter).
+    /// - batch making ([`batches_in_flight`](Self::batches_in_flight) `= K`):
+    ///   the drawn rows of up to `2K` batches waiting to be made (handed
+    ///   over, and in the order queue), and the batch maker's `K` batches
+    ///   — their rows, and the batches made of them. With an instance map
+    ///   ([`transforms`](Self::transforms)) the outputs are written into
+    ///   the batch, so a decoded instance exists only there. The pool,
+    ///   chunks and drain hold the *encoded* records; give `record_bytes`
+    ///   as the larger of a record's encoded and transformed size (the
+    ///   batches hold the latter).
     ///
     /// - remote inputs (`s3://`, `gs://`, `http(s)://`): each reader's
     ///   ranged-GET parts, the one being read and those requested ahead
@@ -446,18 +505,46 @@ impl PipelineConfig {
         } else {
             0
         };
-        let transforming = if self.transforms.instance.is_some() {
-            batch * record_bytes
-        } else {
-            0
-        };
+        let making = 4 * self.in_flight_batches() * batch * record_bytes;
         chunks
             + pool
             + drain
             + batches * batch * record_bytes
             + reorder
-            + transforming
+            + making
             + self.remote_read_ahead_bytes()
+    }
+
+    /// The batches the batch maker holds at most, in force: the setting
+    /// ([`batches_in_flight`](Self::batches_in_flight)), or by default
+    /// enough for [`ROWS_IN_FLIGHT_PER_WORKER`] rows per transform worker
+    /// with an instance map — `⌈16 × workers / batch size⌉`, at least
+    /// [`MIN_BATCHES_IN_FLIGHT`], at most [`MAX_BATCHES_IN_FLIGHT`] (a
+    /// batch size by cost budget counts as `chunk_records` rows) — and
+    /// [`MIN_BATCHES_IN_FLIGHT`] without.
+    ///
+    /// ```
+    /// use feedline_actors::{BatchPolicy, PipelineConfig};
+    /// let mut c = PipelineConfig { batch: BatchPolicy::Fixed(64), ..Default::default() };
+    /// assert_eq!(c.in_flight_batches(), 2); // no instance map
+    /// c.batches_in_flight = Some(5);
+    /// assert_eq!(c.in_flight_batches(), 5);
+    /// ```
+    pub fn in_flight_batches(&self) -> usize {
+        if let Some(k) = self.batches_in_flight {
+            return k;
+        }
+        if self.transforms.instance.is_none() {
+            return MIN_BATCHES_IN_FLIGHT;
+        }
+        let rows = match &self.batch {
+            BatchPolicy::Fixed(n) => *n,
+            _ => self.chunk_records,
+        }
+        .max(1);
+        (ROWS_IN_FLIGHT_PER_WORKER * self.transforms.workers)
+            .div_ceil(rows)
+            .clamp(MIN_BATCHES_IN_FLIGHT, MAX_BATCHES_IN_FLIGHT)
     }
 
     /// Bytes the readers hold in remote parts at most: when an input is a

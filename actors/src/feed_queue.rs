@@ -17,8 +17,8 @@ use feedline::feed_queue::{Answer, Reply};
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
+use crate::progress::SharedProgress;
 use crate::recorder::DeviceClock;
-use crate::resume::SharedProgress;
 
 /// The feed queue actor.
 pub(crate) struct FeedQueueActor {

@@ -13,16 +13,15 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use feedline::plan::{
-    equalized_counts, Equalize, EqualizedCount, FileTask, PassPlan, RecordStride,
-};
+use feedline::plan::{FileTask, PassPlan, RecordStride};
 
+use crate::equalize::EqualizeRanks;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
     FileDone, PassEvent, ReadTask, ReaderIdle, Requeue, Shutdown, StartPasses, Wake,
 };
-use crate::resume::ResumeFrom;
+use crate::resume_plan::FileQueueResume;
 use crate::task_queue::TaskQueues;
 
 /// One file set's plan, task queues and files not yet delivered this pass.
@@ -42,17 +41,6 @@ impl SetQueue {
     }
 }
 
-/// Equalizing ranks: records per file (by `FileTask::file_index`), the
-/// batch size, drop_last and how.
-pub(crate) struct EqualizeRanks {
-    pub counts: Vec<u64>,
-    /// Every file's path as a checkpoint names it (a resume's sources).
-    pub sources: Vec<String>,
-    pub batch: usize,
-    pub drop_last: bool,
-    pub how: Equalize,
-}
-
 /// The file-queue actor.
 pub(crate) struct FileQueue {
     sets: Vec<SetQueue>,
@@ -61,7 +49,7 @@ pub(crate) struct FileQueue {
     passes: u64,
     pass: u64,
     /// Where a resumed pipeline starts, and the passes it reads nothing of.
-    resume: Option<Arc<ResumeFrom>>,
+    resume: Option<FileQueueResume>,
     idle: Vec<(usize, Recipient<Wake>)>,
     /// Where the pass stands, told to the shuffle stage.
     shuffle: Recipient<PassEvent>,
@@ -74,7 +62,7 @@ impl FileQueue {
         sets: Vec<SetQueue>,
         reader_set: Vec<usize>,
         passes: u64,
-        resume: Option<Arc<ResumeFrom>>,
+        resume: Option<FileQueueResume>,
         shuffle: Recipient<PassEvent>,
         equalize: Option<EqualizeRanks>,
         guard: StageGuard,
@@ -115,73 +103,19 @@ impl FileQueue {
             return true;
         };
         // Equalizing is refused with several sets (pipeline::prepare).
-        let plan = &self.sets[0].plan;
-        let world = plan.get_shard().world_size;
-        let resumed = (self.resume.as_ref()).and_then(|r| r.batches_taken(pass).map(|b| (r, b)));
-        let elastic = resumed.filter(|(r, _)| r.elastic()).map(|(r, _)| r);
-        let spread = resumed.and_then(|(r, _)| r.spread_sizes(pass));
-        let per_rank: Vec<u64> = (0..world)
-            .map(|r| {
-                if let Some(sizes) = spread {
-                    return sizes.get(r).copied().unwrap_or(0);
-                }
-                plan.for_rank(r).map_or(0, |p| {
-                    p.tasks(pass)
-                        .iter()
-                        .map(|t| {
-                            let total = eq.counts[t.file_index];
-                            let all = t.stride.count_from(t.start_record, total);
-                            let taken = elastic.map_or(0, |res| {
-                                res.taken_of(
-                                    pass,
-                                    &eq.sources[t.file_index],
-                                    &t.stride,
-                                    t.start_record,
-                                    total,
-                                )
-                            });
-                            all - taken.min(all)
-                        })
-                        .sum()
-                })
-            })
-            .collect();
-        let rank = plan.get_shard().rank;
-        let mine = equalized_counts(&per_rank, eq.batch, eq.drop_last, eq.how).and_then(|c| {
-            let mine = c[rank];
-            match resumed {
-                Some((r, batches)) if !r.elastic() => {
-                    resumed_quota(mine, batches * eq.batch as u64, eq.batch as u64, pass, rank)
-                }
-                _ => Ok(mine),
-            }
-        });
-        match mine {
-            Ok(mine) => {
-                log::info!(
-                    "pass {pass}: ranks have {per_rank:?} records{}; this rank keeps {}, drops {}, pads {} ({} batches)",
-                    if elastic.is_some() { " left (elastic resume)" } else { "" },
-                    mine.keep,
-                    mine.drop,
-                    mine.pad,
-                    mine.batches
-                );
+        match eq.quota(&self.sets[0].plan, pass, self.resume.as_ref()) {
+            Ok(q) => {
+                log::info!("pass {pass}: {q}");
                 self.shuffle.do_send(PassEvent::Quota {
                     pass,
-                    keep: mine.keep,
-                    pad: mine.pad,
+                    keep: q.mine.keep,
+                    pad: q.mine.pad,
                 });
                 true
             }
             Err(e) => {
-                self.guard.fail(PipelineError::Equalize(format!(
-                    "pass {pass}: ranks have {per_rank:?} records{}: {e}",
-                    if elastic.is_some() {
-                        " left after the resumed checkpoints"
-                    } else {
-                        ""
-                    },
-                )));
+                self.guard
+                    .fail(PipelineError::Equalize(format!("pass {pass}: {e}")));
                 false
             }
         }
@@ -195,10 +129,7 @@ impl FileQueue {
             return;
         }
         // A draw resumed from a snapshot reads on from its next chunk.
-        let from = (self.resume.as_ref())
-            .filter(|r| r.first_pass() == pass)
-            .and_then(|r| r.snapshot())
-            .map(|s| (s.next_file as usize, s.next_chunk, s.next_record));
+        let from = (self.resume.as_ref()).and_then(|r| r.reads_on_from(pass));
         let spread = (self.resume.as_ref()).and_then(|r| r.spread_files(pass));
         let mut files = Vec::with_capacity(self.sets.len());
         for (set, sq) in self.sets.iter_mut().enumerate() {
@@ -383,34 +314,4 @@ impl Handler<Shutdown> for FileQueue {
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         guarded(self, ctx, "Shutdown", |me, ctx| me.stop(ctx));
     }
-}
-
-/// A rank's quota of a pass resumed on the same shard: `whole` (the quota of
-/// the uninterrupted pass) less the `delivered` instances before the stop —
-/// kept instances first, then pads (the pipeline pads after the kept ones).
-/// An error when pads are left but every kept instance was delivered before
-/// the stop (the resumed run has nothing of its own to repeat).
-fn resumed_quota(
-    whole: EqualizedCount,
-    delivered: u64,
-    batch: u64,
-    pass: u64,
-    rank: usize,
-) -> feedline::Result<EqualizedCount> {
-    let kept_before = delivered.min(whole.keep);
-    let padded_before = (delivered - kept_before).min(whole.pad);
-    let keep = whole.keep - kept_before;
-    let pad = whole.pad - padded_before;
-    if keep == 0 && pad > 0 {
-        return Err(feedline::Error::Config(format!(
-            "rank {rank} stopped in pass {pass} after all its {} kept instances: the {pad} pads left repeat instances delivered before the stop, which a resume does not have; resume in deterministic mode or with another checkpoint",
-            whole.keep
-        )));
-    }
-    Ok(EqualizedCount::of(
-        whole.available - kept_before,
-        keep,
-        pad,
-        batch,
-    ))
 }

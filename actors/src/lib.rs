@@ -39,20 +39,28 @@
 //! One actor per file:
 //!
 //! ```text
-//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs       feed_queue.rs      trainer.rs
-//!  FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──lanes──▶ (feed queue) ◀──pop── Trainer×D
-//!      ▲                     │ FileDone/FileFailed          │                                   │
-//!      └──────────────── Supervisor ◀────────────────────────┴───────────────────────────────────┘
+//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs        batch_maker.rs         feed_queue.rs      trainer.rs
+//!  FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──orders──▶ BatchMaker ──lanes──▶ (feed queue) ◀──pop── Trainer×D
+//!      ▲                     │ FileDone/FileFailed          │ drawn rows        │ workers ×W                            │
+//!      └──────────────── Supervisor ◀────────────────────────┴───────────────────┴───────────────────────────────────────┘
 //!                      supervisor.rs
 //! ```
 //!
+//! The shuffle stage takes chunks into its pool and draws batches; the
+//! batch maker makes them — transforms on its workers, several batches in
+//! flight, collation, the failed-instance policy — and releases them in
+//! number order.
+//!
 //! `pipeline/builder.rs` is the one place that wires them: it creates the
-//! feed queue, the task queues and the statistics' recorders, starts every
-//! actor, and hands each the `Recipient`s of the messages it sends
+//! queues and the statistics' recorders, derives each stage's own settings
+//! (`settings.rs`) and its part of a resume (`resume_plan.rs`), starts
+//! every actor, and hands each the `Recipient`s of the messages it sends
 //! (`messages.rs`) — no stage file imports another, so each can be changed
-//! alone. The shuffle stage's policies are plain parts beside it
-//! (`shuffle_batch/`: reorder window, file-set mix, equalize quota,
-//! end-of-pass drain). Statistics are written through small recorders
+//! alone. Policies have one owner each: bad records (`bad_records.rs`),
+//! equal ranks (`equalize.rs`); the shuffle stage's own are plain parts
+//! beside it (`shuffle_batch/`: reorder window, file-set mix, equalize
+//! quota, end-of-pass drain). Taking progress for checkpoints is
+//! `progress.rs`'s. Statistics are written through small recorders
 //! (`recorder.rs`) and read through [`Stats`].
 //!
 //! Three ways in:
@@ -82,8 +90,10 @@
 #![warn(missing_docs)]
 
 mod arbiters;
-mod checkpointing;
+mod bad_records;
+mod batch_maker;
 mod config;
+mod equalize;
 mod error;
 mod feed_queue;
 mod file_queue;
@@ -94,10 +104,13 @@ mod panic;
 mod paths;
 mod pipeline;
 mod prefetch_reader;
+mod progress;
 mod push;
 mod recorder;
-mod resume;
+mod resume_plan;
+mod settings;
 mod shuffle_batch;
+mod stall;
 mod stats;
 mod supervisor;
 mod task_queue;
@@ -106,8 +119,9 @@ mod trainer;
 mod watch;
 
 pub use crate::config::{
-    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, MAX_DEVICES, MAX_READERS,
-    SCHEMA_SAMPLE_RECORDS,
+    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
+    MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
+    SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
 #[doc(hidden)]
@@ -115,10 +129,10 @@ pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::paths::{IntoPath, IntoPaths};
-pub use crate::pipeline::Pipeline;
+pub use crate::pipeline::{Pipeline, StartOptions};
+pub use crate::progress::{CheckpointBase, DrawSnapshots, Progress};
 pub use crate::push::{FeedHandle, PushStats};
-pub use crate::resume::{CheckpointBase, DrawSnapshots, Progress, ResumeFrom};
-pub use crate::shuffle_batch::SNAPSHOT_EVERY;
+pub use crate::resume_plan::ResumePlan;
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
     MAX_SKIPPED_LISTED,

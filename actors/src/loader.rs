@@ -21,9 +21,11 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
+use crate::pipeline::StartOptions;
+use crate::progress::{CheckpointBase, Progress};
 use crate::push::FeedHandle;
 use crate::recorder::{DeviceClock, Recorders};
-use crate::resume::{CheckpointBase, Progress};
+use crate::resume_plan::ConsumerResume;
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
 use feedline::checkpoint::Checkpoint;
@@ -86,11 +88,14 @@ impl Loader {
         LoaderBuilder::default()
     }
 
-    fn start(config: PipelineConfig) -> Result<Loader, PipelineError> {
-        Self::start_full(config).map(|(loader, _)| loader)
+    fn start(config: PipelineConfig, options: StartOptions) -> Result<Loader, PipelineError> {
+        Self::start_full(config, options).map(|(loader, _)| loader)
     }
 
-    fn start_full(config: PipelineConfig) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
+    fn start_full(
+        config: PipelineConfig,
+        options: StartOptions,
+    ) -> Result<(Loader, Option<FeedHandle>), PipelineError> {
         // Stamped from the settings as given (the pipeline expands them).
         let given = Box::new(config.clone());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -98,7 +103,8 @@ impl Loader {
             .name("feedline-system".into())
             .spawn(move || {
                 let sys = System::new();
-                let started = sys.block_on(async move { Pipeline::start_for_loader(config) });
+                let started =
+                    sys.block_on(async move { Pipeline::start_for_loader(config, options) });
                 let arbiters = match started {
                     Ok(mut running) => {
                         let arbiters = running.arbiters.clone();
@@ -129,14 +135,14 @@ impl Loader {
         let config = &running.config;
         // Device iterators: one consumer per device, each sees every end of pass.
         let progress = Arc::new(Mutex::new(
-            match &config.resume {
-                Some(r) => Progress::resumed(r, config.devices),
+            match &running.resume {
+                Some(r) => r.progress(config.devices),
                 None => Progress::new(config.devices),
             }
-            .with_snapshots(config.snapshots.clone()),
+            .with_snapshots(running.snapshots.clone()),
         ));
         let loader = Loader {
-            merged: MergedState::new(&running.queue, &running.recorders, config),
+            merged: MergedState::new(&running.queue, &running.recorders, running.resume.clone()),
             progress,
             given,
             base: None,
@@ -382,13 +388,12 @@ struct MergedState {
     ended: bool,
     timeout: Option<Duration>,
     /// A resumed pipeline leaves out the batches consumed before.
-    resume: Option<std::sync::Arc<crate::resume::ResumeFrom>>,
+    resume: Option<ConsumerResume>,
 }
 
 impl MergedState {
-    fn new(queue: &BatchQueue, recorders: &Recorders, config: &PipelineConfig) -> Self {
+    fn new(queue: &BatchQueue, recorders: &Recorders, resume: Option<ConsumerResume>) -> Self {
         let lanes = queue.lanes();
-        let resume = config.resume.clone();
         let mut merged = MergedState {
             poppers: (0..lanes.count())
                 .map(|c| Popper::new(queue, recorders, c))

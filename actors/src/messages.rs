@@ -4,17 +4,19 @@
 //! ([`pipeline`](crate::pipeline)) hands it.
 //!
 //! ```text
-//! file queue ──(task queues)──▶ reader ──ChunkMsg──▶ shuffle-batch ──(feed queue)──▶ consumers
-//!     ▲  ◀──ReaderIdle── │ ◀─Wake──     ◀─ChunkAck──      │  ◀──PassEvent── file queue, push
-//!     │   ◀──FileDone────┘                                │
-//!     └─Requeue── supervisor ◀──FileFailed, PipelineFailed, PassFlushed, TrainerDone── every stage
+//! file queue ──(task queues)──▶ reader ──ChunkMsg──▶ shuffle-batch ──(order queue)──▶ batch maker ──(feed queue)──▶ consumers
+//!     ▲  ◀──ReaderIdle── │ ◀─Wake──     ◀─ChunkAck──      │  ◀──PassEvent── file queue, push     │ ◀─Made── workers
+//!     │   ◀──FileDone────┘                                │                                      │
+//!     └─Requeue── supervisor ◀──FileFailed, PipelineFailed, PassFlushed, StreamQueued, TrainerDone── every stage
 //! ```
 //!
 //! Chunks flow reader → shuffle-batch with an acknowledgement ([`ChunkAck`])
 //! that the receiver may withhold: that is the pipeline's backpressure, since
-//! actix mailbox capacity is not. Batches go shuffle-batch → consumers
-//! through the feed queue's lanes (no message); actix consumers take them
-//! with [`Pop`], answered when there is something to give.
+//! actix mailbox capacity is not. Drawn batches ([`BatchOrder`]) go
+//! shuffle-batch → batch maker through a bounded queue of orders, and made
+//! batches batch maker → consumers through the feed queue's lanes (no
+//! message either way); actix consumers take them with [`Pop`], answered
+//! when there is something to give.
 
 use std::sync::Arc;
 
@@ -22,7 +24,7 @@ use actix::prelude::*;
 use feedline::feed_queue::{FeedQueue, Item};
 use feedline::format::generator::Sample;
 use feedline::plan::FileTask;
-use feedline::{Batch, Chunk};
+use feedline::{Batch, Chunk, RowRef};
 
 use crate::error::{PipelineError, PushError};
 
@@ -188,7 +190,7 @@ pub(crate) struct PassFlushed {
     pub records: u64,
 }
 
-/// Shuffle-batch → supervisor: every batch of the last pass is in the feed
+/// Batch maker → supervisor: every batch of the last pass is in the feed
 /// queue, which is closed (without trainers, `finished()` resolves now).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -215,6 +217,72 @@ pub(crate) struct TrainerDone {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Take(pub Result<Popped, PipelineError>);
+
+/// The rows of one batch with its place: drawn by the shuffle stage, to
+/// be made into a batch by the batch maker.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct BatchJob<R> {
+    /// The feed queue lane it goes to.
+    pub lane: usize,
+    /// Its pass.
+    pub pass: u64,
+    /// Its number in the pass.
+    pub seq: u64,
+    /// Its rows.
+    pub rows: Vec<R>,
+    /// Of them, the last `padded` are equalize padding (repeated instances).
+    pub padded: usize,
+}
+
+/// What the shuffle stage hands the batch maker, in batch-number order
+/// (through the [`OrderQueue`]).
+#[derive(Debug)]
+pub(crate) enum BatchOrder {
+    /// A batch's drawn rows: made into the batch (transforms, collation,
+    /// padding marks).
+    Rows(BatchJob<RowRef>),
+    /// A ready-made (pushed) batch, numbered and laned.
+    Ready {
+        /// Its feed queue lane.
+        lane: usize,
+        /// Its pass.
+        pass: u64,
+        /// Its number in the pass.
+        seq: u64,
+        /// The batch.
+        batch: Arc<Batch>,
+    },
+    /// Every batch of `pass` was ordered; `records` of its records went
+    /// into the shuffle pool (for the bad-record fraction of the pass).
+    PassEnd {
+        /// The pass.
+        pass: u64,
+        /// Records taken into the pool in it.
+        records: u64,
+    },
+}
+
+/// The bounded queue of orders between the shuffle stage and the batch
+/// maker: one lane, `batches_in_flight` orders; closed after the last.
+pub(crate) type OrderQueue = FeedQueue<BatchOrder, PipelineError>;
+
+/// A transform worker → the batch maker: the batch of order `ticket` is made.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Made {
+    /// The order's place among the orders taken.
+    pub ticket: u64,
+    /// The batch's feed queue lane.
+    pub lane: usize,
+    /// Its pass.
+    pub pass: u64,
+    /// Its number in the pass.
+    pub seq: u64,
+    /// Of its rows, the last `padded` are equalize padding.
+    pub padded: usize,
+    /// What the transforms gave.
+    pub made: feedline::Result<feedline::transform::Transformed>,
+}
 
 /// Stop now.
 #[derive(Message, Clone, Copy)]

@@ -11,9 +11,11 @@ use feedline::Schema;
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::guard::FaultPlan;
 use crate::messages::{Pop, Shutdown};
+use crate::progress::{CheckpointBase, DrawSnapshots};
 use crate::push::FeedHandle;
-use crate::resume::CheckpointBase;
+use crate::resume_plan::ResumePlan;
 use crate::stats::Stats;
 use crate::trainer::{SimulatedDevice, TrainStep};
 pub(crate) use builder::Running;
@@ -76,7 +78,7 @@ impl Pipeline {
     /// Start a pipeline in the current actix `System` (call from inside it).
     /// Consumers pop batches themselves.
     pub fn start(config: PipelineConfig) -> Result<Pipeline, PipelineError> {
-        Self::start_with_trainers::<SimulatedDevice>(config, Vec::new())
+        Self::start_with::<SimulatedDevice>(config, StartOptions::default(), Vec::new())
     }
 
     /// Start a pipeline whose devices are driven by these steps, one
@@ -86,15 +88,29 @@ impl Pipeline {
         config: PipelineConfig,
         steps: Vec<S>,
     ) -> Result<Pipeline, PipelineError> {
+        Self::start_with(config, StartOptions::default(), steps)
+    }
+
+    /// Start a pipeline with `options` — going on from a checkpoint, its
+    /// snapshots shared with a [`Progress`](crate::Progress) of your own —,
+    /// its devices driven by `steps` (none: consumers pop with [`Pop`]).
+    pub fn start_with<S: TrainStep>(
+        config: PipelineConfig,
+        options: StartOptions,
+        steps: Vec<S>,
+    ) -> Result<Pipeline, PipelineError> {
         // Without trainers the consumers pop with `Pop`: the feed queue's
         // actor runs their clocks.
         let account = steps.is_empty();
-        Ok(Self::of(builder::build(config, steps, account)?))
+        Ok(Self::of(builder::build(config, options, steps, account)?))
     }
 
     /// For [`Loader`](crate::Loader), whose iterators run the devices' clocks themselves.
-    pub(crate) fn start_for_loader(config: PipelineConfig) -> Result<Running, PipelineError> {
-        builder::build::<SimulatedDevice>(config, Vec::new(), false)
+    pub(crate) fn start_for_loader(
+        config: PipelineConfig,
+        options: StartOptions,
+    ) -> Result<Running, PipelineError> {
+        builder::build::<SimulatedDevice>(config, options, Vec::new(), false)
     }
 
     fn of(running: Running) -> Pipeline {
@@ -150,8 +166,8 @@ impl Pipeline {
     /// with [`Pop`] (a batch counts once its reply is handed over) or
     /// stepped by the trainers (once its step succeeded) —, as
     /// [`Loader::checkpoint`](crate::Loader::checkpoint) gives it: set
-    /// [`PipelineConfig::resume`] from it (via [`ResumeFrom::new`](crate::ResumeFrom::new))
-    /// to go on from exactly there. Take it between batches (with
+    /// [`StartOptions::resume`] from it (via [`ResumePlan::new`]) to go on
+    /// from exactly there. Take it between batches (with
     /// trainers: from a step, or once they are done). An error when the
     /// pipeline keeps no progress (push mode, `track_progress` off) or
     /// the inputs cannot be stamped.
@@ -194,5 +210,38 @@ impl Pipeline {
     pub fn join(self) {
         self.stop();
         self.running.arbiters.stop_and_join();
+    }
+}
+
+/// What a pipeline starts with besides its settings: the objects of a
+/// run, not settings — where it goes on from, where its draw's snapshots
+/// go — handed to the wiring site ([`Pipeline::start_with`]).
+#[derive(Clone)]
+pub struct StartOptions {
+    /// Go on from a checkpoint (see [`ResumePlan::new`]): start at its
+    /// first pass not complete, leaving out what was consumed.
+    pub resume: Option<std::sync::Arc<ResumePlan>>,
+    /// Where the shuffle stage leaves snapshots of its draw for checkpoints
+    /// (deterministic mode; see [`DrawSnapshots`]): give the same handle to
+    /// the [`Progress`](crate::Progress) of your own that makes them.
+    pub snapshots: DrawSnapshots,
+    /// Keep what the consumers take ([`Pop`] consumers and trainers) for
+    /// [`Pipeline::checkpoint`] (default true; off for callers that keep
+    /// a [`Progress`](crate::Progress) of their own).
+    pub track_progress: bool,
+    /// Panics to inject into the stages' handlers (tests of the failure
+    /// paths; empty by default).
+    #[doc(hidden)]
+    pub faults: FaultPlan,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        StartOptions {
+            resume: None,
+            snapshots: DrawSnapshots::new(),
+            track_progress: true,
+            faults: FaultPlan::default(),
+        }
     }
 }

@@ -15,9 +15,9 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use feedline::format::RecordReader;
-use feedline::{Chunk, Schema};
+use feedline::Chunk;
 
-use crate::config::{ErrorPolicy, PipelineConfig};
+use crate::bad_records::BadRecords;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
@@ -25,6 +25,8 @@ use crate::messages::{
 };
 use crate::panic::panic_text;
 use crate::recorder::ReaderRecorder;
+use crate::resume_plan::ReaderResume;
+use crate::settings::ReaderSettings;
 use crate::stats::SkippedRecord;
 use crate::task_queue::TaskQueues;
 use crate::watch::ReaderWatch;
@@ -54,11 +56,13 @@ struct Current {
 /// A prefetching file reader.
 pub(crate) struct PrefetchReader {
     id: usize,
-    config: Arc<PipelineConfig>,
-    schema: Schema,
+    settings: Arc<ReaderSettings>,
+    /// A resume's part: the consumed records left out.
+    resume: Option<ReaderResume>,
     queues: Arc<TaskQueues>,
     links: ReaderLinks,
     recorder: ReaderRecorder,
+    bad: BadRecords,
     watch: Arc<ReaderWatch>,
     current: Option<Current>,
     in_flight: usize,
@@ -72,21 +76,23 @@ impl PrefetchReader {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: usize,
-        config: Arc<PipelineConfig>,
-        schema: Schema,
+        settings: Arc<ReaderSettings>,
+        resume: Option<ReaderResume>,
         queues: Arc<TaskQueues>,
         links: ReaderLinks,
         recorder: ReaderRecorder,
+        bad: BadRecords,
         watch: Arc<ReaderWatch>,
         guard: StageGuard,
     ) -> Self {
         PrefetchReader {
             id,
-            config,
-            schema,
+            settings,
+            resume,
             queues,
             links,
             recorder,
+            bad,
             watch,
             current: None,
             in_flight: 0,
@@ -97,7 +103,7 @@ impl PrefetchReader {
     }
 
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
-        self.config.open_file(&task.task.file, task.start_record)
+        self.settings.open_file(&task.task.file, task.start_record)
     }
 
     fn mark_busy(&mut self) {
@@ -121,7 +127,7 @@ impl PrefetchReader {
     }
 
     fn step(&mut self, ctx: &mut Context<Self>) {
-        if self.stopped || self.in_flight >= self.config.chunks_in_flight.max(1) {
+        if self.stopped || self.in_flight >= self.settings.chunks_in_flight {
             self.mark_idle();
             return;
         }
@@ -146,21 +152,16 @@ impl PrefetchReader {
                 return;
             };
             self.mark_busy();
-            if let Some(r) = &self.config.resume {
+            if let Some(r) = &self.resume {
                 // Resumed: the file's consumed first records are not read again.
-                let source = match (self.config.registry)
-                    .resolve(&task.task.file, self.config.format.as_deref())
-                {
-                    Ok((_, path, _)) => path.to_string_lossy().into_owned(),
-                    Err(_) => task.task.file.clone(),
-                };
+                let source = self.settings.source_name(&task.task.file);
                 task.start_record = r.start_record(task.task.pass, &source, task.start_record);
             }
             let t0 = Instant::now();
             self.watch.enter(self.recorder.now_ns());
             let opened = catch_unwind(AssertUnwindSafe(|| {
                 self.recorder
-                    .remote(self.config.remote_cache.as_ref(), || self.open(&task))
+                    .remote(self.settings.remote_cache.as_ref(), || self.open(&task))
             }));
             self.watch.leave();
             if self.watch.lock().fenced {
@@ -200,7 +201,7 @@ impl PrefetchReader {
 
     /// Read one chunk of the current file and send it.
     fn read_one(&mut self, ctx: &mut Context<Self>) {
-        let cfg = self.config.clone();
+        let cfg = self.settings.clone();
         let cur = self.current.as_mut().expect("a current file");
         // Room for what the file can still hold: a one-record file does not
         // get a chunk made for `chunk_records`.
@@ -209,7 +210,7 @@ impl PrefetchReader {
                 left.min(cfg.chunk_records as u64) as usize
             })
             .max(1);
-        let mut chunk = Chunk::with_budget(&self.schema, rows, cfg.chunk_bytes);
+        let mut chunk = Chunk::with_budget(&cfg.schema, rows, cfg.chunk_bytes);
         let t0 = Instant::now();
         self.watch.enter(self.recorder.now_ns());
         let recorder = &self.recorder;
@@ -248,7 +249,7 @@ impl PrefetchReader {
                 if !chunk.is_empty() {
                     self.send_chunk(ctx, chunk, false);
                 }
-                let e = e.explain_inferred(&self.schema);
+                let e = e.explain_inferred(&self.settings.schema);
                 let loc = e.location().cloned();
                 if self.bad_record(&task, loc.as_ref(), next, !can_continue, lost, e) {
                     if !can_continue {
@@ -282,11 +283,9 @@ impl PrefetchReader {
         true
     }
 
-    /// Apply the error policy to a bad record (`lost`: the records it
-    /// costs). True: skipped, go on. The count budget (`max_bad`) is judged
-    /// here; the fraction (`max_bad_fraction`) at the end of each pass, on
-    /// the pass's records, by the shuffle stage — so the verdict does not
-    /// depend on the reader count or the timing.
+    /// The bad-record policy on a bad record (`lost`: the records it
+    /// costs). True: skipped, go on; false: the file failed (the
+    /// supervisor hears why).
     fn bad_record(
         &mut self,
         task: &ReadTask,
@@ -296,51 +295,18 @@ impl PrefetchReader {
         lost: u64,
         e: feedline::Error,
     ) -> bool {
-        match &self.config.error_policy {
-            ErrorPolicy::Fail => {
+        let error = e.to_string();
+        let skipped = SkippedRecord::new(loc, &task.task.file, record, rest_of_file, lost, error);
+        match self.bad.judge(skipped, task.task.pass, e) {
+            Ok(()) => true,
+            Err(error) => {
                 self.links.failed.do_send(FileFailed {
                     task: task.clone(),
                     reader: self.id,
-                    error: e.into(),
+                    error,
                     panicked: false,
                 });
                 false
-            }
-            ErrorPolicy::Skip { .. } => {
-                log::warn!(
-                    "skipping {}: {e}",
-                    if rest_of_file {
-                        "the rest of a file"
-                    } else {
-                        "a bad record"
-                    }
-                );
-                let e = Arc::new(e);
-                let skipped = SkippedRecord::new(
-                    loc,
-                    &task.task.file,
-                    record,
-                    rest_of_file,
-                    lost,
-                    e.to_string(),
-                );
-                let bad = self.recorder.skipped(skipped, task.task.pass, e.clone());
-                match self.config.error_policy.count_exceeded(bad) {
-                    Some(budget) => {
-                        self.links.failed.do_send(FileFailed {
-                            task: task.clone(),
-                            reader: self.id,
-                            error: PipelineError::TooManyBad {
-                                bad,
-                                budget,
-                                last: e,
-                            },
-                            panicked: false,
-                        });
-                        false
-                    }
-                    None => true,
-                }
             }
         }
     }
@@ -378,7 +344,7 @@ impl PrefetchReader {
     }
 
     fn send_last_empty(&mut self, ctx: &mut Context<Self>, task: ReadTask) {
-        let chunk = Chunk::new(&self.schema);
+        let chunk = Chunk::new(&self.settings.schema);
         self.current = Some(Current {
             delivered: task.start_record,
             task,
@@ -390,7 +356,7 @@ impl PrefetchReader {
     }
 
     fn finish_file(&mut self, ctx: &mut Context<Self>) {
-        let chunk = Chunk::new(&self.schema);
+        let chunk = Chunk::new(&self.settings.schema);
         self.send_chunk(ctx, chunk, true);
     }
 
@@ -407,16 +373,16 @@ impl PrefetchReader {
         let cur = self.current.as_mut().expect("a current file");
         let chunk = cur.task.task.stride.filter(chunk);
         // Resumed: the records the checkpoint says were consumed are left out.
-        let chunk = match &self.config.resume {
+        let chunk = match &self.resume {
             Some(r) => r.filter(cur.task.task.pass, chunk),
             None => chunk,
         };
         // The record filter / map, on this reader's own records only.
-        let (chunk, failed) = match &self.config.transforms.records {
+        let (chunk, failed) = match &self.settings.records {
             None => (chunk, Vec::new()),
             Some(stage) => match stage.apply(chunk) {
                 Ok(staged) => (staged.chunk, staged.failed),
-                Err(e) => (Chunk::new(&self.schema), vec![e]),
+                Err(e) => (Chunk::new(&self.settings.schema), vec![e]),
             },
         };
         let n = chunk.len() as u64;

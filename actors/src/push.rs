@@ -56,11 +56,11 @@ use actix::prelude::*;
 use feedline::format::generator::Sample;
 use feedline::{Batch, Schema};
 
-use crate::config::PipelineConfig;
 use crate::error::PushError;
 use crate::guard::StageGuard;
 use crate::messages::{BatchMsg, ChunkMsg, PassEvent, PushBatch, PushSample};
 use crate::recorder::ReaderRecorder;
+use crate::settings::PushSettings;
 use intake::{Shared, Wait};
 
 /// Where a push source sends what is pushed: the shuffle stage's inputs.
@@ -161,14 +161,14 @@ impl FeedHandle {
     /// Start the push source of a pipeline (in its actix `System`).
     pub(crate) fn start(
         name: &str,
-        config: &PipelineConfig,
+        settings: &PushSettings,
         schema: &Schema,
         links: PushLinks,
         recorder: ReaderRecorder,
         guard: StageGuard,
     ) -> FeedHandle {
         FeedHandle {
-            shared: intake::start(name, config, schema, links, recorder, guard),
+            shared: intake::start(name, settings, schema, links, recorder, guard),
         }
     }
 

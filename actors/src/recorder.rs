@@ -1,5 +1,5 @@
 //! Statistics, write side: each stage records through a small recorder with
-//! verbs — a reader says `chunk_sent`, the shuffle stage `batch_made`, a
+//! verbs — a reader says `chunk_sent`, the batch maker `batch_made`, a
 //! device's [`DeviceClock`] `wait_begins` and `item_arrives` — and never
 //! touches a counter itself. [`Recorders`] makes them for the wiring site,
 //! and the read side ([`Stats`]) from the same counters.
@@ -45,6 +45,18 @@ impl Recorders {
     /// For the shuffle stage.
     pub fn shuffle(&self) -> ShuffleRecorder {
         ShuffleRecorder { c: self.c.clone() }
+    }
+
+    /// For the batch maker, whose busy time is spread over `workers`.
+    pub fn maker(&self, workers: usize) -> MakerRecorder {
+        self.c.maker_workers.store(workers.max(1) as u64, Relaxed);
+        MakerRecorder { c: self.c.clone() }
+    }
+
+    /// For every stage that finds bad records (through
+    /// [`BadRecords`](crate::bad_records::BadRecords)).
+    pub fn bad_records(&self) -> BadRecordRecorder {
+        BadRecordRecorder { c: self.c.clone() }
     }
 
     /// For the supervisor.
@@ -114,13 +126,6 @@ impl ReaderRecorder {
         self.c.readers.idle_ns.fetch_add(ns(d), Relaxed);
     }
 
-    /// Records were skipped in `pass` (`rec.records` of them: one, or the
-    /// rest of a file); returns how many were, all readers together. The
-    /// list keeps the first [`MAX_SKIPPED_LISTED`].
-    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
-        skip(&self.c, rec, pass, error)
-    }
-
     /// Nanoseconds since the pipeline started (the watchdog's clock).
     pub fn now_ns(&self) -> u64 {
         self.c.now_ns()
@@ -145,17 +150,6 @@ pub(crate) struct ShuffleRecorder {
 }
 
 impl ShuffleRecorder {
-    /// An instance whose transform failed was skipped in `pass`; returns
-    /// how many records were skipped, all stages together.
-    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
-        skip(&self.c, rec, pass, error)
-    }
-
-    /// Records skipped as bad in `pass` so far, and the last one's error.
-    pub fn bad_in_pass(&self, pass: u64) -> Option<(u64, Arc<feedline::Error>)> {
-        self.c.bad_by_pass.lock().get(&pass).cloned()
-    }
-
     /// A chunk arrived (taken now or held): the stall diagnosis says how long ago.
     pub fn chunk_received(&self) {
         self.c.last_chunk_ns.store(self.c.now_ns(), Relaxed);
@@ -177,24 +171,9 @@ impl ShuffleRecorder {
         self.c.shuffle.idle_ns.fetch_add(ns(d), Relaxed);
     }
 
-    /// `n` collated batches wait for room in the feed queue.
-    pub fn waiting(&self, n: usize) {
-        self.c.waiting_peak.fetch_max(n as u64, Relaxed);
-    }
-
-    /// Time spent waiting for room in the feed queue.
+    /// Time spent waiting for the batch maker to take a batch's rows.
     pub fn blocked(&self, d: Duration) {
         self.c.shuffle.blocked_ns.fetch_add(ns(d), Relaxed);
-    }
-
-    /// A batch was made (numbered).
-    pub fn batch_made(&self) {
-        if self.c.batches.fetch_add(1, Relaxed) == 0 {
-            let _ = self
-                .c
-                .first_batch_ns
-                .compare_exchange(0, self.c.now_ns(), Relaxed, Relaxed);
-        }
     }
 
     /// Batches made over the cost budget so far (the batcher's count).
@@ -210,6 +189,65 @@ impl ShuffleRecorder {
     /// An instance was repeated so that every rank gets the same batches.
     pub fn equalize_padded(&self) {
         self.c.equalize_padded.fetch_add(1, Relaxed);
+    }
+}
+
+/// What the batch maker records.
+#[derive(Clone)]
+pub(crate) struct MakerRecorder {
+    c: Arc<Counters>,
+}
+
+impl MakerRecorder {
+    /// `n` batches are held: being made, or made and not yet in the feed queue.
+    pub fn held(&self, n: usize) {
+        self.c.waiting_peak.fetch_max(n as u64, Relaxed);
+    }
+
+    /// A batch of `rows` rows was made and goes to the feed queue.
+    pub fn batch_made(&self, rows: usize) {
+        self.c.maker.records.fetch_add(rows as u64, Relaxed);
+        if self.c.batches.fetch_add(1, Relaxed) == 0 {
+            let _ = self
+                .c
+                .first_batch_ns
+                .compare_exchange(0, self.c.now_ns(), Relaxed, Relaxed);
+        }
+    }
+
+    /// Time spent making batches (summed over the transform workers).
+    pub fn busy(&self, d: Duration) {
+        self.c.maker.busy_ns.fetch_add(ns(d), Relaxed);
+    }
+
+    /// Time spent with nothing to make.
+    pub fn idle(&self, d: Duration) {
+        self.c.maker.idle_ns.fetch_add(ns(d), Relaxed);
+    }
+
+    /// Time spent waiting for room in the feed queue.
+    pub fn blocked(&self, d: Duration) {
+        self.c.maker.blocked_ns.fetch_add(ns(d), Relaxed);
+    }
+}
+
+/// Where skipped bad records are counted and listed (readers and the batch
+/// maker alike).
+#[derive(Clone)]
+pub(crate) struct BadRecordRecorder {
+    c: Arc<Counters>,
+}
+
+impl BadRecordRecorder {
+    /// Records were skipped in `pass` (`rec.records` of them: one, or the
+    /// rest of a file); returns how many were, all stages together.
+    pub fn skipped(&self, rec: SkippedRecord, pass: u64, error: Arc<feedline::Error>) -> u64 {
+        skip(&self.c, rec, pass, error)
+    }
+
+    /// Records skipped as bad in `pass` so far, and the last one's error.
+    pub fn bad_in_pass(&self, pass: u64) -> Option<(u64, Arc<feedline::Error>)> {
+        self.c.bad_by_pass.lock().get(&pass).cloned()
     }
 }
 
@@ -332,9 +370,9 @@ mod tests {
     fn batches_made_set_the_first_batch_time_once() {
         let r = recorders();
         assert!(r.stats().snapshot().first_batch_s.is_none());
-        r.shuffle().batch_made();
+        r.maker(1).batch_made(3);
         let first = r.stats().snapshot().first_batch_s;
-        r.shuffle().batch_made();
+        r.maker(1).batch_made(3);
         let s = r.stats().snapshot();
         assert_eq!((s.batches, s.first_batch_s), (2, first));
         assert!(first.is_some());

@@ -1,6 +1,8 @@
 //! The `ShuffleBatch` actor: takes chunks from the readers into the shuffle
-//! pool, draws instances, fills batches, collates them, and pushes them into
-//! the feed queue's lanes.
+//! pool, draws instances, fills batches — numbered and laned — and hands
+//! each batch's rows to the batch maker, in number order, through the
+//! bounded queue of orders. It makes no batch itself: transforms,
+//! collation and the failed-instance policy are the batch maker's.
 //!
 //! It is the composition of plain parts, each in its own file with its own
 //! tests, none of which knows actix:
@@ -16,19 +18,14 @@
 //! - [`snapshot`]: the draw's exact state every [`SNAPSHOT_EVERY`] batches
 //!   (deterministic mode), for checkpoints, and the pool made again from one;
 //! - [`drain`]: batches as jobs — drawn rows with their number and lane —
-//!   collated in a second step; at the end of a pass the pool's last
-//!   batches are collated only as the feed queue takes them.
+//!   made in a second step by the batch maker; at the end of a pass the
+//!   pool's last batches are handed over only as the batch maker takes them.
 //!
-//! Around them the actor owns the core's shuffle buffer and batcher, and —
-//! with transforms — the core's [`BatchTransformer`]: a drawn batch job's
-//! rows go through the instance map on the transform workers (the actor
-//! waits for the batch; its rows are transformed in parallel, straight into
-//! the batch's buffers) and the batch map. A failed instance is a bad record
-//! under the error policy (`bad_instance`): fail with it, or skip it —
-//! counted and located — leaving its batch a row shorter.
-//! Backpressure: while batches wait for room in the feed queue, the actor
-//! processes no further message (`ctx.wait`), so chunks wait in the readers'
-//! unacknowledged windows.
+//! Around them the actor owns the core's shuffle buffer and batcher.
+//! Backpressure: while orders wait for room in the order queue (the batch
+//! maker has `batches_in_flight` batches in hand and as many waiting), the
+//! actor processes no further message (`ctx.wait`), so chunks wait in the
+//! readers' unacknowledged windows.
 
 mod drain;
 mod intake;
@@ -38,8 +35,6 @@ mod reorder;
 mod snapshot;
 mod state;
 
-pub use snapshot::SNAPSHOT_EVERY;
-
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,20 +42,20 @@ use std::time::Instant;
 use actix::prelude::*;
 use feedline::batcher::Batcher;
 use feedline::feed_queue::{Item, Pushed};
-use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
-use feedline::transform::BatchTransformer;
-use feedline::{collate_rows, RowRef, Schema};
+use feedline::shuffle::ShuffleBuffer;
+use feedline::RowRef;
 
-use crate::config::{ErrorPolicy, PipelineConfig};
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchMsg, BatchQueue, ChunkAck, ChunkMsg, Delivered, PassEvent, PassFlushed, QueueItem,
-    Shutdown, StreamQueued,
+    BatchJob, BatchMsg, BatchOrder, ChunkAck, ChunkMsg, OrderQueue, PassEvent, PassFlushed,
+    Shutdown,
 };
+use crate::progress::DrawSnapshots;
 use crate::recorder::ShuffleRecorder;
-use crate::stats::SkippedRecord;
-use drain::{BatchJob, BatchNumbering, EndOfPassDrain, Pending};
+use crate::resume_plan::ShuffleResume;
+use crate::settings::{ReaderSettings, ShuffleSettings};
+use drain::{BatchNumbering, EndOfPassDrain, Pending};
 use intake::{Arrival, ChunkIntake, Decided};
 use quota::{Drawn, EqualizeQuota, Share};
 use reorder::ChunkKey;
@@ -69,28 +64,30 @@ use state::{records_of, RecordRef, ShuffleState};
 
 /// Where the shuffle stage reports.
 pub(crate) struct ShuffleLinks {
-    /// The last batch of a pass is made.
+    /// The last batch of a pass is drawn.
     pub flushed: Recipient<PassFlushed>,
-    /// Every batch of the last pass is in the closed feed queue.
-    pub queued: Recipient<StreamQueued>,
 }
 
 type Ack = Recipient<ChunkAck>;
 
 /// The shuffle-batch actor.
 pub(crate) struct ShuffleBatch {
-    config: Arc<PipelineConfig>,
-    schema: Schema,
+    settings: ShuffleSettings,
+    /// A resume's part: the consumed batches left out.
+    resume: Option<ShuffleResume>,
+    /// Where snapshots of the draw go (for checkpoints).
+    snapshots: DrawSnapshots,
     buffer: ShuffleBuffer,
     batcher: Batcher,
-    queue: BatchQueue,
+    /// Where drawn batches go: the batch maker's orders.
+    orders: OrderQueue,
     links: ShuffleLinks,
     recorder: ShuffleRecorder,
     numbering: BatchNumbering,
     pass_records: u64,
-    /// Collated items waiting for room in their lanes, in order: at most a
+    /// Orders waiting for room in the order queue, in order: at most a
     /// queue's worth ([`room`](Self::room)) but for the end-of-pass markers.
-    out: VecDeque<(usize, QueueItem)>,
+    out: VecDeque<(usize, Item<BatchOrder>)>,
     /// Chunks taken (acknowledged) but not yet in the pool: each goes in
     /// once the pool has drawn all it can after the one before — held here
     /// while a queue's worth of batches waits, so the draws are the same
@@ -104,15 +101,13 @@ pub(crate) struct ShuffleBatch {
     failed: bool,
     /// The feed queue is closed: everything is in it.
     closed: bool,
-    /// Where a failure goes (a panic in any handler, a collation error).
+    /// Where a failure goes (a panic in any handler, an equalize error).
     guard: StageGuard,
-    /// The transforms after the draw (instance map, batch map), if any.
-    transformer: Option<BatchTransformer>,
     /// Which rows of this pass are equalize padding.
     padding: PaddingRows,
     /// Where the pooled chunks came from, for snapshots of the draw.
     tracker: DrawTracker,
-    /// Snapshots of the draw are taken (see [`snapshot::enabled`]).
+    /// Snapshots of the draw are taken (`snapshot_every` > 0).
     snapshotting: bool,
 }
 
@@ -139,21 +134,6 @@ impl PaddingRows {
     }
 }
 
-/// The shuffle buffer's sizes and seed of these settings.
-fn shuffle_config(config: &PipelineConfig) -> ShuffleConfig {
-    ShuffleConfig {
-        pool_size: config.shuffle,
-        min_pool_size: config.min_pool,
-        max_bytes: config.shuffle_bytes,
-        seed: config.seed,
-    }
-}
-
-/// The shuffle buffer of these settings (drawing for pass 0).
-fn shuffle_buffer(config: &PipelineConfig) -> ShuffleBuffer {
-    ShuffleBuffer::new(shuffle_config(config))
-}
-
 /// A resumed draw: the pool made again from the resume's snapshot, and
 /// where the stage goes on.
 pub(crate) struct RestoredDraw {
@@ -163,24 +143,26 @@ pub(crate) struct RestoredDraw {
 }
 
 impl RestoredDraw {
-    /// The draw of `config`'s resume snapshot made again, if it has one
-    /// (`Ok(None)` if not); an error says why it cannot be (then the pass
-    /// is drawn again from its start).
+    /// The draw of the resume's snapshot made again, if it has one
+    /// (`Ok(None)` if not), its records read as `reader` reads them; an
+    /// error says why it cannot be (then the pass is drawn again from its
+    /// start).
     pub(crate) fn of(
-        config: &PipelineConfig,
-        schema: &Schema,
+        settings: &ShuffleSettings,
+        reader: &ReaderSettings,
+        resume: Option<&ShuffleResume>,
         plan: &feedline::plan::PassPlan,
     ) -> Result<Option<Self>, String> {
-        let Some(s) = config.resume.as_ref().and_then(|r| r.snapshot()) else {
+        let Some(s) = resume.and_then(|r| r.snapshot()) else {
             return Ok(None);
         };
-        if !snapshot::enabled(config) {
+        if settings.snapshot_every == 0 {
             return Err("these settings take no snapshot of the draw".into());
         }
         let t0 = std::time::Instant::now();
         // A reader that panics is a reader's failure, not the pipeline's.
         let (buffer, tracker) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            snapshot::restore(config, schema, plan, shuffle_config(config), s)
+            snapshot::restore(reader, plan, settings.pool.clone(), s)
         }))
         .map_err(|p| {
             format!(
@@ -203,45 +185,34 @@ impl RestoredDraw {
     }
 }
 
-/// Collate a batch job: the second step of making a batch.
-fn collate(schema: &Schema, job: BatchJob<RowRef>) -> feedline::Result<(usize, QueueItem)> {
-    let batch = collate_rows(schema, &job.rows)?.with_padded_rows(job.padded)?;
-    Ok((
-        job.lane,
-        Item::Batch(Delivered {
-            pass: job.pass,
-            seq: job.seq,
-            batch: Arc::new(batch),
-        }),
-    ))
-}
-
 impl ShuffleBatch {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        config: Arc<PipelineConfig>,
-        schema: Schema,
+        settings: ShuffleSettings,
+        resume: Option<ShuffleResume>,
+        snapshots: DrawSnapshots,
         batcher: Batcher,
-        queue: BatchQueue,
+        orders: OrderQueue,
         links: ShuffleLinks,
         recorder: ShuffleRecorder,
         guard: StageGuard,
     ) -> Self {
-        let sets = (config.sets.iter())
-            .map(|s| (s.name.clone(), s.weight))
-            .collect();
-        let first = config.resume.as_ref().map_or(0, |r| r.first_pass());
-        let intake =
-            ChunkIntake::new(config.deterministic, config.reorder_window, sets).starting_at(first);
-        let mut buffer = shuffle_buffer(&config);
+        let first = resume.as_ref().map_or(0, |r| r.first_pass());
+        let intake = ChunkIntake::new(
+            settings.deterministic,
+            settings.reorder_window,
+            settings.sets.clone(),
+        )
+        .starting_at(first);
+        let mut buffer = ShuffleBuffer::new(settings.pool.clone());
         buffer.start_pass(first);
-        let mut numbering = BatchNumbering::new(queue.lanes());
+        let mut numbering = BatchNumbering::new(settings.lanes);
         numbering.start_pass(first);
         ShuffleBatch {
             buffer,
             numbering,
-            schema,
             batcher,
-            queue,
+            orders,
             links,
             recorder,
             pass_records: 0,
@@ -254,11 +225,12 @@ impl ShuffleBatch {
             failed: false,
             closed: false,
             guard,
-            transformer: None,
             padding: PaddingRows::default(),
             tracker: DrawTracker::default(),
-            snapshotting: snapshot::enabled(&config),
-            config,
+            snapshotting: settings.snapshot_every > 0,
+            settings,
+            resume,
+            snapshots,
         }
     }
 
@@ -284,61 +256,6 @@ impl ShuffleBatch {
             s.next_chunk
         );
         self
-    }
-
-    /// Make batches through `transformer` (the instance and batch maps).
-    pub(crate) fn with_transformer(mut self, transformer: Option<BatchTransformer>) -> Self {
-        self.transformer = transformer;
-        self
-    }
-
-    /// A batch job made into its queue item: collated, or transformed
-    /// (each failed instance handed to the error policy).
-    fn make(&mut self, job: BatchJob<RowRef>) -> Result<(usize, QueueItem), PipelineError> {
-        let Some(t) = &self.transformer else {
-            return Ok(collate(&self.schema, job)?);
-        };
-        let out = t.run(&job.rows, job.pass)?;
-        for e in out.failed {
-            self.bad_instance(job.pass, e)?;
-        }
-        // A failed row leaves the batch shorter; padding stays its last rows.
-        let padded = job.padded.min(out.batch.len());
-        let batch = out.batch.with_padded_rows(padded)?;
-        Ok((
-            job.lane,
-            Item::Batch(Delivered {
-                pass: job.pass,
-                seq: job.seq,
-                batch: Arc::new(batch),
-            }),
-        ))
-    }
-
-    /// The error policy on an instance whose transform failed: the
-    /// pipeline's error (fail), or skipped, counted and located (skip) —
-    /// until the budget is exceeded.
-    fn bad_instance(&self, pass: u64, e: feedline::Error) -> Result<(), PipelineError> {
-        if self.config.error_policy == ErrorPolicy::Fail {
-            return Err(e.into());
-        }
-        log::warn!("skipping an instance: {e}");
-        let loc = e.location().cloned();
-        let source = loc
-            .as_ref()
-            .map_or_else(String::new, |l| l.source.name().to_string());
-        let record = loc.as_ref().map_or(0, |l| l.record);
-        let e = Arc::new(e);
-        let rec = SkippedRecord::new(loc.as_ref(), &source, record, false, 1, e.to_string());
-        let bad = self.recorder.skipped(rec, pass, e.clone());
-        match self.config.error_policy.count_exceeded(bad) {
-            None => Ok(()),
-            Some(budget) => Err(PipelineError::TooManyBad {
-                bad,
-                budget,
-                last: e,
-            }),
-        }
     }
 
     /// What the stage holds besides its pool, as a plain value.
@@ -385,17 +302,17 @@ impl ShuffleBatch {
         }
     }
 
-    /// Batches the feed queue can hold: what the stage collates ahead of it
-    /// at most (a capacity per lane), so that one message — a chunk of many
-    /// small batches — cannot make it hold more than one queue's worth.
+    /// Orders the order queue can hold: what the stage draws ahead of it at
+    /// most, so that one message — a chunk of many small batches — cannot
+    /// make it hold more than one queue's worth.
     fn room(&self) -> usize {
-        self.numbering.lanes().count() * self.config.capacity.max(1)
+        self.orders.capacity()
     }
 
     /// Draw the rows the pool gives now into batches, until a queue's worth
-    /// of collated batches waits (the rest stays in the pool, drawn as the
-    /// queue takes them: [`flush_out`](Self::flush_out)); the end-of-pass
-    /// drain draws all, its batches collated later.
+    /// of orders waits (the rest stays in the pool, drawn as the batch
+    /// maker takes them: [`flush_out`](Self::flush_out)); the end-of-pass
+    /// drain draws all, its batches handed over later.
     fn draw(&mut self) {
         let room = self.room();
         while self.buffer.can_draw() && (self.drain.is_drawing() || self.out.len() < room) {
@@ -416,7 +333,7 @@ impl ShuffleBatch {
         }
     }
 
-    /// A batch's rows are drawn: number it, then collate it now, or later
+    /// A batch's rows are drawn: number it, then hand it over now, or later
     /// if it belongs to the end-of-pass drain.
     fn emit(&mut self, rows: Vec<RowRef>) {
         let padded = self.padding.rows_out(rows.len());
@@ -424,7 +341,7 @@ impl ShuffleBatch {
         job.padded = padded;
         let next = job.seq + 1;
         if self.snapshotting
-            && next % self.config.snapshot_every == 0
+            && next % self.settings.snapshot_every == 0
             && !self.drain.is_drawing()
             && self.batcher.pending() == 0
         {
@@ -446,38 +363,30 @@ impl ShuffleBatch {
                     s.chunks.iter().flatten().count(),
                     t0.elapsed().as_secs_f64() * 1e6
                 );
-                self.config.snapshots.push(s);
+                self.snapshots.push(s);
             }
         }
         // Resumed: a batch the checkpoint says was consumed is left out
         // (after the padding count, which the uninterrupted run made too).
-        if (self.config.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
+        if (self.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
             return;
         }
-        self.recorder.batch_made();
         if self.drain.is_drawing() {
             self.drain.defer(job);
         } else {
-            self.collate_out(job);
+            self.order(job);
         }
     }
 
-    fn collate_out(&mut self, job: BatchJob<RowRef>) {
-        match self.make(job) {
-            Ok(item) => self.out.push_back(item),
-            Err(e) => {
-                // The pipeline fails with `e`: its caller reports it, once.
-                log::debug!("collation failed: {e}");
-                self.failed = true;
-                self.guard.fail(e);
-            }
-        }
+    /// Hand a batch's rows over: into the orders waiting for room.
+    fn order(&mut self, job: BatchJob<RowRef>) {
+        self.out.push_back((0, Item::Batch(BatchOrder::Rows(job))));
     }
 
-    /// Push every pending item into the feed queue's lanes (then close the
-    /// queue, if `close`). Items that find their lane full stay in `out`,
-    /// and the actor holds its mailbox (`ctx.wait`) until there is room —
-    /// the backpressure that keeps chunks waiting in the readers' windows —
+    /// Push every pending order into the order queue (then close it, if
+    /// `close`). Orders that find it full stay in `out`, and the actor
+    /// holds its mailbox (`ctx.wait`) until there is room — the
+    /// backpressure that keeps chunks waiting in the readers' windows —
     /// then pushes the rest. One `ctx.wait` at a time: actix runs several
     /// waiting futures last-in-first-out.
     fn flush_out(&mut self, ctx: &mut Context<Self>, close: bool) {
@@ -487,29 +396,28 @@ impl ShuffleBatch {
         }
         loop {
             self.undefer();
-            self.recorder.waiting(self.out.len());
-            match self.queue.push(&mut self.out) {
-                // Room for all: collate the next part of the drain.
+            match self.orders.push(&mut self.out) {
+                // Room for all: hand over the next part of the drain.
                 Ok(Pushed::All) if !self.drain.is_empty() && !self.failed => continue,
                 // Room for all: draw what the pool held back.
                 Ok(Pushed::All) if !self.failed && self.draw_held() => continue,
                 Ok(Pushed::All) => {
-                    // Every item is in: close the lanes — unless a batch of
-                    // the drain failed to collate: then the supervisor fails
-                    // them (closing first would end the pass cleanly, and the
+                    // Every order is in: close the queue — unless the stage
+                    // failed: then the supervisor fails the pipeline
+                    // (closing first would end the pass cleanly, and the
                     // error would never reach a consumer).
                     if close && !self.failed && !self.closed {
                         self.closed = true;
-                        self.queue.close();
-                        self.links.queued.do_send(StreamQueued);
+                        self.orders.close();
                     }
                 }
                 Ok(Pushed::Full(room)) => {
                     let t0 = Instant::now();
                     ctx.wait(room.into_actor(self).map(move |_, act, ctx| {
-                        // Waiting for the queue is not waiting for input; a
-                        // cancelled wait (the queue failed) shows in the next push.
-                        guarded(act, ctx, "room in the feed queue", |act, ctx| {
+                        // Waiting for the batch maker is not waiting for
+                        // input; a cancelled wait (the queue failed) shows in
+                        // the next push.
+                        guarded(act, ctx, "room in the order queue", |act, ctx| {
                             act.recorder.blocked(t0.elapsed());
                             act.flush_out(ctx, close);
                         });
@@ -548,19 +456,23 @@ impl ShuffleBatch {
         self.recorder.busy(t0.elapsed());
     }
 
-    /// Collate the drain's next batches, as many as the feed queue could
-    /// take now (a capacity per lane), with the markers between them.
+    /// Hand over the drain's next batches, as many as the order queue
+    /// could take now, with the pass's end behind them.
     fn undefer(&mut self) {
         let room = self.room();
         while self.out.len() < room && !self.failed {
             match self.drain.pop() {
-                Some(Pending::Job(job)) => self.timed(|me| me.collate_out(job)),
-                Some(Pending::EndOfPass { lane, pass }) => {
-                    self.out.push_back((lane, Item::EndOfPass(pass)))
-                }
+                Some(Pending::Job(job)) => self.order(job),
+                Some(Pending::EndOfPass { pass, records }) => self.pass_end(pass, records),
                 None => break,
             }
         }
+    }
+
+    /// Hand over the end of `pass`, whose `records` went into the pool.
+    fn pass_end(&mut self, pass: u64, records: u64) {
+        self.out
+            .push_back((0, Item::Batch(BatchOrder::PassEnd { pass, records })));
     }
 
     /// Do what the intake decided: send the acknowledgements, take the
@@ -575,14 +487,9 @@ impl ShuffleBatch {
 
     fn end_pass(&mut self, pass: u64) {
         let left = self.intake.end_pass(pass);
-        // The drain is collated as the feed queue takes it (`undefer`).
+        // The drain is handed over as the batch maker takes it (`undefer`).
         self.drain.set_drawing(true);
         self.take(left);
-        if let Some(e) = self.too_many_bad(pass) {
-            self.failed = true;
-            self.guard.fail(e);
-            return;
-        }
         self.buffer.set_draining(true);
         self.draw();
         self.buffer.set_draining(false);
@@ -605,15 +512,15 @@ impl ShuffleBatch {
         }
         self.padding = PaddingRows::default();
         self.drain.set_drawing(false);
-        for lane in 0..self.numbering.lanes().count() {
-            if let Some(Pending::EndOfPass { lane, pass }) = self.drain.end_of_pass(lane, pass) {
-                self.out.push_back((lane, Item::EndOfPass(pass)));
-            }
+        if let Some(Pending::EndOfPass { pass, records }) =
+            self.drain.end_of_pass(pass, self.pass_records)
+        {
+            self.pass_end(pass, records);
         }
         if log::log_enabled!(log::Level::Debug) {
             let st = self.state();
             log::debug!(
-                "pass {pass} drawn to its end in {} batches; {} chunks held in the reorder window, {:?} chunks waiting per file set, {} items of the drain to collate",
+                "pass {pass} drawn to its end in {} batches; {} chunks held in the reorder window, {:?} chunks waiting per file set, {} items of the drain to hand over",
                 st.batches,
                 st.reorder.map_or(0, |r| r.held.len()),
                 st.mix.map(|m| m.waiting.iter().map(Vec::len).collect::<Vec<_>>()),
@@ -631,37 +538,18 @@ impl ShuffleBatch {
         self.tracker.start_pass();
     }
 
-    /// The skip policy's `max_bad_fraction`, judged at the end of `pass` on
-    /// its records: every file of the pass was read, so the verdict is the
-    /// same whatever the reader count and the timing.
-    fn too_many_bad(&self, pass: u64) -> Option<PipelineError> {
-        let crate::config::ErrorPolicy::Skip {
-            max_bad_fraction: Some(f),
-            ..
-        } = self.config.error_policy
-        else {
-            return None;
-        };
-        let (bad, last) = self.recorder.bad_in_pass(pass)?;
-        let read = self.pass_records + bad;
-        (bad as f64 > f * read as f64).then(|| PipelineError::TooManyBad {
-            bad,
-            budget: format!(
-                "{:.3}% of the records of a pass ({read} records in pass {pass})",
-                f * 100.0
-            ),
-            last,
-        })
-    }
-
     /// Queue a ready-made (pushed) batch with the stage's own: numbered and
     /// laned like them, not shuffled.
     fn enqueue_ready(&mut self, batch: Arc<feedline::Batch>) {
         let (lane, pass, seq) = self.numbering.next();
         self.pass_records += batch.len() as u64;
-        self.out
-            .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
-        self.recorder.batch_made();
+        let ready = BatchOrder::Ready {
+            lane,
+            pass,
+            seq,
+            batch,
+        };
+        self.out.push_back((0, Item::Batch(ready)));
     }
 
     /// A reader's (or the push source's) chunk.
@@ -722,7 +610,7 @@ impl ShuffleBatch {
             }
             PassEvent::Ended(p) => {
                 self.timed(|me| me.end_pass(p));
-                let last = p + 1 >= self.config.passes;
+                let last = p + 1 >= self.settings.passes;
                 self.flush_out(ctx, last);
             }
         }

@@ -20,9 +20,11 @@ pub(crate) struct StageCounters {
     pub records: AtomicU64,
     pub bytes: AtomicU64,
     pub busy_ns: AtomicU64,
-    /// Readers: waiting for acknowledgements or tasks. Shuffle: waiting for chunks.
+    /// Readers: waiting for acknowledgements or tasks. Shuffle: waiting for
+    /// chunks. Batch maker: waiting for batches to make.
     pub idle_ns: AtomicU64,
-    /// Shuffle: waiting for the feed queue to take a batch.
+    /// Shuffle: waiting for the batch maker to take a batch's rows. Batch
+    /// maker: waiting for the feed queue to take a batch.
     pub blocked_ns: AtomicU64,
 }
 
@@ -86,6 +88,11 @@ pub(crate) struct Counters {
     pub readers: StageCounters,
     pub reader_count: u64,
     pub shuffle: StageCounters,
+    /// The batch maker; its busy time is its workers' (or, without
+    /// transform workers, its own thread's).
+    pub maker: StageCounters,
+    /// The batch maker's workers (1 without transform workers: its thread).
+    pub maker_workers: AtomicU64,
     pub batches: AtomicU64,
     pub first_batch_ns: AtomicU64,
     /// The feed queue's depth (the queue samples it).
@@ -119,6 +126,8 @@ impl Counters {
             readers: StageCounters::default(),
             reader_count: readers as u64,
             shuffle: StageCounters::default(),
+            maker: StageCounters::default(),
+            maker_workers: AtomicU64::new(1),
             batches: AtomicU64::new(0),
             first_batch_ns: AtomicU64::new(0),
             queue,
@@ -262,11 +271,13 @@ impl Stats {
             readers: s(&i.readers, readers),
             readers_count: i.reader_count,
             shuffle_batch: s(&i.shuffle, 1.0),
+            batch_maker: s(&i.maker, i.maker_workers.load(Relaxed).max(1) as f64),
             batches: i.batches.load(Relaxed),
             feed_queue_mean_depth: i.queue.mean(),
             feed_queue_depth: i.queue.now(),
             feed_queue_capacity: i.queue.capacity(),
-            shuffle_waiting_peak: i.waiting_peak.load(Relaxed),
+            made_waiting_peak: i.waiting_peak.load(Relaxed),
+            batch_maker_workers: i.maker_workers.load(Relaxed),
             devices,
             passes_done: i.passes_done.load(Relaxed),
             first_batch_s: match i.first_batch_ns.load(Relaxed) {
@@ -335,8 +346,10 @@ pub enum Bottleneck {
     Devices,
     /// Reading and decoding files.
     Readers,
-    /// Shuffling and collating batches.
-    ShuffleCollate,
+    /// Taking chunks into the shuffle pool and drawing batches.
+    Shuffle,
+    /// Making batches: the transform workers, collation.
+    BatchMaker,
     /// Handing batches over (queue too small, or consumers pop too slowly
     /// while the loader is idle).
     FeedQueue,
@@ -347,7 +360,8 @@ impl std::fmt::Display for Bottleneck {
         f.write_str(match self {
             Bottleneck::Devices => "devices",
             Bottleneck::Readers => "readers",
-            Bottleneck::ShuffleCollate => "shuffle/collate",
+            Bottleneck::Shuffle => "shuffle",
+            Bottleneck::BatchMaker => "batch maker",
             Bottleneck::FeedQueue => "feed queue",
         })
     }
@@ -362,8 +376,12 @@ pub struct StatsSnapshot {
     pub readers: StageSnapshot,
     /// Number of readers.
     pub readers_count: u64,
-    /// The shuffle-batch stage.
+    /// The shuffle stage: chunks into the pool, batches drawn (`blocked`:
+    /// waiting for the batch maker to take them).
     pub shuffle_batch: StageSnapshot,
+    /// The batch maker: transforms and collation (`busy` per transform
+    /// worker; `blocked`: waiting for room in the feed queue).
+    pub batch_maker: StageSnapshot,
     /// Batches made.
     pub batches: u64,
     /// Mean number of items in the feed queue, sampled at every push and pop.
@@ -372,10 +390,13 @@ pub struct StatsSnapshot {
     pub feed_queue_depth: u64,
     /// Feed queue capacity (per lane).
     pub feed_queue_capacity: u64,
-    /// The most collated batches the shuffle stage held at once waiting for
-    /// room in the feed queue: at most a capacity per lane (the stated
-    /// memory bound's "one queue more").
-    pub shuffle_waiting_peak: u64,
+    /// The most batches the batch maker held at once — made or being made,
+    /// not yet in the feed queue: at most
+    /// [`in_flight_batches`](crate::PipelineConfig::in_flight_batches).
+    pub made_waiting_peak: u64,
+    /// The batch maker's transform workers (1 without an instance map:
+    /// batches are collated on its own thread).
+    pub batch_maker_workers: u64,
     /// Per device.
     pub devices: Vec<DeviceSnapshot>,
     /// Passes completed.
@@ -427,17 +448,20 @@ impl StatsSnapshot {
         }
         let r = self.readers.busy;
         let s = self.shuffle_batch.busy;
+        let m = self.batch_maker.busy;
         let full = self.feed_queue_mean_depth >= 0.5 * self.feed_queue_capacity as f64;
-        if full && self.shuffle_batch.blocked > 0.5 {
+        if full && self.batch_maker.blocked > 0.5 {
             // The loader is ahead and waits for the consumers to take batches.
             Bottleneck::Devices
-        } else if r < 0.5 && s < 0.5 && self.shuffle_batch.blocked > 0.5 {
+        } else if r < 0.5 && s < 0.5 && m < 0.5 && self.batch_maker.blocked > 0.5 {
             // Nobody busy, queue not full: the hand-off itself limits.
             Bottleneck::FeedQueue
-        } else if r >= s {
+        } else if r >= s && r >= m {
             Bottleneck::Readers
+        } else if m >= s {
+            Bottleneck::BatchMaker
         } else {
-            Bottleneck::ShuffleCollate
+            Bottleneck::Shuffle
         }
     }
 
@@ -446,13 +470,14 @@ impl StatsSnapshot {
         let wait: f64 = self.devices.iter().map(|d| d.waiting_fraction).sum::<f64>()
             / self.devices.len().max(1) as f64;
         format!(
-            "{} records ({:.0}/s), {} batches, readers busy {:.0}%, shuffle/collate busy {:.0}% blocked {:.0}%, feed queue depth {:.1}/{}, devices waiting {:.1}%, bottleneck: {}",
+            "{} records ({:.0}/s), {} batches, readers busy {:.0}%, shuffle busy {:.0}%, batch making busy {:.0}% blocked {:.0}%, feed queue depth {:.1}/{}, devices waiting {:.1}%, bottleneck: {}",
             self.readers.records,
             self.readers.records_per_s,
             self.batches,
             self.readers.busy * 100.0,
             self.shuffle_batch.busy * 100.0,
-            self.shuffle_batch.blocked * 100.0,
+            self.batch_maker.busy * 100.0,
+            self.batch_maker.blocked * 100.0,
             self.feed_queue_mean_depth,
             self.feed_queue_capacity,
             wait * 100.0,

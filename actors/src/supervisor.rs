@@ -17,7 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures::channel::oneshot;
 
-use crate::config::{PipelineConfig, StallPolicy};
+use crate::config::StallPolicy;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
@@ -25,6 +25,7 @@ use crate::messages::{
     TrainerDone,
 };
 use crate::recorder::SupervisorRecorder;
+use crate::settings::SupervisorSettings;
 use crate::stats::Stats;
 use crate::watch::ReaderWatch;
 
@@ -52,7 +53,7 @@ pub(crate) type ReaderFactory = Box<dyn FnMut(usize, ReaderThread) -> ReaderHand
 pub(crate) struct SupervisorLinks {
     /// Failed files go back to the file queue.
     pub requeue: Recipient<Requeue>,
-    /// The producers: the file queue and the shuffle stage.
+    /// The producers: the file queue, the shuffle stage, the batch maker.
     pub producers: Vec<Recipient<Shutdown>>,
     /// The feed queue's lanes, failed when the pipeline fails.
     pub queue: BatchQueue,
@@ -62,7 +63,7 @@ pub(crate) struct SupervisorLinks {
 
 /// The supervisor actor.
 pub(crate) struct Supervisor {
-    config: Arc<PipelineConfig>,
+    settings: SupervisorSettings,
     recorder: SupervisorRecorder,
     stats: Stats,
     links: Option<SupervisorLinks>,
@@ -81,7 +82,7 @@ impl Supervisor {
     /// starts) and `trainers` trainers; `done` hears how the pipeline ended.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        config: Arc<PipelineConfig>,
+        settings: SupervisorSettings,
         recorder: SupervisorRecorder,
         stats: Stats,
         links: SupervisorLinks,
@@ -92,7 +93,7 @@ impl Supervisor {
         guard: StageGuard,
     ) -> Self {
         Supervisor {
-            config,
+            settings,
             recorder,
             stats,
             links: Some(links),
@@ -113,7 +114,7 @@ impl Supervisor {
     /// Find readers inside one open or read for longer than the stall
     /// timeout; fence each, and retry its file on a fresh reader or fail.
     fn watchdog(&mut self) {
-        let Some(timeout) = self.config.stall_timeout else {
+        let Some(timeout) = self.settings.stall_timeout else {
             return;
         };
         if self.failed {
@@ -147,9 +148,9 @@ impl Supervisor {
                 record,
                 stuck,
             };
-            match (self.config.on_stall, task) {
+            match (self.settings.on_stall, task) {
                 (StallPolicy::Retry, Some(mut t))
-                    if t.attempts + 1 < self.config.max_attempts.max(1) =>
+                    if t.attempts + 1 < self.settings.max_attempts.max(1) =>
                 {
                     t.attempts += 1;
                     if let Some(l) = &self.links {
@@ -218,7 +219,7 @@ impl Supervisor {
             return;
         }
         self.recorder.reader_restarted();
-        if msg.task.attempts >= self.config.max_attempts {
+        if msg.task.attempts >= self.settings.max_attempts {
             self.fail(msg.error);
             return;
         }
@@ -243,8 +244,7 @@ impl Supervisor {
             msg.batches,
             self.stats.snapshot().summary_line()
         );
-        let first = self.config.resume.as_ref().map_or(0, |r| r.first_pass());
-        if done >= self.config.passes.saturating_sub(first) {
+        if done >= self.settings.passes_to_run {
             // Readers have nothing more to do.
             self.stop_readers();
         }
@@ -296,7 +296,7 @@ impl Actor for Supervisor {
             for id in 0..me.readers.len() {
                 me.start_reader(id, ReaderThread::Same);
             }
-            if let Some(t) = me.config.stall_timeout {
+            if let Some(t) = me.settings.stall_timeout {
                 let every = (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
                 ctx.run_interval(every, |act, ctx| {
                     guarded(act, ctx, "the stall watchdog", |act, _| act.watchdog());

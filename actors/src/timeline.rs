@@ -28,8 +28,10 @@ pub struct TimelineSample {
     pub queue_capacity: u64,
     /// Readers' busy fraction (per reader) over the interval.
     pub readers_busy: f64,
-    /// Shuffle/collate busy fraction over the interval.
+    /// The shuffle stage's busy fraction over the interval.
     pub shuffle_busy: f64,
+    /// The batch maker's busy fraction (per transform worker) over the interval.
+    pub maker_busy: f64,
     /// Records read per second over the interval.
     pub records_per_s: f64,
 }
@@ -119,6 +121,8 @@ fn interval_sample(a: &StatsSnapshot, b: &StatsSnapshot) -> TimelineSample {
             .clamp(0.0, 1.0),
         shuffle_busy: ((b.shuffle_batch.busy * b.elapsed_s - a.shuffle_batch.busy * a.elapsed_s)
             / dt)
+            .clamp(0.0, 1.0),
+        maker_busy: ((b.batch_maker.busy * b.elapsed_s - a.batch_maker.busy * a.elapsed_s) / dt)
             .clamp(0.0, 1.0),
         records_per_s: (b.readers.records.saturating_sub(a.readers.records)) as f64 / dt,
     }

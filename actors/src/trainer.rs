@@ -13,8 +13,8 @@ use feedline::feed_queue::PopNow;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchQueue, Delivered, Popped, Take, TrainerDone};
+use crate::progress::SharedProgress;
 use crate::recorder::DeviceClock;
-use crate::resume::SharedProgress;
 
 /// A device's training step: what a trainer does with each batch.
 pub trait TrainStep: Send + Unpin + 'static {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use common::{ids, synth_registry, Fault, SynthFormat};
 use feedline_actors::{
     BatchPolicy, Delivered, ErrorPolicy, FaultPlan, FeedMode, FileSet, Loader, Pipeline,
-    PipelineConfig, PipelineError, Popped, StallPolicy, TrainStep,
+    PipelineConfig, PipelineError, Popped, StallPolicy, StartOptions, TrainStep,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -109,7 +109,7 @@ fn schedule(seed: u64) -> Schedule {
     }
     let mut stage_faults = Vec::new();
     if r.gen_bool(0.4) {
-        let points: [(&str, &str); 9] = [
+        let points: [(&str, &str); 12] = [
             ("file queue", "StartPasses"),
             ("file queue", "FileDone"),
             ("file queue", "ReaderIdle"),
@@ -117,7 +117,10 @@ fn schedule(seed: u64) -> Schedule {
             ("reader", "ChunkAck"),
             ("shuffle stage", "ChunkMsg"),
             ("shuffle stage", "Ended"),
-            ("shuffle stage", "room in the feed queue"),
+            ("shuffle stage", "room in the order queue"),
+            ("batch maker", "an order"),
+            ("batch maker", "Made"),
+            ("batch maker", "room in the feed queue"),
             ("supervisor", "PassFlushed"),
         ];
         let (stage, handling) = points[r.gen_range(0..points.len())];
@@ -158,7 +161,7 @@ impl Schedule {
         s.build()
     }
 
-    fn config(&self, faults: &FaultPlan, cost_calls: &Arc<AtomicU64>) -> PipelineConfig {
+    fn config(&self, cost_calls: &Arc<AtomicU64>) -> PipelineConfig {
         let synth = self.synth();
         let specs = synth.specs();
         let (files, sets) = if self.sets {
@@ -213,7 +216,6 @@ impl Schedule {
             capacity: self.capacity,
             stall_timeout: Some(Duration::from_millis(100)),
             on_stall: StallPolicy::Retry,
-            faults: faults.clone(),
             ..PipelineConfig::default()
         }
     }
@@ -260,8 +262,12 @@ type Batches = Vec<(u64, Vec<i64>)>;
 /// What a run delivered, and how it ended.
 type Run = (Batches, Option<PipelineError>);
 
-fn run_merged(config: PipelineConfig, drop_after: Option<usize>) -> Run {
-    let mut loader = match Loader::builder().config(config).build() {
+fn run_merged(config: PipelineConfig, faults: FaultPlan, drop_after: Option<usize>) -> Run {
+    let mut loader = match Loader::builder()
+        .config(config)
+        .inject_faults(faults)
+        .build()
+    {
         Ok(l) => l,
         Err(e) => return (Vec::new(), Some(e)),
     };
@@ -280,8 +286,12 @@ fn run_merged(config: PipelineConfig, drop_after: Option<usize>) -> Run {
     }
 }
 
-fn run_devices(config: PipelineConfig, devices: usize) -> Run {
-    let loader = match Loader::builder().config(config).build() {
+fn run_devices(config: PipelineConfig, faults: FaultPlan, devices: usize) -> Run {
+    let loader = match Loader::builder()
+        .config(config)
+        .inject_faults(faults)
+        .build()
+    {
         Ok(l) => l,
         Err(e) => return (Vec::new(), Some(e)),
     };
@@ -339,7 +349,12 @@ impl TrainStep for Recording {
     }
 }
 
-fn run_trainers(config: PipelineConfig, devices: usize, hook: Option<HookFault>) -> Run {
+fn run_trainers(
+    config: PipelineConfig,
+    faults: FaultPlan,
+    devices: usize,
+    hook: Option<HookFault>,
+) -> Run {
     let got = Arc::new(Mutex::new(Vec::new()));
     let steps: Vec<Recording> = (0..devices)
         .map(|_| Recording {
@@ -348,7 +363,11 @@ fn run_trainers(config: PipelineConfig, devices: usize, hook: Option<HookFault>)
         })
         .collect();
     let result = actix::System::new().block_on(async move {
-        let mut p = match Pipeline::start_with_trainers(config, steps) {
+        let options = StartOptions {
+            faults,
+            ..StartOptions::default()
+        };
+        let mut p = match Pipeline::start_with(config, options, steps) {
             Ok(p) => p,
             Err(e) => return Err(e),
         };
@@ -377,11 +396,11 @@ fn check(seed: u64) {
         f.panic_at(stage, handling, *after)
     });
     let cost_calls = Arc::new(AtomicU64::new(0));
-    let config = s.config(&faults, &cost_calls);
+    let config = s.config(&cost_calls);
     let (got, error) = match s.consumer {
-        Consumer::Merged { drop_after } => run_merged(config, drop_after),
-        Consumer::Devices => run_devices(config, s.devices),
-        Consumer::Trainers => run_trainers(config, s.devices, s.hook),
+        Consumer::Merged { drop_after } => run_merged(config, faults.clone(), drop_after),
+        Consumer::Devices => run_devices(config, faults.clone(), s.devices),
+        Consumer::Trainers => run_trainers(config, faults.clone(), s.devices, s.hook),
     };
     let ctx = || format!("seed {seed}: {s:?}");
     // Never a doubled instance, error or not.

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 /// Stage → stage imports allowed, with why (see the module docs).
 const ALLOWED: [(&str, &str); 1] = [("loader", "push")];
 
-const STAGES: [&str; 8] = [
+const STAGES: [&str; 9] = [
     "file_queue",
     "prefetch_reader",
     "shuffle_batch",
+    "batch_maker",
     "feed_queue",
     "trainer",
     "supervisor",
@@ -204,5 +205,56 @@ fn no_stage_file_imports_another_stage() {
             .filter(|d| STAGES.contains(&d.as_str()) || *d == "pipeline")
             .collect();
         assert!(bad.is_empty(), "{m} imports {bad:?}");
+    }
+}
+
+/// The text of a stage's files (its own file and its folder, if any),
+/// comments left out.
+fn stage_code(stage: &str) -> String {
+    let mut files = vec![src().join(format!("{stage}.rs"))];
+    let dir = src().join(stage);
+    if dir.is_dir() {
+        sources(&dir, &mut files);
+    }
+    files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .flat_map(|t| {
+            t.lines()
+                .map(|l| l.split("//").next().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_shuffle_stage_makes_no_batch() {
+    // Transforms, collation and the failed-instance policy are the batch
+    // maker's: the shuffle stage draws rows and hands them over.
+    let code = stage_code("shuffle_batch");
+    for name in ["BatchTransformer", "collate", "transform", "BadRecords"] {
+        assert!(!code.contains(name), "the shuffle stage names {name}");
+    }
+    let maker = stage_code("batch_maker");
+    for name in ["BatchTransformer", "collate_rows", "BadRecords"] {
+        assert!(maker.contains(name), "the batch maker does not name {name}");
+    }
+}
+
+#[test]
+fn no_actor_reads_the_pipeline_settings_whole() {
+    // Each actor's constructor takes its own settings (`settings.rs`), and
+    // a resume's part (`resume_plan.rs`): never the whole config.
+    for stage in STAGES.iter().filter(|s| **s != "loader") {
+        let code = stage_code(stage);
+        assert!(
+            !code.contains("PipelineConfig"),
+            "{stage} names PipelineConfig"
+        );
+        assert!(
+            !code.contains("ResumePlan"),
+            "{stage} names the whole ResumePlan"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{ids, sample, synth_loader, synth_registry, SynthFormat};
 use feedline_actors::{
     BatchPolicy, Delivered, FaultPlan, Loader, Pipeline, PipelineConfig, PipelineError, Pop,
-    Popped, TrainStep,
+    Popped, SimulatedDevice, StartOptions, TrainStep,
 };
 
 /// The hang detector.
@@ -121,7 +121,15 @@ fn a_panicking_cost_function_fails_the_pipeline() {
         .unwrap();
     let (delivered, error) = drain(loader);
     let e = error.expect("an error");
-    assert_panicked(&e, "shuffle stage", "ChunkMsg");
+    // The shuffle stage draws as a chunk comes, or as the batch maker
+    // makes room for more orders: which one reaches the 100th cost is the
+    // timing's choice.
+    match &e {
+        PipelineError::Panicked { handling, .. } if handling.starts_with("room") => {
+            assert_panicked(&e, "shuffle stage", "room in the order queue")
+        }
+        _ => assert_panicked(&e, "shuffle stage", "ChunkMsg"),
+    }
     assert!(e.to_string().contains("cost of a bad instance"), "{e}");
     assert!(delivered < 255);
 }
@@ -234,12 +242,13 @@ fn a_panicking_train_step_or_hook_fails_the_pipeline_and_stalls_no_device() {
 #[test]
 fn a_panic_in_the_feed_queue_actor_answers_every_pop() {
     let faults = FaultPlan::new().panic_at("feed queue", "Pop", 3);
-    let config = PipelineConfig {
-        faults: faults.clone(),
-        ..config(1, false)
-    };
+    let config = config(1, false);
     let r = bounded(async move {
-        let mut p = Pipeline::start(config).unwrap();
+        let options = StartOptions {
+            faults,
+            ..StartOptions::default()
+        };
+        let mut p = Pipeline::start_with::<SimulatedDevice>(config, options, Vec::new()).unwrap();
         let feed = p.feed();
         let mut answers = Vec::new();
         loop {
@@ -270,18 +279,19 @@ fn a_panic_in_the_feed_queue_actor_answers_every_pop() {
 #[test]
 fn a_panicking_supervisor_fails_the_lanes_and_finished() {
     let faults = FaultPlan::new().panic_at("supervisor", "PassFlushed", 0);
-    let config = PipelineConfig {
-        faults: faults.clone(),
-        ..config(2, true)
-    };
+    let config = config(2, true);
     let steps: Vec<Faulty> = (0..2)
         .map(|_| Faulty {
             bad: Some(9),
             when: When::EndOfData,
         })
         .collect();
+    let options = StartOptions {
+        faults: faults.clone(),
+        ..StartOptions::default()
+    };
     let r = bounded(async move {
-        let mut p = Pipeline::start_with_trainers(config, steps).unwrap();
+        let mut p = Pipeline::start_with(config, options, steps).unwrap();
         let r = p.finished().await;
         p.join();
         r

@@ -180,7 +180,12 @@ where
             RGBColor(120, 120, 120),
             |s| 100.0 * s.readers_busy,
         ),
-        stage("shuffle/collate busy %", BLACK, |s| 100.0 * s.shuffle_busy),
+        stage("shuffle busy %", BLACK, |s| 100.0 * s.shuffle_busy),
+        stage(
+            "batch maker busy % (per worker)",
+            RGBColor(60, 60, 200),
+            |s| 100.0 * s.maker_busy,
+        ),
     ] {
         let e = LegendEntry::new(name, color, 1, true);
         chart.draw_series(DashedLineSeries::new(

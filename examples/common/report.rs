@@ -43,11 +43,19 @@ pub fn print_report(s: &StatsSnapshot, steps: &[Duration]) {
         "-"
     );
     println!(
-        "shuffle/collate {:>10.0} {:>8.1} {:>8.1} {:>11.1}",
+        "shuffle          {:>10.0} {:>8.1} {:>8.1} {:>11.1}",
         s.shuffle_batch.records_per_s,
         100.0 * s.shuffle_batch.busy,
         100.0 * s.shuffle_batch.idle,
         100.0 * s.shuffle_batch.blocked
+    );
+    println!(
+        "batch maker (×{}) {:>9.0} {:>8.1} {:>8.1} {:>11.1}",
+        s.batch_maker_workers,
+        s.batch_maker.records_per_s,
+        100.0 * s.batch_maker.busy,
+        100.0 * s.batch_maker.idle,
+        100.0 * s.batch_maker.blocked
     );
     println!(
         "feed queue       mean depth {:.2} of {} (0: devices starved; full: loader ahead)",

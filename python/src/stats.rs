@@ -43,6 +43,10 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     let stages = PyDict::new(py);
     stages.set_item("readers", stage(py, &s.readers, s.readers_count)?)?;
     stages.set_item("shuffle_batch", stage(py, &s.shuffle_batch, 1)?)?;
+    stages.set_item(
+        "batch_maker",
+        stage(py, &s.batch_maker, s.batch_maker_workers)?,
+    )?;
     let (busy, wait) = s
         .devices
         .iter()

@@ -165,8 +165,8 @@ def test_stats_are_a_dict_of_sane_numbers(tmp_path):
     assert s["bytes"] >= 400 * (4 * 4 + 8)
     assert s["records_per_s"] > 0 and s["elapsed_s"] > 0
     assert s["passes_done"] == 2 and s["bad_records"] == 0
-    assert s["bottleneck"] in {"devices", "readers", "shuffle/collate", "feed queue"}
-    assert set(s["stages"]) == {"readers", "shuffle_batch", "consumer"}
+    assert s["bottleneck"] in {"devices", "readers", "shuffle", "batch maker", "feed queue"}
+    assert set(s["stages"]) == {"readers", "shuffle_batch", "batch_maker", "consumer"}
     for name, st in s["stages"].items():
         for k in ("busy", "idle"):
             assert 0.0 <= st[k] <= 1.0 + 1e-6, (name, k, st[k])

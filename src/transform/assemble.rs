@@ -1,4 +1,4 @@
-//! [`BatchTransformer`]: makes a batch from drawn rows through the instance
+//! [`BatchTransformer`]: makes batches from drawn rows through the instance
 //! map, on a pool of transform workers of its own, then the batch map.
 //!
 //! - Each row's map gets its [`TransformCtx`] (RNG from seed, pass, source
@@ -9,18 +9,27 @@
 //!   type or shape is an error naming the instance's file, record and field,
 //!   the expected and the actual).
 //! - When every output field has a fixed shape, the batch's buffers are
-//!   allocated first and each worker writes its rows straight into them
+//!   allocated first and each row is written straight into them
 //!   ([`InstanceMap::map_into`], or a copy of [`InstanceMap::map`]'s output);
 //!   otherwise the outputs are collated as instances.
 //! - An error or a panic in the map is that row's failure, with its
 //!   provenance; the batch holds the other rows, in order (the failed rows'
 //!   places closed up). The caller's error policy decides what a failure does.
+//! - **Batches in flight.** [`BatchTransformer::spawn`] hands a batch to the
+//!   workers and returns: each of its rows is a task of its own, and the
+//!   worker that finishes a batch's last row assembles the batch and hands
+//!   it on. Nobody waits for a batch: with several in flight, a worker done
+//!   with one batch's rows takes the next batch's (the oldest first), so no
+//!   worker idles at a batch's slowest row. Dropping the transformer stops
+//!   the batches in flight (rows not yet started fail fast) and waits for
+//!   them, then for the workers.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
-use rayon::prelude::*;
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::workers::Workers;
 use super::{BatchMap, InstanceMap, OutRow, Row, SlotMut, TransformCtx, Transforms};
@@ -42,20 +51,72 @@ pub struct Transformed {
     pub batch: Batch,
     /// Each failed row's error (with its provenance), in batch order.
     pub failed: Vec<Error>,
+    /// The time the instance map took on the rows, all workers together
+    /// (zero without an instance map).
+    pub busy: Duration,
 }
 
 /// The instance map on its worker pool, the output schema, the batch map.
 pub struct BatchTransformer {
+    core: Arc<Core>,
+    pool: Option<Workers>,
+    /// Batches handed to the workers ([`spawn`](Self::spawn)) and not made yet.
+    in_flight: Arc<InFlight>,
+}
+
+/// What making a batch needs, shared with the batches in flight (the
+/// workers are not in it: they are dropped by the transformer's owner,
+/// never on a worker).
+struct Core {
     map: Option<Arc<dyn InstanceMap>>,
     batch_map: Option<BatchMap>,
-    pool: Option<Workers>,
     seed: u64,
     input: Schema,
     output: RwLock<Option<Schema>>,
     /// Where the output schema was inferred from (`None`: declared, or not
     /// known yet).
     inferred_from: RwLock<Option<String>>,
+    /// The owner is gone: rows not started fail fast.
+    stopping: AtomicBool,
 }
+
+/// How long dropping the transformer waits for the batches in flight.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// A count of batches in flight, waited for to reach 0.
+#[derive(Default)]
+struct InFlight {
+    count: Mutex<usize>,
+    zero: Condvar,
+}
+
+impl InFlight {
+    fn begin(&self) {
+        *self.count.lock() += 1;
+    }
+
+    fn end(&self) {
+        let mut n = self.count.lock();
+        *n -= 1;
+        if *n == 0 {
+            self.zero.notify_all();
+        }
+    }
+
+    /// Wait until none is in flight or `deadline`; true if none is.
+    fn wait_none(&self, deadline: Instant) -> bool {
+        let mut n = self.count.lock();
+        while *n > 0 {
+            if self.zero.wait_until(&mut n, deadline).timed_out() {
+                return *n == 0;
+            }
+        }
+        true
+    }
+}
+
+/// Where a made batch goes.
+type Done = Box<dyn FnOnce(Result<Transformed>) + Send>;
 
 /// One fixed-shape output field's buffer, `rows × unit` elements
 /// ([`DATA_ALIGN`](crate::DATA_ALIGN)-aligned, as collation's).
@@ -100,27 +161,21 @@ impl Buffer {
         }
     }
 
-    /// The buffer cut into `rows` slots of `unit` elements.
-    fn slots(&mut self, rows: usize, unit: usize) -> Vec<SlotMut<'_>> {
-        fn cut<'a, T>(
-            v: &'a mut [T],
-            rows: usize,
-            unit: usize,
-            f: fn(&'a mut [T]) -> SlotMut<'a>,
-        ) -> Vec<SlotMut<'a>> {
-            if unit == 0 {
-                return (0..rows).map(|_| f(&mut [])).collect();
-            }
-            v.chunks_exact_mut(unit).map(f).collect()
+    /// Where the elements start, for rows written from several threads
+    /// ([`RawBuffer::row`]); taken while the buffer is held alone.
+    fn raw(&mut self) -> RawBuffer {
+        fn base<T>(v: &mut [T]) -> *mut () {
+            v.as_mut_ptr().cast()
         }
-        match self {
-            Buffer::F32(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::F32),
-            Buffer::F64(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::F64),
-            Buffer::I64(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::I64),
-            Buffer::I32(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::I32),
-            Buffer::U8(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::U8),
-            Buffer::Bool(v) => cut(v.as_mut_slice(), rows, unit, SlotMut::Bool),
-        }
+        let (dtype, ptr) = match self {
+            Buffer::F32(v) => (DType::F32, base(v.as_mut_slice())),
+            Buffer::F64(v) => (DType::F64, base(v.as_mut_slice())),
+            Buffer::I64(v) => (DType::I64, base(v.as_mut_slice())),
+            Buffer::I32(v) => (DType::I32, base(v.as_mut_slice())),
+            Buffer::U8(v) => (DType::U8, base(v.as_mut_slice())),
+            Buffer::Bool(v) => (DType::Bool, base(v.as_mut_slice())),
+        };
+        RawBuffer { dtype, ptr }
     }
 
     /// Keep only rows `keep` (ascending), moved up in order.
@@ -145,6 +200,40 @@ impl Buffer {
             Buffer::U8(v) => Array::U8(v.into_array(&shape).map_err(bad)?),
             Buffer::Bool(v) => Array::Bool(v.into_array(&shape).map_err(bad)?),
         })
+    }
+}
+
+/// A buffer's elements by address, for rows written by tasks of their own:
+/// each task makes the slot of its own row only ([`RawBuffer::row`]).
+#[derive(Clone, Copy)]
+struct RawBuffer {
+    dtype: DType,
+    ptr: *mut (),
+}
+
+impl RawBuffer {
+    /// Row `row`'s slot of `unit` elements.
+    ///
+    /// # Safety
+    ///
+    /// The buffer holds at least `(row + 1) × unit` elements and outlives
+    /// the slot, and no other slot of the same row exists at the same time.
+    unsafe fn row<'a>(self, row: usize, unit: usize) -> SlotMut<'a> {
+        unsafe fn part<'a, T>(ptr: *mut (), row: usize, unit: usize) -> &'a mut [T] {
+            if unit == 0 {
+                return &mut [];
+            }
+            std::slice::from_raw_parts_mut(ptr.cast::<T>().add(row * unit), unit)
+        }
+        match self.dtype {
+            DType::F32 => SlotMut::F32(part(self.ptr, row, unit)),
+            DType::F64 => SlotMut::F64(part(self.ptr, row, unit)),
+            DType::I64 => SlotMut::I64(part(self.ptr, row, unit)),
+            DType::I32 => SlotMut::I32(part(self.ptr, row, unit)),
+            DType::U8 => SlotMut::U8(part(self.ptr, row, unit)),
+            DType::Bool => SlotMut::Bool(part(self.ptr, row, unit)),
+            DType::Bytes => unreachable!("bytes outputs are collated as instances"),
+        }
     }
 }
 
@@ -197,6 +286,199 @@ fn conform(sample: Sample, origin: Origin, schema: &Schema) -> Result<Instance> 
     Instance::from_record(&sample.into_record(origin.location()), schema)
 }
 
+/// One batch on its way: each row a task of its own; the task that
+/// finishes the last row assembles the batch.
+struct Assembly {
+    core: Arc<Core>,
+    rows: Vec<RowRef>,
+    pass: u64,
+    /// The map's name, for errors.
+    name: String,
+    target: Target,
+    /// Rows not finished yet.
+    remaining: AtomicUsize,
+    /// The map's time on the rows so far, ns.
+    busy_ns: AtomicU64,
+    done: Mutex<Option<Done>>,
+    in_flight: Arc<InFlight>,
+}
+
+/// Where a batch's rows go.
+enum Target {
+    /// Straight into the batch's buffers (every output field fixed).
+    InPlace {
+        schema: Schema,
+        /// Elements per row, per field.
+        units: Vec<usize>,
+        /// The buffers' elements by address (each row task writes its own row).
+        raw: Vec<RawBuffer>,
+        /// The buffers, touched again only by the task that assembles.
+        buffers: Mutex<Option<Vec<Buffer>>>,
+        /// Each row's outcome.
+        results: Vec<Mutex<Option<Result<()>>>>,
+    },
+    /// As owned samples, checked and collated at the end.
+    Samples(Vec<Mutex<Option<Result<Sample>>>>),
+}
+
+/// A finished row's outcome, taken out to assemble the batch.
+fn taken_once<T>(slot: &Mutex<Option<T>>) -> T {
+    slot.lock().take().expect("every row finished")
+}
+
+// SAFETY: the raw buffer addresses point into `buffers`' heap memory,
+// which the assembly owns and nobody touches through the buffers until
+// every row task is done; each row task makes the slots of its own row
+// only (disjoint), and the task that assembles sees every write (the
+// `remaining` count is decremented with acquire/release ordering).
+unsafe impl Send for Assembly {}
+unsafe impl Sync for Assembly {}
+
+impl Assembly {
+    /// Start making the batch of `rows` (on a worker of the pool): one task
+    /// per row, oldest batches first.
+    fn start(core: Arc<Core>, rows: Vec<RowRef>, pass: u64, done: Done, in_flight: Arc<InFlight>) {
+        let Some(map) = core.map.clone() else {
+            // A pool exists only with an instance map.
+            done(core.make_here(&rows));
+            return in_flight.end();
+        };
+        let n = rows.len();
+        let target = match core.output_schema() {
+            Some(schema) if all_fixed(&schema) => {
+                let units: Vec<usize> = schema.fields().iter().map(|f| f.unit_elements()).collect();
+                let mut buffers: Vec<Buffer> = (schema.fields().iter().zip(&units))
+                    .map(|(f, &u)| Buffer::new(f.dtype, n * u))
+                    .collect();
+                let raw = buffers.iter_mut().map(Buffer::raw).collect();
+                Target::InPlace {
+                    schema,
+                    units,
+                    raw,
+                    buffers: Mutex::new(Some(buffers)),
+                    results: (0..n).map(|_| Mutex::new(None)).collect(),
+                }
+            }
+            _ => Target::Samples((0..n).map(|_| Mutex::new(None)).collect()),
+        };
+        let asm = Arc::new(Assembly {
+            core,
+            rows,
+            pass,
+            name: map.name(),
+            target,
+            remaining: AtomicUsize::new(n),
+            busy_ns: AtomicU64::new(0),
+            done: Mutex::new(Some(done)),
+            in_flight,
+        });
+        if n == 0 {
+            return asm.finish();
+        }
+        for i in 0..n {
+            let a = asm.clone();
+            rayon::spawn_fifo(move || a.row(i));
+        }
+    }
+
+    /// Row `i`'s task.
+    fn row(self: Arc<Self>, i: usize) {
+        let t0 = Instant::now();
+        let map = self.core.map.as_deref().expect("an instance map");
+        let r = &self.rows[i];
+        // A panic outside the guarded map call is the row's failure too:
+        // rayon would abort the process, and the batch must still finish.
+        let panicked = |p: Box<dyn std::any::Any + Send>| Error::Transform {
+            location: r.origin().location(),
+            transform: self.name.clone(),
+            what: format!("panicked: {}", panic_message(&*p)),
+        };
+        match &self.target {
+            Target::InPlace {
+                schema,
+                units,
+                raw,
+                results,
+                ..
+            } => {
+                let made = catch_unwind(AssertUnwindSafe(|| {
+                    // SAFETY: row `i` is this task's alone; the buffers hold
+                    // `rows × unit` elements and live as long as `self`.
+                    let slots = (raw.iter().zip(units)).map(|(b, &u)| unsafe { b.row(i, u) });
+                    let mut out = OutRow::new(schema, slots.collect());
+                    (self.core).one_into(map, &self.name, r, self.pass, &mut out, schema)
+                }))
+                .unwrap_or_else(|p| Err(panicked(p)));
+                *results[i].lock() = Some(made);
+            }
+            Target::Samples(samples) => {
+                let made = catch_unwind(AssertUnwindSafe(|| {
+                    self.core.sample(map, &self.name, r, self.pass)
+                }))
+                .unwrap_or_else(|p| Err(panicked(p)));
+                *samples[i].lock() = Some(made);
+            }
+        }
+        let ns = t0.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.finish();
+        }
+    }
+
+    /// Every row is done: assemble the batch, hand it on.
+    fn finish(&self) {
+        let made = catch_unwind(AssertUnwindSafe(|| self.assemble())).unwrap_or_else(|p| {
+            Err(Error::Schema(format!(
+                "assembling the batch of {} rows{} panicked: {}",
+                self.rows.len(),
+                (self.rows.first())
+                    .map(|r| format!(" from {}", r.origin().location()))
+                    .unwrap_or_default(),
+                panic_message(&*p)
+            )))
+        });
+        if let Some(done) = self.done.lock().take() {
+            // What `done` does with the batch is the caller's; its panic
+            // must not reach rayon (which would abort the process).
+            let _ = catch_unwind(AssertUnwindSafe(|| done(made)));
+        }
+        self.in_flight.end();
+    }
+
+    fn assemble(&self) -> Result<Transformed> {
+        let busy = Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed));
+        let (batch, failed) = match &self.target {
+            Target::InPlace {
+                schema,
+                units,
+                buffers,
+                results,
+                ..
+            } => {
+                let buffers = buffers.lock().take().expect("assembled once");
+                let results = results.iter().map(taken_once);
+                self.core
+                    .in_place(schema, units, buffers, results, &self.rows)?
+            }
+            Target::Samples(samples) => {
+                let map = self.core.map.as_deref().expect("an instance map");
+                self.core
+                    .as_instances(map, samples.iter().map(taken_once), &self.rows)?
+            }
+        };
+        let batch = match &self.core.batch_map {
+            Some(f) => apply_batch_map(f, batch)?,
+            None => batch,
+        };
+        Ok(Transformed {
+            batch,
+            failed,
+            busy,
+        })
+    }
+}
+
 impl BatchTransformer {
     /// The transformer of `transforms` for rows of `input`, drawing
     /// per-instance RNGs from `seed`; `None` if there is neither an
@@ -219,25 +501,38 @@ impl BatchTransformer {
             None => None,
         };
         Ok(Some(BatchTransformer {
-            map: transforms.instance.clone(),
-            batch_map: transforms.batch.clone(),
+            core: Arc::new(Core {
+                map: transforms.instance.clone(),
+                batch_map: transforms.batch.clone(),
+                seed,
+                input: input.clone(),
+                output: RwLock::new(
+                    declared.or_else(|| transforms.instance.is_none().then(|| input.clone())),
+                ),
+                inferred_from: RwLock::new(None),
+                stopping: AtomicBool::new(false),
+            }),
             pool,
-            seed,
-            input: input.clone(),
-            output: RwLock::new(
-                declared.or_else(|| transforms.instance.is_none().then(|| input.clone())),
-            ),
-            inferred_from: RwLock::new(None),
+            in_flight: Arc::default(),
         }))
     }
 
     /// The schema of the batches: declared, or inferred once an instance has
     /// transformed (`None` before).
     pub fn output_schema(&self) -> Option<Schema> {
-        self.output.read().clone()
+        self.core.output_schema()
     }
 
-    /// Make the batch of `rows` (drawn in pass `pass`).
+    /// The transform workers (0 without an instance map: batches are then
+    /// made on the caller's thread).
+    pub fn workers(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or(0, |w| w.pool().current_num_threads())
+    }
+
+    /// Make the batch of `rows` (drawn in pass `pass`) while the caller
+    /// waits (from outside the workers).
     ///
     /// # Errors
     ///
@@ -245,82 +540,102 @@ impl BatchTransformer {
     /// the batch as a whole: collating it, the batch map, or a batch whose
     /// every row failed before any output schema was known.
     pub fn run(&self, rows: &[RowRef], pass: u64) -> Result<Transformed> {
-        let Transformed { batch, failed } = match (&self.map, &self.pool) {
-            (Some(map), Some(workers)) => {
-                self.transform(map.as_ref(), workers.pool(), rows, pass)?
-            }
-            _ => Transformed {
-                batch: collate_rows(&self.input, rows)?,
-                failed: Vec::new(),
-            },
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.spawn(rows.to_vec(), pass, move |made| {
+            let _ = tx.send(made);
+        });
+        rx.recv()
+            .unwrap_or_else(|_| Err(Error::Schema("the batch was dropped unmade".into())))
+    }
+
+    /// Make the batch of `rows` on the workers without waiting for it:
+    /// `done` gets what [`run`](Self::run) would return, on the worker that
+    /// finished the batch's last row (on this thread, without an instance
+    /// map). Each row is a task of its own, the oldest batch's first, so
+    /// batches handed over one after the other are made side by side.
+    pub fn spawn(
+        &self,
+        rows: Vec<RowRef>,
+        pass: u64,
+        done: impl FnOnce(Result<Transformed>) + Send + 'static,
+    ) {
+        let Some(workers) = &self.pool else {
+            return done(self.core.make_here(&rows));
         };
+        let (core, in_flight) = (self.core.clone(), self.in_flight.clone());
+        in_flight.begin();
+        workers
+            .pool()
+            .spawn_fifo(move || Assembly::start(core, rows, pass, Box::new(done), in_flight));
+    }
+}
+
+impl Drop for BatchTransformer {
+    /// Stop the batches in flight (rows not yet started fail fast) and wait
+    /// for them, then for the workers ([`Workers`]' own drop).
+    fn drop(&mut self) {
+        self.core.stopping.store(true, Ordering::Relaxed);
+        if !self.in_flight.wait_none(Instant::now() + STOP_GRACE) {
+            log::warn!(
+                "batches still being made {STOP_GRACE:?} after the pipeline stopped; their workers are left to end by themselves"
+            );
+        }
+    }
+}
+
+impl Core {
+    /// The batch of `rows` here and now: collated, then the batch map
+    /// (a transformer without an instance map).
+    fn make_here(&self, rows: &[RowRef]) -> Result<Transformed> {
+        let batch = collate_rows(&self.input, rows)?;
         let batch = match &self.batch_map {
             Some(f) => apply_batch_map(f, batch)?,
             None => batch,
         };
-        Ok(Transformed { batch, failed })
+        Ok(Transformed {
+            batch,
+            failed: Vec::new(),
+            busy: Duration::ZERO,
+        })
     }
 
-    fn transform(
-        &self,
-        map: &dyn InstanceMap,
-        pool: &rayon::ThreadPool,
-        rows: &[RowRef],
-        pass: u64,
-    ) -> Result<Transformed> {
-        match self.output_schema() {
-            Some(schema) if all_fixed(&schema) => self.in_place(map, pool, rows, pass, &schema),
-            _ => self.as_instances(map, pool, rows, pass),
+    fn output_schema(&self) -> Option<Schema> {
+        self.output.read().clone()
+    }
+
+    /// The pipeline stopped: `origin`'s row is not transformed.
+    fn stopped(&self, origin: Origin) -> Result<()> {
+        if !self.stopping.load(Ordering::Relaxed) {
+            return Ok(());
         }
+        Err(Error::Transform {
+            location: origin.location(),
+            transform: "making the batch".into(),
+            what: "the pipeline stopped".into(),
+        })
     }
 
-    /// Every row written straight into the batch's buffers.
+    /// The batch of the rows written into `buffers` (`results`: each row's
+    /// outcome, in order): the failed rows' places closed up.
     fn in_place(
         &self,
-        map: &dyn InstanceMap,
-        pool: &rayon::ThreadPool,
-        rows: &[RowRef],
-        pass: u64,
         schema: &Schema,
-    ) -> Result<Transformed> {
+        units: &[usize],
+        mut buffers: Vec<Buffer>,
+        results: impl Iterator<Item = Result<()>>,
+        rows: &[RowRef],
+    ) -> Result<(Batch, Vec<Error>)> {
         let n = rows.len();
-        let units: Vec<usize> = schema.fields().iter().map(|f| f.unit_elements()).collect();
-        let mut buffers: Vec<Buffer> = (schema.fields().iter().zip(&units))
-            .map(|(f, &u)| Buffer::new(f.dtype, n * u))
-            .collect();
-        let results: Vec<Result<()>> = {
-            let mut per_field: Vec<std::vec::IntoIter<SlotMut<'_>>> =
-                (buffers.iter_mut().zip(&units))
-                    .map(|(b, &u)| b.slots(n, u).into_iter())
-                    .collect();
-            let out_rows: Vec<OutRow<'_>> = (0..n)
-                .map(|_| {
-                    OutRow::new(
-                        schema,
-                        per_field
-                            .iter_mut()
-                            .map(|s| s.next().expect("a slot per row"))
-                            .collect(),
-                    )
-                })
-                .collect();
-            let name = map.name();
-            pool.install(|| {
-                (rows.par_iter().zip(out_rows.into_par_iter()))
-                    .map(|(r, mut out)| self.one_into(map, &name, r, pass, &mut out, schema))
-                    .collect()
-            })
-        };
         let mut failed = Vec::new();
         let mut keep = Vec::with_capacity(n);
-        for (i, r) in results.into_iter().enumerate() {
+        for (i, r) in results.enumerate() {
             match r {
                 Ok(()) => keep.push(i),
                 Err(e) => failed.push(e),
             }
         }
         if keep.len() < n {
-            for (b, &u) in buffers.iter_mut().zip(&units) {
+            for (b, &u) in buffers.iter_mut().zip(units) {
                 b.keep_rows(&keep, u);
             }
         }
@@ -335,10 +650,7 @@ impl BatchTransformer {
             })
             .collect::<Result<_>>()?;
         let origins = keep.iter().map(|&i| rows[i].origin()).collect();
-        Ok(Transformed {
-            batch: Batch::from_parts(schema, fields, origins)?,
-            failed,
-        })
+        Ok((Batch::from_parts(schema, fields, origins)?, failed))
     }
 
     /// One row into its slots: the map's own fast path, or its owned output
@@ -353,6 +665,7 @@ impl BatchTransformer {
         schema: &Schema,
     ) -> Result<()> {
         let origin = r.origin();
+        self.stopped(origin)?;
         let row = Row::new(&r.chunk, r.index);
         let mut ctx = TransformCtx::new(self.seed, pass, origin);
         let direct = guarded(name, origin, || {
@@ -384,25 +697,24 @@ impl BatchTransformer {
         Ok(())
     }
 
-    /// Every row mapped to owned values, checked, and collated.
+    /// One row's output as owned values.
+    fn sample(&self, map: &dyn InstanceMap, name: &str, r: &RowRef, pass: u64) -> Result<Sample> {
+        let origin = r.origin();
+        self.stopped(origin)?;
+        let row = Row::new(&r.chunk, r.index);
+        let mut ctx = TransformCtx::new(self.seed, pass, origin);
+        guarded(name, origin, || map.map(&row, &mut ctx))
+    }
+
+    /// The batch of the rows' owned outputs (`samples`, in order), each
+    /// checked against the output schema (inferred from the first if none
+    /// is known), and collated.
     fn as_instances(
         &self,
         map: &dyn InstanceMap,
-        pool: &rayon::ThreadPool,
+        samples: impl Iterator<Item = Result<Sample>>,
         rows: &[RowRef],
-        pass: u64,
-    ) -> Result<Transformed> {
-        let name = map.name();
-        let samples: Vec<Result<Sample>> = pool.install(|| {
-            rows.par_iter()
-                .map(|r| {
-                    let origin = r.origin();
-                    let row = Row::new(&r.chunk, r.index);
-                    let mut ctx = TransformCtx::new(self.seed, pass, origin);
-                    guarded(&name, origin, || map.map(&row, &mut ctx))
-                })
-                .collect()
-        });
+    ) -> Result<(Batch, Vec<Error>)> {
         let mut failed = Vec::new();
         let mut kept = Vec::with_capacity(rows.len());
         for (r, s) in rows.iter().zip(samples) {
@@ -434,10 +746,7 @@ impl BatchTransformer {
         for inst in &kept {
             chunk.push_instance(inst);
         }
-        Ok(Transformed {
-            batch: collate_chunks(&schema, [&chunk])?,
-            failed,
-        })
+        Ok((collate_chunks(&schema, [&chunk])?, failed))
     }
 
     /// The output schema, inferred from `sample` if none is known yet.

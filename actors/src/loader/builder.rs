@@ -14,9 +14,11 @@ use feedline::{Batch, Instance, Schema};
 use super::Loader;
 use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
+use crate::guard::FaultPlan;
 use crate::paths::IntoPaths;
+use crate::pipeline::StartOptions;
 use crate::push::FeedHandle;
-use crate::resume::ResumeFrom;
+use crate::resume_plan::ResumePlan;
 use feedline::checkpoint::Checkpoint;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
@@ -30,6 +32,8 @@ pub struct LoaderBuilder {
     ignore_env_shard: bool,
     /// Go on from these checkpoints (one, or every rank's of a job).
     resume: Vec<Checkpoint>,
+    /// Panics to inject (tests of the failure paths).
+    faults: FaultPlan,
 }
 
 macro_rules! setter {
@@ -187,6 +191,15 @@ impl LoaderBuilder {
         max_attempts: u32 => max_attempts;
     }
 
+    /// Batches the batch maker holds at most — being made side by side on
+    /// the transform workers, or made and not yet in the feed queue
+    /// (default: [`PipelineConfig::in_flight_batches`] decides); the batches
+    /// do not depend on it.
+    pub fn batches_in_flight(mut self, n: usize) -> Self {
+        self.config.batches_in_flight = Some(n);
+        self
+    }
+
     /// A format for every file (a name of the [registry](Self::registry):
     /// `"npy"`, `"jsonl"`, …), instead of choosing by extension or prefix.
     pub fn format(mut self, name: impl Into<String>) -> Self {
@@ -324,8 +337,8 @@ impl LoaderBuilder {
 
     /// Panics to inject into the stages' handlers (tests of the failure paths).
     #[doc(hidden)]
-    pub fn inject_faults(mut self, faults: crate::FaultPlan) -> Self {
-        self.config.faults = faults;
+    pub fn inject_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
         self
     }
 
@@ -348,7 +361,8 @@ impl LoaderBuilder {
                 "push mode: build it with build_with_feed() to get the FeedHandle".into(),
             ));
         }
-        Loader::start(self.finish()?)
+        let (config, options) = self.finish()?;
+        Loader::start(config, options)
     }
 
     /// A generator source (Paddle's reader creator): `creator` returns a
@@ -404,14 +418,16 @@ impl LoaderBuilder {
     /// It needs a [`schema`](Self::schema).
     pub fn build_with_feed(mut self) -> Result<(Loader, FeedHandle), PipelineError> {
         self.config.push.get_or_insert_with(|| "push".to_string());
-        let (loader, feed) = Loader::start_full(self.finish()?)?;
+        let (config, options) = self.finish()?;
+        let (loader, feed) = Loader::start_full(config, options)?;
         let feed = feed.ok_or_else(|| PipelineError::Config("no push source started".into()))?;
         Ok((loader, feed))
     }
 
     /// The settings with the shard from the environment (unless given or
-    /// opted out of) and the generator sources registered.
-    fn finish(self) -> Result<PipelineConfig, PipelineError> {
+    /// opted out of) and the generator sources registered, and what the
+    /// pipeline starts with (the resume made of the checkpoints given).
+    fn finish(self) -> Result<(PipelineConfig, StartOptions), PipelineError> {
         let mut config = self.config;
         if !self.shard_given && !self.ignore_env_shard {
             let var = |name: &str| std::env::var(name).ok();
@@ -431,10 +447,16 @@ impl LoaderBuilder {
         if !self.generators.is_empty() {
             Self::register_generators(&mut config, self.generators)?;
         }
-        if !self.resume.is_empty() {
-            config.resume = Some(Arc::new(ResumeFrom::new(&self.resume, &config)?));
-        }
-        Ok(config)
+        let resume = match self.resume.is_empty() {
+            true => None,
+            false => Some(Arc::new(ResumePlan::new(&self.resume, &config)?)),
+        };
+        let options = StartOptions {
+            resume,
+            faults: self.faults,
+            ..StartOptions::default()
+        };
+        Ok((config, options))
     }
 
     fn register_generators(

@@ -8,10 +8,10 @@
 //! ```text
 //!                 ┌─────────── Requeue ───────────┐
 //!                 ▼                               │
-//!  FileQueue ─(TaskQueues)─▶ PrefetchReader×N ─ChunkMsg─▶ ShuffleBatch ─(BatchQueue)─▶ Trainer×D / Loader / Pop
-//!      │   ◀─ReaderIdle, FileDone─┘  │ FileFailed              │ PassFlushed, PipelineFailed       │ TrainerDone
-//!      └──────PassEvent──────────────┼────────────────────────▶│                                    │
-//!                                    └──────────────▶ Supervisor ◀─────────────────────────────────┘
+//!  FileQueue ─(TaskQueues)─▶ PrefetchReader×N ─ChunkMsg─▶ ShuffleBatch ─(OrderQueue)─▶ BatchMaker ─(BatchQueue)─▶ Trainer×D / Loader / Pop
+//!      │   ◀─ReaderIdle, FileDone─┘  │ FileFailed              │ PassFlushed                        │ StreamQueued         │ TrainerDone
+//!      └──────PassEvent──────────────┼────────────────────────▶│                                    │                      │
+//!                                    └──────────────▶ Supervisor ◀──────────────────────────────────┴──────────────────────┘
 //! ```
 
 use std::sync::Arc;
@@ -20,22 +20,28 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 
 use super::prepare::{prepare, Prepared};
+use super::StartOptions;
 use crate::arbiters::Arbiters;
+use crate::bad_records::BadRecords;
+use crate::batch_maker::{BatchMaker, MakerLinks};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::feed_queue::FeedQueueActor;
 use crate::file_queue::{FileQueue, SetQueue};
 use crate::guard::StageGuard;
-use crate::messages::{BatchQueue, StartPasses};
+use crate::messages::{BatchQueue, OrderQueue, StartPasses};
 use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
+use crate::progress::{DrawSnapshots, Progress, SharedProgress};
 use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
-use crate::resume::{Progress, SharedProgress};
+use crate::resume_plan::{ConsumerResume, ReaderResume};
+use crate::settings::{ReaderSettings, StageSettings};
 use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleLinks};
 use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
 use crate::watch::ReaderWatch;
+use feedline::feed_queue::FeedMode;
 use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
@@ -64,6 +70,10 @@ pub(crate) struct Running {
     /// the loader, whose iterators keep their own, and when
     /// `track_progress` is off).
     pub progress: Option<SharedProgress>,
+    /// A resume's part for consumers of their own (the loader's iterators).
+    pub resume: Option<ConsumerResume>,
+    /// Where the draw's snapshots go (for a progress of the caller's own).
+    pub snapshots: DrawSnapshots,
 }
 
 /// Start a pipeline in the current actix `System`: one [`Trainer`] per step
@@ -71,19 +81,27 @@ pub(crate) struct Running {
 /// queue's actor runs the devices' clocks (consumers that pop with `Pop`).
 pub(crate) fn build<S: TrainStep>(
     mut config: PipelineConfig,
+    options: StartOptions,
     steps: Vec<S>,
     account_in_queue: bool,
 ) -> Result<Running, PipelineError> {
     if !steps.is_empty() {
         config.devices = steps.len();
     }
+    let StartOptions {
+        resume,
+        snapshots,
+        track_progress,
+        faults,
+    } = options;
     let Prepared {
-        mut config,
+        config,
         schema,
         plans,
         batcher,
         equalize,
-    } = prepare(config)?;
+        mut resume,
+    } = prepare(config, resume)?;
     let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
     // The batches' schema: the transforms' output when it is known now
     // (the stages read and pool instances of `schema`, the input's).
@@ -91,21 +109,31 @@ pub(crate) fn build<S: TrainStep>(
         .as_ref()
         .and_then(|t| t.output_schema())
         .unwrap_or_else(|| schema.clone());
+    let lanes = config.feed.lanes(config.devices);
+    let first_pass = resume.as_ref().map_or(0, |r| r.first_pass());
+    let settings = StageSettings::derive(&config, &schema, lanes, first_pass);
     // A deterministic resume with a snapshot of the draw: the pool made
     // again now; if it cannot be, the pass is drawn again from its start.
-    let restored = match RestoredDraw::of(&config, &schema, &plans[0]) {
-        Ok(r) => r,
-        Err(e) => {
-            log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
-            if let Some(r) = &config.resume {
-                config.resume = Some(Arc::new(r.without_snapshot()));
+    let restored = {
+        let part = resume.as_ref().map(|r| r.parts().shuffle);
+        match RestoredDraw::of(
+            &settings.shuffle,
+            &settings.reader,
+            part.as_ref(),
+            &plans[0],
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
+                resume = resume.map(|r| Arc::new(r.without_snapshot()));
+                None
             }
-            None
         }
     };
+    let parts = resume.as_ref().map(|r| r.parts());
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
-    let queue = BatchQueue::new(config.feed.lanes(config.devices), config.capacity)?;
+    let queue = BatchQueue::new(lanes, config.capacity)?;
     let recorders = Recorders::new(config.devices, config.readers, queue.gauge());
     let (done_tx, done_rx) = oneshot::channel();
 
@@ -117,22 +145,21 @@ pub(crate) fn build<S: TrainStep>(
         "supervisor",
         queue.clone(),
         Some(supervisor.clone().recipient()),
-        config.faults.clone(),
+        faults.clone(),
     );
 
     let clocks =
         account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
-    let progress: Option<SharedProgress> =
-        ((account_in_queue || !steps.is_empty()) && config.track_progress && config.push.is_none())
-            .then(|| {
-                let p = match &config.resume {
-                    Some(r) => Progress::resumed(r, config.devices),
-                    None => Progress::new(config.devices),
-                };
-                Arc::new(parking_lot::Mutex::new(
-                    p.with_snapshots(config.snapshots.clone()),
-                ))
-            });
+    let progress: Option<SharedProgress> = ((account_in_queue || !steps.is_empty())
+        && track_progress
+        && config.push.is_none())
+    .then(|| {
+        let p = match &parts {
+            Some(p) => p.consumers.progress(config.devices),
+            None => Progress::new(config.devices),
+        };
+        Arc::new(parking_lot::Mutex::new(p.with_snapshots(snapshots.clone())))
+    });
     let pop_progress = progress.clone().filter(|_| account_in_queue);
     let feed = FeedQueueActor::start(
         queue.clone(),
@@ -141,18 +168,48 @@ pub(crate) fn build<S: TrainStep>(
         guard.named("feed queue"),
     );
 
+    // Drawn batches wait for the batch maker here: as many as it holds.
+    let orders = OrderQueue::new(FeedMode::Shared.lanes(1), settings.maker.in_flight)?;
+    let bad_records = |recorders: &Recorders| {
+        BadRecords::new(config.error_policy.clone(), recorders.bad_records())
+    };
+    let maker = {
+        let settings = settings.maker.clone();
+        let (orders, queue) = (orders.clone(), queue.clone());
+        let bad = bad_records(&recorders);
+        let links = MakerLinks {
+            queued: supervisor.clone().recipient(),
+        };
+        let workers = transformer.as_ref().map_or(0, |t| t.workers());
+        let recorder = recorders.maker(workers);
+        let guard = guard.named("batch maker");
+        BatchMaker::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
+            BatchMaker::new(
+                settings,
+                orders,
+                queue,
+                transformer,
+                bad,
+                links,
+                recorder,
+                guard,
+            )
+        })
+    };
     let shuffle = {
-        let (config, schema, queue) = (config.clone(), schema.clone(), queue.clone());
+        let settings = settings.shuffle.clone();
+        let part = parts.as_ref().map(|p| p.shuffle.clone());
+        let snapshots = snapshots.clone();
         let links = ShuffleLinks {
             flushed: supervisor.clone().recipient(),
-            queued: supervisor.clone().recipient(),
         };
         let recorder = recorders.shuffle();
         let guard = guard.named("shuffle stage");
         ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            ShuffleBatch::new(config, schema, batcher, queue, links, recorder, guard)
-                .with_transformer(transformer)
-                .with_restored(restored)
+            ShuffleBatch::new(
+                settings, part, snapshots, batcher, orders, links, recorder, guard,
+            )
+            .with_restored(restored)
         })
     };
 
@@ -172,7 +229,7 @@ pub(crate) fn build<S: TrainStep>(
         sets,
         reader_set.clone(),
         config.passes,
-        config.resume.clone(),
+        parts.as_ref().map(|p| p.file_queue.clone()),
         shuffle.clone().recipient(),
         equalize,
         guard.named("file queue"),
@@ -186,8 +243,9 @@ pub(crate) fn build<S: TrainStep>(
         failed: supervisor.clone().recipient(),
     };
     let start_reader = reader_factory(
-        &config,
-        &schema,
+        Arc::new(settings.reader),
+        parts.as_ref().map(|p| p.readers.clone()),
+        bad_records(&recorders),
         queues,
         reader_set,
         reader_links,
@@ -197,12 +255,16 @@ pub(crate) fn build<S: TrainStep>(
     );
     let links = SupervisorLinks {
         requeue: file_queue.clone().recipient(),
-        producers: vec![file_queue.clone().recipient(), shuffle.clone().recipient()],
+        producers: vec![
+            file_queue.clone().recipient(),
+            shuffle.clone().recipient(),
+            maker.recipient(),
+        ],
         queue: queue.clone(),
         feed: feed.clone().recipient(),
     };
     supervisor_ctx.run(Supervisor::new(
-        config.clone(),
+        settings.supervisor,
         recorders.supervisor(),
         recorders.stats(),
         links,
@@ -210,7 +272,7 @@ pub(crate) fn build<S: TrainStep>(
         start_reader,
         steps.len(),
         done_tx,
-        StageGuard::new("supervisor", queue.clone(), None, config.faults.clone()),
+        StageGuard::new("supervisor", queue.clone(), None, faults),
     ));
 
     for (device, step) in steps.into_iter().enumerate() {
@@ -232,7 +294,7 @@ pub(crate) fn build<S: TrainStep>(
             };
             Some(FeedHandle::start(
                 name,
-                &config,
+                &settings.push,
                 &schema,
                 links,
                 recorders.reader(),
@@ -255,6 +317,8 @@ pub(crate) fn build<S: TrainStep>(
         done: Some(done_rx),
         push,
         progress,
+        resume: parts.map(|p| p.consumers),
+        snapshots,
     })
 }
 
@@ -262,8 +326,9 @@ pub(crate) fn build<S: TrainStep>(
 /// fresh one when the last incarnation is stuck in its thread.
 #[allow(clippy::too_many_arguments)]
 fn reader_factory(
-    config: &Arc<PipelineConfig>,
-    schema: &Schema,
+    settings: Arc<ReaderSettings>,
+    resume: Option<ReaderResume>,
+    bad: BadRecords,
     queues: Vec<Arc<TaskQueues>>,
     reader_set: Vec<usize>,
     links: ReaderLinks,
@@ -271,7 +336,7 @@ fn reader_factory(
     arbiters: &Arbiters,
     guard: &StageGuard,
 ) -> ReaderFactory {
-    let (config, schema, guard) = (config.clone(), schema.clone(), guard.clone());
+    let guard = guard.clone();
     let (recorders, arbiters) = (recorders.clone(), arbiters.clone());
     let mut threads: Vec<Option<ArbiterHandle>> = vec![None; reader_set.len()];
     Box::new(move |id, thread| {
@@ -285,7 +350,8 @@ fn reader_factory(
         };
         let watch = Arc::new(ReaderWatch::default());
         recorders.watch_reader(id, watch.clone());
-        let (config, schema, links) = (config.clone(), schema.clone(), links.clone());
+        let (settings, resume, bad, links) =
+            (settings.clone(), resume.clone(), bad.clone(), links.clone());
         let guard = guard.named(format!("reader {id}"));
         let (queues, recorder, w) = (
             queues[reader_set[id]].clone(),
@@ -293,7 +359,7 @@ fn reader_factory(
             watch.clone(),
         );
         let reader = PrefetchReader::start_in_arbiter(&arbiter, move |_| {
-            PrefetchReader::new(id, config, schema, queues, links, recorder, w, guard)
+            PrefetchReader::new(id, settings, resume, queues, links, recorder, bad, w, guard)
         });
         ReaderHandle {
             stop: reader.recipient(),

@@ -1,7 +1,8 @@
 //! Settling a pipeline's settings before anything starts: every setting
-//! checked, the inputs expanded (globs, list files, file sets), the schema
-//! given or inferred, one pass plan per file set, and — to equalize ranks —
-//! the records of every file counted.
+//! checked ([`PipelineConfig::check`]), the inputs expanded (globs, list
+//! files, file sets), the schema given or inferred, one pass plan per file
+//! set, and — to equalize ranks or rebalance an elastic resume — the
+//! records of every file counted.
 
 use std::sync::Arc;
 
@@ -10,8 +11,10 @@ use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
 
 use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
+use crate::equalize::{count_records, EqualizeRanks};
 use crate::error::PipelineError;
-use crate::file_queue::EqualizeRanks;
+use crate::resume_plan::ResumePlan;
+use crate::stall::within_stall_timeout;
 
 /// What a pipeline starts from.
 pub(crate) struct Prepared {
@@ -25,29 +28,34 @@ pub(crate) struct Prepared {
     pub batcher: Batcher,
     /// Equalizing ranks: every file's records.
     pub equalize: Option<EqualizeRanks>,
+    /// The resume, rebalanced between the new ranks when elastic.
+    pub resume: Option<Arc<ResumePlan>>,
 }
 
-/// Check and settle `config`; count records if ranks are equalized.
-pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError> {
-    let (mut config, schema, plans) = settle(config)?;
-    // Equalize's own setting first: the counts below read every file.
-    let fixed_batch = match (&config.batch, config.equalize) {
-        (BatchPolicy::Fixed(n), _) => Some(*n),
-        (_, Equalize::Off) => None,
-        _ => {
-            return Err(PipelineError::Config(
-                "equalizing ranks needs a fixed batch size".into(),
-            ))
-        }
+/// Check and settle `config`, going on from `resume` if given; count
+/// records if ranks are equalized or an elastic resume is rebalanced.
+pub(crate) fn prepare(
+    config: PipelineConfig,
+    mut resume: Option<Arc<ResumePlan>>,
+) -> Result<Prepared, PipelineError> {
+    let (config, schema, plans) = settle(config)?;
+    if resume.is_some() && config.push.is_some() {
+        return Err(PipelineError::Config(
+            "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
+        ));
+    }
+    let fixed_batch = match &config.batch {
+        BatchPolicy::Fixed(n) => Some(*n),
+        _ => None,
     };
     // An elastic resume (one file set) splits what is left record by
     // record; it needs every file's record count, as equalize does.
-    let elastic = (config.resume.as_ref())
+    let elastic = (resume.as_ref())
         .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
         .cloned();
     let counted = if elastic.is_some() || config.equalize != Equalize::Off {
         let t0 = std::time::Instant::now();
-        match count_records(&config) {
+        match count_records(&config, resume.is_some()) {
             Ok(c) => {
                 log::info!(
                     "counted the records of {} files in {:?} (equalize or elastic resume)",
@@ -75,7 +83,7 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
             .zip(counts.iter().copied())
             .collect();
         let shard = plans[0].get_shard();
-        config.resume = Some(Arc::new(r.rebalance(
+        resume = Some(Arc::new(r.rebalance(
             &plans[0],
             &files,
             shard.rank,
@@ -102,6 +110,7 @@ pub(crate) fn prepare(config: PipelineConfig) -> Result<Prepared, PipelineError>
         plans,
         batcher,
         equalize,
+        resume,
     })
 }
 
@@ -113,18 +122,12 @@ fn settle(
     let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
     config.check()?;
     if config.push.is_some() {
-        if !config.sets.is_empty() {
-            return bad("push mode reads no file sets");
-        }
-        let (config, schema, plan) = prepare_push(config)?;
+        let (config, schema, plan) = prepare_push(config);
         return Ok((config, schema, vec![plan]));
     }
     if !config.sets.is_empty() {
         expand_sets(&mut config)?;
     } else {
-        if config.files.is_empty() {
-            return bad("no input files");
-        }
         config.files = expand_inputs(&config.files)?;
         if config.files.is_empty() {
             return bad("the inputs name no files");
@@ -165,24 +168,10 @@ fn set_seed(seed: u64, i: usize) -> u64 {
     seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// Check and expand the file sets; `files` and `readers` become all of them.
+/// Expand the file sets; `files` and `readers` become all of them.
 fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     let bad = |m: String| Err(PipelineError::Config(m));
-    if !config.files.is_empty() {
-        return bad(format!(
-            "give files or file sets, not both ({} files and {} sets)",
-            config.files.len(),
-            config.sets.len()
-        ));
-    }
-    if config.equalize != Equalize::Off {
-        return bad("equalizing ranks is not supported with file sets".into());
-    }
-    let mut names = std::collections::HashSet::new();
     for set in &mut config.sets {
-        if !names.insert(set.name.clone()) {
-            return bad(format!("two file sets are named {:?}", set.name));
-        }
         if !set.files.is_empty() {
             set.files = expand_inputs(&set.files)?;
         }
@@ -208,116 +197,18 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     Ok(())
 }
 
-/// Run `work` on `file` before the readers (and their watchdog) exist, with
-/// the stall timeout all the same: a file that makes no progress for that
-/// long is an error naming it and `what` was done, not a start-up that
-/// hangs forever (the thread blocked in I/O is left to end by itself).
-/// The outer error is the stall (or a panic); the inner, `work`'s own.
-fn within_stall_timeout<T: Send + 'static>(
-    config: &PipelineConfig,
-    file: &str,
-    what: &str,
-    work: impl FnOnce() -> Result<T, feedline::Error> + Send + 'static,
-) -> Result<Result<T, feedline::Error>, PipelineError> {
-    let Some(timeout) = config.stall_timeout else {
-        return Ok(work());
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("feedline-prepare".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
-    rx.recv_timeout(timeout).map_err(|e| match e {
-        std::sync::mpsc::RecvTimeoutError::Timeout => PipelineError::ReaderStuck {
-            file: format!("{file} ({what}, before reading started)"),
-            record: 0,
-            stuck: timeout,
-        },
-        std::sync::mpsc::RecvTimeoutError::Disconnected => PipelineError::Panicked {
-            stage: "pipeline start-up".into(),
-            handling: format!("{what} of {file}").into(),
-            message: "(see the log)".into(),
-        },
-    })
-}
-
-/// Records per file (in `config.files` order), for equalizing ranks: the
-/// format's own count where it has one, else a read through the file —
-/// each within the stall timeout. With each, the file's source name as its
-/// records (and so a checkpoint) name it — read from its first record when
-/// the pipeline is resumed (a resumed pass counts what is left of a file),
-/// else (or when the file has none or it cannot be read) the resolved path.
-fn count_records(config: &PipelineConfig) -> Result<(Vec<u64>, Vec<String>), PipelineError> {
-    let mut counts = Vec::with_capacity(config.files.len());
-    let mut sources = Vec::with_capacity(config.files.len());
-    let resumed = config.resume.is_some();
-    // Equalize counts the records a read yields; an elastic resume alone
-    // only needs where each file's records end.
-    let counts_bad = config.equalize != Equalize::Off;
-    for f in &config.files {
-        let (registry, format, open, file) = (
-            config.registry.clone(),
-            config.format.clone(),
-            config.open.clone(),
-            f.clone(),
-        );
-        let (n, source) = within_stall_timeout(config, f, "counting its records", move || {
-            let resolved = match registry.resolve(&file, format.as_deref()) {
-                Ok((_, path, _)) => path.to_string_lossy().into_owned(),
-                Err(_) => file.clone(),
-            };
-            let mut r = registry.open(&file, format.as_deref(), &open)?;
-            let first = |r: &mut Box<dyn feedline::format::RecordReader>| match r.next_record() {
-                Ok(Some(rec)) => rec.location.source.name().to_string(),
-                _ => resolved.clone(),
-            };
-            if let Some(n) = r.len_hint() {
-                let source = if resumed && n > 0 {
-                    first(&mut r)
-                } else {
-                    resolved.clone()
-                };
-                return Ok((n, source));
-            }
-            if !counts_bad {
-                // An elastic resume alone: frame past every record (formats
-                // that can do without decoding, such as TFRecord).
-                let source = if resumed {
-                    first(&mut r)
-                } else {
-                    resolved.clone()
-                };
-                r.skip_to(u64::MAX)?;
-                let _ = r.next_record()?;
-                return Ok((r.next_index(), source));
-            }
-            let mut n = 0;
-            let mut source = resolved.clone();
-            while let Some(rec) = r.next_record()? {
-                if n == 0 {
-                    source = rec.location.source.name().to_string();
-                }
-                n += 1;
-            }
-            Ok((n, source))
-        })??;
-        counts.push(n);
-        sources.push(source);
-    }
-    Ok((counts, sources))
-}
-
 /// Infer the schema from the first file that has a readable record (files
 /// that are empty or bad from their first record are passed over).
 fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
     let mut first_error = None;
     for file in &config.files {
         let (registry, format, f) = (config.registry.clone(), config.format.clone(), file.clone());
-        let inferred = within_stall_timeout(config, file, "inferring the schema", move || {
-            registry.infer_schema(&f, format.as_deref(), SCHEMA_SAMPLE_RECORDS)
-        })?;
+        let inferred = within_stall_timeout(
+            config.stall_timeout,
+            file,
+            "inferring the schema",
+            move || registry.infer_schema(&f, format.as_deref(), SCHEMA_SAMPLE_RECORDS),
+        )?;
         match inferred {
             Ok(s) => {
                 log::info!("schema inferred from {file}: {s}");
@@ -334,27 +225,17 @@ fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
         .unwrap_or_else(|| PipelineError::Config("no input files".into())))
 }
 
-/// Settle a push-mode configuration: a schema is needed (there is nothing to
-/// infer it from), there are no files and no readers, and the stream is one
-/// pass.
-fn prepare_push(
-    mut config: PipelineConfig,
-) -> Result<(PipelineConfig, Schema, PassPlan), PipelineError> {
-    if !config.files.is_empty() {
-        return Err(PipelineError::Config(format!(
-            "push mode reads no files ({} given); to mix user code with files use generator sources",
-            config.files.len()
-        )));
-    }
-    let Some(schema) = config.schema.clone() else {
-        return Err(PipelineError::Config(
-            "push mode needs a schema (there are no files to infer it from)".into(),
-        ));
-    };
+/// Settle a push-mode configuration (checked: a schema, no files): no
+/// readers, and the stream is one pass.
+fn prepare_push(mut config: PipelineConfig) -> (PipelineConfig, Schema, PassPlan) {
+    let schema = config
+        .schema
+        .clone()
+        .expect("checked: push mode has a schema");
     if config.passes != 1 {
         log::debug!("push mode: the pushed stream is one pass");
     }
     config.passes = 1;
     config.readers = 0;
-    Ok((config, schema, PassPlan::new(Vec::new())))
+    (config, schema, PassPlan::new(Vec::new()))
 }

@@ -16,11 +16,11 @@ use parking_lot::{Condvar, Mutex};
 
 use super::check::check_batch;
 use super::{PushLinks, PushStats};
-use crate::config::PipelineConfig;
 use crate::error::{PipelineError, PushError};
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{BatchMsg, ChunkAck, ChunkMsg, PassEvent, PushBatch, PushSample};
 use crate::recorder::ReaderRecorder;
+use crate::settings::PushSettings;
 
 /// How often a waiting push looks whether the pipeline is still there.
 const POLL: Duration = Duration::from_millis(50);
@@ -390,15 +390,15 @@ impl Shared {
 /// the shared state every `FeedHandle` holds.
 pub(super) fn start(
     name: &str,
-    config: &PipelineConfig,
+    settings: &PushSettings,
     schema: &Schema,
     links: PushLinks,
     recorder: ReaderRecorder,
     guard: StageGuard,
 ) -> Arc<Shared> {
     let mut slot = None;
-    let credits = config.chunks_in_flight.max(1);
-    let (chunk_records, chunk_bytes) = (config.chunk_records.max(1), config.chunk_bytes);
+    let credits = settings.chunks_in_flight;
+    let (chunk_records, chunk_bytes) = (settings.chunk_records, settings.chunk_bytes);
     let schema = schema.clone();
     let source = SourceId::intern(name);
     PushIntake::create(|ctx| {
@@ -420,7 +420,7 @@ pub(super) fn start(
             source,
             chunk_records,
             chunk_bytes,
-            full_chunks_only: config.deterministic,
+            full_chunks_only: settings.full_chunks_only,
             links,
             intake: ctx.address(),
             recorder,

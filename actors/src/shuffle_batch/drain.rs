@@ -1,16 +1,16 @@
-//! Batch jobs and the end-of-pass drain.
+//! Batch numbering and the end-of-pass drain.
 //!
 //! Making a batch is two steps with a value in between: the draw gives the
 //! rows of a batch, numbered and laned as a [`BatchJob`] (its rows, pass,
-//! number and lane, from [`BatchNumbering`]); collation turns a job into the batch
-//! that goes into the feed queue. Anything may sit between the two (the
-//! drain below; a pool of transform workers), as long as the batches go
-//! into the queue in their numbers' order.
+//! number and lane, from [`BatchNumbering`]); the batch maker turns a job
+//! into the batch that goes into the feed queue. Anything may sit between
+//! the two (the drain below, the queue of orders), as long as the jobs are
+//! handed over in their numbers' order.
 //!
 //! At the end of a pass the shuffle pool empties at once: all its remaining
-//! batches are drawn and numbered together, but collated only as the feed
-//! queue takes them ([`EndOfPassDrain`]), so their big buffers are recycled
-//! and not all allocated at once. The pass's end-of-pass markers queue
+//! batches are drawn and numbered together, but handed to the batch maker
+//! only as it takes them ([`EndOfPassDrain`]), so their big buffers are
+//! recycled and not all allocated at once. The pass's end marker queues
 //! behind them.
 //!
 //! Generic over the row type, so it is tested without actors.
@@ -18,20 +18,7 @@
 use feedline::feed_queue::Lanes;
 use serde::{Deserialize, Serialize};
 
-/// The rows of one batch with its place: drawn, not yet collated.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct BatchJob<R> {
-    /// The feed queue lane it goes to.
-    pub lane: usize,
-    /// Its pass.
-    pub pass: u64,
-    /// Its number in the pass.
-    pub seq: u64,
-    /// Its rows.
-    pub rows: Vec<R>,
-    /// Of them, the last `padded` are equalize padding (repeated instances).
-    pub padded: usize,
-}
+use crate::messages::BatchJob;
 
 /// Numbers the batches of each pass and gives each its lane.
 #[derive(Debug)]
@@ -59,11 +46,6 @@ impl BatchNumbering {
     /// Batches numbered so far in this pass.
     pub fn batches(&self) -> u64 {
         self.seq
-    }
-
-    /// The lanes.
-    pub fn lanes(&self) -> Lanes {
-        self.lanes
     }
 
     /// Number the next batch: `(lane, pass, seq)`.
@@ -100,14 +82,14 @@ impl BatchNumbering {
 /// What the drain hands out next.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Pending<R> {
-    /// A job to collate.
+    /// A job to hand over.
     Job(BatchJob<R>),
-    /// An end-of-pass marker for a lane.
+    /// The end of a pass.
     EndOfPass {
-        /// The lane.
-        lane: usize,
         /// The pass.
         pass: u64,
+        /// Records taken into the pool in it.
+        records: u64,
     },
 }
 
@@ -132,12 +114,12 @@ pub(crate) enum PendingState<P> {
         /// Its rows.
         rows: Vec<P>,
     },
-    /// An end-of-pass marker.
+    /// The end of a pass.
     EndOfPass {
-        /// Its lane.
-        lane: usize,
         /// Its pass.
         pass: u64,
+        /// Records taken into the pool in it.
+        records: u64,
     },
 }
 
@@ -165,15 +147,16 @@ impl<R> EndOfPassDrain<R> {
         self.pending.is_empty()
     }
 
-    /// A job of the drain: collated later.
+    /// A job of the drain: handed over later.
     pub fn defer(&mut self, job: BatchJob<R>) {
         self.pending.push_back(Pending::Job(job));
     }
 
-    /// The end-of-pass marker of `lane`: returned to push now when nothing
-    /// waits, else queued behind the drain's jobs.
-    pub fn end_of_pass(&mut self, lane: usize, pass: u64) -> Option<Pending<R>> {
-        let marker = Pending::EndOfPass { lane, pass };
+    /// The end marker of `pass` (`records` taken into the pool in it):
+    /// returned to hand over now when nothing waits, else queued behind the
+    /// drain's jobs.
+    pub fn end_of_pass(&mut self, pass: u64, records: u64) -> Option<Pending<R>> {
+        let marker = Pending::EndOfPass { pass, records };
         if self.pending.is_empty() {
             return Some(marker);
         }
@@ -196,9 +179,9 @@ impl<R> EndOfPassDrain<R> {
                     seq: j.seq,
                     rows: j.rows.iter().map(&describe).collect(),
                 },
-                Pending::EndOfPass { lane, pass } => PendingState::EndOfPass {
-                    lane: *lane,
+                Pending::EndOfPass { pass, records } => PendingState::EndOfPass {
                     pass: *pass,
+                    records: *records,
                 },
             })
             .collect()
@@ -236,17 +219,19 @@ mod tests {
         let mut n = BatchNumbering::new(FeedMode::RoundRobin.lanes(2));
         let mut d = EndOfPassDrain::new();
         assert_eq!(
-            d.end_of_pass(0, 0),
-            Some(Pending::EndOfPass { lane: 0, pass: 0 }),
-            "nothing waits: push it now"
+            d.end_of_pass(0, 7),
+            Some(Pending::EndOfPass {
+                pass: 0,
+                records: 7
+            }),
+            "nothing waits: hand it over now"
         );
         d.set_drawing(true);
         assert!(d.is_drawing());
         d.defer(n.job(vec![1, 2]));
         d.defer(n.job(vec![3]));
         d.set_drawing(false);
-        assert_eq!(d.end_of_pass(0, 0), None);
-        assert_eq!(d.end_of_pass(1, 0), None);
+        assert_eq!(d.end_of_pass(0, 3), None);
         let st = d.state(|r| *r);
         assert_eq!(
             st,
@@ -263,8 +248,10 @@ mod tests {
                     seq: 1,
                     rows: vec![3]
                 },
-                PendingState::EndOfPass { lane: 0, pass: 0 },
-                PendingState::EndOfPass { lane: 1, pass: 0 },
+                PendingState::EndOfPass {
+                    pass: 0,
+                    records: 3
+                },
             ]
         );
         let json = serde_json::to_string(&st).unwrap();
@@ -274,8 +261,13 @@ mod tests {
         );
         assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 0));
         assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 1));
-        assert!(matches!(d.pop(), Some(Pending::EndOfPass { lane: 0, .. })));
-        assert!(matches!(d.pop(), Some(Pending::EndOfPass { lane: 1, .. })));
+        assert!(matches!(
+            d.pop(),
+            Some(Pending::EndOfPass {
+                pass: 0,
+                records: 3
+            })
+        ));
         assert!(d.is_empty() && d.pop().is_none());
     }
 }

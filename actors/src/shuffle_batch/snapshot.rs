@@ -8,8 +8,9 @@
 //! rows, slots, byte accounting and random stream as they were).
 //!
 //! Snapshots are taken only where the draw depends on nothing else
-//! ([`enabled`]): deterministic mode, one file set, no record transform, no
-//! equalize quota, no bad-record fraction judged per pass.
+//! (deterministic mode, one file set, no record transform, no equalize
+//! quota, no bad-record fraction judged per pass: the stage's settings say
+//! so with a `snapshot_every` of 0 otherwise).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -17,15 +18,9 @@ use std::sync::Arc;
 use feedline::checkpoint::{ChunkRef, DrawSnapshot};
 use feedline::plan::PassPlan;
 use feedline::shuffle::{PoolParts, ShuffleBuffer, ShuffleConfig};
-use feedline::{Chunk, Schema};
+use feedline::Chunk;
 
-use crate::config::{ErrorPolicy, PipelineConfig};
-
-/// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
-/// is taken before every batch whose number is a multiple of this
-/// (deterministic mode): a resume draws at most this many batches (plus
-/// those the consumers had not taken yet) before its first.
-pub const SNAPSHOT_EVERY: u64 = 128;
+use crate::settings::ReaderSettings;
 
 /// Where a chunk came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,24 +44,6 @@ pub(crate) struct Taken {
     pub chunk: Arc<Chunk>,
     /// Where they came from.
     pub place: Place,
-}
-
-/// True when the draw of `config` can be snapshot: it depends only on the
-/// pool, its random stream and the chunks read next.
-pub(crate) fn enabled(config: &PipelineConfig) -> bool {
-    config.deterministic
-        && config.snapshot_every > 0
-        && config.sets.len() <= 1
-        && config.push.is_none()
-        && config.transforms.records.is_none()
-        && config.equalize == feedline::plan::Equalize::Off
-        && !matches!(
-            config.error_policy,
-            ErrorPolicy::Skip {
-                max_bad_fraction: Some(_),
-                ..
-            }
-        )
 }
 
 /// What the stage knows of its draw's inputs: the place of every chunk in
@@ -172,8 +149,7 @@ impl DrawTracker {
 /// file shorter, a record of another index): the caller then draws the
 /// pass from its start instead.
 pub(crate) fn restore(
-    config: &PipelineConfig,
-    schema: &Schema,
+    reader: &ReaderSettings,
     plan: &PassPlan,
     shuffle: ShuffleConfig,
     s: &DrawSnapshot,
@@ -213,7 +189,10 @@ pub(crate) fn restore(
     reads.sort_unstable();
     let mut chunks: Vec<Option<Chunk>> = (s.chunks.iter())
         .zip(&wanted)
-        .map(|(c, w)| c.as_ref().map(|_| Chunk::with_budget(schema, w.len(), 0)))
+        .map(|(c, w)| {
+            c.as_ref()
+                .map(|_| Chunk::with_budget(&reader.schema, w.len(), 0))
+        })
         .collect();
     let mut open: Option<(u64, Box<dyn feedline::format::RecordReader>)> = None;
     for (file, record, slot) in reads {
@@ -230,7 +209,7 @@ pub(crate) fn restore(
                 r
             }
             _ => {
-                let r = config
+                let r = reader
                     .open_file(&task.file, record)
                     .map_err(|e| e.to_string())?;
                 &mut open.insert((file, r)).1

@@ -102,10 +102,11 @@ fn report(
     if let Some(s) = &r.stats {
         writeln!(
             out,
-            "readers busy {:.0}% each, shuffle/collate busy {:.0}% (blocked on the queue {:.0}%), bottleneck: {}",
+            "readers busy {:.0}% each, shuffle busy {:.0}%, batch maker busy {:.0}% per worker (blocked on the queue {:.0}%), bottleneck: {}",
             100.0 * s.readers.busy,
             100.0 * s.shuffle_batch.busy,
-            100.0 * s.shuffle_batch.blocked,
+            100.0 * s.batch_maker.busy,
+            100.0 * s.batch_maker.blocked,
             s.bottleneck
         )?;
     }

@@ -563,13 +563,11 @@ impl Plan {
         );
         if let Some(s) = &r.stats {
             put("readers_busy", json!(round(s.readers.busy, 3)));
+            put("shuffle_busy", json!(round(s.shuffle_batch.busy, 3)));
+            put("batch_maker_busy", json!(round(s.batch_maker.busy, 3)));
             put(
-                "shuffle_collate_busy",
-                json!(round(s.shuffle_batch.busy, 3)),
-            );
-            put(
-                "shuffle_collate_blocked",
-                json!(round(s.shuffle_batch.blocked, 3)),
+                "batch_maker_blocked",
+                json!(round(s.batch_maker.blocked, 3)),
             );
             put(
                 "feed_queue_mean_depth",

@@ -26,7 +26,7 @@ use feedline::checkpoint::{save_atomic, CheckpointError, CheckpointResult};
 use feedline::plan::expand_inputs;
 use feedline_actors::{
     Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError,
-    Progress, ResumeFrom, StatsSnapshot, TrainStep,
+    Progress, ResumePlan, StartOptions, StatsSnapshot, TrainStep,
 };
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -387,7 +387,7 @@ enum Outcome {
 pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     // First: every thread started from here on inherits the blocked signals.
     let signals = signals::handle().map_err(CliError::Signals)?;
-    let mut config = PipelineConfig {
+    let config = PipelineConfig {
         passes: args.passes,
         devices: args.devices,
         feed: if args.round_robin {
@@ -395,9 +395,12 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         } else {
             FeedMode::Shared
         },
-        // The devices keep the progress, with the trace (`Delivery`).
-        track_progress: false,
         ..args.pipeline.config()?
+    };
+    // The devices keep the progress, with the trace (`Delivery`).
+    let mut options = StartOptions {
+        track_progress: false,
+        ..StartOptions::default()
     };
     if args.stop_after.is_some() && args.checkpoint.is_none() {
         return Err(CliError::usage(
@@ -409,7 +412,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
             .map(|p| Checkpoint::load(p))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| PipelineError::Checkpoint(Arc::new(e)))?;
-        config.resume = Some(Arc::new(ResumeFrom::new(&checkpoints, &config)?));
+        options.resume = Some(Arc::new(ResumePlan::new(&checkpoints, &config)?));
     }
     let schema = args.pipeline.schema.as_deref();
     let trace = match &args.trace {
@@ -431,11 +434,11 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         }
         None => None,
     };
-    let progress = match &config.resume {
-        Some(r) => Progress::resumed(r, args.devices),
+    let progress = match &options.resume {
+        Some(r) => r.progress(args.devices),
         None => Progress::new(args.devices),
     }
-    .with_snapshots(config.snapshots.clone());
+    .with_snapshots(options.snapshots.clone());
     let (stop_tx, stop_rx) = oneshot::channel();
     let delivery = Arc::new(Mutex::new(Delivery {
         trace: trace.clone(),
@@ -452,7 +455,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
             interrupt: signals.interrupt.clone(),
         })
         .collect();
-    let (outcome, snap) = run_pipeline(config, steps, signals.first, stop_rx)?;
+    let (outcome, snap) = run_pipeline(config, options, steps, signals.first, stop_rx)?;
     if let Some(t) = &trace {
         t.finish()?;
     }
@@ -490,13 +493,14 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
 /// how it ended and its statistics.
 fn run_pipeline(
     config: PipelineConfig,
+    options: StartOptions,
     steps: Vec<Device>,
     signal: oneshot::Receiver<i32>,
     stop_after: oneshot::Receiver<()>,
 ) -> CliResult<(Outcome, StatsSnapshot)> {
     let sys = actix::System::new();
     let out = sys.block_on(async move {
-        let mut p = Pipeline::start_with_trainers(config, steps)?;
+        let mut p = Pipeline::start_with(config, options, steps)?;
         // `--stop-after` reached; never fires when its sender is dropped.
         let stop_after = async {
             match stop_after.await {

@@ -1,9 +1,12 @@
-//! Checkpoint and resume, the pipeline's side (issue 17). It owns what the
-//! consumers took ([`Progress`]: per pass, the numbers of the batches and
-//! the records in them, kept as range sets), the checkpoint made of it with
-//! the fingerprints of the inputs and of the order-fixing settings
-//! ([`CheckpointBase`]), and how a pipeline goes on from one checkpoint or
-//! from the merged checkpoints of every rank of a job ([`ResumeFrom`]).
+//! Going on from checkpoints: the [`ResumePlan`] of one checkpoint, or of
+//! the merged checkpoints of every rank of a job, made once
+//! ([`ResumePlan::new`], for the Loader, the pipeline and the command
+//! alike), then cut into the part each stage needs ([`ResumePlan::parts`]),
+//! handed over at wiring: the file queue's (first pass, rebalanced files,
+//! where a snapshot's draw reads on), the readers' (records to skip), the
+//! shuffle stage's (batches to leave out, the draw's snapshot), the
+//! consumers' (batch numbers to skip, the progress they start from).
+//! Taking progress for checkpoints is `progress`'s.
 //!
 //! A resumed pipeline starts at the first pass not complete and continues
 //! in one of two ways, chosen per resume:
@@ -19,7 +22,7 @@
 //!   exactly the rest, numbered from 0. In an elastic resume (one file
 //!   set) what is left of each resumed pass is split between the new ranks
 //!   record by record, in consecutive pieces whose sizes differ by at most
-//!   one (`ResumeFrom::rebalance`, from every file's record count), so
+//!   one (`ResumePlan::rebalance`, from every file's record count), so
 //!   every remaining instance is delivered once and the ranks are even;
 //!   with file sets every file's remainder goes to the new rank the plan
 //!   gives it.
@@ -34,371 +37,27 @@
 //! resume on the same shard delivers the uninterrupted pass's quota less
 //! what it delivered before the stop.
 //!
-//! [`Loader::checkpoint`](crate::Loader::checkpoint) and
-//! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) use these; an
-//! actix embedder with its own [`TrainStep`](crate::TrainStep)s keeps a
-//! [`Progress`] (`take` in `step`, `pass_ended` in `end_of_pass`, one
-//! consumer per device) and sets `PipelineConfig::resume`, as
-//! `feedline run --checkpoint/--resume` does.
+//! [`LoaderBuilder::resume`](crate::LoaderBuilder::resume) makes one; an
+//! actix embedder sets [`StartOptions::resume`](crate::StartOptions), as
+//! `feedline run --resume` does.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use feedline::checkpoint::{
-    Checkpoint, CheckpointError, DrawSnapshot, InputFingerprint, PassProgress, RecordRanges,
-    SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
-};
+use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
 use feedline::plan::Equalize;
 use feedline::{Chunk, SourceId};
 
+use crate::config::PipelineConfig;
 use crate::error::PipelineError;
-use crate::messages::Delivered;
+use crate::progress::{CheckpointBase, PassTaken, Progress, RangeSet, RecordSet};
 
 fn merge_error(what: String) -> PipelineError {
     PipelineError::Checkpoint(Arc::new(CheckpointError::Merge(what)))
 }
 
-/// A set of integers under construction: disjoint, non-adjacent ranges
-/// `start → end` (half-open), each insert O(log n).
-#[derive(Clone, Debug, Default)]
-struct RangeSet(BTreeMap<u64, u64>);
-
-impl RangeSet {
-    fn of(r: &RecordRanges) -> Self {
-        RangeSet(r.ranges().iter().map(|&[s, e]| (s, e)).collect())
-    }
-
-    fn insert(&mut self, x: u64) {
-        let below = self.0.range(..=x).next_back().map(|(&s, &e)| (s, e));
-        if below.is_some_and(|(_, e)| x < e) {
-            return;
-        }
-        let start = match below {
-            Some((s, e)) if e == x => s,
-            _ => x,
-        };
-        let end = self.0.remove(&(x + 1)).unwrap_or(x + 1);
-        self.0.insert(start, end);
-    }
-
-    fn ranges(&self) -> RecordRanges {
-        RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
-    }
-}
-
-/// The records taken of one source: the ranges below `base`, and a bitset
-/// from `base` on whose lowest words move into the ranges as they fill —
-/// O(1) per record, and the bitset spans only the records read but not all
-/// taken (the shuffle pool's window), unless records are never taken (a
-/// bad record skipped, another rank's stride).
-#[derive(Clone, Debug, Default)]
-struct RecordSet {
-    low: Vec<[u64; 2]>,
-    base: u64,
-    bits: VecDeque<u64>,
-}
-
-impl RecordSet {
-    fn of(r: &RecordRanges) -> Self {
-        let mut set = RecordSet::default();
-        for x in r.records() {
-            set.insert(x);
-        }
-        set
-    }
-
-    fn push_low(&mut self, s: u64, e: u64) {
-        match self.low.last_mut() {
-            Some(last) if last[1] == s => last[1] = e,
-            _ => self.low.push([s, e]),
-        }
-    }
-
-    fn insert(&mut self, r: u64) {
-        let Some(off) = r.checked_sub(self.base) else {
-            return; // below `base`: taken already
-        };
-        let w = (off / 64) as usize;
-        if w >= self.bits.len() {
-            self.bits.resize(w + 1, 0);
-        }
-        self.bits[w] |= 1 << (off % 64);
-        while self.bits.front() == Some(&u64::MAX) {
-            self.bits.pop_front();
-            self.push_low(self.base, self.base + 64);
-            self.base += 64;
-        }
-    }
-
-    fn ranges(&self) -> RecordRanges {
-        let mut out = self.low.clone();
-        let mut push = |s: u64, e: u64| match out.last_mut() {
-            Some(last) if last[1] == s => last[1] = e,
-            _ => out.push([s, e]),
-        };
-        for (w, &word) in self.bits.iter().enumerate() {
-            let at = self.base + 64 * w as u64;
-            let mut rest = word;
-            while rest != 0 {
-                let start = rest.trailing_zeros() as u64;
-                let ones = (rest >> start).trailing_ones() as u64;
-                push(at + start, at + start + ones);
-                rest = if start + ones >= 64 {
-                    0
-                } else {
-                    rest & !(((1u64 << ones) - 1) << start)
-                };
-            }
-        }
-        RecordRanges::from_ranges(out)
-    }
-}
-
-/// What was taken of one pass.
-#[derive(Clone, Debug, Default)]
-struct PassTaken {
-    complete: bool,
-    batches: u64,
-    by_seq: bool,
-    seqs: RangeSet,
-    records: HashMap<SourceId, RecordSet>,
-    /// The snapshot of the draw this pass was resumed from, if any.
-    snapshot: Option<Arc<DrawSnapshot>>,
-}
-
-impl RangeSet {
-    /// The smallest number not in the set.
-    fn first_gap(&self) -> u64 {
-        match self.0.first_key_value() {
-            Some((&0, &e)) => e,
-            _ => 0,
-        }
-    }
-}
-
-/// How many of the latest snapshots of the draw are kept for checkpoints.
-const SNAPSHOTS_KEPT: usize = 16;
-
-/// Where the shuffle stage leaves snapshots of its draw (deterministic
-/// mode, every [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY) batches) for the
-/// checkpoints of the pipeline's consumers: a [`Progress`] given this
-/// handle ([`Progress::with_snapshots`]) puts into its checkpoint the
-/// latest snapshot before its first batch not taken, and a resume from it
-/// starts drawing there instead of at the pass's start. One handle per
-/// pipeline ([`PipelineConfig::snapshots`](crate::PipelineConfig)); the
-/// latest 16 snapshots are kept.
-#[derive(Clone, Debug, Default)]
-pub struct DrawSnapshots(Arc<parking_lot::Mutex<VecDeque<Arc<DrawSnapshot>>>>);
-
-impl DrawSnapshots {
-    /// A new, empty handle.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub(crate) fn push(&self, s: DrawSnapshot) {
-        let mut q = self.0.lock();
-        if q.len() >= SNAPSHOTS_KEPT {
-            q.pop_front();
-        }
-        q.push_back(Arc::new(s));
-    }
-
-    /// The latest snapshot of `pass` before batch `seq` (at most `seq`).
-    fn best(&self, pass: u64, seq: u64) -> Option<Arc<DrawSnapshot>> {
-        let q = self.0.lock();
-        (q.iter().rev())
-            .find(|s| s.pass == pass && s.seq <= seq)
-            .cloned()
-    }
-
-    /// Snapshots held (tests).
-    pub fn len(&self) -> usize {
-        self.0.lock().len()
-    }
-
-    /// True when none is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// What the consumers took, pass by pass: updated with every batch taken
-/// ([`take`](Self::take)) and every end of pass seen by all consumers
-/// ([`pass_ended`](Self::pass_ended)); a [`Checkpoint`] is made of it at
-/// any moment. It keeps the passes not complete and the last complete one.
-#[derive(Clone, Debug)]
-pub struct Progress {
-    /// Batches taken in this run.
-    batches: u64,
-    passes: BTreeMap<u64, PassTaken>,
-    /// Every pass below is complete.
-    next_pass: u64,
-    /// Consumers that each see every end of pass.
-    consumers: usize,
-    ends: BTreeMap<u64, usize>,
-    snapshots: Option<DrawSnapshots>,
-}
-
-impl Progress {
-    /// Nothing taken yet, from pass 0, for `consumers` consumers that each
-    /// see every end-of-pass marker.
-    pub fn new(consumers: usize) -> Self {
-        Progress {
-            batches: 0,
-            passes: BTreeMap::new(),
-            next_pass: 0,
-            consumers: consumers.max(1),
-            ends: BTreeMap::new(),
-            snapshots: None,
-        }
-    }
-
-    /// Put into each checkpoint the latest fitting snapshot of the draw
-    /// the pipeline left in `snapshots` (its
-    /// [`PipelineConfig::snapshots`](crate::PipelineConfig)): a
-    /// deterministic resume then starts there, not at the pass's start.
-    pub fn with_snapshots(mut self, snapshots: DrawSnapshots) -> Self {
-        self.snapshots = Some(snapshots);
-        self
-    }
-
-    /// What a resumed run starts from: what its checkpoints say was taken
-    /// (none of it counted as this run's batches).
-    pub fn resumed(from: &ResumeFrom, consumers: usize) -> Self {
-        Progress {
-            passes: from.taken.clone(),
-            next_pass: from.done_before,
-            ..Progress::new(consumers)
-        }
-    }
-
-    /// Batch `d` was taken.
-    pub fn take(&mut self, d: &Delivered) {
-        self.batches += 1;
-        let p = self.passes.entry(d.pass).or_insert_with(|| PassTaken {
-            by_seq: true,
-            ..PassTaken::default()
-        });
-        p.batches += 1;
-        p.seqs.insert(d.seq);
-        let mut last: Option<(SourceId, &mut RecordSet)> = None;
-        for o in d.batch.origins() {
-            match &mut last {
-                Some((s, set)) if *s == o.source => set.insert(o.record),
-                _ => {
-                    let set = p.records.entry(o.source).or_default();
-                    set.insert(o.record);
-                    last = Some((o.source, set));
-                }
-            }
-        }
-    }
-
-    /// One consumer saw the end of `pass`; when all have, the pass is complete.
-    pub fn pass_ended(&mut self, pass: u64) {
-        let seen = self.ends.entry(pass).or_default();
-        *seen += 1;
-        if *seen < self.consumers {
-            return;
-        }
-        self.ends.remove(&pass);
-        self.passes.entry(pass).or_default().complete = true;
-        self.next_pass = self.next_pass.max(pass + 1);
-        // Keep the last complete pass (ranks one pass apart still merge).
-        self.passes.retain(|&p, t| p >= pass || !t.complete);
-    }
-
-    /// Every batch of `pass` was taken (one consumer took them all).
-    pub fn pass_complete(&mut self, pass: u64) {
-        for _ in 0..self.consumers {
-            self.pass_ended(pass);
-        }
-    }
-
-    /// Batches taken in this run.
-    pub fn batches(&self) -> u64 {
-        self.batches
-    }
-
-    /// The checkpoint of what was taken, with `base`'s identity.
-    pub fn checkpoint(&mut self, base: &CheckpointBase) -> Checkpoint {
-        let mut table = SourceTable::default();
-        let pass = (self.passes.iter())
-            .find(|(_, t)| !t.complete)
-            .map_or(self.next_pass, |(&p, _)| p.min(self.next_pass));
-        let passes = (self.passes.iter())
-            .map(|(&p, t)| {
-                let mut records: Vec<(SourceId, RecordRanges)> =
-                    t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
-                records.sort_by_key(|(s, _)| s.name());
-                let snapshot = (t.by_seq && !t.complete)
-                    .then(|| {
-                        let gap = t.seqs.first_gap();
-                        let fresh = (self.snapshots.as_ref()).and_then(|s| s.best(p, gap));
-                        let old = t.snapshot.clone().filter(|s| s.seq <= gap);
-                        match (fresh, old) {
-                            (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
-                            (a, b) => a.or(b),
-                        }
-                    })
-                    .flatten()
-                    .filter(|s| s.seq > 0)
-                    .map(|s| (*s).clone());
-                PassProgress {
-                    snapshot,
-                    pass: p,
-                    complete: t.complete,
-                    batches: t.batches,
-                    by_seq: t.by_seq,
-                    seqs: if t.by_seq {
-                        t.seqs.ranges()
-                    } else {
-                        RecordRanges::default()
-                    },
-                    records: records
-                        .into_iter()
-                        .map(|(s, r)| (table.index(s), r))
-                        .collect(),
-                }
-            })
-            .collect();
-        Checkpoint {
-            version: CHECKPOINT_VERSION,
-            batches: self.batches,
-            pass,
-            rank: base.rank,
-            world_size: base.world_size,
-            deterministic: base.deterministic,
-            sources: table.into_names(),
-            inputs: base.inputs.clone(),
-            settings: base.settings.clone(),
-            passes,
-        }
-    }
-}
-
-/// A [`Progress`] shared by a pipeline's consumers.
-pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
-
-/// What identifies a pipeline's position beyond what was taken: its
-/// inputs, its order-fixing settings, its rank.
-#[derive(Clone, Debug)]
-pub struct CheckpointBase {
-    /// The inputs' fingerprint.
-    pub inputs: InputFingerprint,
-    /// The settings that fix the order.
-    pub settings: SettingsFingerprint,
-    /// The rank.
-    pub rank: u32,
-    /// The world size.
-    pub world_size: u32,
-    /// Deterministic mode.
-    pub deterministic: bool,
-}
-
 /// A pass of an elastic resume split record by record between the new
-/// ranks ([`ResumeFrom::rebalance`]).
+/// ranks ([`ResumePlan::rebalance`]).
 #[derive(Clone, Debug)]
 struct Spread {
     /// The files (by index in the plan) holding this rank's share, in the
@@ -437,10 +96,10 @@ enum Rule {
 }
 
 /// Where a resumed pipeline starts and what it leaves out; see the module
-/// doc. Made by [`LoaderBuilder::resume`](crate::LoaderBuilder::resume)
-/// (or `resume_merged`) and held in the settings.
+/// doc. Made once ([`ResumePlan::new`]) and cut into the stages' parts
+/// ([`ResumePlan::parts`]) by the wiring site.
 #[derive(Clone, Debug)]
-pub struct ResumeFrom {
+pub struct ResumePlan {
     first_pass: u64,
     rules: BTreeMap<u64, Rule>,
     /// The progress the resumed run starts from.
@@ -450,16 +109,16 @@ pub struct ResumeFrom {
     /// True when the checkpoints are of another shard (several merged, or
     /// another rank or world size): an elastic resume.
     elastic: bool,
-    /// Per pass rebalanced by [`ResumeFrom::rebalance`]: the files this
+    /// Per pass rebalanced by [`ResumePlan::rebalance`]: the files this
     /// rank reads (whole, by index in the plan) and every new rank's share.
     spread: BTreeMap<u64, Spread>,
     /// Where the draw of the first pass starts (by batch number only).
     snapshot: Option<Arc<DrawSnapshot>>,
 }
 
-impl ResumeFrom {
+impl ResumePlan {
     /// How a pipeline identified by `now`, of `pass_count` passes, goes on
-    /// from `checkpoints` ([`ResumeFrom::new`] with the settings' parts).
+    /// from `checkpoints` ([`ResumePlan::new`] with the settings' parts).
     pub(crate) fn plan(
         checkpoints: &[Checkpoint],
         now: &CheckpointBase,
@@ -602,7 +261,7 @@ impl ResumeFrom {
             checkpoints.len(),
             if by_record { "record" } else { "batch number" }
         );
-        Ok(ResumeFrom {
+        Ok(ResumePlan {
             first_pass,
             rules,
             taken,
@@ -617,6 +276,14 @@ impl ResumeFrom {
     /// The pass the resumed pipeline starts with.
     pub fn first_pass(&self) -> u64 {
         self.first_pass
+    }
+
+    /// The progress of `consumers` consumers that go on from this plan's
+    /// checkpoints (what they took is taken; none of it is this run's):
+    /// for a [`Progress`] of your own beside a pipeline started with
+    /// [`StartOptions::resume`](crate::StartOptions).
+    pub fn progress(&self, consumers: usize) -> Progress {
+        Progress::resumed(self.taken.clone(), self.done_before, consumers)
     }
 
     /// True when the passes go on by record (filtered on the readers),
@@ -708,19 +375,19 @@ impl ResumeFrom {
     }
 
     /// The files (by index in the plan) this rank reads whole in `pass`
-    /// when the pass was rebalanced ([`ResumeFrom::rebalance`]).
-    pub(crate) fn spread_files(&self, pass: u64) -> Option<&[usize]> {
+    /// when the pass was rebalanced ([`ResumePlan::rebalance`]).
+    fn spread_files(&self, pass: u64) -> Option<&[usize]> {
         self.spread.get(&pass).map(|s| &s.files[..])
     }
 
     /// Every new rank's records in `pass` when it was rebalanced.
-    pub(crate) fn spread_sizes(&self, pass: u64) -> Option<&[u64]> {
+    fn spread_sizes(&self, pass: u64) -> Option<&[u64]> {
         self.spread.get(&pass).map(|s| &s.sizes[..])
     }
 
     /// Batches of `pass` consumed before the resume (all checkpoints'),
     /// when `pass` goes on by record; `None` otherwise.
-    pub(crate) fn batches_taken(&self, pass: u64) -> Option<u64> {
+    fn batches_taken(&self, pass: u64) -> Option<u64> {
         match self.rules.get(&pass) {
             Some(Rule::Records(_)) => self.taken.get(&pass).map(|t| t.batches),
             _ => None,
@@ -730,7 +397,7 @@ impl ResumeFrom {
     /// How many of the records of `source` that `stride` keeps from `start`
     /// to `total` were consumed before the resume in `pass` (0 unless the
     /// pass goes on by record).
-    pub(crate) fn taken_of(
+    fn taken_of(
         &self,
         pass: u64,
         source: &str,
@@ -762,19 +429,19 @@ impl ResumeFrom {
 
     /// The same resume, drawing the first pass from its start.
     pub(crate) fn without_snapshot(&self) -> Self {
-        ResumeFrom {
+        ResumePlan {
             snapshot: None,
             ..self.clone()
         }
     }
 
     /// True when batch `seq` of `pass` was consumed before: left out.
-    pub(crate) fn skips_batch(&self, pass: u64, seq: u64) -> bool {
+    fn skips_batch(&self, pass: u64, seq: u64) -> bool {
         matches!(self.rules.get(&pass), Some(Rule::Batches(s)) if s.contains(seq))
     }
 
     /// The first batch number of `pass` from `seq` on not left out.
-    pub(crate) fn next_seq(&self, pass: u64, mut seq: u64) -> u64 {
+    fn next_seq(&self, pass: u64, mut seq: u64) -> u64 {
         while self.skips_batch(pass, seq) {
             seq += 1;
         }
@@ -782,13 +449,13 @@ impl ResumeFrom {
     }
 
     /// True when `pass` reads nothing.
-    pub(crate) fn reads_nothing(&self, pass: u64) -> bool {
+    fn reads_nothing(&self, pass: u64) -> bool {
         matches!(self.rules.get(&pass), Some(Rule::Nothing))
     }
 
     /// Where a reader of `source` in `pass` starts, asked to start at
     /// `start`: past the consumed records that follow `start` without a gap.
-    pub(crate) fn start_record(&self, pass: u64, source: &str, start: u64) -> u64 {
+    fn start_record(&self, pass: u64, source: &str, start: u64) -> u64 {
         let Some(Rule::Records(taken)) = self.rules.get(&pass) else {
             return start;
         };
@@ -804,7 +471,7 @@ impl ResumeFrom {
     }
 
     /// The rows of `chunk` (of `pass`) not consumed before.
-    pub(crate) fn filter(&self, pass: u64, chunk: Chunk) -> Chunk {
+    fn filter(&self, pass: u64, chunk: Chunk) -> Chunk {
         match self.rules.get(&pass) {
             Some(Rule::Records(taken)) => chunk
                 .retain_origins(|o| !taken.get(&o.source).is_some_and(|r| r.contains(o.record))),
@@ -813,27 +480,180 @@ impl ResumeFrom {
     }
 }
 
+impl ResumePlan {
+    /// How `config` goes on from `checkpoints` — one, or one per rank of
+    /// the old job (merged: an elastic resume under `config`'s shard).
+    /// Every checkpoint must match `config`'s inputs and order-fixing
+    /// settings; the error says what changed.
+    pub fn new(checkpoints: &[Checkpoint], config: &PipelineConfig) -> Result<Self, PipelineError> {
+        if config.push.is_some() {
+            return Err(PipelineError::Config(
+                "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
+            ));
+        }
+        let now = CheckpointBase::of(config)?;
+        ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)
+    }
+}
+
+/// A resume plan cut into the part each stage needs (tokio's thin faces
+/// over one core: each part answers only its stage's questions).
+pub(crate) struct ResumeParts {
+    /// The file queue's.
+    pub file_queue: FileQueueResume,
+    /// The readers'.
+    pub readers: ReaderResume,
+    /// The shuffle stage's.
+    pub shuffle: ShuffleResume,
+    /// The consumers' (the loader's iterators, `Pop` consumers, trainers).
+    pub consumers: ConsumerResume,
+}
+
+impl ResumePlan {
+    /// The part of each stage.
+    pub(crate) fn parts(self: &Arc<Self>) -> ResumeParts {
+        ResumeParts {
+            file_queue: FileQueueResume(self.clone()),
+            readers: ReaderResume(self.clone()),
+            shuffle: ShuffleResume(self.clone()),
+            consumers: ConsumerResume(self.clone()),
+        }
+    }
+}
+
+/// The file queue's part of a resume: where the run starts, which files a
+/// rebalanced pass reads, where a snapshot's draw reads on, and what the
+/// equalize quota of a resumed pass counts.
+#[derive(Clone, Debug)]
+pub(crate) struct FileQueueResume(Arc<ResumePlan>);
+
+impl FileQueueResume {
+    /// The pass the run starts with.
+    pub fn first_pass(&self) -> u64 {
+        self.0.first_pass
+    }
+
+    /// True when `pass` reads nothing (every batch was consumed).
+    pub fn reads_nothing(&self, pass: u64) -> bool {
+        self.0.reads_nothing(pass)
+    }
+
+    /// Where the draw of `pass` reads on when it is resumed from a
+    /// snapshot: (file in the pass's order, next chunk, first record).
+    pub fn reads_on_from(&self, pass: u64) -> Option<(usize, u64, Option<u64>)> {
+        let s = self
+            .0
+            .snapshot
+            .as_deref()
+            .filter(|_| self.0.first_pass == pass)?;
+        Some((s.next_file as usize, s.next_chunk, s.next_record))
+    }
+
+    /// The files (by index in the plan) this rank reads whole in `pass`
+    /// when the pass was rebalanced.
+    pub fn spread_files(&self, pass: u64) -> Option<&[usize]> {
+        self.0.spread_files(pass)
+    }
+
+    /// Every new rank's records in `pass` when it was rebalanced.
+    pub fn spread_sizes(&self, pass: u64) -> Option<&[u64]> {
+        self.0.spread_sizes(pass)
+    }
+
+    /// Batches of `pass` consumed before, when it goes on by record.
+    pub fn batches_taken(&self, pass: u64) -> Option<u64> {
+        self.0.batches_taken(pass)
+    }
+
+    /// True for an elastic resume (another shard).
+    pub fn elastic(&self) -> bool {
+        self.0.elastic
+    }
+
+    /// The consumed records of `source` in `pass` that `stride` keeps
+    /// from `start` to `total`.
+    pub fn taken_of(
+        &self,
+        pass: u64,
+        source: &str,
+        stride: &feedline::plan::RecordStride,
+        start: u64,
+        total: u64,
+    ) -> u64 {
+        self.0.taken_of(pass, source, stride, start, total)
+    }
+}
+
+/// The readers' part of a resume: the consumed records they leave out.
+#[derive(Clone, Debug)]
+pub(crate) struct ReaderResume(Arc<ResumePlan>);
+
+impl ReaderResume {
+    /// Where a reader of `source` in `pass` starts, asked to start at
+    /// `start`: past the consumed records that follow without a gap.
+    pub fn start_record(&self, pass: u64, source: &str, start: u64) -> u64 {
+        self.0.start_record(pass, source, start)
+    }
+
+    /// The rows of `chunk` (of `pass`) not consumed before.
+    pub fn filter(&self, pass: u64, chunk: Chunk) -> Chunk {
+        self.0.filter(pass, chunk)
+    }
+}
+
+/// The shuffle stage's part of a resume: where its draw starts and the
+/// consumed batches it leaves out (after the draw, before they are made).
+#[derive(Clone, Debug)]
+pub(crate) struct ShuffleResume(Arc<ResumePlan>);
+
+impl ShuffleResume {
+    /// The pass the run starts with.
+    pub fn first_pass(&self) -> u64 {
+        self.0.first_pass
+    }
+
+    /// True when batch `seq` of `pass` was consumed before: left out.
+    pub fn skips_batch(&self, pass: u64, seq: u64) -> bool {
+        self.0.skips_batch(pass, seq)
+    }
+
+    /// The snapshot of the draw the first pass starts from, if any.
+    pub fn snapshot(&self) -> Option<&DrawSnapshot> {
+        self.0.snapshot.as_deref()
+    }
+}
+
+/// The consumers' part of a resume: the batch numbers left out, and the
+/// progress they start from.
+#[derive(Clone, Debug)]
+pub(crate) struct ConsumerResume(Arc<ResumePlan>);
+
+impl ConsumerResume {
+    /// The pass the run starts with.
+    pub fn first_pass(&self) -> u64 {
+        self.0.first_pass
+    }
+
+    /// The first batch number of `pass` from `seq` on not left out.
+    pub fn next_seq(&self, pass: u64, seq: u64) -> u64 {
+        self.0.next_seq(pass, seq)
+    }
+
+    /// The progress of `consumers` consumers that go on from the plan's
+    /// checkpoints (what they took is taken; none of it is this run's).
+    pub fn progress(&self, consumers: usize) -> Progress {
+        self.0.progress(consumers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn range_set_inserts_merge_neighbours() {
-        let mut s = RangeSet::default();
-        for x in [5, 3, 4, 9, 7, 8, 4, 0, 6] {
-            s.insert(x);
-        }
-        assert_eq!(s.ranges().ranges(), &[[0, 1], [3, 10]]);
-        assert_eq!(s.0.len(), 2);
-        s.insert(1);
-        s.insert(2);
-        assert_eq!(s.ranges().ranges(), &[[0, 10]]);
-    }
-
-    #[test]
     fn readers_start_past_a_consumed_prefix_and_batches_are_left_out() {
         let src = SourceId::intern("/resume/unit/f0");
-        let by_record = ResumeFrom {
+        let by_record = ResumePlan {
             first_pass: 1,
             rules: BTreeMap::from([(
                 1,
@@ -862,7 +682,7 @@ mod tests {
         assert_eq!(by_record.start_record(1, "/resume/unit/f0", 13), 15);
         assert_eq!(by_record.start_record(1, "/resume/unit/other", 0), 0);
         assert_eq!(by_record.start_record(2, "/resume/unit/f0", 0), 0);
-        let by_seq = ResumeFrom {
+        let by_seq = ResumePlan {
             rules: BTreeMap::from([(1, Rule::Batches(RecordRanges::from_records([0, 1, 2, 5])))]),
             by_record: false,
             ..by_record
@@ -871,46 +691,5 @@ mod tests {
         assert_eq!(by_seq.next_seq(1, 0), 3);
         assert_eq!(by_seq.next_seq(1, 5), 6);
         assert_eq!(by_seq.next_seq(2, 0), 0);
-    }
-
-    #[test]
-    fn record_sets_fold_full_words_and_give_exact_ranges() {
-        let mut rng = 12345u64;
-        for _ in 0..50 {
-            let mut set = RecordSet::default();
-            let mut want = std::collections::BTreeSet::new();
-            for _ in 0..400 {
-                rng = rng
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let r = (rng >> 33) % 300;
-                set.insert(r);
-                want.insert(r);
-            }
-            for r in 0..130 {
-                set.insert(r);
-                want.insert(r);
-            }
-            assert!(set.base >= 128, "full words fold: base {}", set.base);
-            assert_eq!(
-                set.ranges(),
-                RecordRanges::from_records(want.iter().copied())
-            );
-            let again = RecordSet::of(&set.ranges());
-            assert_eq!(again.ranges(), set.ranges());
-        }
-    }
-
-    #[test]
-    fn progress_keeps_the_last_complete_pass_and_counts_consumers() {
-        let mut p = Progress::new(2);
-        p.pass_ended(0);
-        assert_eq!(p.next_pass, 0, "one of two consumers");
-        p.pass_ended(0);
-        assert_eq!(p.next_pass, 1);
-        p.pass_ended(1);
-        p.pass_ended(1);
-        assert_eq!(p.passes.keys().copied().collect::<Vec<_>>(), vec![1]);
-        assert!(p.passes[&1].complete);
     }
 }

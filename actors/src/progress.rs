@@ -1,0 +1,493 @@
+//! Taking progress, for checkpoints: what the consumers took ([`Progress`]:
+//! per pass, the numbers of the batches and the records in them, kept as
+//! range sets), the snapshots of the deterministic draw that the shuffle
+//! stage leaves for them ([`DrawSnapshots`]), and what identifies the
+//! pipeline a checkpoint is of — its inputs stamped and its order-fixing
+//! settings ([`CheckpointBase`]). A [`Checkpoint`] is made of these at any
+//! moment; going on from one is `resume_plan`'s.
+//!
+//! The [`Loader`](crate::Loader)'s iterators, the [`Pipeline`](crate::Pipeline)'s
+//! `Pop` consumers and trainers keep a [`Progress`]; an actix embedder with
+//! its own [`TrainStep`](crate::TrainStep)s may keep one too (`take` in
+//! `step`, `pass_ended` in `end_of_pass`, one consumer per device), as
+//! `feedline run --checkpoint` does.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use feedline::checkpoint::{
+    Checkpoint, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
+    SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
+};
+use feedline::plan::expand_inputs;
+use feedline::SourceId;
+
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+use crate::messages::Delivered;
+
+/// A set of integers under construction: disjoint, non-adjacent ranges
+/// `start → end` (half-open), each insert O(log n).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RangeSet(BTreeMap<u64, u64>);
+
+impl RangeSet {
+    pub(crate) fn of(r: &RecordRanges) -> Self {
+        RangeSet(r.ranges().iter().map(|&[s, e]| (s, e)).collect())
+    }
+
+    pub(crate) fn insert(&mut self, x: u64) {
+        let below = self.0.range(..=x).next_back().map(|(&s, &e)| (s, e));
+        if below.is_some_and(|(_, e)| x < e) {
+            return;
+        }
+        let start = match below {
+            Some((s, e)) if e == x => s,
+            _ => x,
+        };
+        let end = self.0.remove(&(x + 1)).unwrap_or(x + 1);
+        self.0.insert(start, end);
+    }
+
+    pub(crate) fn ranges(&self) -> RecordRanges {
+        RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
+    }
+}
+
+/// The records taken of one source: the ranges below `base`, and a bitset
+/// from `base` on whose lowest words move into the ranges as they fill —
+/// O(1) per record, and the bitset spans only the records read but not all
+/// taken (the shuffle pool's window), unless records are never taken (a
+/// bad record skipped, another rank's stride).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RecordSet {
+    low: Vec<[u64; 2]>,
+    base: u64,
+    bits: VecDeque<u64>,
+}
+
+impl RecordSet {
+    pub(crate) fn of(r: &RecordRanges) -> Self {
+        let mut set = RecordSet::default();
+        for x in r.records() {
+            set.insert(x);
+        }
+        set
+    }
+
+    fn push_low(&mut self, s: u64, e: u64) {
+        match self.low.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => self.low.push([s, e]),
+        }
+    }
+
+    fn insert(&mut self, r: u64) {
+        let Some(off) = r.checked_sub(self.base) else {
+            return; // below `base`: taken already
+        };
+        let w = (off / 64) as usize;
+        if w >= self.bits.len() {
+            self.bits.resize(w + 1, 0);
+        }
+        self.bits[w] |= 1 << (off % 64);
+        while self.bits.front() == Some(&u64::MAX) {
+            self.bits.pop_front();
+            self.push_low(self.base, self.base + 64);
+            self.base += 64;
+        }
+    }
+
+    fn ranges(&self) -> RecordRanges {
+        let mut out = self.low.clone();
+        let mut push = |s: u64, e: u64| match out.last_mut() {
+            Some(last) if last[1] == s => last[1] = e,
+            _ => out.push([s, e]),
+        };
+        for (w, &word) in self.bits.iter().enumerate() {
+            let at = self.base + 64 * w as u64;
+            let mut rest = word;
+            while rest != 0 {
+                let start = rest.trailing_zeros() as u64;
+                let ones = (rest >> start).trailing_ones() as u64;
+                push(at + start, at + start + ones);
+                rest = if start + ones >= 64 {
+                    0
+                } else {
+                    rest & !(((1u64 << ones) - 1) << start)
+                };
+            }
+        }
+        RecordRanges::from_ranges(out)
+    }
+}
+
+/// What was taken of one pass.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PassTaken {
+    pub complete: bool,
+    pub batches: u64,
+    pub by_seq: bool,
+    pub seqs: RangeSet,
+    pub records: HashMap<SourceId, RecordSet>,
+    /// The snapshot of the draw this pass was resumed from, if any.
+    pub snapshot: Option<Arc<DrawSnapshot>>,
+}
+
+impl RangeSet {
+    /// The smallest number not in the set.
+    pub(crate) fn first_gap(&self) -> u64 {
+        match self.0.first_key_value() {
+            Some((&0, &e)) => e,
+            _ => 0,
+        }
+    }
+}
+
+/// How many of the latest snapshots of the draw are kept for checkpoints.
+const SNAPSHOTS_KEPT: usize = 16;
+
+/// Where the shuffle stage leaves snapshots of its draw (deterministic
+/// mode, every [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY) batches) for the
+/// checkpoints of the pipeline's consumers: a [`Progress`] given this
+/// handle ([`Progress::with_snapshots`]) puts into its checkpoint the
+/// latest snapshot before its first batch not taken, and a resume from it
+/// starts drawing there instead of at the pass's start. One handle per
+/// pipeline ([`StartOptions::snapshots`](crate::StartOptions)); the
+/// latest 16 snapshots are kept.
+#[derive(Clone, Debug, Default)]
+pub struct DrawSnapshots(Arc<parking_lot::Mutex<VecDeque<Arc<DrawSnapshot>>>>);
+
+impl DrawSnapshots {
+    /// A new, empty handle.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn push(&self, s: DrawSnapshot) {
+        let mut q = self.0.lock();
+        if q.len() >= SNAPSHOTS_KEPT {
+            q.pop_front();
+        }
+        q.push_back(Arc::new(s));
+    }
+
+    /// The latest snapshot of `pass` before batch `seq` (at most `seq`).
+    fn best(&self, pass: u64, seq: u64) -> Option<Arc<DrawSnapshot>> {
+        let q = self.0.lock();
+        (q.iter().rev())
+            .find(|s| s.pass == pass && s.seq <= seq)
+            .cloned()
+    }
+
+    /// Snapshots held (tests).
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// True when none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the consumers took, pass by pass: updated with every batch taken
+/// ([`take`](Self::take)) and every end of pass seen by all consumers
+/// ([`pass_ended`](Self::pass_ended)); a [`Checkpoint`] is made of it at
+/// any moment. It keeps the passes not complete and the last complete one.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Batches taken in this run.
+    batches: u64,
+    passes: BTreeMap<u64, PassTaken>,
+    /// Every pass below is complete.
+    next_pass: u64,
+    /// Consumers that each see every end of pass.
+    consumers: usize,
+    ends: BTreeMap<u64, usize>,
+    snapshots: Option<DrawSnapshots>,
+}
+
+impl Progress {
+    /// Nothing taken yet, from pass 0, for `consumers` consumers that each
+    /// see every end-of-pass marker.
+    pub fn new(consumers: usize) -> Self {
+        Progress {
+            batches: 0,
+            passes: BTreeMap::new(),
+            next_pass: 0,
+            consumers: consumers.max(1),
+            ends: BTreeMap::new(),
+            snapshots: None,
+        }
+    }
+
+    /// Put into each checkpoint the latest fitting snapshot of the draw
+    /// the pipeline left in `snapshots` (its
+    /// [`StartOptions::snapshots`](crate::StartOptions)): a
+    /// deterministic resume then starts there, not at the pass's start.
+    pub fn with_snapshots(mut self, snapshots: DrawSnapshots) -> Self {
+        self.snapshots = Some(snapshots);
+        self
+    }
+
+    /// What a resumed run starts from: what its checkpoints say was taken
+    /// (`taken`, pass by pass; every pass below `done_before` complete),
+    /// none of it counted as this run's batches.
+    pub(crate) fn resumed(
+        taken: BTreeMap<u64, PassTaken>,
+        done_before: u64,
+        consumers: usize,
+    ) -> Self {
+        Progress {
+            passes: taken,
+            next_pass: done_before,
+            ..Progress::new(consumers)
+        }
+    }
+
+    /// Batch `d` was taken.
+    pub fn take(&mut self, d: &Delivered) {
+        self.batches += 1;
+        let p = self.passes.entry(d.pass).or_insert_with(|| PassTaken {
+            by_seq: true,
+            ..PassTaken::default()
+        });
+        p.batches += 1;
+        p.seqs.insert(d.seq);
+        let mut last: Option<(SourceId, &mut RecordSet)> = None;
+        for o in d.batch.origins() {
+            match &mut last {
+                Some((s, set)) if *s == o.source => set.insert(o.record),
+                _ => {
+                    let set = p.records.entry(o.source).or_default();
+                    set.insert(o.record);
+                    last = Some((o.source, set));
+                }
+            }
+        }
+    }
+
+    /// One consumer saw the end of `pass`; when all have, the pass is complete.
+    pub fn pass_ended(&mut self, pass: u64) {
+        let seen = self.ends.entry(pass).or_default();
+        *seen += 1;
+        if *seen < self.consumers {
+            return;
+        }
+        self.ends.remove(&pass);
+        self.passes.entry(pass).or_default().complete = true;
+        self.next_pass = self.next_pass.max(pass + 1);
+        // Keep the last complete pass (ranks one pass apart still merge).
+        self.passes.retain(|&p, t| p >= pass || !t.complete);
+    }
+
+    /// Every batch of `pass` was taken (one consumer took them all).
+    pub fn pass_complete(&mut self, pass: u64) {
+        for _ in 0..self.consumers {
+            self.pass_ended(pass);
+        }
+    }
+
+    /// Batches taken in this run.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+
+    /// The checkpoint of what was taken, with `base`'s identity.
+    pub fn checkpoint(&mut self, base: &CheckpointBase) -> Checkpoint {
+        let mut table = SourceTable::default();
+        let pass = (self.passes.iter())
+            .find(|(_, t)| !t.complete)
+            .map_or(self.next_pass, |(&p, _)| p.min(self.next_pass));
+        let passes = (self.passes.iter())
+            .map(|(&p, t)| {
+                let mut records: Vec<(SourceId, RecordRanges)> =
+                    t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
+                records.sort_by_key(|(s, _)| s.name());
+                let snapshot = (t.by_seq && !t.complete)
+                    .then(|| {
+                        let gap = t.seqs.first_gap();
+                        let fresh = (self.snapshots.as_ref()).and_then(|s| s.best(p, gap));
+                        let old = t.snapshot.clone().filter(|s| s.seq <= gap);
+                        match (fresh, old) {
+                            (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
+                            (a, b) => a.or(b),
+                        }
+                    })
+                    .flatten()
+                    .filter(|s| s.seq > 0)
+                    .map(|s| (*s).clone());
+                PassProgress {
+                    snapshot,
+                    pass: p,
+                    complete: t.complete,
+                    batches: t.batches,
+                    by_seq: t.by_seq,
+                    seqs: if t.by_seq {
+                        t.seqs.ranges()
+                    } else {
+                        RecordRanges::default()
+                    },
+                    records: records
+                        .into_iter()
+                        .map(|(s, r)| (table.index(s), r))
+                        .collect(),
+                }
+            })
+            .collect();
+        Checkpoint {
+            version: CHECKPOINT_VERSION,
+            batches: self.batches,
+            pass,
+            rank: base.rank,
+            world_size: base.world_size,
+            deterministic: base.deterministic,
+            sources: table.into_names(),
+            inputs: base.inputs.clone(),
+            settings: base.settings.clone(),
+            passes,
+        }
+    }
+}
+
+/// A [`Progress`] shared by a pipeline's consumers.
+pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
+
+/// What identifies a pipeline's position beyond what was taken: its
+/// inputs, its order-fixing settings, its rank.
+#[derive(Clone, Debug)]
+pub struct CheckpointBase {
+    /// The inputs' fingerprint.
+    pub inputs: InputFingerprint,
+    /// The settings that fix the order.
+    pub settings: SettingsFingerprint,
+    /// The rank.
+    pub rank: u32,
+    /// The world size.
+    pub world_size: u32,
+    /// Deterministic mode.
+    pub deterministic: bool,
+}
+
+impl CheckpointBase {
+    /// The identity of a pipeline of these settings: every input file
+    /// stamped (path, size, modification time; a source that is no file,
+    /// such as `gen:NAME`, by its name alone) and the settings that fix
+    /// the order of the batches.
+    pub fn of(config: &PipelineConfig) -> Result<Self, PipelineError> {
+        let mut files = Vec::new();
+        let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
+        for list in lists.filter(|l| !l.is_empty()) {
+            for spec in expand_inputs(list)? {
+                let bare = match config.registry.resolve(&spec, config.format.as_deref()) {
+                    Ok((_, bare, _)) => bare,
+                    Err(_) => std::path::PathBuf::from(&spec),
+                };
+                let stamp = match FileStamp::of(&bare.to_string_lossy()) {
+                    Ok(s) => FileStamp { path: spec, ..s },
+                    Err(_) => FileStamp {
+                        path: spec,
+                        size: 0,
+                        mtime_ns: None,
+                    },
+                };
+                files.push(stamp);
+            }
+        }
+        let t = &config.transforms;
+        let sets: Vec<String> = (config.sets.iter())
+            .map(|s| format!("{}={:?}*{}", s.name, s.files, s.weight))
+            .collect();
+        let settings = SettingsFingerprint::new()
+            .with("seed", config.seed)
+            .with("shuffle", config.shuffle)
+            .with("min_pool", format!("{:?}", config.min_pool))
+            .with("shuffle_bytes", config.shuffle_bytes)
+            .with("batch", format!("{:?}", config.batch))
+            .with("drop_last", config.drop_last)
+            .with("shuffle_files", config.shuffle_files)
+            .with("deterministic", config.deterministic)
+            .with("chunk_records", config.chunk_records)
+            .with("chunk_bytes", config.chunk_bytes)
+            .with("shard_by", format!("{:?}", config.shard_by))
+            .with("equalize", format!("{:?}", config.equalize))
+            .with("format", format!("{:?}", config.format))
+            .with("sets", format!("[{}]", sets.join(", ")))
+            .with(
+                "transforms",
+                format!(
+                    "records: {}, instance: {}, batch: {}",
+                    t.records.is_some(),
+                    t.instance.is_some(),
+                    t.batch.is_some()
+                ),
+            );
+        Ok(CheckpointBase {
+            inputs: InputFingerprint { files },
+            settings,
+            rank: config.shard.rank as u32,
+            world_size: config.shard.world_size as u32,
+            deterministic: config.deterministic,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_set_inserts_merge_neighbours() {
+        let mut s = RangeSet::default();
+        for x in [5, 3, 4, 9, 7, 8, 4, 0, 6] {
+            s.insert(x);
+        }
+        assert_eq!(s.ranges().ranges(), &[[0, 1], [3, 10]]);
+        assert_eq!(s.0.len(), 2);
+        s.insert(1);
+        s.insert(2);
+        assert_eq!(s.ranges().ranges(), &[[0, 10]]);
+    }
+
+    #[test]
+    fn record_sets_fold_full_words_and_give_exact_ranges() {
+        let mut rng = 12345u64;
+        for _ in 0..50 {
+            let mut set = RecordSet::default();
+            let mut want = std::collections::BTreeSet::new();
+            for _ in 0..400 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (rng >> 33) % 300;
+                set.insert(r);
+                want.insert(r);
+            }
+            for r in 0..130 {
+                set.insert(r);
+                want.insert(r);
+            }
+            assert!(set.base >= 128, "full words fold: base {}", set.base);
+            assert_eq!(
+                set.ranges(),
+                RecordRanges::from_records(want.iter().copied())
+            );
+            let again = RecordSet::of(&set.ranges());
+            assert_eq!(again.ranges(), set.ranges());
+        }
+    }
+
+    #[test]
+    fn progress_keeps_the_last_complete_pass_and_counts_consumers() {
+        let mut p = Progress::new(2);
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 0, "one of two consumers");
+        p.pass_ended(0);
+        assert_eq!(p.next_pass, 1);
+        p.pass_ended(1);
+        p.pass_ended(1);
+        assert_eq!(p.passes.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert!(p.passes[&1].complete);
+    }
+}

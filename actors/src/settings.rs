@@ -1,0 +1,221 @@
+//! Each stage's own settings (vector's narrow contexts): what a stage
+//! reads of the pipeline's settings, derived once by the wiring site from
+//! the checked [`PipelineConfig`] ([`StageSettings::derive`]). A stage's
+//! constructor takes its settings and nothing else of the config, so what
+//! a stage can be told is visible in one struct, and a setting no stage
+//! reads shows as one no struct has.
+//!
+//! Policies that depend on several settings are decided here, once: which
+//! readers may defer checksums (the bad-record policy's), whether the draw
+//! can be snapshot, how many batches the batch maker holds.
+
+use std::time::Duration;
+
+use feedline::feed_queue::Lanes;
+use feedline::format::{OpenOptions, RecordReader, Registry};
+use feedline::plan::Equalize;
+use feedline::remote::cache::RemoteCache;
+use feedline::shuffle::ShuffleConfig;
+use feedline::transform::RecordStage;
+use feedline::Schema;
+
+use crate::bad_records::checksums_may_wait;
+use crate::config::{ErrorPolicy, PipelineConfig, StallPolicy};
+
+/// What a prefetch reader (and a draw made again from a snapshot, which
+/// reads as the readers do) needs: how to open files and cut chunks.
+#[derive(Clone)]
+pub(crate) struct ReaderSettings {
+    /// The formats known.
+    pub registry: Registry,
+    /// A format for every file, if set.
+    pub format: Option<String>,
+    /// How files are opened (checksum deferral decided by the bad-record
+    /// policy: a record to skip must be found bad by its reader).
+    pub open: OpenOptions,
+    /// Instances per chunk, at most.
+    pub chunk_records: usize,
+    /// Payload bytes per chunk, at most.
+    pub chunk_bytes: usize,
+    /// Chunks sent and not acknowledged, at most.
+    pub chunks_in_flight: usize,
+    /// The record filter / map on the readers, if any.
+    pub records: Option<RecordStage>,
+    /// The local cache of remote inputs, if any.
+    pub remote_cache: Option<RemoteCache>,
+    /// The instances' schema.
+    pub schema: Schema,
+}
+
+impl ReaderSettings {
+    /// Open `file` at record `start` as the readers do.
+    pub fn open_file(
+        &self,
+        file: &str,
+        start: u64,
+    ) -> Result<Box<dyn RecordReader>, feedline::Error> {
+        let mut opts = self.open.clone();
+        opts.start_record = start;
+        self.registry.open(file, self.format.as_deref(), &opts)
+    }
+
+    /// The name `file`'s records carry (its resolved path; the file as
+    /// given when it cannot be resolved).
+    pub fn source_name(&self, file: &str) -> String {
+        match self.registry.resolve(file, self.format.as_deref()) {
+            Ok((_, path, _)) => path.to_string_lossy().into_owned(),
+            Err(_) => file.to_string(),
+        }
+    }
+}
+
+/// What the shuffle stage needs.
+#[derive(Clone, Debug)]
+pub(crate) struct ShuffleSettings {
+    /// The pool's sizes and seed.
+    pub pool: ShuffleConfig,
+    /// Chunks taken in a fixed order, whatever the timing.
+    pub deterministic: bool,
+    /// Bytes of early chunks held in deterministic mode.
+    pub reorder_window: usize,
+    /// The file sets' names and weights (empty without sets).
+    pub sets: Vec<(String, f64)>,
+    /// Passes to make.
+    pub passes: u64,
+    /// Snapshot the draw before every `snapshot_every`-th batch; 0: never
+    /// (also when the draw of these settings cannot be snapshot: see
+    /// [`snapshots_possible`]).
+    pub snapshot_every: u64,
+    /// The feed queue's lanes (each batch is numbered and laned).
+    pub lanes: Lanes,
+}
+
+/// What the batch maker needs.
+#[derive(Clone, Debug)]
+pub(crate) struct BatchMakerSettings {
+    /// Batches held at most: being made, or made and not yet in the feed queue.
+    pub in_flight: usize,
+    /// The feed queue's lanes (each pass ends with a marker in every one).
+    pub lanes: Lanes,
+    /// The rows' schema, to collate them when there are no transforms.
+    pub schema: Schema,
+}
+
+/// What the supervisor needs.
+#[derive(Clone, Debug)]
+pub(crate) struct SupervisorSettings {
+    /// A reader inside one open or read for longer is stuck (`None`: never).
+    pub stall_timeout: Option<Duration>,
+    /// What to do with a stuck reader.
+    pub on_stall: StallPolicy,
+    /// Readers that may fail on one file before the pass fails.
+    pub max_attempts: u32,
+    /// Passes this run makes (from its first, which a resume may move on).
+    pub passes_to_run: u64,
+}
+
+/// What a push source needs.
+#[derive(Clone, Debug)]
+pub(crate) struct PushSettings {
+    /// Chunks sent and not acknowledged, at most.
+    pub chunks_in_flight: usize,
+    /// Instances per chunk, at most.
+    pub chunk_records: usize,
+    /// Payload bytes per chunk, at most.
+    pub chunk_bytes: usize,
+    /// Only full chunks (deterministic mode: chunk boundaries fixed).
+    pub full_chunks_only: bool,
+}
+
+/// Every stage's settings.
+pub(crate) struct StageSettings {
+    /// The readers'.
+    pub reader: ReaderSettings,
+    /// The shuffle stage's.
+    pub shuffle: ShuffleSettings,
+    /// The batch maker's.
+    pub maker: BatchMakerSettings,
+    /// The supervisor's.
+    pub supervisor: SupervisorSettings,
+    /// A push source's.
+    pub push: PushSettings,
+}
+
+/// True when the draw of `config` can be snapshot for checkpoints: it then
+/// depends only on the pool, its random stream and the chunks read next —
+/// deterministic mode, one file set, no push source, no record transform,
+/// no equalize quota, no bad-record fraction judged per pass.
+pub(crate) fn snapshots_possible(config: &PipelineConfig) -> bool {
+    config.deterministic
+        && config.sets.len() <= 1
+        && config.push.is_none()
+        && config.transforms.records.is_none()
+        && config.equalize == Equalize::Off
+        && !matches!(
+            config.error_policy,
+            ErrorPolicy::Skip {
+                max_bad_fraction: Some(_),
+                ..
+            }
+        )
+}
+
+impl StageSettings {
+    /// Each stage's settings of `config` (checked, inputs expanded), whose
+    /// instances are of `schema`, batches going into `lanes`, the run
+    /// starting at pass `first_pass` (a resume's).
+    pub fn derive(config: &PipelineConfig, schema: &Schema, lanes: Lanes, first_pass: u64) -> Self {
+        let mut open = config.open.clone();
+        open.defer_checksums &= checksums_may_wait(&config.error_policy);
+        StageSettings {
+            reader: ReaderSettings {
+                registry: config.registry.clone(),
+                format: config.format.clone(),
+                open,
+                chunk_records: config.chunk_records.max(1),
+                chunk_bytes: config.chunk_bytes,
+                chunks_in_flight: config.chunks_in_flight.max(1),
+                records: config.transforms.records.clone(),
+                remote_cache: config.remote_cache.clone(),
+                schema: schema.clone(),
+            },
+            shuffle: ShuffleSettings {
+                pool: ShuffleConfig {
+                    pool_size: config.shuffle,
+                    min_pool_size: config.min_pool,
+                    max_bytes: config.shuffle_bytes,
+                    seed: config.seed,
+                },
+                deterministic: config.deterministic,
+                reorder_window: config.reorder_window,
+                sets: (config.sets.iter())
+                    .map(|s| (s.name.clone(), s.weight))
+                    .collect(),
+                passes: config.passes,
+                snapshot_every: if snapshots_possible(config) {
+                    config.snapshot_every
+                } else {
+                    0
+                },
+                lanes,
+            },
+            maker: BatchMakerSettings {
+                in_flight: config.in_flight_batches(),
+                lanes,
+                schema: schema.clone(),
+            },
+            supervisor: SupervisorSettings {
+                stall_timeout: config.stall_timeout,
+                on_stall: config.on_stall,
+                max_attempts: config.max_attempts,
+                passes_to_run: config.passes.saturating_sub(first_pass),
+            },
+            push: PushSettings {
+                chunks_in_flight: config.chunks_in_flight.max(1),
+                chunk_records: config.chunk_records.max(1),
+                chunk_bytes: config.chunk_bytes,
+                full_chunks_only: config.deterministic,
+            },
+        }
+    }
+}
