@@ -139,55 +139,6 @@ impl Error {
         }
     }
 
-    /// Say so when a record does not fit a shape that was inferred, not
-    /// declared: a [`Field`](Error::Field) error about a fixed-shape field
-    /// of an [inferred](crate::Schema::inferred_from) `schema` gets, in its
-    /// `expected`, where the shape was inferred from and how to declare the
-    /// field variable. Other errors are returned as they are.
-    ///
-    /// ```
-    /// use feedline::{Error, Location, Record, Schema, SourceId, Tensor, Values};
-    /// let rec = |n: usize| Record {
-    ///     location: Location::new(SourceId::intern("tokens.jsonl"), n as u64, None),
-    ///     fields: vec![("tokens".to_string(), Tensor::vector(Values::I64(vec![1; n])))],
-    /// };
-    /// let schema = Schema::infer(&[rec(3), rec(3)])?.inferred_from("the first 2 records of tokens.jsonl");
-    /// let mut chunk = feedline::Chunk::new(&schema);
-    /// let e = chunk.push_record(&rec(5)).unwrap_err().explain_inferred(&schema);
-    /// assert!(e.to_string().contains("inferred from the first 2 records of tokens.jsonl"), "{e}");
-    /// assert!(e.to_string().contains("declare it variable"), "{e}");
-    /// # Ok::<(), feedline::Error>(())
-    /// ```
-    pub fn explain_inferred(self, schema: &crate::Schema) -> Self {
-        let Some(source) = schema.inferred_source() else {
-            return self;
-        };
-        match self {
-            Error::Field {
-                location,
-                field,
-                expected,
-                actual,
-            } if schema
-                .field(&field)
-                .is_ok_and(|f| !f.is_ragged() && !f.shape.is_empty()) =>
-            {
-                let expected = format!(
-                    "{expected} (a shape inferred from {source}, not declared: if this field's \
-                     length varies between records, declare it variable — leading dimension `?` \
-                     (Dim::Var, -1 in a schema file) — in the schema given to the loader)"
-                );
-                Error::Field {
-                    location,
-                    field,
-                    expected,
-                    actual,
-                }
-            }
-            other => other,
-        }
-    }
-
     /// The record location this error is about, if any.
     pub fn location(&self) -> Option<&Location> {
         match self {

@@ -86,3 +86,8 @@ pub mod reader;
 pub mod remote;
 pub mod shuffle;
 pub mod transform;
+
+// For the workspace's other crates (the actor pipeline reads its stages'
+// panics with it), not part of the API.
+#[doc(hidden)]
+pub mod panic;

@@ -3,7 +3,9 @@
 //!
 //! A schema is declared with [`Schema::builder`], read from JSON or TOML
 //! ([`Schema::from_json`], [`Schema::from_toml`]), or inferred from the first
-//! records of a file ([`Schema::infer`]).
+//! records of a file ([`Schema::infer`]). A record that does not fit an
+//! inferred shape gets its error explained here
+//! ([`Error::explain_inferred`]): the error type itself knows no schema.
 //!
 //! ```
 //! use feedline::{DType, Ragged, Schema};
@@ -523,5 +525,59 @@ impl Schema {
     /// True if both are the same schema (shared, or equal field by field).
     pub fn same(&self, other: &Schema) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner) || self.inner == other.inner
+    }
+}
+
+/// What a shape error says when the shape was inferred: written here, with
+/// the schema that knows where it was inferred from, so that the error type
+/// (below every module) does not know schemas.
+impl Error {
+    /// Say so when a record does not fit a shape that was inferred, not
+    /// declared: a [`Field`](Error::Field) error about a fixed-shape field
+    /// of an [inferred](Schema::inferred_from) `schema` gets, in its
+    /// `expected`, where the shape was inferred from and how to declare the
+    /// field variable. Other errors are returned as they are.
+    ///
+    /// ```
+    /// use feedline::{Error, Location, Record, Schema, SourceId, Tensor, Values};
+    /// let rec = |n: usize| Record {
+    ///     location: Location::new(SourceId::intern("tokens.jsonl"), n as u64, None),
+    ///     fields: vec![("tokens".to_string(), Tensor::vector(Values::I64(vec![1; n])))],
+    /// };
+    /// let schema = Schema::infer(&[rec(3), rec(3)])?.inferred_from("the first 2 records of tokens.jsonl");
+    /// let mut chunk = feedline::Chunk::new(&schema);
+    /// let e = chunk.push_record(&rec(5)).unwrap_err().explain_inferred(&schema);
+    /// assert!(e.to_string().contains("inferred from the first 2 records of tokens.jsonl"), "{e}");
+    /// assert!(e.to_string().contains("declare it variable"), "{e}");
+    /// # Ok::<(), feedline::Error>(())
+    /// ```
+    pub fn explain_inferred(self, schema: &Schema) -> Self {
+        let Some(source) = schema.inferred_source() else {
+            return self;
+        };
+        match self {
+            Error::Field {
+                location,
+                field,
+                expected,
+                actual,
+            } if schema
+                .field(&field)
+                .is_ok_and(|f| !f.is_ragged() && !f.shape.is_empty()) =>
+            {
+                let expected = format!(
+                    "{expected} (a shape inferred from {source}, not declared: if this field's \
+                     length varies between records, declare it variable — leading dimension `?` \
+                     (Dim::Var, -1 in a schema file) — in the schema given to the loader)"
+                );
+                Error::Field {
+                    location,
+                    field,
+                    expected,
+                    actual,
+                }
+            }
+            other => other,
+        }
     }
 }

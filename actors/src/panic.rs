@@ -1,15 +1,12 @@
-//! What a caught panic said: the text every stage that catches a panic
-//! (readers' decoding, trainers' steps) puts into its error.
+//! What a caught panic said, for the stages that catch one (readers'
+//! decoding, trainers' steps) and put it into their error: the core's
+//! [`panic_message`], for a payload taken by value.
 
-/// The message of a panic payload.
+use feedline::panic::panic_message;
+
+/// The message of a panic payload, as [`panic_message`] reads it.
 pub(crate) fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".into()
-    }
+    panic_message(&*p)
 }
 
 #[cfg(test)]
@@ -23,7 +20,7 @@ mod tests {
         assert_eq!(text(|| panic!("formatted {}", 7)), "formatted 7");
         assert_eq!(
             text(|| std::panic::panic_any(3u8)),
-            "panic with a non-string payload"
+            "(a panic payload that is not text)"
         );
     }
 }

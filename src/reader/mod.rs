@@ -235,14 +235,3 @@ pub trait ReaderExt: Reader + Sized {
 }
 
 impl<R: Reader> ReaderExt for R {}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic payload that is not text)".to_string()
-    }
-}

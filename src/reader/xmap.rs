@@ -20,8 +20,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use super::{panic_message, PassIter, Reader};
+use super::{PassIter, Reader};
 use crate::error::{Error, Result};
+use crate::panic::panic_message;
 
 /// See [`ReaderExt::xmap`](super::ReaderExt::xmap).
 pub struct XMap<R, F> {

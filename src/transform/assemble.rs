@@ -39,8 +39,8 @@ use crate::chunk::{Chunk, RowRef};
 use crate::collate::{collate_chunks, collate_rows};
 use crate::error::{Error, Result};
 use crate::format::generator::Sample;
+use crate::panic::panic_message;
 use crate::provenance::Origin;
-use crate::reader::panic_message;
 use crate::record::Instance;
 use crate::schema::{DType, Schema};
 

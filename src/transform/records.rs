@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::chunk::Chunk;
 use crate::error::{Error, Result};
-use crate::reader::panic_message;
+use crate::panic::panic_message;
 use crate::record::Instance;
 
 use super::BoxError;

@@ -1,5 +1,6 @@
-//! The crate's error type: every way decoding, an operation, a plan or a
-//! transform spec can fail, each saying what is wrong and where.
+//! The crate's error types: every way decoding, an operation, a plan or a
+//! transform spec can fail, each saying what is wrong and where. Below
+//! every other module: it imports none of them.
 
 use thiserror::Error;
 
@@ -78,7 +79,20 @@ pub enum VisionError {
     },
     /// A `--transform` spec that does not parse or does not make sense.
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
+    Spec(#[from] SpecError),
+}
+
+/// A `--transform` spec that does not parse or does not make sense: where
+/// and what (the spec language, [`crate::spec`], raises it).
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("transform spec {spec:?}, column {column}: {message}\n  {spec}\n  {caret:>width$}", caret = "^", width = column)]
+pub struct SpecError {
+    /// The whole spec.
+    pub spec: String,
+    /// 1-based column (in characters) of the offending token.
+    pub column: usize,
+    /// What was expected and what was found.
+    pub message: String,
 }
 
 /// The crate's result type.

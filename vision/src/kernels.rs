@@ -5,7 +5,7 @@
 //! weights, so every path gives the same bytes (tested against each other
 //! in this module's tests and against PIL in `tests/decode_pil.rs`).
 
-use crate::resize::{Coefficients, PRECISION_BITS};
+use crate::coefficients::{Coefficients, PRECISION_BITS};
 
 const HALF: i32 = 1 << (PRECISION_BITS - 1);
 

@@ -9,23 +9,26 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`error`] | [`VisionError`], [`SpecError`]: below every other module |
 //! | [`decode`](mod@decode) | format sniffing, [`Decoder`], what each file kind becomes |
 //! | [`jpeg`] | libjpeg-turbo through the C shim: header, region decode, [`ReducedWork`], CMYK |
 //! | [`png`] | PNG to RGB |
 //! | [`image`] | [`RgbImage`], [`RgbView`] |
 //! | [`resize`](mod@resize) | PIL's antialiased bilinear resampling |
+//! | `coefficients` | the resampling's fixed-point weights, PIL's |
 //! | `kernels` | the resampling's inner loops: AVX2 (detected at run time) and scalar |
 //! | [`ops`] | the unfused operations (crop, centre crop, resize, flip) |
 //! | [`rrc`] | `RandomResizedCrop` box sampling |
 //! | [`output`] | dtype, normalisation and layout of outputs |
 //! | [`fused`] | the fused crop-resize-flip-normalise kernel |
-//! | [`spec`] | the `--transform` grammar and presets |
 //! | [`plan`] | a parsed spec: output dtype/shape, running it |
+//! | [`spec`] | the `--transform` grammar and presets, and [`Plan::parse`] |
 //! | [`transform`] | [`ImageTransform`]: a plan as feedline's per-instance map |
 //!
 //! Building needs libjpeg-turbo's headers and library (Debian:
 //! `apt-get install -y libjpeg62-turbo-dev`).
 
+mod coefficients;
 pub mod decode;
 pub mod error;
 pub mod fused;
@@ -42,7 +45,7 @@ pub mod spec;
 pub mod transform;
 
 pub use decode::{decode, sniff_format, Decoder, ImageFormat, ImageInfo, DEFAULT_MAX_PIXELS};
-pub use error::{Result, VisionError};
+pub use error::{Result, SpecError, VisionError};
 pub use fused::{crop_resize_into, CropResize, KernelReport, KernelSource};
 pub use image::{RgbImage, RgbView};
 pub use jpeg::{JpegColor, JpegInfo, JpegRegion, ReducedWork};
@@ -52,5 +55,5 @@ pub use plan::{GeomOp, ImageArray, OutputShape, Plan};
 pub use png::PngInfo;
 pub use resize::{resize_box, SourceBox};
 pub use rrc::RandomResizedCrop;
-pub use spec::{SpecError, PRESETS};
+pub use spec::PRESETS;
 pub use transform::{ImageFields, ImageTransform};

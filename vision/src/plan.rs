@@ -1,6 +1,7 @@
 //! A parsed transform spec: the geometric steps, the output dtype, layout
 //! and normalisation; what it produces (dtype and shape); and how it runs on
-//! one field's bytes with the caller's RNG.
+//! one field's bytes with the caller's RNG. The spec language that makes a
+//! plan ([`Plan::parse`]) is [`crate::spec`], above this file.
 //!
 //! Running composes the geometric steps into as few resamplings as
 //! possible: crops only narrow the region the resize reads, a centre crop
@@ -27,7 +28,6 @@ use crate::ops::{center_crop, center_offset, CropBox, ResizeTo};
 use crate::output::{check_output_len, Dtype, Element, Layout, Normalize, OutputFormat};
 use crate::resize::SourceBox;
 use crate::rrc::RandomResizedCrop;
-use crate::spec::{self, SpecError};
 
 /// One geometric step of a plan.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -206,11 +206,6 @@ impl Plan {
             format: OutputFormat { normalize, layout },
             work: ReducedWork::ALL,
         }
-    }
-
-    /// Parses a `--transform` spec (see [`crate::spec`] for the grammar).
-    pub fn parse(spec: &str) -> Result<Plan, SpecError> {
-        spec::parse(spec)
     }
 
     /// The same plan with other reduced-work settings (all on by default).

@@ -1,6 +1,7 @@
 //! The `--transform SPEC` language: a preset name or a comma-separated
-//! chain of steps, parsed into a [`Plan`]. Every error says
-//! where (column) and what was expected.
+//! chain of steps, parsed into a [`Plan`] ([`Plan::parse`] is written
+//! here, above the plan). Every error ([`SpecError`]) says where (column)
+//! and what was expected.
 //!
 //! # Grammar
 //!
@@ -48,24 +49,11 @@
 
 use std::fmt;
 
-use thiserror::Error;
-
+pub use crate::error::SpecError;
 use crate::ops::ResizeTo;
 use crate::output::{Layout, Normalize};
 use crate::plan::{GeomOp, Plan};
 use crate::rrc::RandomResizedCrop;
-
-/// A spec that does not parse or does not make sense: where and what.
-#[derive(Debug, Error, Clone, PartialEq)]
-#[error("transform spec {spec:?}, column {column}: {message}\n  {spec}\n  {caret:>width$}", caret = "^", width = column)]
-pub struct SpecError {
-    /// The whole spec.
-    pub spec: String,
-    /// 1-based column (in characters) of the offending token.
-    pub column: usize,
-    /// What was expected and what was found.
-    pub message: String,
-}
 
 /// The presets, and the chain each stands for.
 pub const PRESETS: [(&str, &str); 3] = [
@@ -671,29 +659,34 @@ fn describe(value: &Value) -> String {
     }
 }
 
-/// Parses a spec (a preset name or a chain) into a plan.
-pub(crate) fn parse(spec: &str) -> Result<Plan, SpecError> {
-    let trimmed = spec.trim();
-    let chain = PRESETS
-        .iter()
-        .find(|(name, _)| *name == trimmed)
-        .map(|(_, chain)| *chain);
-    if let Some(chain) = chain {
-        let lexer = Lexer::new(chain);
-        let steps = Lexer::new(chain).chain()?;
-        return Compiler { lexer: &lexer }.compile(&steps);
+/// Parsing is the spec language's: written here, so that the plan (below
+/// this file) does not know the grammar.
+impl Plan {
+    /// Parses a `--transform` spec, a preset name or a chain (see
+    /// [`crate::spec`] for the grammar).
+    pub fn parse(spec: &str) -> Result<Plan, SpecError> {
+        let trimmed = spec.trim();
+        let chain = PRESETS
+            .iter()
+            .find(|(name, _)| *name == trimmed)
+            .map(|(_, chain)| *chain);
+        if let Some(chain) = chain {
+            let lexer = Lexer::new(chain);
+            let steps = Lexer::new(chain).chain()?;
+            return Compiler { lexer: &lexer }.compile(&steps);
+        }
+        if trimmed.is_empty() {
+            return Err(SpecError {
+                spec: spec.to_string(),
+                column: 1,
+                message: format!(
+                    "empty spec: expected a preset ({}) or a chain starting with 'decode'",
+                    PRESETS.map(|(n, _)| n).join(", ")
+                ),
+            });
+        }
+        let mut lexer = Lexer::new(spec);
+        let steps = lexer.chain()?;
+        Compiler { lexer: &lexer }.compile(&steps)
     }
-    if trimmed.is_empty() {
-        return Err(SpecError {
-            spec: spec.to_string(),
-            column: 1,
-            message: format!(
-                "empty spec: expected a preset ({}) or a chain starting with 'decode'",
-                PRESETS.map(|(n, _)| n).join(", ")
-            ),
-        });
-    }
-    let mut lexer = Lexer::new(spec);
-    let steps = lexer.chain()?;
-    Compiler { lexer: &lexer }.compile(&steps)
 }

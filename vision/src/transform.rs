@@ -17,6 +17,7 @@ use feedline::transform::{BoxError, InstanceMap, OutRow, Row, SlotMut, Transform
 use feedline::{DType, Field, Schema, Tensor, Values};
 
 use crate::decode::{sniff_format, Decoder};
+use crate::error::VisionError;
 use crate::output::Dtype;
 use crate::plan::{ImageArray, OutputShape, Plan};
 
@@ -187,7 +188,7 @@ impl InstanceMap for ImageTransform {
                             match slot {
                                 SlotMut::F32(s) => self.plan.run_into(d, &bytes, ctx.rng(), s),
                                 SlotMut::U8(s) => self.plan.run_into(d, &bytes, ctx.rng(), s),
-                                other => Err(crate::VisionError::OutputDtype {
+                                other => Err(VisionError::OutputDtype {
                                     plan: self.plan.dtype().name(),
                                     buffer: other.dtype().name(),
                                 }),
