@@ -189,11 +189,7 @@ fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> 
 /// returning an error, and a damaged file must be an error naming it.
 fn contain_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown".into());
+        let what = crate::panic::panic_message(&*p);
         log::debug!("the parquet decoder panicked: {what}");
         format!("the decoder failed on damaged data ({what})")
     })
