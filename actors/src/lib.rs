@@ -184,3 +184,42 @@ pub mod prelude {
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+// The guides' Rust examples (docs/*.md), one doctest item per guide;
+// actors/tests/new_user.rs also builds and runs them.
+/// docs/architecture.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/architecture.md")]
+#[cfg(doctest)]
+pub struct DocsArchitecture;
+/// docs/cli.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/cli.md")]
+#[cfg(doctest)]
+pub struct DocsCli;
+/// docs/formats.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/formats.md")]
+#[cfg(doctest)]
+pub struct DocsFormats;
+/// docs/performance.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/performance.md")]
+#[cfg(doctest)]
+pub struct DocsPerformance;
+/// docs/python.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/python.md")]
+#[cfg(doctest)]
+pub struct DocsPython;
+/// docs/remote.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/remote.md")]
+#[cfg(doctest)]
+pub struct DocsRemote;
+/// docs/resume.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/resume.md")]
+#[cfg(doctest)]
+pub struct DocsResume;
+/// docs/rust.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/rust.md")]
+#[cfg(doctest)]
+pub struct DocsRust;
+/// docs/transforms.md's Rust examples, compiled as doctests.
+#[doc = include_str!("../../docs/transforms.md")]
+#[cfg(doctest)]
+pub struct DocsTransforms;

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The README's ```rust blocks, as rustdoc would compile them: hidden
+/// A Markdown file's ```rust blocks, as rustdoc would compile them: hidden
 /// lines (`# …`) shown, and wrapped in a `main` unless they have one.
 fn readme_programs(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -44,7 +44,29 @@ fn readme_programs(readme: &str) -> Vec<String> {
             None => {}
         }
     }
-    assert!(block.is_none(), "an unclosed ```rust block in the README");
+    assert!(block.is_none(), "an unclosed ```rust block");
+    out
+}
+
+/// The README's and then each guide's (`docs/*.md`, by name) Rust blocks,
+/// each with where it comes from.
+fn documented_programs(root: &Path) -> Vec<(String, String)> {
+    let mut files = vec![root.join("README.md")];
+    let mut guides: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    guides.sort();
+    files.extend(guides);
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        for (i, program) in readme_programs(&text).into_iter().enumerate() {
+            out.push((format!("{name}, Rust block {i}"), program));
+        }
+    }
     out
 }
 
@@ -98,14 +120,13 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
     std::fs::write(krate.join("Cargo.toml"), pointed).unwrap();
     std::fs::copy(fixture.join("src/main.rs"), krate.join("src/main.rs")).unwrap();
     std::fs::copy(actors.join("../Cargo.lock"), krate.join("Cargo.lock")).unwrap();
-    let readme = std::fs::read_to_string(actors.join("../README.md")).unwrap();
-    let programs = readme_programs(&readme);
+    let programs = documented_programs(&actors.join(".."));
     assert!(
-        programs.len() >= 3,
-        "the README's Rust blocks: {}",
+        programs.len() >= 4,
+        "the README's and the guides' Rust blocks: {}",
         programs.len()
     );
-    for (i, p) in programs.iter().enumerate() {
+    for (i, (_, p)) in programs.iter().enumerate() {
         std::fs::write(krate.join(format!("src/bin/readme_{i}.rs")), p).unwrap();
     }
 
@@ -140,11 +161,11 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
         assert!(out.contains(&line), "`{line}` not in:\n{out}");
     }
 
-    // Each README block, run where the new crate wrote its data (`data/…`).
-    for (i, program) in programs.iter().enumerate() {
+    // Each block, run where the new crate wrote its data (`data/…`).
+    for (i, (place, program)) in programs.iter().enumerate() {
         run(
             Command::new(bin.join(format!("readme_{i}"))).current_dir(&work),
-            &format!("README block {i}:\n{program}\n"),
+            &format!("{place}:\n{program}\n"),
         );
     }
 }

@@ -2,7 +2,7 @@
 pipeline in Rust (`feedline bench`), and the time one next() costs under the
 GIL when the batch is already waiting.
 
-    cargo run --release -p feedline-actors --bin feedline -- gen --preset small --out data/small
+    cargo run --release -p feedline-cli -- gen --preset small --out data/small
     python python/examples/bench_vs_rust.py data/small/*.tfrecord --feedline target/release/feedline
 
 Each figure is the best of --repeats runs (records/s over whole passes).

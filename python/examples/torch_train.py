@@ -1,9 +1,11 @@
 """Train a small PyTorch model on feedline's small preset, batches handed to
 torch through DLPack (no copy).
 
-Make the data first (TFRecord files of Examples: x float32 [64], y int64 [1] label):
+Make the data first (TFRecord files of Examples: x float32 [64], y an int64
+label; a feature with one value in every record is a scalar, so a batch's y
+is [B]):
 
-    cargo run --release -p feedline-actors --bin feedline -- gen --preset small --out data/small
+    cargo run --release -p feedline-cli -- gen --preset small --out data/small
     python python/examples/torch_train.py data/small/*.tfrecord --passes 2
 
 Needs torch (not needed by the tests). The arrays feedline hands out are
@@ -39,7 +41,7 @@ def main():
                          seed=7, passes=args.passes, readers=args.readers) as loader:
         for step, batch in enumerate(loader):
             x = torch.from_dlpack(batch["x"])   # float32 [B, 64], shares the Rust buffer
-            y = torch.from_dlpack(batch["y"]).view(-1)  # int64 [B, 1] -> [B]
+            y = torch.from_dlpack(batch["y"])   # int64 [B], the class labels
             loss = loss_fn(model(x), y)
             opt.zero_grad()
             loss.backward()
