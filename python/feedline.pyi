@@ -135,6 +135,7 @@ class Loader(Iterator[Batch]):
         map_schema: Optional[_SchemaSpec] = None,
         resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
         transform: Optional[str] = None,
+        batches_in_flight: Optional[int] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -146,7 +147,10 @@ class Loader(Iterator[Batch]):
         transform: a built-in image transform by its CLI name (`--transform SPEC`):
         "decode", "imagenet-train", "imagenet-eval" or a chain such as
         "decode,resize(256),center-crop(224),to-f32,chw", run in Rust on `workers`
-        threads (no GIL) on every image field; not with map=."""
+        threads (no GIL) on every image field; not with map=.
+        batches_in_flight: batches made side by side on the workers at most (made,
+        or being made, and not yet taken); default: enough for 16 rows per worker.
+        The batches do not depend on it."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,

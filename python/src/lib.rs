@@ -408,7 +408,7 @@ impl PyLoader {
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
-        resume=None, transform=None))]
+        resume=None, transform=None, batches_in_flight=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -431,6 +431,7 @@ impl PyLoader {
         map_schema: Option<Bound<'_, PyAny>>,
         resume: Option<Bound<'_, PyAny>>,
         transform: Option<&str>,
+        batches_in_flight: Option<usize>,
     ) -> PyResult<Self> {
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -447,6 +448,9 @@ impl PyLoader {
         }
         if let Some(c) = capacity {
             b = b.capacity(c);
+        }
+        if let Some(k) = batches_in_flight {
+            b = b.batches_in_flight(k);
         }
         let map_schema = match map_schema.filter(|s| !s.is_none()) {
             Some(s) => Some(schema::parse_schema(py, &s)?),

@@ -83,3 +83,41 @@ def test_bad_transform_settings_are_value_errors(tmp_path, kwargs, words):
         feedline.Loader(files=[tar], batch_size=2, rank=0, world_size=1, **kwargs)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+def make_textured_tar(tmp_path, n=30):
+    """n JPEGs of different sizes with texture (crops and flips show)."""
+    p = tmp_path / "textured.tar"
+    with tarfile.open(p, "w") as t:
+        for i in range(n):
+            h, w = 30 + 3 * (i % 7), 40 + 5 * (i % 5)
+            yy, xx = np.mgrid[0:h, 0:w]
+            rgb = np.stack([(xx * 7 + i * 11) % 256, (yy * 5 + xx) % 256,
+                            (xx * yy + 3 * i) % 256], axis=-1).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(rgb).save(buf, "JPEG", quality=92)
+            for ext, data in (("jpg", buf.getvalue()), ("cls", str(i).encode())):
+                info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return str(p)
+
+
+def test_batches_in_flight_and_workers_do_not_change_deterministic_batches(tmp_path):
+    tar = make_textured_tar(tmp_path)
+
+    def run(workers, in_flight):
+        with feedline.Loader(files=[tar], batch_size=4, shuffle=10, seed=3, passes=2,
+                             deterministic=True, transform="decode,rrc(12),flip,to-f32,chw",
+                             workers=workers, batches_in_flight=in_flight,
+                             rank=0, world_size=1) as loader:
+            return [(b["cls"].tolist(), b["jpg"].tobytes()) for b in loader]
+
+    want = run(1, 1)
+    assert sorted(c for cls, _ in want[:8] for c in cls) == list(range(30))
+    for workers, in_flight in [(3, 2), (4, 9)]:
+        assert run(workers, in_flight) == want, (workers, in_flight)
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[tar], batch_size=4, transform="decode", batches_in_flight=0,
+                        rank=0, world_size=1)
+    assert "batches_in_flight" in str(e.value)
