@@ -621,6 +621,7 @@ fn records(spec: &str) -> Vec<serde_json::Value> {
     out
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn parquet_reads_by_ranges_over_http_and_equals_the_local_file() {
     let _one = options();
