@@ -271,15 +271,7 @@ impl FileStamp {
     /// modification time by a HEAD request).
     pub fn of(path: &str) -> CheckpointResult<Self> {
         if crate::remote::is_remote(path) {
-            let (size, mtime_ns) = crate::remote::stat(path).map_err(|e| CheckpointError::Io {
-                path: path.into(),
-                source: e.into_io(),
-            })?;
-            return Ok(FileStamp {
-                path: path.to_string(),
-                size,
-                mtime_ns,
-            });
+            return Self::of_remote(path);
         }
         let meta = std::fs::metadata(path).map_err(|source| CheckpointError::Io {
             path: path.into(),
@@ -294,6 +286,33 @@ impl FileStamp {
             path: path.to_string(),
             size: meta.len(),
             mtime_ns,
+        })
+    }
+
+    /// The stamp of a remote object, by a HEAD request.
+    #[cfg(feature = "remote")]
+    fn of_remote(path: &str) -> CheckpointResult<Self> {
+        let (size, mtime_ns) = crate::remote::stat(path).map_err(|e| CheckpointError::Io {
+            path: path.into(),
+            source: e.into_io(),
+        })?;
+        Ok(FileStamp {
+            path: path.to_string(),
+            size,
+            mtime_ns,
+        })
+    }
+
+    /// Without the `remote` feature a URL has no stamp: an error naming
+    /// the feature.
+    #[cfg(not(feature = "remote"))]
+    fn of_remote(path: &str) -> CheckpointResult<Self> {
+        Err(CheckpointError::Io {
+            path: path.into(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                crate::Error::not_compiled_in(path, crate::Feature::Remote),
+            ),
         })
     }
 }

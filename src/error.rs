@@ -120,9 +120,82 @@ pub enum Error {
     /// A worker thread (`buffered`, `xmap`) panicked.
     #[error("worker panicked: {0}")]
     WorkerPanic(String),
+    /// The input needs a part of feedline this build leaves out: a cargo
+    /// [`Feature`] that is off (a Parquet file without `parquet`, an
+    /// `s3://` URL without `remote`).
+    #[error("{input}: {}", feature.not_compiled_in())]
+    NotCompiledIn {
+        /// The input as given (path, URL or `FORMAT:` prefixed path).
+        input: String,
+        /// The feature it needs.
+        feature: Feature,
+    },
+}
+
+/// A cargo feature of this crate that some inputs need (see
+/// [`Error::NotCompiledIn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Feature {
+    /// `parquet`: Parquet files (`.parquet`, `.pq`, `parquet:`).
+    Parquet,
+    /// `remote`: `s3://`, `gs://`, `http://` and `https://` inputs.
+    Remote,
+}
+
+impl Feature {
+    /// The feature's name in `Cargo.toml`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Parquet => "parquet",
+            Feature::Remote => "remote",
+        }
+    }
+
+    /// Whether this build has it.
+    pub fn enabled(self) -> bool {
+        match self {
+            Feature::Parquet => cfg!(feature = "parquet"),
+            Feature::Remote => cfg!(feature = "remote"),
+        }
+    }
+
+    /// What a build without it says when it is needed.
+    ///
+    /// ```
+    /// use feedline::Feature;
+    /// assert_eq!(
+    ///     Feature::Parquet.not_compiled_in(),
+    ///     "Parquet support is not compiled in: enable the `parquet` feature"
+    /// );
+    /// ```
+    pub fn not_compiled_in(self) -> String {
+        let what = match self {
+            Feature::Parquet => "Parquet support is",
+            Feature::Remote => "Remote sources (s3://, gs://, http://, https://) are",
+        };
+        format!(
+            "{what} not compiled in: enable the `{}` feature",
+            self.name()
+        )
+    }
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Error {
+    /// `input` needs `feature`, which this build leaves out.
+    pub fn not_compiled_in(input: impl Into<String>, feature: Feature) -> Self {
+        Error::NotCompiledIn {
+            input: input.into(),
+            feature,
+        }
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

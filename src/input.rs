@@ -83,8 +83,15 @@ pub(crate) fn remote_url(path: &Path) -> Option<&str> {
 }
 
 /// Open the remote object at `url` as a stream; errors name the URL.
+#[cfg(feature = "remote")]
 fn open_remote(url: &str) -> Result<Box<dyn Read + Send>> {
     crate::remote::RemoteObject::open_cached(url).map_err(|e| Error::io(url, e.into_io()))
+}
+
+/// Without the `remote` feature a URL is refused, naming the feature.
+#[cfg(not(feature = "remote"))]
+fn open_remote(url: &str) -> Result<Box<dyn Read + Send>> {
+    Err(Error::not_compiled_in(url, crate::Feature::Remote))
 }
 
 /// Open `path` (a file or a remote URL) as a plain byte stream.

@@ -27,6 +27,16 @@
 //! - [`collate`] turns rows of chunks into a [`Batch`]: one contiguous
 //!   `ndarray` per field.
 //!
+//! ## Features
+//!
+//! TFRecord, npy/npz, JSON Lines, CSV/TSV and WebDataset tar are always in.
+//! Two cargo features, both on by default, add the heavy parts:
+//! `parquet` (Parquet files, through arrow-rs) and `remote` (`s3://`,
+//! `gs://`, `http(s)://` inputs, through object_store and tokio). Without
+//! one, an input that needs it is refused with
+//! [`Error::NotCompiledIn`], which names the feature to enable; URLs are
+//! recognised in every build ([`remote::is_remote`]).
+//!
 //! ## Example
 //!
 //! ```
@@ -71,7 +81,7 @@ mod values;
 pub use batch::{Array, Batch, BatchField, Element, DATA_ALIGN};
 pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
-pub use error::{Error, Result};
+pub use error::{Error, Feature, Result};
 pub use provenance::{Location, Origin, SourceId};
 pub use record::{Instance, Record};
 pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};

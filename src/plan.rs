@@ -238,18 +238,23 @@ fn expand_one(
     }
     let literal_text = literal.to_string_lossy();
     if crate::remote::is_remote(&literal_text) {
-        if !has_glob_chars(&literal_text) {
-            out.push((with_prefix(prefix, &literal_text), String::new()));
+        #[cfg(not(feature = "remote"))]
+        return Err(Error::not_compiled_in(input, crate::Feature::Remote));
+        #[cfg(feature = "remote")]
+        {
+            if !has_glob_chars(&literal_text) {
+                out.push((with_prefix(prefix, &literal_text), String::new()));
+                return Ok(());
+            }
+            let found = crate::remote::expand_glob(&literal_text)
+                .map_err(|e| Error::Config(format!("input `{input}`: {e}")))?;
+            out.extend(
+                found
+                    .iter()
+                    .map(|p| (with_prefix(prefix, p), String::new())),
+            );
             return Ok(());
         }
-        let found = crate::remote::expand_glob(&literal_text)
-            .map_err(|e| Error::Config(format!("input `{input}`: {e}")))?;
-        out.extend(
-            found
-                .iter()
-                .map(|p| (with_prefix(prefix, p), String::new())),
-        );
-        return Ok(());
     }
     if literal.exists() || !has_glob_chars(rest) {
         out.push((

@@ -527,6 +527,7 @@ fn bad_braces_are_errors_naming_the_input() {
     }
 }
 
+#[cfg(feature = "remote")]
 #[test]
 fn urls_keep_their_scheme_are_never_joined_to_a_list_folder_and_twice_is_an_error() {
     let dir = tempfile::tempdir().unwrap();

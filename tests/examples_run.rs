@@ -247,6 +247,7 @@ fn jsonl_tokens_batches_by_a_token_budget_in_both_ragged_layouts() {
     }
 }
 
+#[cfg(feature = "remote")]
 #[test]
 fn remote_trains_from_its_own_http_server_and_shows_readers_hiding_latency() {
     let out = run(

@@ -58,25 +58,6 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
         "x.tsv",
         csv_to_tsv(&std::fs::read_to_string(&csv).unwrap()).as_bytes(),
     );
-    let parquet = dir.join("x.parquet");
-    {
-        use arrow_array::builder::{FixedSizeListBuilder, Int64Builder};
-        let mut xs = FixedSizeListBuilder::new(Int64Builder::new(), 2);
-        for i in 0..N as i64 {
-            xs.values().append_slice(&[i, i]);
-            xs.append(true);
-        }
-        let xs: arrow_array::ArrayRef = std::sync::Arc::new(xs.finish());
-        let batch = arrow_array::RecordBatch::try_from_iter([("x", xs)]).unwrap();
-        let props = parquet::file::properties::WriterProperties::builder()
-            .set_max_row_group_row_count(Some(5))
-            .build();
-        let file = std::fs::File::create(&parquet).unwrap();
-        let mut w =
-            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-        w.write(&batch).unwrap();
-        w.close().unwrap();
-    }
     let wds = dir.join("x.tar");
     {
         let mut b = tar::Builder::new(std::fs::File::create(&wds).unwrap());
@@ -109,11 +90,34 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
         (s(&jsonl), x.clone()),
         (s(&csv), y.clone()),
         (s(&tsv), y),
-        (s(&parquet), x.clone()),
         (s(&wds), cls),
-        ("gen:x".to_string(), x),
+        ("gen:x".to_string(), x.clone()),
     ];
+    #[cfg(feature = "parquet")]
+    let files = [files, vec![(write_parquet(dir), x)]].concat();
     (reg, files)
+}
+
+/// `x.parquet` in `dir`: `x` = [i, i] for i in 0..N, in row groups of 5.
+#[cfg(feature = "parquet")]
+fn write_parquet(dir: &Path) -> String {
+    let parquet = dir.join("x.parquet");
+    use arrow_array::builder::{FixedSizeListBuilder, Int64Builder};
+    let mut xs = FixedSizeListBuilder::new(Int64Builder::new(), 2);
+    for i in 0..N as i64 {
+        xs.values().append_slice(&[i, i]);
+        xs.append(true);
+    }
+    let xs: arrow_array::ArrayRef = std::sync::Arc::new(xs.finish());
+    let batch = arrow_array::RecordBatch::try_from_iter([("x", xs)]).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(5))
+        .build();
+    let file = std::fs::File::create(&parquet).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    parquet.to_str().unwrap().to_string()
 }
 
 fn csv_to_tsv(s: &str) -> String {

@@ -259,8 +259,15 @@ fn a_url_of_a_scheme_feedline_does_not_read_says_so() {
             "{e}"
         );
     }
-    // The schemes it reads resolve by their extension (no request is made).
+    // The schemes it reads resolve by their extension (no request is made);
+    // without the `remote` feature they are refused, naming it.
     for url in ["s3://b/x.tfrecord", "gs://b/x.jsonl", "https://h/x.tar"] {
-        assert!(Registry::with_builtin().resolve(url, None).is_ok(), "{url}");
+        let got = Registry::with_builtin().resolve(url, None).map(|_| ());
+        if cfg!(feature = "remote") {
+            assert!(got.is_ok(), "{url}");
+        } else {
+            let e = got.unwrap_err().to_string();
+            assert!(e.contains("enable the `remote` feature"), "{e}");
+        }
     }
 }

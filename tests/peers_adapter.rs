@@ -4,17 +4,17 @@
 //! `tests/examples_cli.rs` runs on every job of `benches/peers-jobs.tsv`.
 
 #[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/error.rs"]
+#[path = "../cli/src/error.rs"]
 mod error;
 #[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/measure.rs"]
+#[path = "../cli/src/measure.rs"]
 mod measure;
 #[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/output.rs"]
+#[path = "../cli/src/output.rs"]
 mod output;
 #[allow(dead_code)]
 #[path = "../benches/peers.rs"]
 mod peers;
 #[allow(dead_code)]
-#[path = "../actors/src/bin/feedline/pipeline_args.rs"]
+#[path = "../cli/src/pipeline_args.rs"]
 mod pipeline_args;

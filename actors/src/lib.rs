@@ -69,11 +69,28 @@
 //! - [`Pipeline::start`] inside your own actix `System`: your actors send
 //!   [`Pop`] to [`Pipeline::feed`], or implement [`TrainStep`] and let
 //!   [`Pipeline::start_with_trainers`] drive them.
-//! - The `feedline` command (`feedline run …`).
+//! - The `feedline` command (`feedline run …`), in its own package
+//!   (`cli/`, `cargo install --path cli`).
 //!
 //! `use feedline_actors::prelude::*;` gives what a training loop needs; the
 //! core crate's types that this API takes or returns are re-exported here,
 //! with the core crate itself, `ndarray` and `actix`.
+//!
+//! ## Features
+//!
+//! The light formats (TFRecord, npy/npz, JSON Lines, CSV/TSV, WebDataset
+//! tar) are always in. Cargo features add the heavy parts:
+//!
+//! - `parquet` (default): Parquet files, the core's feature;
+//! - `remote` (default): `s3://`, `gs://`, `http(s)://` inputs, the core's
+//!   feature;
+//! - `vision`: the image transforms of `feedline-vision` (JPEG/PNG decoding,
+//!   crops, resize; needs libjpeg-turbo's C headers), re-exported as
+//!   `feedline_actors::vision`.
+//!
+//! With `default-features = false`, a Parquet path or a URL is refused with
+//! an error naming the feature to enable
+//! ([`feedline::Error::NotCompiledIn`]).
 //!
 //! ## Backpressure
 //!
@@ -149,6 +166,11 @@ pub use feedline::{
     Batch, BatchField, DType, Dim, Element, Field, Origin, Ragged, Record, Schema, SchemaBuilder,
     Values,
 };
+/// The image transforms (`feedline-vision`): JPEG/PNG decoding, crops,
+/// resize, flip and normalise, as a [`LoaderBuilder::transform`] (the
+/// `vision` feature).
+#[cfg(feature = "vision")]
+pub use feedline_vision as vision;
 pub use {actix, feedline, ndarray};
 
 /// Everything a training loop needs: `use feedline_actors::prelude::*;`.

@@ -5,13 +5,13 @@
 //! exactly once (by identity: file and record) and the skipped places are
 //! listed — for several reader counts and seeds.
 
-mod cli_common;
 mod common;
+mod data_files;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use cli_common::{npy_bytes, write_npz};
+use data_files::{npy_bytes, write_npz};
 use feedline::{DType, Schema};
 use feedline_actors::{ErrorPolicy, Loader};
 

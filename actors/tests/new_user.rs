@@ -2,8 +2,12 @@
 //! in `tests/new_user/` depends on `feedline-actors` alone, by path (and on
 //! serde, for the derive of its own row type), and
 //! uses only `feedline_actors::prelude::*`, `feedline_actors::ndarray` and
-//! the re-exported core; every ```rust block of the README becomes one of
-//! its binaries, run on data the crate generates.
+//! the re-exported core; every ```rust block of the README and of the
+//! guides (`docs/*.md`) becomes one of
+//! its binaries, run on data the crate generates. The crate in
+//! `tests/new_user_lean/` asks for `default-features = false` (issue 27):
+//! TFRecord works, Parquet and URLs are refused naming their feature. Each
+//! runs in the feature set it asks for, whose dependencies are compiled.
 //!
 //! The crate is copied to a fresh folder with the path pointed at this
 //! checkout and the workspace's `Cargo.lock`, and built with cargo into
@@ -14,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A Markdown file's ```rust blocks, as rustdoc would compile them: hidden
+/// The README's ```rust blocks, as rustdoc would compile them: hidden
 /// lines (`# …`) shown, and wrapped in a `main` unless they have one.
 fn readme_programs(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -44,7 +48,7 @@ fn readme_programs(readme: &str) -> Vec<String> {
             None => {}
         }
     }
-    assert!(block.is_none(), "an unclosed ```rust block");
+    assert!(block.is_none(), "an unclosed ```rust block in the README");
     out
 }
 
@@ -101,14 +105,17 @@ fn the_readme_blocks_are_found_and_wrapped_as_rustdoc_does() {
     assert_eq!(p[1], "fn main() {\nf();\n}");
 }
 
-#[test]
-fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
+/// Copy the crate `tests/FIXTURE` to `dir/FIXTURE` with its path
+/// dependency pointed at this checkout and the workspace's `Cargo.lock`,
+/// add `bins` (name, source) as binaries, and build it in release into
+/// this workspace's target folder (so that the dependencies compiled for
+/// these tests are reused). Returns the folder its binaries are in.
+fn build_user_crate(fixture: &str, dir: &Path, bins: &[(String, String)]) -> PathBuf {
     let actors = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = actors.join("tests/new_user");
-    let dir = tempfile::tempdir().unwrap();
-    let krate = dir.path().join("new-user");
+    let from = actors.join("tests").join(fixture);
+    let krate = dir.join(fixture);
     std::fs::create_dir_all(krate.join("src/bin")).unwrap();
-    let manifest = std::fs::read_to_string(fixture.join("Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(from.join("Cargo.toml")).unwrap();
     let pointed = manifest.replace(
         "path = \"../..\"",
         &format!("path = {:?}", actors.to_str().unwrap()),
@@ -118,18 +125,11 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
         "the path dependency was pointed at this checkout"
     );
     std::fs::write(krate.join("Cargo.toml"), pointed).unwrap();
-    std::fs::copy(fixture.join("src/main.rs"), krate.join("src/main.rs")).unwrap();
+    std::fs::copy(from.join("src/main.rs"), krate.join("src/main.rs")).unwrap();
     std::fs::copy(actors.join("../Cargo.lock"), krate.join("Cargo.lock")).unwrap();
-    let programs = documented_programs(&actors.join(".."));
-    assert!(
-        programs.len() >= 4,
-        "the README's and the guides' Rust blocks: {}",
-        programs.len()
-    );
-    for (i, (_, p)) in programs.iter().enumerate() {
-        std::fs::write(krate.join(format!("src/bin/readme_{i}.rs")), p).unwrap();
+    for (name, source) in bins {
+        std::fs::write(krate.join(format!("src/bin/{name}.rs")), source).unwrap();
     }
-
     let target = target_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(
@@ -143,9 +143,28 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
             ])
             .arg(krate.join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", &target),
-        "cargo build of the new crate",
+        &format!("cargo build of {fixture}"),
     );
-    let bin = target.join("release");
+    target.join("release")
+}
+
+/// The default features (Parquet, remote sources), as the README's
+/// dependency line gives them: run in the build that has them compiled.
+#[cfg(all(feature = "parquet", feature = "remote"))]
+#[test]
+fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
+    let actors = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let programs = documented_programs(&actors.join(".."));
+    assert!(
+        programs.len() >= 4,
+        "the README's and the guides' Rust blocks: {}",
+        programs.len()
+    );
+    let bins: Vec<(String, String)> = (programs.iter().enumerate())
+        .map(|(i, (_, p))| (format!("readme_{i}"), p.clone()))
+        .collect();
+    let bin = build_user_crate("new_user", dir.path(), &bins);
 
     let work = dir.path().join("work");
     let out = run(Command::new(bin.join("new-user")).arg(&work), "new-user");
@@ -167,5 +186,29 @@ fn a_new_crate_that_depends_on_feedline_actors_alone_builds_and_runs() {
             Command::new(bin.join(format!("readme_{i}"))).current_dir(&work),
             &format!("{place}:\n{program}\n"),
         );
+    }
+}
+
+/// `default-features = false`: the light formats only. A TFRecord loop
+/// runs; a Parquet path, a `parquet:` prefix and an `s3://` URL are refused
+/// naming the feature. Run in the build without the features
+/// (`cargo test -p feedline-actors --no-default-features`), whose compiled
+/// dependencies it reuses.
+#[cfg(not(any(feature = "parquet", feature = "remote")))]
+#[test]
+fn a_new_crate_without_the_default_features_reads_tfrecord_and_names_the_missing_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_user_crate("new_user_lean", dir.path(), &[]);
+    let out = run(
+        Command::new(bin.join("new-user-lean")).arg(dir.path().join("work")),
+        "new-user-lean",
+    );
+    for line in [
+        "tfrecord: 2000 rows in",
+        "parquet path: refused naming the feature",
+        "parquet prefix: refused naming the feature",
+        "s3 url: refused naming the feature",
+    ] {
+        assert!(out.contains(line), "`{line}` not in:\n{out}");
     }
 }

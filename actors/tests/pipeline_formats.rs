@@ -1,13 +1,14 @@
 //! The actor pipeline over Parquet files and WebDataset shards (the
 //! pyarrow- and webdataset-written fixtures): every record exactly once
 //! per pass by identity (file, record) with readers {1, 4}; Parquet nulls
-//! skipped under the skip policy, each named by file and record.
+//! skipped under the skip policy, each named by file and record (the
+//! Parquet half with the `parquet` feature).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use feedline::{DType, Schema};
-use feedline_actors::{ErrorPolicy, Loader};
+use feedline_actors::Loader;
 
 fn fixture(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -59,8 +60,11 @@ fn parquet_and_webdataset_records_exactly_once_per_pass() {
         .field("jpg", DType::Bytes, [])
         .build()
         .unwrap();
+    // Parquet with its feature; WebDataset in every build.
+    let sets = [(&parquet, None), (&wds, Some(wds_schema))];
+    let sets = &sets[usize::from(!cfg!(feature = "parquet"))..];
     for readers in [1, 4] {
-        for (files, schema) in [(&parquet, None), (&wds, Some(wds_schema.clone()))] {
+        for (files, schema) in sets {
             let mut b = Loader::builder()
                 .files(files.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>())
                 .readers(readers)
@@ -69,7 +73,7 @@ fn parquet_and_webdataset_records_exactly_once_per_pass() {
                 .shuffle(8)
                 .seed(readers as u64);
             if let Some(s) = schema {
-                b = b.schema(s);
+                b = b.schema(s.clone());
             }
             let per_pass = identities(b.build().unwrap());
             assert_eq!(per_pass.len(), 2);
@@ -80,8 +84,11 @@ fn parquet_and_webdataset_records_exactly_once_per_pass() {
     }
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn parquet_nulls_are_skipped_and_named_under_the_skip_policy() {
+    use feedline_actors::ErrorPolicy;
+
     let file = fixture("pq_nulls.parquet");
     let mut loader = Loader::builder()
         .files(vec![file.clone()])

@@ -12,8 +12,8 @@
 //! when each request fails once); a dead object is an error naming its URL under the fail
 //! policy and a skipped file under skip; a missing object is not retried.
 
-mod cli_common;
 mod common;
+mod data_files;
 // The examples' HTTP store: its request parsing (the test's server adds faults).
 #[allow(dead_code)]
 #[path = "../../examples/common/http_store.rs"]
@@ -272,7 +272,7 @@ fn jsonl_files(files: u64, rows: u64) -> HashMap<String, Vec<u8>> {
 /// `files` small-preset TFRecord files of `records` each, as served bytes.
 fn tfrecord_files(files: usize, records: usize) -> HashMap<String, Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
-    cli_common::small_files(dir.path(), files, records)
+    data_files::small_files(dir.path(), files, records)
         .into_iter()
         .map(|p| {
             let name = std::path::Path::new(&p)
@@ -621,6 +621,7 @@ fn records(spec: &str) -> Vec<serde_json::Value> {
     out
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn parquet_reads_by_ranges_over_http_and_equals_the_local_file() {
     let _one = options();
@@ -910,89 +911,4 @@ fn parts_asked_ahead_of_a_failed_part_count_no_give_up() {
     assert!(e.to_string().contains("byte offset 8192"), "{e}");
     assert_eq!(c.snapshot().give_ups, 1, "{:?}", c.snapshot());
     assert_eq!(c.snapshot().retries, 2 * 5, "{:?}", c.snapshot());
-}
-
-#[test]
-fn cli_cat_and_run_with_cache_dir_read_each_object_from_the_store_once() {
-    let _one = options();
-    let files = jsonl_files(2, 80);
-    let server = Server::start(files.clone(), Schedule::default());
-    let urls: Vec<String> = (0..2)
-        .map(|f| server.url(&format!("data/part{f}.jsonl")))
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("c");
-    let cache_s = cache.to_string_lossy().into_owned();
-    let flags = [
-        "--cache-dir",
-        cache_s.as_str(),
-        "--cache-max-bytes",
-        "1000000",
-    ];
-    let gets = || server.gets_for("data/part0.jsonl") + server.gets_for("data/part1.jsonl");
-
-    let mut args = vec!["cat"];
-    args.extend(urls.iter().map(String::as_str));
-    args.extend(flags);
-    let first = cli_common::feedline(&args);
-    assert_eq!(
-        cli_common::code(&first),
-        0,
-        "{}",
-        cli_common::stderr(&first)
-    );
-    assert_eq!(cli_common::stdout(&first).lines().count(), 160);
-    let after_first = gets();
-    assert!(after_first > 0);
-    assert_eq!(cache_files(&cache).0.len(), 2);
-    let second = cli_common::feedline(&args);
-    assert_eq!(cli_common::stdout(&second), cli_common::stdout(&first));
-    assert_eq!(gets(), after_first, "cat: the second read made a GET");
-
-    let mut args = vec!["run", "--passes", "2", "--batch", "16"];
-    args.extend(urls.iter().map(String::as_str));
-    args.extend(flags);
-    let run = cli_common::feedline(&args);
-    assert_eq!(cli_common::code(&run), 0, "{}", cli_common::stderr(&run));
-    assert_eq!(gets(), after_first, "run: a GET of a cached object");
-    let out = cli_common::stdout(&run);
-    assert!(out.contains("320 records"), "{out}");
-    assert!(out.contains("remote cache: 4 objects"), "{out}");
-
-    // Brace ranges in cat and inspect, over URLs.
-    let braces = server.url("data/part{0..1}.jsonl");
-    let cat = cli_common::feedline(&["cat", braces.as_str()]);
-    assert_eq!(cli_common::code(&cat), 0, "{}", cli_common::stderr(&cat));
-    assert_eq!(cli_common::stdout(&cat), cli_common::stdout(&first));
-    let inspect = cli_common::feedline(&["inspect", "--json", braces.as_str()]);
-    assert_eq!(
-        cli_common::code(&inspect),
-        0,
-        "{}",
-        cli_common::stderr(&inspect)
-    );
-    let report: serde_json::Value = serde_json::from_str(&cli_common::stdout(&inspect)).unwrap();
-    let names: Vec<&str> = report["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(names, [urls[0].as_str(), urls[1].as_str()], "{report}");
-    let bad = cli_common::feedline(&["cat", &server.url("data/part{3..1}.jsonl")]);
-    assert_ne!(cli_common::code(&bad), 0);
-    assert!(
-        cli_common::stderr(&bad).contains("{3..1}"),
-        "{}",
-        cli_common::stderr(&bad)
-    );
-
-    // One of the pair without the other: a usage error naming the flag.
-    let lone = cli_common::feedline(&["cat", urls[0].as_str(), "--cache-dir", cache_s.as_str()]);
-    assert_eq!(cli_common::code(&lone), 2);
-    assert!(
-        cli_common::stderr(&lone).contains("--cache-max-bytes"),
-        "{}",
-        cli_common::stderr(&lone)
-    );
 }

@@ -33,6 +33,7 @@ pub mod example;
 pub mod generator;
 pub mod jsonl;
 pub mod npy;
+#[cfg(feature = "parquet")]
 pub mod parquet;
 mod registry;
 pub mod tfrecord;

@@ -131,13 +131,18 @@ impl Format for ParquetFormat {
 /// projection needs; see [`crate::remote`]).
 enum Source {
     Local(File),
-    Remote { url: String, len: u64 },
+    #[cfg(feature = "remote")]
+    Remote {
+        url: String,
+        len: u64,
+    },
 }
 
 impl parquet::file::reader::Length for Source {
     fn len(&self) -> u64 {
         match self {
             Source::Local(f) => parquet::file::reader::Length::len(f),
+            #[cfg(feature = "remote")]
             Source::Remote { len, .. } => *len,
         }
     }
@@ -149,6 +154,7 @@ impl parquet::file::reader::ChunkReader for Source {
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
         match self {
             Source::Local(f) => Ok(Box::new(f.get_read(start)?)),
+            #[cfg(feature = "remote")]
             Source::Remote { url, len } => crate::remote::RemoteObject::open_at(url, *len, start)
                 .map(|r| Box::new(r) as Self::T)
                 .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
@@ -158,6 +164,7 @@ impl parquet::file::reader::ChunkReader for Source {
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
         match self {
             Source::Local(f) => f.get_bytes(start, length),
+            #[cfg(feature = "remote")]
             Source::Remote { url, .. } => crate::remote::read_range(url, start, length as u64)
                 .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
         }
@@ -166,6 +173,7 @@ impl parquet::file::reader::ChunkReader for Source {
 
 fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> {
     let file = match crate::input::remote_url(path) {
+        #[cfg(feature = "remote")]
         Some(url) => {
             let (len, _) = crate::remote::stat(url).map_err(|e| Error::io(path, e.into_io()))?;
             Source::Remote {
@@ -173,6 +181,8 @@ fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> 
                 len,
             }
         }
+        #[cfg(not(feature = "remote"))]
+        Some(url) => return Err(Error::not_compiled_in(url, crate::Feature::Remote)),
         None => Source::Local(File::open(path).map_err(|e| Error::io(path, e))?),
     };
     let bad = |what: String| Error::BadFile {

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{
-    csv, jsonl, npy, parquet, tfrecord, wds, Compression, Format, OpenOptions, RecordReader,
-};
-use crate::error::{Error, Result};
+#[cfg(feature = "parquet")]
+use super::parquet;
+use super::{csv, jsonl, npy, tfrecord, wds, Compression, Format, OpenOptions, RecordReader};
+use crate::error::{Error, Feature, Result};
 use crate::schema::Schema;
 
 /// The formats known to a loader, and the rules that choose among them.
@@ -38,7 +38,8 @@ impl Registry {
         }
     }
 
-    /// TFRecord, NPY, NPZ, NPY column groups (`npy-columns:`), JSON Lines, CSV, TSV, Parquet and WebDataset tar.
+    /// TFRecord, NPY, NPZ, NPY column groups (`npy-columns:`), JSON Lines,
+    /// CSV, TSV, WebDataset tar, and Parquet with the `parquet` feature.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -48,6 +49,7 @@ impl Registry {
         r.register(Arc::new(jsonl::JsonlFormat));
         r.register(Arc::new(csv::CsvFormat::default()));
         r.register(Arc::new(csv::CsvFormat::tsv()));
+        #[cfg(feature = "parquet")]
         r.register(Arc::new(parquet::ParquetFormat));
         r.register(Arc::new(wds::WdsFormat));
         r
@@ -79,7 +81,16 @@ impl Registry {
             path: spec.to_string(),
             what,
         };
+        let bare = spec.split_once(':').map_or(spec, |(_, rest)| rest);
+        if !Feature::Remote.enabled()
+            && (crate::remote::is_remote(spec) || crate::remote::is_remote(bare))
+        {
+            return Err(Error::not_compiled_in(spec, Feature::Remote));
+        }
         if let Some(name) = explicit {
+            if let Some(feature) = self.left_out(name, |_| false) {
+                return Err(Error::not_compiled_in(spec, feature));
+            }
             let f = self.get(name).ok_or_else(|| {
                 unknown(format!(
                     "unknown format `{name}` (known: {})",
@@ -95,6 +106,9 @@ impl Registry {
                 let path = PathBuf::from(rest);
                 let c = Compression::from_path(&path);
                 return Ok((f, path, c));
+            }
+            if let Some(feature) = self.left_out(prefix, |_| false) {
+                return Err(Error::not_compiled_in(spec, feature));
             }
         }
         if let Some((scheme, _)) = spec.split_once("://") {
@@ -135,10 +149,16 @@ impl Registry {
                         .into(),
                 )
             })?;
+        let by_ext = |f: &Arc<dyn Format>| f.extensions().iter().any(|x| *x == ext);
+        if let Some(feature) = self.left_out("", |x| x == ext) {
+            if !self.formats.iter().any(by_ext) {
+                return Err(Error::not_compiled_in(spec, feature));
+            }
+        }
         let f = self
             .formats
             .iter()
-            .find(|f| f.extensions().iter().any(|x| *x == ext))
+            .find(|f| by_ext(f))
             .cloned()
             .ok_or_else(|| {
                 unknown(format!(
@@ -148,6 +168,21 @@ impl Registry {
                 ))
             })?;
         Ok((f, path, c))
+    }
+
+    /// The feature that would give a built-in format this build leaves out,
+    /// named `name` or with an extension `ext` accepts, unless a format of
+    /// that name is registered (a user's own Parquet reader).
+    fn left_out(&self, name: &str, ext: impl Fn(&str) -> bool) -> Option<Feature> {
+        /// The built-in formats behind a feature: name, extensions, feature.
+        const GATED: &[(&str, &[&str], Feature)] =
+            &[("parquet", &["parquet", "pq"], Feature::Parquet)];
+        GATED
+            .iter()
+            .find(|(n, exts, f)| {
+                !f.enabled() && (*n == name || exts.iter().any(|x| ext(x))) && self.get(n).is_none()
+            })
+            .map(|(_, _, f)| *f)
     }
 
     /// Resolve `spec` and open it. An explicit `opts.compression` wins over the extension.

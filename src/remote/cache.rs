@@ -29,19 +29,28 @@
 //!   bound can be exceeded by the objects being cached at the same moment.
 //!
 //! Only streamed reads go through the cache (every format but Parquet, which
-//! reads by ranges; see [`crate::remote`]).
+//! reads by ranges; see [`crate::remote`]). Without the `remote` feature no
+//! object can be fetched: a [`RemoteCache`] can still be named (a
+//! pipeline's settings keep one) and measured ([`RemoteCache::used_bytes`]),
+//! but it is never filled, so the directory's bookkeeping is unused there.
+#![cfg_attr(not(feature = "remote"), allow(dead_code))]
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, Write};
+#[cfg(feature = "remote")]
+use std::io::Write;
+use std::io::{self, Read, Seek};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "remote")]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-use super::{Count, RemoteError, RemoteObject};
+use super::RemoteError;
+#[cfg(feature = "remote")]
+use super::{Count, RemoteObject};
 
 /// A cache directory for remote objects, bounded in bytes (see the
 /// [module](self) for its rules). Cheap to clone: a directory and a bound.
@@ -97,6 +106,7 @@ impl RemoteCache {
     /// request gives its size and version; a valid entry of that version is
     /// read from disk (no GET), else the object is streamed from the store
     /// and kept once read whole.
+    #[cfg(feature = "remote")]
     pub fn open(&self, url: &str) -> Result<Box<dyn Read + Send>, RemoteError> {
         let info = super::head(url)?;
         let count = Count::here();
@@ -250,6 +260,7 @@ impl RemoteCache {
     /// Whether a valid entry of the object at `url` in its current version
     /// is in the directory (one HEAD request; the entry is checked but not
     /// marked used).
+    #[cfg(feature = "remote")]
     pub fn contains(&self, url: &str) -> Result<bool, RemoteError> {
         let info = super::head(url)?;
         let version = match (&info.e_tag, info.mtime_ns) {
@@ -359,6 +370,7 @@ struct Fill {
 }
 
 /// An object streamed from the store and copied into the cache.
+#[cfg(feature = "remote")]
 struct Filling {
     object: RemoteObject,
     cache: RemoteCache,
@@ -368,6 +380,7 @@ struct Filling {
     len: u64,
 }
 
+#[cfg(feature = "remote")]
 impl Filling {
     /// Give up caching this object: its temporary file is removed.
     fn abandon(&mut self, why: &str) {
@@ -412,6 +425,7 @@ impl Filling {
     }
 }
 
+#[cfg(feature = "remote")]
 impl Read for Filling {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = match self.object.read(buf) {
@@ -441,6 +455,7 @@ impl Read for Filling {
     }
 }
 
+#[cfg(feature = "remote")]
 impl Drop for Filling {
     fn drop(&mut self) {
         self.abandon("the object was not read to its end");
