@@ -141,6 +141,8 @@ pub enum Feature {
     Parquet,
     /// `remote`: `s3://`, `gs://`, `http://` and `https://` inputs.
     Remote,
+    /// `toml`: schema files in TOML (`.toml`).
+    Toml,
 }
 
 impl Feature {
@@ -149,6 +151,7 @@ impl Feature {
         match self {
             Feature::Parquet => "parquet",
             Feature::Remote => "remote",
+            Feature::Toml => "toml",
         }
     }
 
@@ -157,6 +160,7 @@ impl Feature {
         match self {
             Feature::Parquet => cfg!(feature = "parquet"),
             Feature::Remote => cfg!(feature = "remote"),
+            Feature::Toml => cfg!(feature = "toml"),
         }
     }
 
@@ -173,6 +177,7 @@ impl Feature {
         let what = match self {
             Feature::Parquet => "Parquet support is",
             Feature::Remote => "Remote sources (s3://, gs://, http://, https://) are",
+            Feature::Toml => "TOML schema support is",
         };
         format!(
             "{what} not compiled in: enable the `{}` feature",

@@ -27,8 +27,10 @@
 //! shape = [-1]
 //! ragged = "padded"
 //! "#;
+//! # #[cfg(feature = "toml")] {
 //! let s2 = Schema::from_toml(toml).unwrap();
 //! assert!(s2.field("tokens").unwrap().is_ragged());
+//! # }
 //! ```
 
 use std::collections::BTreeMap;
@@ -338,7 +340,8 @@ impl Schema {
         serde_json::from_str(text).map_err(|e| Error::Schema(format!("JSON schema: {e}")))
     }
 
-    /// Parse the TOML form (`[[fields]]` tables).
+    /// Parse the TOML form (`[[fields]]` tables; the `toml` feature).
+    #[cfg(feature = "toml")]
     pub fn from_toml(text: &str) -> Result<Self> {
         toml::from_str(text).map_err(|e| Error::Schema(format!("TOML schema: {e}")))
     }
@@ -348,7 +351,13 @@ impl Schema {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         if path.extension().is_some_and(|e| e == "toml") {
-            Self::from_toml(&text)
+            #[cfg(feature = "toml")]
+            return Self::from_toml(&text);
+            #[cfg(not(feature = "toml"))]
+            return Err(Error::not_compiled_in(
+                path.display().to_string(),
+                crate::error::Feature::Toml,
+            ));
         } else {
             Self::from_json(&text)
         }

@@ -50,6 +50,48 @@ fn each_feature_names_itself_and_says_whether_it_is_in() {
         .starts_with("Remote sources (s3://, gs://, http://, https://) are not compiled in"));
 }
 
+#[test]
+fn a_toml_schema_file_is_read_with_the_toml_feature_and_refused_naming_it_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("schema.toml");
+    std::fs::write(
+        &path,
+        "[[fields]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n",
+    )
+    .unwrap();
+    let got = feedline::Schema::from_file(&path);
+    if cfg!(feature = "toml") {
+        assert_eq!(got.unwrap().field("x").unwrap().unit_elements(), 4);
+    } else {
+        let e = got.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                feedline::Error::NotCompiledIn {
+                    feature: Feature::Toml,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("schema.toml")
+                && text
+                    .contains("TOML schema support is not compiled in: enable the `toml` feature"),
+            "{text}"
+        );
+    }
+    // A JSON schema file needs no feature.
+    let json = dir.path().join("schema.json");
+    std::fs::write(
+        &json,
+        r#"{"fields": [{"name": "x", "dtype": "f32", "shape": [4]}]}"#,
+    )
+    .unwrap();
+    assert!(feedline::Schema::from_file(&json).is_ok());
+}
+
 #[cfg(not(feature = "parquet"))]
 #[test]
 fn without_parquet_a_parquet_input_is_refused_naming_the_feature() {

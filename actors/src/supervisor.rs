@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::channel::oneshot;
+use futures_channel::oneshot;
 
 use crate::config::StallPolicy;
 use crate::error::PipelineError;

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use futures::channel::oneshot;
+use futures_channel::oneshot;
 
 use super::prepare::{prepare, Prepared};
 use super::StartOptions;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use feedline::format::generator::{append_sample, Sample};
 use feedline::{Batch, Chunk, Origin, Schema, SourceId};
-use futures::channel::oneshot;
+use futures_channel::oneshot;
 use parking_lot::{Condvar, Mutex};
 
 use super::check::check_batch;
