@@ -416,6 +416,31 @@ pub fn scoped<R>(
     f()
 }
 
+/// The cache the current scope reads through: the scope's, else the
+/// options'.
+#[cfg(feature = "remote")]
+fn current_cache() -> Result<Option<cache::RemoteCache>, RemoteError> {
+    if let Some(c) = SCOPE.with(|s| s.borrow().cache.clone()) {
+        return Ok(Some(c));
+    }
+    Ok(options()?.cache)
+}
+
+#[cfg(feature = "remote")]
+impl RemoteObject {
+    /// Open the object at `url` as a stream from its start, through the
+    /// local cache of the current scope or options if there is one
+    /// ([`cache::RemoteCache::open`]): a cached copy whose size and ETag
+    /// (or modification time) match the HEAD's is read from disk; else the
+    /// object is streamed and kept once read whole.
+    pub fn open_cached(url: &str) -> Result<Box<dyn std::io::Read + Send>, RemoteError> {
+        match current_cache()? {
+            Some(c) => c.open(url),
+            None => Ok(Box::new(Self::open(url)?)),
+        }
+    }
+}
+
 /// Where the requests of one operation are counted: the process and the
 /// scope it started in.
 #[cfg(feature = "remote")]

@@ -164,6 +164,12 @@ pub struct PipelineArgs {
     /// Feed-queue capacity in batches, 1..=1024.
     #[arg(long, default_value_t = 4, value_parser = count(1, 1024))]
     pub capacity: usize,
+    /// Batches the batch maker holds at most — made side by side on the
+    /// transform workers, or made and not yet in the feed queue —,
+    /// 1..=1024 (default: enough for 16 rows per transform worker, at
+    /// least 2). The batches do not depend on it.
+    #[arg(long, value_parser = count(1, feedline_actors::MAX_BATCHES_IN_FLIGHT as u64))]
+    pub batches_in_flight: Option<usize>,
     /// Drop each pass's last partial batch.
     #[arg(long)]
     pub drop_last: bool,
@@ -334,6 +340,7 @@ impl PipelineArgs {
             seed: self.seed,
             deterministic: self.deterministic,
             capacity: self.capacity,
+            batches_in_flight: self.batches_in_flight,
             error_policy,
             shard: self.shard()?,
             equalize: match self.equalize {

@@ -23,16 +23,7 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use parking_lot::Mutex;
 use rand::Rng;
 
-use super::{cache, options, scheme, Count, Kind, RemoteError, RemoteOptions, SCOPE};
-
-/// The cache the current scope reads through: the scope's, else the
-/// options'.
-fn current_cache() -> Result<Option<cache::RemoteCache>, RemoteError> {
-    if let Some(c) = SCOPE.with(|s| s.borrow().cache.clone()) {
-        return Ok(Some(c));
-    }
-    Ok(options()?.cache)
-}
+use super::{options, scheme, Count, Kind, RemoteError, RemoteOptions};
 
 /// The clients set up so far, by store (`s3://bucket`, `http://host:port`).
 fn stores() -> &'static Mutex<HashMap<String, Arc<dyn ObjectStore>>> {
@@ -582,18 +573,6 @@ impl RemoteObject {
     pub fn open(url: &str) -> Result<Self, RemoteError> {
         let (len, _) = stat(url)?;
         Self::open_at(url, len, 0)
-    }
-
-    /// Open the object at `url` as a stream from its start, through the
-    /// local cache of the current scope or options if there is one
-    /// ([`cache::RemoteCache::open`]): a cached copy whose size and ETag
-    /// (or modification time) match the HEAD's is read from disk; else the
-    /// object is streamed and kept once read whole.
-    pub fn open_cached(url: &str) -> Result<Box<dyn Read + Send>, RemoteError> {
-        match current_cache()? {
-            Some(c) => c.open(url),
-            None => Ok(Box::new(Self::open(url)?)),
-        }
     }
 
     /// The object at `url`, known to be `len` bytes long, as a stream from
