@@ -54,6 +54,7 @@ fn readme_programs(readme: &str) -> Vec<String> {
 
 /// The README's and then each guide's (`docs/*.md`, by name) Rust blocks,
 /// each with where it comes from.
+#[cfg(all(feature = "parquet", feature = "remote"))]
 fn documented_programs(root: &Path) -> Vec<(String, String)> {
     let mut files = vec![root.join("README.md")];
     let mut guides: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
