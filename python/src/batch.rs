@@ -341,6 +341,30 @@ impl PyBatch {
     fn keys(&self) -> Vec<String> {
         self.names()
     }
+    /// Every field as `{name: convert(capsule)}`, in one call: each
+    /// numeric field's buffer as a DLPack capsule (legacy `dltensor`, or
+    /// `dltensor_versioned` flagged read-only when `versioned`) holding the
+    /// batch, handed to `convert` (`torch.from_dlpack`,
+    /// `jax.dlpack.from_dlpack`, …) — no copy and no numpy view made on
+    /// the way; bytes fields as `batch[name]` gives them. What
+    /// `feedline.torch` turns each batch into tensors with.
+    #[pyo3(signature = (convert, versioned=false))]
+    pub fn _dlpack_dict<'py>(
+        &self,
+        py: Python<'py>,
+        convert: &Bound<'py, PyAny>,
+        versioned: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (i, f) in self.batch.schema().fields().iter().enumerate() {
+            let v = match crate::dlpack::field_capsule(py, &self.batch, i, versioned)? {
+                Some(capsule) => convert.call1((capsule,))?,
+                None => self.value(py, i)?.into_bound(py),
+            };
+            d.set_item(&f.name, v)?;
+        }
+        Ok(d)
+    }
     /// The (name, array) pairs, in schema order.
     fn items(&self, py: Python<'_>) -> PyResult<Vec<(String, PyObject)>> {
         (0..self.batch.fields().len())

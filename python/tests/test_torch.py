@@ -1,0 +1,175 @@
+"""feedline.torch: the DataLoader-shaped adapter (dicts of tensors, zero-copy
+without pinned memory, len(), epochs, set_epoch, state_dict /
+load_state_dict, pin_memory without CUDA, device=) and the IterableDataset
+under torch's own DataLoader with workers. Runs where torch is installed
+(./test.sh installs it)."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import feedline
+from helpers import make_npz
+
+torch = pytest.importorskip("torch")
+import feedline.torch as ft  # noqa: E402
+
+N = 200
+
+
+def dl(paths, **kw):
+    s = dict(files=paths, batch_size=16, shuffle=40, seed=3, rank=0, world_size=1,
+             pin_memory=False)
+    s.update(kw)
+    return ft.DataLoader(**s)
+
+
+def labels(batches):
+    return [y for b in batches for y in b["y"].tolist()]
+
+
+def test_import_feedline_does_not_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys, feedline; assert 'torch' not in sys.modules and 'jax' not in sys.modules;"
+            "feedline.torch; assert 'torch' in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_batches_are_dicts_of_tensors_viewing_the_batch(tmp_path):
+    paths = make_npz(tmp_path)
+    with dl(paths) as loader:
+        assert len(loader) == 13
+        got = []
+        for b in loader:
+            assert set(b) == {"x", "y"}
+            x, y = b["x"], b["y"]
+            assert isinstance(x, torch.Tensor) and x.dtype == torch.float32
+            assert y.dtype == torch.int64 and x.shape == (y.shape[0], 4)
+            assert torch.equal(x[:, 0], y.to(torch.float32))
+            # Zero-copy: the storage is the batch buffer torch was handed
+            # (DLPack), not one torch allocated (those are resizable).
+            assert not x.untyped_storage().resizable()
+            assert x.data_ptr() % 64 == 0
+            got.append(b)
+        assert len(got) == 13
+    assert sorted(labels(got)) == list(range(N))
+    # The tensors outlive the loader and keep their values.
+    assert sorted(labels(got)) == list(range(N))
+
+
+def test_to_tensors_shares_the_batch_memory(tmp_path):
+    paths = make_npz(tmp_path)
+    with feedline.Loader(files=paths, batch_size=16, rank=0, world_size=1) as loader:
+        for b in loader:
+            t = ft.to_tensors(b)
+            assert t["x"].data_ptr() == b["x"].ctypes.data
+            assert t["y"].data_ptr() == b["y"].ctypes.data
+            assert np.array_equal(t["x"].numpy(), b["x"])
+
+
+def test_epochs_set_epoch_and_len(tmp_path):
+    paths = make_npz(tmp_path)
+    with dl(paths, deterministic=True) as loader:
+        epochs = [[b["y"].tolist() for b in loader] for _ in range(3)]
+        assert all(len(e) == len(loader) for e in epochs)
+    for e in epochs:
+        assert sorted(y for ys in e for y in ys) == list(range(N))
+    assert epochs[0] != epochs[1]
+    with dl(paths, deterministic=True) as loader:
+        loader.set_epoch(2)
+        assert [b["y"].tolist() for b in loader] == epochs[2]
+
+
+@pytest.mark.parametrize("stop_after", [3, 13])
+def test_state_dict_and_load_state_dict(tmp_path, stop_after):
+    """StatefulDataLoader's names: the state is JSON-serialisable, and a new
+    adapter that loads it goes on exactly once (deterministic: the same
+    batches as the uninterrupted run)."""
+    paths = make_npz(tmp_path)
+    with dl(paths, deterministic=True) as loader:
+        whole = [[b["y"].tolist() for b in loader] for _ in range(2)]
+    with dl(paths, deterministic=True) as loader:
+        it = iter(loader)
+        first = [next(it)["y"].tolist() for _ in range(stop_after)]
+        state = json.loads(json.dumps(loader.state_dict()))
+    with dl(paths, deterministic=True) as loader:
+        loader.load_state_dict(state)
+        rest = [[b["y"].tolist() for b in loader] for _ in range(2)]
+    flat = first + rest[0] + rest[1]
+    if stop_after == 13:  # the epoch's last batch: the next loop is epoch 1
+        assert flat[:26] == whole[0] + whole[1]
+    else:
+        assert first + rest[0] == whole[0] and rest[1] == whole[1]
+
+
+def test_pin_memory_without_cuda_is_a_documented_no_op(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: pinned memory is used")
+    paths = make_npz(tmp_path)
+    with pytest.warns(UserWarning, match="pin_memory"):
+        loader = ft.DataLoader(files=paths, batch_size=16, rank=0, world_size=1)
+    with loader:
+        assert loader.pin_memory is False
+        b = next(iter(loader))
+        assert not b["x"].is_pinned() and not b["x"].untyped_storage().resizable()
+
+
+def test_device_cpu_and_ragged_fields(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(f'{{"id": {i}, "tok": {list(range(i % 4 + 1))}}}\n' for i in range(30)))
+    schema = {"id": ("int64", []), "tok": ("int64", [None])}
+    with ft.DataLoader(files=[str(p)], batch_size=8, schema=schema, shuffle=0, device="cpu",
+                       pin_memory=False, rank=0, world_size=1) as loader:
+        seen = []
+        for b in loader:
+            off = b["tok.offsets"]
+            assert off.dtype == torch.int64 and off.shape == (b["id"].shape[0] + 1,)
+            for k, i in enumerate(b["id"].tolist()):
+                assert b["tok"][off[k]:off[k + 1]].tolist() == list(range(i % 4 + 1))
+            seen.extend(b["id"].tolist())
+    assert sorted(seen) == list(range(30))
+
+
+def test_pinned_path_checkpoints_only_what_was_consumed(tmp_path, monkeypatch):
+    """The pinned-memory thread fetches ahead; state_dict() must cover the
+    batches the loop got, not those fetched ahead (exactly once on resume).
+    Page-locking itself needs CUDA: here it is replaced by a copy, the
+    thread and the bookkeeping are the real ones."""
+    monkeypatch.setattr(ft, "_pin", lambda tensors: {k: (v.clone() if hasattr(v, "clone") else v)
+                                                     for k, v in tensors.items()})
+    paths = make_npz(tmp_path)
+    for stop_after in (2, 12, 13):
+        with dl(paths, seed=stop_after, passes=2) as loader:
+            loader.pin_memory = True
+            it = iter(loader)
+            first = [next(it)["y"].tolist() for _ in range(stop_after)]
+            import time
+            time.sleep(0.2)  # the thread fills its queue meanwhile
+            state = loader.state_dict()
+        with dl(paths, seed=stop_after, passes=2, resume=state) as loader:
+            rest = [b["y"].tolist() for b in loader]
+        got = sorted(y for ys in first + rest for y in ys)
+        assert got == sorted(list(range(N)) * 2), stop_after
+
+
+def test_iterable_dataset_under_torch_workers_gives_each_batch_once(tmp_path):
+    paths = make_npz(tmp_path, files=6, rows=40)
+    ds = ft.IterableDataset(files=paths, batch_size=8, shuffle=20, rank=0, world_size=1)
+    assert isinstance(ds, torch.utils.data.IterableDataset)
+    for workers in (0, 2):
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        got = labels(loader)
+        assert sorted(got) == list(range(240)), workers
+
+
+def test_iterable_dataset_shards_across_ranks_and_workers(tmp_path):
+    paths = make_npz(tmp_path, files=6, rows=40)
+    seen = []
+    for rank in range(2):
+        ds = ft.IterableDataset(files=paths, batch_size=8, shuffle=0, rank=rank, world_size=2)
+        seen.extend(labels(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)))
+    assert sorted(seen) == list(range(240))
