@@ -43,6 +43,7 @@ def one_pass(api, paths, ds, seed):
     feat, label = FIELDS[ds]
     t0 = time.perf_counter()
     c0 = time.thread_time()
+    p0 = time.process_time()
     if api == "torch":
         loader = ft.DataLoader(pin_memory=False, **kw)
     else:
@@ -54,8 +55,9 @@ def one_pass(api, paths, ds, seed):
         batches += 1
     cpu = time.thread_time() - c0
     dt = time.perf_counter() - t0
+    proc = time.process_time() - p0
     loader.close()
-    return batches / dt, cpu / max(batches, 1) * 1e6, records
+    return batches / dt, cpu / max(batches, 1) * 1e6, records, batches / proc
 
 
 def main():
@@ -68,17 +70,24 @@ def main():
     one_pass("torch", paths, args.dataset, 0)  # warm-up: page cache, torch import, counts
     rates = {"numpy": [], "torch": []}
     cpus = {"numpy": [], "torch": []}
+    per_cpu = {"numpy": [], "torch": []}
     for r in range(args.rounds):
         for api in ("numpy", "torch") if r % 2 == 0 else ("torch", "numpy"):
-            bps, cpu_us, records = one_pass(api, paths, args.dataset, r + 1)
+            bps, cpu_us, records, bpc = one_pass(api, paths, args.dataset, r + 1)
             rates[api].append(bps)
             cpus[api].append(cpu_us)
-            print(f"round {r} {api:5s}: {bps:8.1f} batches/s, main thread {cpu_us:7.1f} us CPU "
-                  f"per batch, {records} records", flush=True)
+            per_cpu[api].append(bpc)
+            print(f"round {r} {api:5s}: {bps:8.1f} batches/s, {bpc:8.1f} batches per CPU-second "
+                  f"(all threads), main thread {cpu_us:7.1f} us CPU per batch, {records} records",
+                  flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
     print(f"median batches/s: Loader {med['numpy']:.1f}, feedline.torch.DataLoader "
           f"{med['torch']:.1f}: {100 * med['torch'] / med['numpy']:.1f} %")
+    pc = {k: statistics.median(v) for k, v in per_cpu.items()}
+    print(f"median batches per CPU-second (the process, all threads; what bounds batches/s on "
+          f"a busy CPU): Loader {pc['numpy']:.1f}, feedline.torch.DataLoader {pc['torch']:.1f}: "
+          f"{100 * pc['torch'] / pc['numpy']:.1f} %")
     print(f"median main-thread CPU per batch: Loader {cpu['numpy']:.1f} us, "
           f"feedline.torch.DataLoader {cpu['torch']:.1f} us")
 
