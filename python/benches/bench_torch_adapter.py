@@ -33,9 +33,15 @@ FIELDS = {"A": ("x", "y"), "C": ("image/encoded", "image/class/label")}
 
 
 def files(data, ds):
-    """The TFRecord shards the harness's manifest.json lists."""
+    """The TFRecord shards the harness's manifest.json lists (else, for C
+    before its manifest entry is written, jpeg-*.tfrecord)."""
     with open(os.path.join(data, "manifest.json")) as f:
-        return [os.path.join(data, n) for n in json.load(f)[ds]["files"]]
+        m = json.load(f)
+    if ds in m:
+        return [os.path.join(data, n) for n in m[ds]["files"]]
+    prefix = {"A": "small-", "C": "jpeg-"}[ds]
+    return sorted(os.path.join(data, n) for n in os.listdir(data)
+                  if n.startswith(prefix) and n.endswith(".tfrecord"))
 
 
 def one_pass(api, paths, ds, seed):
