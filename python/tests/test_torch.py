@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import feedline
-from helpers import make_npz
+from helpers import make_npz, write_tar, write_tfrecord
 
 torch = pytest.importorskip("torch")
 import feedline.torch as ft  # noqa: E402
@@ -24,6 +24,17 @@ def dl(paths, **kw):
              pin_memory=False)
     s.update(kw)
     return ft.DataLoader(**s)
+
+
+def wait_until(cond, deadline_s=30.0):
+    """Poll `cond` until it holds (True) or `deadline_s` passes (False)."""
+    import time
+    end = time.monotonic() + deadline_s
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def labels(batches):
@@ -99,6 +110,8 @@ def test_state_dict_and_load_state_dict(tmp_path, stop_after):
     with dl(paths, deterministic=True) as loader:
         loader.load_state_dict(state)
         rest = [[b["y"].tolist() for b in loader] for _ in range(2)]
+    with dl(paths, deterministic=True, resume=state) as loader:  # resume= (the Loader's keyword)
+        assert [[b["y"].tolist() for b in loader] for _ in range(2)] == rest
     flat = first + rest[0] + rest[1]
     if stop_after == 13:  # the epoch's last batch: the next loop is epoch 1
         assert flat[:26] == whole[0] + whole[1]
@@ -147,8 +160,10 @@ def test_pinned_path_checkpoints_only_what_was_consumed(tmp_path, monkeypatch):
             loader.pin_memory = True
             it = iter(loader)
             first = [next(it)["y"].tolist() for _ in range(stop_after)]
-            import time
-            time.sleep(0.2)  # the thread fills its queue meanwhile
+            # The thread has fetched ahead (its queue is full, or the passes
+            # are all fetched) before the state is taken.
+            assert wait_until(lambda: it._queue.full() or not it._thread.is_alive())
+            assert it._queue.qsize() > 0 or stop_after == 2 * 13
             state = loader.state_dict()
         with dl(paths, seed=stop_after, passes=2, resume=state) as loader:
             rest = [b["y"].tolist() for b in loader]
@@ -173,3 +188,65 @@ def test_iterable_dataset_shards_across_ranks_and_workers(tmp_path):
         ds = ft.IterableDataset(files=paths, batch_size=8, shuffle=0, rank=rank, world_size=2)
         seen.extend(labels(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)))
     assert sorted(seen) == list(range(240))
+
+
+DTYPES = {"f": ("float32", [3], torch.float32), "d": ("float64", [], torch.float64),
+          "i": ("int32", [2], torch.int32), "u": ("uint8", [5], torch.uint8),
+          "b": ("bool", [], torch.bool), "y": ("int64", [], torch.int64)}
+
+
+def test_every_dtype_is_its_torch_dtype_and_views_the_batch():
+    """Each numeric dtype comes as the torch dtype of the same name, with
+    the values pushed, in a tensor whose memory is the batch's field (the
+    address numpy's view of the same batch has: no copy); bytes fields stay
+    lists of bytes."""
+    rng = np.random.default_rng(1)
+    schema = {k: (d, s) for k, (d, s, _) in DTYPES.items()}
+    schema["s"] = ("bytes", [])
+    loader, feed = feedline.Loader.with_feed(schema=schema, batch_size=8, capacity=16)
+    adapter = ft.DataLoader(loader=loader, pin_memory=False)
+    addresses = []
+
+    def post(tensors, batch):  # the adapter's hook: here to see the batch beside the tensors
+        addresses.append({k: batch[k].ctypes.data for k in DTYPES})
+        return tensors
+
+    adapter._post = post
+    pushed = []
+    for k in range(3):
+        b = {"f": rng.random((8, 3)).astype(np.float32), "d": rng.random(8),
+             "i": rng.integers(-9, 9, (8, 2)).astype(np.int32),
+             "u": rng.integers(0, 255, (8, 5)).astype(np.uint8), "b": rng.random(8) < 0.5,
+             "y": np.arange(k * 8, k * 8 + 8), "s": [bytes([k, j]) for j in range(8)]}
+        feed.push_batch(b)
+        pushed.append(b)
+    feed.close()
+    with adapter:
+        got = list(adapter)
+    assert len(got) == 3 == len(addresses)
+    for p, t, addr in zip(pushed, got, addresses):
+        for name, (_, _, want) in DTYPES.items():
+            assert isinstance(t[name], torch.Tensor) and t[name].dtype == want, name
+            assert t[name].data_ptr() == addr[name], f"{name}: a copy, not the batch's memory"
+            assert np.array_equal(t[name].numpy(), np.asarray(p[name])), name
+        assert t["s"] == p["s"]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "tar"])
+def test_len_on_tfrecord_and_webdataset(tmp_path, fmt):
+    """len() of the adapter is the batches each epoch delivers, for the
+    formats counted by framing (TFRecord records, WebDataset samples)."""
+    labels_ = [list(range(f * 37, (f + 1) * 37)) for f in range(3)]
+    if fmt == "tfrecord":
+        files = [write_tfrecord(tmp_path / f"p{f}.tfrecord", ls) for f, ls in enumerate(labels_)]
+        key = "y"
+    else:
+        files = [write_tar(tmp_path / f"p{f}.tar", ls) for f, ls in enumerate(labels_)]
+        key = "cls"
+    with dl(files) as loader:
+        n = len(loader)
+        assert n == -(-111 // 16)
+        for _ in range(2):
+            got = list(loader)
+            assert len(got) == n
+            assert sum(len(b[key]) for b in got) == 111
