@@ -44,8 +44,8 @@ def files(data, ds):
                   if n.startswith(prefix) and n.endswith(".tfrecord"))
 
 
-def one_pass(api, paths, ds, seed):
-    kw = dict(SETTINGS[ds], files=paths, seed=seed, passes=1, rank=0, world_size=1)
+def one_pass(api, paths, ds, seed, passes=1):
+    kw = dict(SETTINGS[ds], files=paths, seed=seed, passes=passes, rank=0, world_size=1)
     feat, label = FIELDS[ds]
     t0 = time.perf_counter()
     c0 = time.thread_time()
@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--dataset", choices=["A", "C"], default="A")
     ap.add_argument("--data", default="/tmp/peers/data")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--passes", type=int, default=1,
+                    help="passes per round (one loader), for a few shards on a fast machine")
     args = ap.parse_args()
     paths = files(args.data, args.dataset)
     one_pass("torch", paths, args.dataset, 0)  # warm-up: page cache, torch import, counts
@@ -79,7 +81,8 @@ def main():
     per_cpu = {"numpy": [], "torch": []}
     for r in range(args.rounds):
         for api in ("numpy", "torch") if r % 2 == 0 else ("torch", "numpy"):
-            bps, cpu_us, records, bpc = one_pass(api, paths, args.dataset, r + 1)
+            bps, cpu_us, records, bpc = one_pass(api, paths, args.dataset, r + 1,
+                                                args.passes)
             rates[api].append(bps)
             cpus[api].append(cpu_us)
             per_cpu[api].append(bpc)

@@ -107,16 +107,26 @@ class _PinnedEpoch:
     consumer gets them in order (moved to `device` with ``non_blocking=True``
     when given). The batches the thread fetches ahead are not taken for
     checkpoints until the consumer gets them: ``state_dict()`` covers
-    exactly the batches consumed."""
+    exactly the batches consumed. A loop left early (``break``) hands what
+    the thread fetched ahead to the next loop (`pending`), which yields it
+    first: nothing of the epoch is skipped. The thread starts at the first
+    ``next()``, once `pending` is used up (an ``iter()`` alone fetches
+    nothing)."""
 
-    def __init__(self, dl: "DataLoader", depth: int = 2):
-        torch = _torch()
+    def __init__(self, dl: "DataLoader", pending=(), depth: int = 2):
         self._dl = dl
         self._loader = dl.loader
         self._device = dl.device
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        ragged = dl._ragged
+        self._pending = list(pending)
+        self._leftover: list = []  # what the thread held when stopped
+        self._thread: Optional[threading.Thread] = None
+        self._done = False
+
+    def _start(self):
+        torch = _torch()
+        ragged = self._dl._ragged
 
         def post(tensors, batch):
             return _pin(_add_ragged(torch, tensors, batch, ragged)), batch
@@ -132,6 +142,7 @@ class _PinnedEpoch:
                 return True
             except queue.Full:
                 continue
+        self._leftover.append(item)  # stopped: kept for the next loop
         return False
 
     def _run(self):
@@ -146,18 +157,29 @@ class _PinnedEpoch:
     def __iter__(self):
         return self
 
-    def __next__(self):
+    def _get(self):
+        if self._pending:
+            return self._pending.pop(0)
+        if self._done:
+            return ("end", None)
+        if self._thread is None:
+            self._start()
         while True:
             try:
-                kind, item = self._queue.get(timeout=0.05)
+                return self._queue.get(timeout=0.05)
             except queue.Empty:
                 if not self._thread.is_alive() and self._queue.empty():
-                    raise StopIteration from None
-                continue
+                    return ("end", None)
+
+    def __next__(self):
+        while True:
+            kind, item = self._get()
             if kind == "end":
+                self._done = True
                 self._stop.set()
                 raise StopIteration
             if kind == "error":
+                self._done = True
                 self._stop.set()
                 raise item
             if isinstance(item, int):
@@ -169,11 +191,22 @@ class _PinnedEpoch:
                 tensors = _to_device(tensors, self._device, True)
             return tensors
 
-    def close(self):
+    def close(self) -> list:
         """Stop the thread; what it fetched ahead and the consumer did not
-        get is not taken (a checkpoint does not count it)."""
+        get is not taken (a checkpoint does not count it) and is returned,
+        in order, for the next loop of the same epoch."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        rest = list(self._pending)
+        while True:
+            try:
+                rest.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        rest.extend(self._leftover)
+        self._pending, self._leftover = [], []
+        return [] if self._done else rest
 
     def __del__(self):
         try:
@@ -252,9 +285,8 @@ class DataLoader:
     def __iter__(self) -> Iterator[dict]:
         """The next epoch's batches (or the rest of one a loop left early)."""
         if self.pin_memory:
-            if self._pinned is not None:
-                self._pinned.close()
-            self._pinned = _PinnedEpoch(self)
+            pending = self._pinned.close() if self._pinned is not None else []
+            self._pinned = _PinnedEpoch(self, pending)
             return self._pinned
         return self.loader._epoch(convert=self._convert, post=self._post)
 
