@@ -199,6 +199,8 @@ def test_pinned_path_loop_left_early_goes_on_with_nothing_skipped(tmp_path, monk
         assert idle._thread is None
         loader.set_epoch(1)
         assert sorted(y for b in loader for y in b["y"].tolist()) == list(range(N))
+    with pytest.raises(feedline.FeedlineError, match="closed"):
+        iter(loader)  # closed: iter() raises, as the plain Loader's does
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (page-locked memory)")

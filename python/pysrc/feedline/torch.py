@@ -123,15 +123,17 @@ class _PinnedEpoch:
         self._leftover: list = []  # what the thread held when stopped
         self._thread: Optional[threading.Thread] = None
         self._done = False
-
-    def _start(self):
         torch = _torch()
-        ragged = self._dl._ragged
+        ragged = dl._ragged
 
         def post(tensors, batch):
             return _pin(_add_ragged(torch, tensors, batch, ragged)), batch
 
+        # The epoch's iterator now (a closed loader raises here, at iter()),
+        # its thread at the first next().
         self._epoch = self._loader._epoch(convert=_converter(torch), post=post, untracked=True)
+
+    def _start(self):
         self._thread = threading.Thread(target=self._run, name="feedline-pin-memory", daemon=True)
         self._thread.start()
 
