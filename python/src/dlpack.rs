@@ -18,7 +18,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::batch::FieldBuffer;
+use crate::buffer::FieldBuffer;
 
 const KDL_CPU: i32 = 1;
 const KDL_INT: u8 = 0;

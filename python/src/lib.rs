@@ -9,6 +9,7 @@
 //! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
 
 mod batch;
+mod buffer;
 mod checkpoint;
 mod counting;
 mod dlpack;
