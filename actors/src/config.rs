@@ -180,8 +180,16 @@ pub struct PipelineConfig {
     pub batch: BatchPolicy,
     /// Drop the last partial batch of each pass.
     pub drop_last: bool,
-    /// Passes (epochs).
+    /// Passes (epochs); [`ENDLESS`] (`u64::MAX`): passes never run out —
+    /// the run goes on until it is stopped (epochs by iteration, as the
+    /// Python `Loader(passes=None)` runs them), and the bad-record count
+    /// budget (`ErrorPolicy::Skip::max_bad`) is each pass's own.
     pub passes: u64,
+    /// The pass the run starts with (default 0): passes `first_pass..passes`
+    /// run, each as it would in a run started at pass 0 (the same files,
+    /// the same order; in deterministic mode the same batches). A resume
+    /// says where it starts itself: the two do not go together.
+    pub first_pass: u64,
     /// Seed of file order and shuffle.
     pub seed: u64,
     /// Reshuffle the file order every pass (else the given order).
@@ -242,6 +250,9 @@ pub struct PipelineConfig {
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
 }
 
+/// [`PipelineConfig::passes`] of a run whose passes never run out.
+pub const ENDLESS: u64 = u64::MAX;
+
 impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
@@ -264,6 +275,7 @@ impl Default for PipelineConfig {
             batch: BatchPolicy::Fixed(256),
             drop_last: false,
             passes: 1,
+            first_pass: 0,
             seed: 0,
             shuffle_files: true,
             deterministic: false,
@@ -314,6 +326,18 @@ impl PipelineConfig {
             if v == 0 {
                 return bad(format!("{name} must be at least 1, not 0"));
             }
+        }
+        if self.first_pass >= self.passes {
+            return bad(format!(
+                "first_pass must be below passes ({}), not {}",
+                self.passes, self.first_pass
+            ));
+        }
+        if self.push.is_some() && self.first_pass > 0 {
+            return bad(format!(
+                "first_pass must be 0 in push mode (the pushed stream is one pass), not {}",
+                self.first_pass
+            ));
         }
         if self.deterministic && self.reorder_window == 0 {
             return bad(

@@ -136,7 +136,7 @@ mod trainer;
 mod watch;
 
 pub use crate::config::{
-    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
+    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
     MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
     SNAPSHOT_EVERY,
 };

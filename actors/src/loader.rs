@@ -206,6 +206,51 @@ impl Loader {
         r
     }
 
+    /// The next item of the whole stream, in order, with the ends of
+    /// passes: [`Popped::Batch`], then [`Popped::EndOfPass`]`(p)` once every
+    /// batch of pass `p` was taken (before the first batch of `p + 1`),
+    /// and [`Popped::EndOfData`] after the last pass (again on every later
+    /// call). Waits at most `timeout` (`None`: for ever); a time-out is
+    /// [`PipelineError::Timeout`] and iteration can go on. What
+    /// [`next_timeout`](Self::next_timeout) yields, plus where each pass ends
+    /// — what an epoch-by-epoch iteration needs.
+    pub fn next_event_timeout(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> Result<Popped, PipelineError> {
+        self.merged.timeout = timeout;
+        let r = self.next_merged_event();
+        self.merged.timeout = None;
+        r
+    }
+
+    /// As [`next_event_timeout`](Self::next_event_timeout), but what it
+    /// gives is not yet taken for [`checkpoint`](Self::checkpoint)s: the
+    /// caller hands it on (to a thread that copies batches to pinned
+    /// memory, say) and calls [`record`](Self::record) with each item,
+    /// in order, once its consumer has it — so a checkpoint covers exactly
+    /// the batches consumed, not the ones fetched ahead.
+    pub fn next_event_untracked(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> Result<Popped, PipelineError> {
+        self.merged.untracked = true;
+        let r = self.next_event_timeout(timeout);
+        self.merged.untracked = false;
+        r
+    }
+
+    /// Take `item` (a batch or an end of pass that
+    /// [`next_event_untracked`](Self::next_event_untracked) gave) for
+    /// checkpoints: its consumer has it.
+    pub fn record(&self, item: &Popped) {
+        match item {
+            Popped::Batch(d) => self.progress.lock().take(d),
+            Popped::EndOfPass(p) => self.progress.lock().pass_complete(*p),
+            Popped::EndOfData => {}
+        }
+    }
+
     /// The checkpoint of the batches taken so far through this loader's own
     /// iteration ([`iter`](Self::iter), `for batch in loader`,
     /// [`next_timeout`](Self::next_timeout)) or by its
@@ -261,13 +306,29 @@ impl Loader {
         popper.pop(&self.stats, self.merged.timeout)
     }
 
-    /// The next batch of the whole stream, in order: in round-robin mode
-    /// batch `k` is taken from the lane `k` goes to (whose own consumer this
-    /// iterator stands in for), then the next pass's first from lane 0.
+    /// The next batch of the whole stream, in order (the ends of passes
+    /// passed over).
     fn next_merged(&mut self) -> Option<Result<Delivered, PipelineError>> {
         loop {
+            match self.next_merged_event() {
+                Ok(Popped::Batch(d)) => return Some(Ok(d)),
+                Ok(Popped::EndOfPass(_)) => continue,
+                Ok(Popped::EndOfData) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next item of the whole stream, in order: in round-robin mode
+    /// batch `k` is taken from the lane `k` goes to (whose own consumer this
+    /// iterator stands in for), then — once every lane's marker of the pass
+    /// was taken — the pass's end, then the next pass's first batch from
+    /// lane 0. After the end of the data, or an error other than a
+    /// time-out, `EndOfData`.
+    fn next_merged_event(&mut self) -> Result<Popped, PipelineError> {
+        loop {
             if self.merged.ended {
-                return None;
+                return Ok(Popped::EndOfData);
             }
             if let Some(mut sweep) = self.merged.sweep.take() {
                 // A lane's pass ended: every other lane holds this pass's
@@ -284,29 +345,35 @@ impl Loader {
                         Ok(Popped::Batch(d)) => {
                             log::error!("lane {other} had a batch after its pass ended");
                             self.merged.sweep = Some(sweep);
-                            self.progress.lock().take(&d);
-                            return Some(Ok(d));
+                            if !self.merged.untracked {
+                                self.progress.lock().take(&d);
+                            }
+                            return Ok(Popped::Batch(d));
                         }
                         Err(e @ PipelineError::Timeout { .. }) => {
                             self.merged.sweep = Some(sweep);
-                            return Some(Err(e));
+                            return Err(e);
                         }
                         Err(e) => {
                             self.merged.ended = true;
-                            return Some(Err(e));
+                            return Err(e);
                         }
                     }
                 }
                 self.merged.next_seq = self.merged.next_seq(sweep.pass + 1, 0);
-                self.progress.lock().pass_complete(sweep.pass);
-                continue;
+                if !self.merged.untracked {
+                    self.progress.lock().pass_complete(sweep.pass);
+                }
+                return Ok(Popped::EndOfPass(sweep.pass));
             }
             let lane = self.merged.lanes.of_batch(self.merged.next_seq);
             match self.pop(lane) {
                 Ok(Popped::Batch(d)) => {
                     self.merged.next_seq = self.merged.next_seq(d.pass, d.seq + 1);
-                    self.progress.lock().take(&d);
-                    return Some(Ok(d));
+                    if !self.merged.untracked {
+                        self.progress.lock().take(&d);
+                    }
+                    return Ok(Popped::Batch(d));
                 }
                 Ok(Popped::EndOfPass(pass)) => {
                     self.merged.sweep = Some(Sweep {
@@ -317,12 +384,12 @@ impl Loader {
                 }
                 Ok(Popped::EndOfData) => {
                     self.merged.ended = true;
-                    return None;
+                    return Ok(Popped::EndOfData);
                 }
-                Err(e @ PipelineError::Timeout { .. }) => return Some(Err(e)),
+                Err(e @ PipelineError::Timeout { .. }) => return Err(e),
                 Err(e) => {
                     self.merged.ended = true;
-                    return Some(Err(e));
+                    return Err(e);
                 }
             }
         }
@@ -387,6 +454,9 @@ struct MergedState {
     sweep: Option<Sweep>,
     ended: bool,
     timeout: Option<Duration>,
+    /// The item being fetched is not taken for checkpoints (the caller
+    /// records it when consumed).
+    untracked: bool,
     /// A resumed pipeline leaves out the batches consumed before.
     resume: Option<ConsumerResume>,
 }
@@ -403,6 +473,7 @@ impl MergedState {
             sweep: None,
             ended: false,
             timeout: None,
+            untracked: false,
             resume,
         };
         if let Some(r) = &merged.resume {

@@ -278,6 +278,23 @@ impl ResumePlan {
         self.first_pass
     }
 
+    /// A run that starts at pass `first_pass` ([`PipelineConfig::first_pass`])
+    /// as if every earlier pass had been consumed and nothing of this one:
+    /// no checkpoint, nothing left out, no snapshot — the pass is read and
+    /// drawn from its start, as a run from pass 0 reads and draws it.
+    pub(crate) fn at_pass(first_pass: u64) -> Self {
+        ResumePlan {
+            first_pass,
+            rules: BTreeMap::new(),
+            taken: BTreeMap::new(),
+            done_before: first_pass,
+            by_record: false,
+            elastic: false,
+            spread: BTreeMap::new(),
+            snapshot: None,
+        }
+    }
+
     /// The progress of `consumers` consumers that go on from this plan's
     /// checkpoints (what they took is taken; none of it is this run's):
     /// for a [`Progress`] of your own beside a pipeline started with

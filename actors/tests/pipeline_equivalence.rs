@@ -90,3 +90,117 @@ fn deterministic_pipeline_equals_the_single_thread_path() {
         }
     }
 }
+
+/// Every item of a loader's own iteration with the ends of passes:
+/// `(pass, batch summary)` for batches, `(pass, None)` for an end of pass.
+type Item = (u64, Option<(Vec<Origin>, Vec<f32>)>);
+
+fn events(loader: &mut Loader) -> Vec<Item> {
+    let mut out = Vec::new();
+    loop {
+        match loader.next_event_timeout(None).unwrap() {
+            feedline_actors::Popped::Batch(d) => out.push((d.pass, Some(summary(&d.batch)))),
+            feedline_actors::Popped::EndOfPass(p) => out.push((p, None)),
+            feedline_actors::Popped::EndOfData => return out,
+        }
+    }
+}
+
+/// `first_pass(n)`: the run starts at pass `n`, and pass `n` (and every
+/// later one) is in deterministic mode the very batches the run from pass
+/// 0 gives there; `next_event_timeout` marks each pass's end after its
+/// last batch. (Mutation: wiring `first_pass` as pass 0's plan — the
+/// stages starting at pass 0 — fails the comparison; dropping the end
+/// markers fails the marker count.)
+#[test]
+fn a_run_from_a_later_pass_gives_that_pass_as_the_whole_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = GenOptions::new(Preset::Small, dir.path());
+    opts.files = Some(5);
+    opts.records = Some(211);
+    let files: Vec<String> = generate(&opts)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let build = |first: u64, readers: usize| {
+        Loader::builder()
+            .files(files.clone())
+            .schema(preset_schema(Preset::Small))
+            .readers(readers)
+            .seed(11)
+            .shuffle(300)
+            .batch(64)
+            .chunk_records(50)
+            .passes(4)
+            .first_pass(first)
+            .deterministic(true)
+            .build()
+            .unwrap()
+    };
+    let whole = events(&mut build(0, 2));
+    let ends: Vec<u64> = whole
+        .iter()
+        .filter(|(_, b)| b.is_none())
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(ends, vec![0, 1, 2, 3], "one end marker per pass, in order");
+    // Each pass's batches come before its marker, and only its own.
+    let mut pass = 0;
+    for (p, b) in &whole {
+        assert_eq!(*p, pass);
+        if b.is_none() {
+            pass += 1;
+        }
+    }
+    let passes_differ = whole.iter().filter(|(p, _)| *p == 1).collect::<Vec<_>>()
+        != whole.iter().filter(|(p, _)| *p == 2).collect::<Vec<_>>();
+    assert!(passes_differ);
+    for first in [1u64, 3] {
+        let got = events(&mut build(first, 3));
+        let want: Vec<Item> = whole.iter().filter(|(p, _)| *p >= first).cloned().collect();
+        assert_eq!(got.len(), want.len(), "from pass {first}: item count");
+        assert!(
+            got == want,
+            "from pass {first}: the batches differ from the whole run's"
+        );
+    }
+    // A checkpoint of a run started at a later pass says so.
+    let mut l = build(2, 1);
+    let _ = l
+        .next_timeout(std::time::Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    assert_eq!(l.checkpoint().unwrap().pass, 2);
+    // Refused: at or past the passes, and together with a resume.
+    let cp = l.checkpoint().unwrap();
+    drop(l);
+    let err = Loader::builder()
+        .files(files.clone())
+        .passes(2)
+        .first_pass(2)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("first_pass must be below passes (2), not 2"),
+        "{err}"
+    );
+    let err = Loader::builder()
+        .files(files.clone())
+        .schema(preset_schema(Preset::Small))
+        .seed(11)
+        .shuffle(300)
+        .batch(64)
+        .chunk_records(50)
+        .passes(4)
+        .deterministic(true)
+        .first_pass(1)
+        .resume(cp)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("first_pass 1 and a resume"),
+        "{err}"
+    );
+}

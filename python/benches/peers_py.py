@@ -67,21 +67,31 @@ FIELDS = {"A": ("x", "y"), "B": ("image", "label"), "C": ("image/encoded", "imag
 
 class Epoch:
     """One pass: a fresh loader, iterated as (features, labels) pairs; its
-    close() is the pass's teardown (timed apart by run_passes)."""
+    close() is the pass's teardown (timed apart by run_passes). With
+    `--api torch` the loader is a feedline.torch.DataLoader (pin_memory off:
+    CPU tensors viewing the batches) and the pairs are torch tensors (the
+    harness's Checker reads them through numpy's __array__, no copy)."""
 
     def __init__(self, args, files, seed, extra):
-        self.loader = feedline.Loader(
+        settings = dict(
             files=files, batch_size=args.batch, shuffle=args.shuffle, seed=seed,
             passes=1, readers=args.readers, capacity=args.capacity,
             deterministic=args.deterministic, rank=0, world_size=1,
             schema=SCHEMA[args.dataset], transform=args.transform,
             workers=args.workers if args.transform else None)
+        if args.api == "torch":
+            import feedline.torch as feedline_torch
+            self.adapter = feedline_torch.DataLoader(pin_memory=False, **settings)
+            self.loader = self.adapter.loader
+        else:
+            self.adapter = None
+            self.loader = feedline.Loader(**settings)
         self.fields = FIELDS[args.dataset]
         self.extra = extra
 
     def __iter__(self):
         feat, label = self.fields
-        it = iter(self.loader)
+        it = iter(self.adapter if self.adapter is not None else self.loader)
         clock = time.perf_counter_ns
         looks = []
         for batch in it:
@@ -120,6 +130,9 @@ def main():
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--transform", help="a built-in transform (C: imagenet-train), as the CLI's --transform")
     ap.add_argument("--workers", type=int, default=2, help="transform workers (with --transform)")
+    ap.add_argument("--api", choices=["numpy", "torch"], default="numpy",
+                    help="iterate feedline.Loader (numpy views) or feedline.torch.DataLoader "
+                         "(CPU tensors, pin_memory=False)")
     # common.parser requires --variant; here it defaults to the Rust adapter's name.
     for a in ap._actions:
         if a.dest == "variant":
@@ -140,9 +153,12 @@ def main():
             args.variant += f"_cap{args.capacity}"
         if args.transform:
             args.variant += f"_w{args.workers}"
+        if args.api == "torch":
+            args.variant += "_torch"
     files = common.tfrecord_files(args.data, args.dataset)
     # The RESULT extras; the gil_us_* ones are set at each pass's end.
-    extra = {"api": "python", "version": feedline.__version__}
+    extra = {"api": "python" if args.api == "numpy" else "python-torch",
+             "version": feedline.__version__}
 
     def epoch(i):
         return Epoch(args, files, args.seed + i, extra)

@@ -18,7 +18,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::batch::FieldBuffer;
+use crate::buffer::FieldBuffer;
 
 const KDL_CPU: i32 = 1;
 const KDL_INT: u8 = 0;
@@ -244,8 +244,36 @@ pub fn dlpack_capsule(
         }
         el_strides.push(s / itemsize as i64);
     }
+    make_capsule(
+        py,
+        buffer.batch.clone(),
+        ptr,
+        code,
+        itemsize,
+        shape,
+        el_strides,
+        versioned,
+    )
+    .map(Some)
+}
+
+/// A DLPack capsule (legacy `dltensor`, or `dltensor_versioned` flagged
+/// read-only) of the CPU memory at `ptr`, of elements of `code` and
+/// `itemsize` bytes, `shape` and strides `el_strides` (in elements); it
+/// holds `batch` until the importer calls its deleter.
+#[allow(clippy::too_many_arguments)]
+fn make_capsule(
+    py: Python<'_>,
+    batch: Arc<Batch>,
+    ptr: usize,
+    code: u8,
+    itemsize: usize,
+    shape: Vec<i64>,
+    el_strides: Vec<i64>,
+    versioned: bool,
+) -> PyResult<PyObject> {
     let mut owner = Box::new(Owner {
-        _batch: buffer.batch.clone(),
+        _batch: batch,
         shape,
         strides: el_strides,
     });
@@ -296,6 +324,48 @@ pub fn dlpack_capsule(
         }
     };
     // SAFETY: a new reference, or null with an exception set.
-    let obj = unsafe { PyObject::from_owned_ptr_or_err(py, capsule)? };
-    Ok(Some(obj))
+    unsafe { PyObject::from_owned_ptr_or_err(py, capsule) }
+}
+
+/// A capsule of field `field` of `batch` as it is laid out (numeric fields:
+/// `[batch, dims…]`, ragged values `[total, dims…]`, padded `[batch, max,
+/// dims…]`); `None` for a bytes field.
+pub fn field_capsule(
+    py: Python<'_>,
+    batch: &Arc<Batch>,
+    field: usize,
+    versioned: bool,
+) -> PyResult<Option<PyObject>> {
+    fn of<T>(
+        a: &feedline_actors::ndarray::ArrayD<T>,
+        code: u8,
+    ) -> (usize, u8, usize, Vec<i64>, Vec<i64>) {
+        (
+            a.as_ptr() as usize,
+            code,
+            std::mem::size_of::<T>(),
+            a.shape().iter().map(|&d| d as i64).collect(),
+            a.strides().iter().map(|&s| s as i64).collect(),
+        )
+    }
+    let (ptr, code, itemsize, shape, strides) = match &batch.fields()[field].data {
+        Array::F32(a) => of(a, KDL_FLOAT),
+        Array::F64(a) => of(a, KDL_FLOAT),
+        Array::I64(a) => of(a, KDL_INT),
+        Array::I32(a) => of(a, KDL_INT),
+        Array::U8(a) => of(a, KDL_UINT),
+        Array::Bool(a) => of(a, KDL_BOOL),
+        Array::Bytes(_) => return Ok(None),
+    };
+    make_capsule(
+        py,
+        batch.clone(),
+        ptr,
+        code,
+        itemsize,
+        shape,
+        strides,
+        versioned,
+    )
+    .map(Some)
 }

@@ -9,9 +9,13 @@
 //! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
 
 mod batch;
+mod buffer;
 mod checkpoint;
+mod counting;
 mod dlpack;
+mod epochs;
 mod feed;
+mod logbridge;
 mod map;
 mod npapi;
 mod schema;
@@ -23,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use feedline::Schema;
 use feedline_actors::{
-    ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError, Stats,
+    Equalize, ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError,
+    Popped, Stats,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
@@ -32,6 +37,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
 
 use batch::PyBatch;
+use epochs::{Closed, Epochs, Slot};
 use feed::PyFeed;
 
 create_exception!(
@@ -233,26 +239,58 @@ fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
     }
 }
 
-/// A running loader, shared by its Python object and [`LIVE`].
+/// A loader's shared part: its pipeline and epochs (behind a mutex only
+/// ever waited for with the GIL released), shared with [`LIVE`].
 struct Inner {
-    /// `None` once closed.
-    loader: Mutex<Option<RustLoader>>,
+    slot: Mutex<Slot>,
     /// Set first thing by `close`: a `next()` in progress stops taking the
     /// lock (an unfair mutex could otherwise keep `close` waiting).
     closing: AtomicBool,
+    /// The process that made it.
+    pid: u32,
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
-        self.loader.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stop every thread (call without the GIL).
-    fn close(&self) {
+    /// True in a process other than the maker's (a forked child).
+    fn foreign(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// Stop every thread (call without the GIL), for `why`. A pipeline that
+    /// ended by itself (its end, an error, an interrupt) is kept for
+    /// `state_dict()`. Nothing in a forked child.
+    fn close(&self, why: Closed) {
+        if self.foreign() {
+            return;
+        }
         self.closing.store(true, Ordering::SeqCst);
-        let taken = self.lock().take();
+        let taken = {
+            let mut slot = self.lock();
+            if slot.closed.is_none() {
+                slot.closed = Some(why.clone());
+            }
+            // The open epoch stays open: its loop's next step raises,
+            // saying why (one waiting now ends).
+            slot.loader.take()
+        };
         if let Some(mut l) = taken {
             l.shutdown();
+            if !matches!(why, Closed::ByUser) {
+                self.lock().stopped = Some(l);
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// In a forked child: the parent's pipeline is forgotten, not stopped.
+    fn drop(&mut self) {
+        if self.foreign() {
+            epochs::forget_in_child(self.slot.get_mut().unwrap_or_else(|p| p.into_inner()));
         }
     }
 }
@@ -262,7 +300,8 @@ static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 /// Close every live loader (registered with `atexit`): at exit, while the
 /// interpreter still runs threads, not in its finalization — a transform
-/// worker inside a Python `map=` then would be killed mid-call.
+/// worker inside a Python `map=` then would be killed mid-call. In a forked
+/// child the parent's loaders are left alone.
 #[pyfunction]
 fn close_all(py: Python<'_>) {
     let all: Vec<_> = LIVE
@@ -270,11 +309,28 @@ fn close_all(py: Python<'_>) {
         .unwrap_or_else(|p| p.into_inner())
         .drain(..)
         .filter_map(|w| w.upgrade())
+        .filter(|inner| !inner.foreign())
         .collect();
-    py.allow_threads(move || all.iter().for_each(|inner| inner.close()));
+    py.allow_threads(move || all.iter().for_each(|inner| inner.close(Closed::ByUser)));
+    logbridge::flush(py);
 }
 
-/// The loader: iterate it for batches (all passes, in order).
+/// What one step of an iteration gives.
+enum Step {
+    Batch(PyBatch),
+    /// A pass ended (reported to untracked iterations only).
+    PassEnd(u64),
+    /// The epoch ended (or the loader was closed while waiting).
+    End,
+    /// No batch within the wait slice.
+    Wait,
+    /// A use of a closed loader.
+    Closed(String),
+    Failed(PipelineError),
+}
+
+/// The loader: iterate it for batches — each loop one epoch (one pass;
+/// `passes=N`: all N passes in one loop).
 ///
 /// Every method may be called from any thread: the Rust loader sits behind a
 /// mutex that is only ever waited for with the GIL released (a `next()`
@@ -282,22 +338,35 @@ fn close_all(py: Python<'_>) {
 /// `len()` do not need it.
 #[pyclass(module = "feedline", name = "Loader", frozen)]
 struct PyLoader {
-    /// The loader; shared with [`LIVE`] (closed at exit).
+    /// The pipeline and epochs; shared with [`LIVE`] (closed at exit).
     inner: Arc<Inner>,
-    stats: Stats,
+    /// Starts the pipeline again (`set_epoch`, `load_state_dict`): the
+    /// settings as given, the shard fixed, no resume; `None` in push mode.
+    builder: Option<LoaderBuilder>,
+    /// `passes=None`: an epoch is one pass, and passes never run out.
+    endless: bool,
+    /// The statistics of the running pipeline.
+    stats: Mutex<Stats>,
     /// The batches' schema: known at the start, or — a map whose output
     /// schema is inferred — set from the first batch.
     schema: OnceLock<Schema>,
-    config: PipelineConfig,
-    /// `len()`: batches per pass, or why it is not known (computed once).
-    len: OnceLock<Result<u64, stats::LenUnknown>>,
+    /// The settings in force (inputs expanded).
+    config: Arc<PipelineConfig>,
+    /// Every input's record count, for `len()`.
+    counts: Arc<counting::Counts>,
     /// Time `next()` held the GIL (`stats()["python"]`).
     gil: stats::GilClock,
 }
 
 impl PyLoader {
-    fn new_running(loader: RustLoader) -> Self {
-        let config = loader.config().clone();
+    fn new_running(
+        loader: RustLoader,
+        builder: Option<LoaderBuilder>,
+        endless: bool,
+        first_pass: u64,
+        resumed: bool,
+    ) -> Self {
+        let config = Arc::new(loader.config().clone());
         let stats_handle = loader.stats_handle();
         let schema = OnceLock::new();
         let inferred =
@@ -305,39 +374,71 @@ impl PyLoader {
         if !inferred {
             let _ = schema.set(loader.schema().clone());
         }
+        let mut epochs = Epochs::default();
+        epochs.restarted(first_pass, resumed && endless);
         let inner = Arc::new(Inner {
-            loader: Mutex::new(Some(loader)),
+            slot: Mutex::new(Slot {
+                loader: Some(loader),
+                stopped: None,
+                closed: None,
+                epochs,
+            }),
             closing: AtomicBool::new(false),
+            pid: std::process::id(),
         });
         {
             let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
             live.retain(|w| w.strong_count() > 0);
             live.push(Arc::downgrade(&inner));
         }
+        // Restarts keep the shard in force (the environment is read once).
+        let builder = builder.map(|b| b.shard(config.shard.rank, config.shard.world_size));
         PyLoader {
-            stats: stats_handle,
+            counts: counting::Counts::new(config.clone()),
+            stats: Mutex::new(stats_handle),
             schema,
             config,
             inner,
-            len: OnceLock::new(),
+            builder,
+            endless,
             gil: stats::GilClock::default(),
         }
     }
 
-    fn start(py: Python<'_>, b: LoaderBuilder) -> PyResult<Self> {
-        let loader = build_interruptibly(py, move || b.build())?;
-        Ok(Self::new_running(loader))
+    /// An error if this process did not make the loader.
+    fn check_process(&self) -> PyResult<()> {
+        if self.inner.foreign() {
+            return Err(FeedlineError::new_err(epochs::foreign_message(
+                self.inner.pid,
+            )));
+        }
+        Ok(())
     }
 
     /// The loader, locked (call with the GIL released).
-    fn lock(&self) -> MutexGuard<'_, Option<RustLoader>> {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
         self.inner.lock()
+    }
+
+    fn close_for(&self, py: Python<'_>, why: Closed) {
+        let inner = self.inner.clone();
+        py.allow_threads(move || inner.close(why));
+        self.counts.cancel();
     }
 
     /// The checkpoint of the batches taken so far (without the GIL: the
     /// first one stamps the inputs).
     fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
-        match py.allow_threads(|| self.lock().as_mut().map(|l| l.checkpoint())) {
+        self.check_process()?;
+        let r = py.allow_threads(|| {
+            let mut slot = self.lock();
+            let slot = &mut *slot;
+            match (&mut slot.loader, &mut slot.stopped) {
+                (Some(l), _) | (None, Some(l)) => Some(l.checkpoint()),
+                (None, None) => None,
+            }
+        });
+        match r {
             None => Err(PyValueError::new_err(
                 "the loader is closed: take its state_dict() before close()",
             )),
@@ -345,70 +446,389 @@ impl PyLoader {
         }
     }
 
-    /// The next batch, waited for without the GIL (`released` grows by the
-    /// time spent so).
-    fn next_batch(&self, py: Python<'_>, released: &mut Duration) -> PyResult<Option<PyBatch>> {
-        loop {
-            if self.inner.closing.load(Ordering::SeqCst) {
-                return Ok(None);
+    /// Begin an epoch, or join the open one: its number.
+    fn begin_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        self.check_process()?;
+        let r = py.allow_threads(|| {
+            let mut slot = self.lock();
+            match &slot.closed {
+                Some(c) => Err(c.message()),
+                None => Ok(slot.epochs.begin()),
             }
+        });
+        r.map_err(FeedlineError::new_err)
+    }
+
+    /// One wait slice for the next batch of epoch `gen` (`None`: the open
+    /// epoch, begun if none is), with the GIL released. `untracked`: what
+    /// is fetched is not taken for checkpoints until [`record`](Self::record)ed,
+    /// and every end of a pass is reported (to be recorded in turn).
+    /// `first`: the call's first slice — a loader closed before the call
+    /// raises; one closed while the call waits (`close()` from another
+    /// thread) ends the iteration.
+    fn step(&self, gen: Option<u64>, untracked: bool, first: bool) -> Step {
+        if !first && self.inner.closing.load(Ordering::SeqCst) {
+            return Step::End;
+        }
+        let mut guard = self.lock();
+        let slot = &mut *guard;
+        match gen {
+            // A loop whose epoch is over ends as usual.
+            Some(g) if g != slot.epochs.gen || !slot.epochs.open => return Step::End,
+            _ => {}
+        }
+        if let Some(c) = &slot.closed {
+            return if first {
+                Step::Closed(c.message())
+            } else {
+                Step::End
+            };
+        }
+        if gen.is_none() {
+            slot.epochs.begin();
+        }
+        let Some(loader) = slot.loader.as_mut() else {
+            // Being started again (set_epoch, load_state_dict).
+            drop(guard);
+            std::thread::sleep(Duration::from_millis(1));
+            return Step::Wait;
+        };
+        let ep = &mut slot.epochs;
+        loop {
+            let next = if untracked {
+                loader.next_event_untracked(Some(WAIT_SLICE))
+            } else {
+                loader.next_event_timeout(Some(WAIT_SLICE))
+            };
+            match next {
+                Ok(Popped::Batch(d)) => {
+                    ep.pass = d.pass;
+                    ep.taken += 1;
+                    ep.taken_in_epoch += 1;
+                    ep.skip_empty = false;
+                    // Made before the GIL is taken back (it reads the
+                    // batch's headers: cache misses, off the GIL).
+                    return Step::Batch(PyBatch::new(d.batch, d.pass, d.seq));
+                }
+                Ok(Popped::EndOfPass(p)) => {
+                    ep.pass = p + 1;
+                    if self.endless && !(ep.skip_empty && ep.taken_in_epoch == 0) {
+                        ep.end();
+                        return if untracked {
+                            Step::PassEnd(p)
+                        } else {
+                            Step::End
+                        };
+                    }
+                    // Within an epoch of `passes=N`; or a resumed pass with
+                    // nothing left (the next pass is this epoch).
+                    ep.skip_empty = false;
+                    if untracked {
+                        return Step::PassEnd(p);
+                    }
+                }
+                Ok(Popped::EndOfData) => {
+                    ep.end();
+                    let passes = self.config.passes;
+                    slot.closed = Some(Closed::Exhausted { passes });
+                    self.inner.closing.store(true, Ordering::SeqCst);
+                    if let Some(mut l) = slot.loader.take() {
+                        l.shutdown();
+                        slot.stopped = Some(l);
+                    }
+                    return Step::End;
+                }
+                Err(PipelineError::Timeout { .. }) => return Step::Wait,
+                Err(e) => return Step::Failed(e),
+            }
+        }
+    }
+
+    /// The next batch of epoch `gen` (`None`: the open one, begun if none
+    /// is), waited for without the GIL (`released` grows by the time spent
+    /// so); `None` at the epoch's end.
+    fn next_batch(
+        &self,
+        py: Python<'_>,
+        gen: Option<u64>,
+        untracked: bool,
+        released: &mut Duration,
+    ) -> PyResult<Option<Item>> {
+        self.check_process()?;
+        logbridge::flush(py);
+        let mut first = true;
+        loop {
             let t = Instant::now();
-            // The batch's Python object is made before the GIL is taken back
-            // (`PyBatch::new` reads the batch's headers: cache misses, off the GIL).
-            let r = py.allow_threads(|| {
-                self.lock().as_mut().map(|l| {
-                    l.next_timeout(WAIT_SLICE)
-                        .map(|r| r.map(|d| PyBatch::new(d.batch, d.pass, d.seq)))
-                })
-            });
+            let step = py.allow_threads(|| self.step(gen, untracked, first));
+            first = false;
             *released += t.elapsed();
-            match r {
-                // Closed, or the end of the data.
-                None | Some(None) => return Ok(None),
-                Some(Some(Ok(b))) => {
+            match step {
+                Step::Batch(b) => {
                     if self.schema.get().is_none() {
                         let _ = self.schema.set(b.batch.schema().clone());
                     }
-                    return Ok(Some(b));
+                    return Ok(Some(Item::Batch(b)));
                 }
-                Some(Some(Err(PipelineError::Timeout { .. }))) => {
+                Step::PassEnd(p) => return Ok(Some(Item::PassEnd(p))),
+                Step::End => {
+                    logbridge::flush(py);
+                    return Ok(None);
+                }
+                Step::Closed(m) => return Err(FeedlineError::new_err(m)),
+                Step::Wait => {
+                    logbridge::flush(py);
                     if let Err(e) = py.check_signals() {
-                        self.close(py);
+                        self.close_for(py, Closed::Interrupted);
                         return Err(e);
                     }
                 }
-                Some(Some(Err(e))) => {
-                    self.close(py);
+                Step::Failed(e) => {
+                    self.close_for(py, Closed::Failed(e.to_string()));
+                    logbridge::flush(py);
                     return Err(to_py_err(e));
                 }
             }
         }
     }
+
+    fn next_timed(
+        &self,
+        py: Python<'_>,
+        gen: Option<u64>,
+        untracked: bool,
+    ) -> PyResult<Option<Item>> {
+        let entered = Instant::now();
+        let mut released = Duration::ZERO;
+        let r = self.next_batch(py, gen, untracked, &mut released);
+        self.gil.add(entered.elapsed().saturating_sub(released));
+        r
+    }
+
+    /// The next batch of the open epoch (begun if none is).
+    fn next_plain(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+        match self.next_timed(py, None, false)? {
+            Some(Item::Batch(b)) => Ok(Some(b)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Stop the running pipeline and start it again from `from` (a pass,
+    /// or checkpoints); the open epoch is given up. `first`: the pass the
+    /// new pipeline delivers first.
+    fn restart(&self, py: Python<'_>, from: Restart, first: u64) -> PyResult<()> {
+        self.check_process()?;
+        let Some(builder) = self.builder.clone() else {
+            return Err(PyValueError::new_err(
+                "a push-mode loader cannot start again: its data is what is pushed",
+            ));
+        };
+        let (builder, resumed) = match from {
+            Restart::AtPass(p) => (builder.first_pass(p), false),
+            Restart::Resume(cps) => (cps.into_iter().fold(builder, |b, cp| b.resume(cp)), true),
+        };
+        // The old pipeline stops first (its memory and threads go).
+        let old = py.allow_threads(|| {
+            let mut slot = self.lock();
+            if let Some(c) = &slot.closed {
+                return Err(c.message());
+            }
+            slot.epochs.restarted(first, resumed && self.endless);
+            Ok(slot.loader.take())
+        });
+        let old = old.map_err(FeedlineError::new_err)?;
+        py.allow_threads(move || drop(old));
+        let started = build_interruptibly(py, move || builder.build());
+        let loader = match started {
+            Ok(l) => l,
+            Err(e) => {
+                let why = if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    Closed::Interrupted
+                } else {
+                    Closed::Failed(e.to_string())
+                };
+                self.close_for(py, why);
+                return Err(e);
+            }
+        };
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = loader.stats_handle();
+        let left = py.allow_threads(|| {
+            let mut slot = self.lock();
+            if slot.closed.is_some() {
+                // Closed from another thread meanwhile.
+                return Some(loader);
+            }
+            slot.loader = Some(loader);
+            None
+        });
+        if let Some(mut l) = left {
+            py.allow_threads(move || l.shutdown());
+        }
+        logbridge::flush(py);
+        Ok(())
+    }
+}
+
+/// What an iteration step hands out.
+enum Item {
+    Batch(PyBatch),
+    /// A pass ended (untracked iterations).
+    PassEnd(u64),
+}
+
+/// Where a pipeline starts again.
+enum Restart {
+    AtPass(u64),
+    Resume(Vec<feedline::checkpoint::Checkpoint>),
 }
 
 impl Drop for PyLoader {
     /// Stop the loader with the GIL released: the threads it joins may be
-    /// waiting for the GIL (a Python `map=` on the transform workers).
+    /// waiting for the GIL (a Python `map=` on the transform workers). In
+    /// a forked child nothing is stopped (see [`Inner`]'s drop).
     fn drop(&mut self) {
+        self.counts.cancel();
+        if self.inner.foreign() {
+            return;
+        }
         // Closed already (by close(), an error, or the exit hook): nothing to wait for.
-        if let Ok(g) = self.inner.loader.try_lock() {
-            if g.is_none() {
+        if let Ok(g) = self.inner.slot.try_lock() {
+            if g.loader.is_none() && g.closed.is_some() {
                 return;
             }
         }
         // The lock too is waited for without the GIL (the exit hook may hold it).
         let inner = self.inner.clone();
-        Python::with_gil(|py| py.allow_threads(move || inner.close()));
+        Python::with_gil(|py| py.allow_threads(move || inner.close(Closed::ByUser)));
+    }
+}
+
+/// `passes=`: None (epochs by iteration, endless) or at least 1.
+fn passes_arg(passes: Option<u64>) -> PyResult<(u64, bool)> {
+    match passes {
+        None => Ok((feedline_actors::ENDLESS, true)),
+        Some(0) => Err(PyValueError::new_err(
+            "passes must be at least 1, not 0 (None: one pass per loop, as many loops as you run)",
+        )),
+        Some(n) => Ok((n, false)),
+    }
+}
+
+/// `equalize=`: None, "drop" or "pad".
+fn equalize_arg(equalize: Option<&str>) -> PyResult<Equalize> {
+    match equalize {
+        None | Some("off") => Ok(Equalize::Off),
+        Some("drop") => Ok(Equalize::Drop),
+        Some("pad") => Ok(Equalize::Pad),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "equalize: expected \"drop\" (every rank stops at the smallest rank's batches) or \
+             \"pad\" (every rank repeats instances up to the largest's), or None, got {other:?}"
+        ))),
+    }
+}
+
+/// Warn (`UserWarning`, and a warning on the `"feedline"` logger) that the
+/// shard was taken from `RANK`/`WORLD_SIZE`: a process that meant to read
+/// everything would otherwise read a part without a word.
+fn warn_env_shard(py: Python<'_>, config: &PipelineConfig) -> PyResult<()> {
+    let feedline_actors::Shard { rank, world_size } = config.shard;
+    let env = |n: &str| std::env::var(n).unwrap_or_else(|_| "unset".into());
+    let msg = format!(
+        "feedline.Loader: rank={rank} and world_size={world_size} were taken from the environment \
+         (RANK={}, WORLD_SIZE={}): this loader reads 1/{world_size} of the data ({:.1}%) — \
+         pass rank=0, world_size=1 to read all of it, or rank= and world_size= to say so",
+        env("RANK"),
+        env("WORLD_SIZE"),
+        100.0 / world_size as f64,
+    );
+    py.import("logging")?
+        .call_method1("getLogger", ("feedline",))?
+        .call_method1("warning", (msg.as_str(),))?;
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    PyErr::warn(py, &category, &std::ffi::CString::new(msg)?, 1)
+}
+
+/// An epoch's iterator: what `iter(loader)` gives. It yields the batches
+/// of the epoch it began (or joined) and stops at its end — in every
+/// thread iterating it.
+#[pyclass(module = "feedline", name = "EpochIterator", frozen)]
+struct PyEpoch {
+    loader: Py<PyLoader>,
+    gen: u64,
+    /// Each batch as `batch._dlpack_dict(convert)` (`Loader._epoch`).
+    convert: Option<PyObject>,
+    /// Then `post(value, batch)`.
+    post: Option<PyObject>,
+    /// Batches are not taken for checkpoints until `loader._record(item)`,
+    /// and ends of passes come as ints (`Loader._epoch`).
+    untracked: bool,
+}
+
+#[pymethods]
+impl PyEpoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
+        let item = self
+            .loader
+            .get()
+            .next_timed(py, Some(self.gen), self.untracked)?;
+        let b = match item {
+            None => return Ok(None),
+            Some(Item::PassEnd(p)) => return Ok(Some(p.into_pyobject(py)?.into_any().unbind())),
+            Some(Item::Batch(b)) => b,
+        };
+        if self.convert.is_none() && self.post.is_none() {
+            return Ok(Some(Bound::new(py, b)?.into_any().unbind()));
+        }
+        let b = Bound::new(py, b)?;
+        let value = match &self.convert {
+            Some(c) => b.get()._dlpack_dict(py, c.bind(py), false)?.into_any(),
+            None => b.clone().into_any(),
+        };
+        match &self.post {
+            Some(f) => Ok(Some(f.bind(py).call1((value, b))?.unbind())),
+            None => Ok(Some(value.unbind())),
+        }
+    }
+}
+
+impl Drop for PyEpoch {
+    /// A loop over the loader left by Ctrl-C (a KeyboardInterrupt raised
+    /// in the loop's body unwinds the frame that holds this iterator)
+    /// closes the loader, as one raised while `next()` waits does: the
+    /// interrupt stopped the training, and the loader's threads stop with
+    /// it (`state_dict()` still says where it stood).
+    fn drop(&mut self) {
+        // SAFETY: dealloc runs with the GIL held; PyErr_Occurred only reads
+        // the thread's error indicator, leaving it set.
+        let interrupted = unsafe {
+            let e = pyo3::ffi::PyErr_Occurred();
+            !e.is_null()
+                && pyo3::ffi::PyErr_GivenExceptionMatches(e, pyo3::ffi::PyExc_KeyboardInterrupt)
+                    != 0
+        };
+        if interrupted {
+            let loader = self.loader.get();
+            if !loader.inner.foreign() {
+                let inner = loader.inner.clone();
+                loader.counts.cancel();
+                // No Python call here (an exception is set): only the GIL
+                // released while the threads stop.
+                Python::with_gil(|py| py.allow_threads(move || inner.close(Closed::Interrupted)));
+            }
+        }
     }
 }
 
 #[pymethods]
 impl PyLoader {
     #[new]
-    #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=1, readers=2,
+    #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=None, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
-        resume=None, transform=None, batches_in_flight=None))]
+        resume=None, transform=None, batches_in_flight=None, equalize=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -416,7 +836,7 @@ impl PyLoader {
         batch_size: usize,
         shuffle: usize,
         seed: u64,
-        passes: u64,
+        passes: Option<u64>,
         readers: usize,
         deterministic: bool,
         drop_last: bool,
@@ -432,7 +852,10 @@ impl PyLoader {
         resume: Option<Bound<'_, PyAny>>,
         transform: Option<&str>,
         batches_in_flight: Option<usize>,
+        equalize: Option<&str>,
     ) -> PyResult<Self> {
+        logbridge::sync_level(py)?;
+        let (passes, endless) = passes_arg(passes)?;
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
             .batch(batch_size)
@@ -442,6 +865,7 @@ impl PyLoader {
             .readers(readers)
             .deterministic(deterministic)
             .drop_last(drop_last)
+            .equalize(equalize_arg(equalize)?)
             .error_policy(error_policy(on_error, max_bad)?);
         if let Some(s) = schema.filter(|s| !s.is_none()) {
             b = b.schema(schema::parse_schema(py, &s)?);
@@ -504,11 +928,9 @@ impl PyLoader {
             }
             (None, None) => {}
         }
-        if let Some(r) = resume.filter(|r| !r.is_none()) {
-            for cp in checkpoint::resume_list(py, &r)? {
-                b = b.resume(cp);
-            }
-        }
+        let from_env = rank.is_none()
+            && world_size.is_none()
+            && (std::env::var_os("RANK").is_some() || std::env::var_os("WORLD_SIZE").is_some());
         b = match (rank, world_size) {
             (Some(r), Some(w)) => b.shard(r, w),
             (None, None) => b.shard_from_env(true),
@@ -518,7 +940,28 @@ impl PyLoader {
                 ))
             }
         };
-        Self::start(py, b)
+        // Restarts (set_epoch, load_state_dict) start from the settings
+        // without the resume.
+        let again = b.clone();
+        let mut first_pass = 0;
+        let resumed = match resume.filter(|r| !r.is_none()) {
+            Some(r) => {
+                let cps = checkpoint::resume_list(py, &r)?;
+                first_pass = cps.iter().map(|c| c.pass).min().unwrap_or(0);
+                for cp in cps {
+                    b = b.resume(cp);
+                }
+                true
+            }
+            None => false,
+        };
+        let loader = build_interruptibly(py, move || b.build());
+        logbridge::flush(py);
+        let loader = Self::new_running(loader?, Some(again), endless, first_pass, resumed);
+        if from_env && loader.config.shard.world_size > 1 {
+            warn_env_shard(py, &loader.config)?;
+        }
+        Ok(loader)
     }
 
     /// A push-mode loader and its feed: `loader, feed =
@@ -540,6 +983,7 @@ impl PyLoader {
         deterministic: bool,
         drop_last: bool,
     ) -> PyResult<(PyLoader, PyFeed)> {
+        logbridge::sync_level(py)?;
         let schema = schema::parse_schema(py, schema)?;
         let b = RustLoader::builder()
             .schema(schema)
@@ -551,44 +995,160 @@ impl PyLoader {
             .drop_last(drop_last)
             .shard_from_env(false);
         let (loader, feed) = build_interruptibly(py, move || b.build_with_feed())?;
-        Ok((PyLoader::new_running(loader), PyFeed::new(feed)))
+        logbridge::flush(py);
+        Ok((
+            PyLoader::new_running(loader, None, false, 0, false),
+            PyFeed::new(feed),
+        ))
     }
 
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    /// An iterator over the next epoch — or over the one in progress, when
+    /// a loop left it early: with `passes=None` one pass, with `passes=N`
+    /// all N passes.
+    fn __iter__(slf: Bound<'_, Self>) -> PyResult<PyEpoch> {
+        let py = slf.py();
+        let gen = slf.get().begin_epoch(py)?;
+        Ok(PyEpoch {
+            loader: slf.unbind(),
+            gen,
+            convert: None,
+            post: None,
+            untracked: false,
+        })
     }
 
+    /// The next batch of the epoch in progress (one is begun if none is).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
-        let entered = Instant::now();
-        let mut released = Duration::ZERO;
-        let r = self.next_batch(py, &mut released);
-        self.gil.add(entered.elapsed().saturating_sub(released));
-        r
+        self.next_plain(py)
     }
 
-    /// Batches per pass for this rank, when the inputs tell their record
-    /// counts (npy/npz, Parquet); else TypeError, as for any unsized iterable.
-    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        let len = match self.len.get() {
-            Some(l) => l,
-            None => {
-                let l = py.allow_threads(|| stats::batches_per_pass(&self.config));
-                self.len.get_or_init(|| l)
-            }
+    /// `iter(loader)` whose items are `post(batch._dlpack_dict(convert),
+    /// batch)` (each step is optional) — the frameworks' adapters turn
+    /// batches into their tensors inside the native iteration. `untracked`:
+    /// the batches are not taken for checkpoints until `_record(item)` is
+    /// called with each item in turn, and every end of a pass comes as its
+    /// number (a thread that fetches ahead, as the pinned-memory copier
+    /// does, hands them on; the consumer records them as it gets them).
+    #[pyo3(signature = (convert=None, post=None, untracked=false))]
+    fn _epoch(
+        slf: Bound<'_, Self>,
+        convert: Option<PyObject>,
+        post: Option<PyObject>,
+        untracked: bool,
+    ) -> PyResult<PyEpoch> {
+        let py = slf.py();
+        let gen = slf.get().begin_epoch(py)?;
+        Ok(PyEpoch {
+            loader: slf.unbind(),
+            gen,
+            convert,
+            post,
+            untracked,
+        })
+    }
+
+    /// Take `item` — a batch (the `Batch`) or an end of a pass (its number)
+    /// from an untracked `_epoch` — for checkpoints: its consumer has it.
+    fn _record(&self, py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_process()?;
+        let popped = if let Ok(b) = item.downcast::<PyBatch>() {
+            let b = b.get();
+            Popped::Batch(feedline_actors::Delivered {
+                pass: b.pass_,
+                seq: b.seq,
+                batch: b.batch.clone(),
+            })
+        } else {
+            Popped::EndOfPass(item.extract::<u64>()?)
         };
-        match len {
-            Ok(n) => Ok(*n as usize),
-            Err(why) => Err(PyTypeError::new_err(format!(
-                "this loader has no len(): the batches per pass are not known ({why})"
+        py.allow_threads(|| {
+            let slot = self.lock();
+            if let Some(l) = slot.loader.as_ref().or(slot.stopped.as_ref()) {
+                l.record(&popped);
+            }
+        });
+        Ok(())
+    }
+
+    /// Batches this rank gets in the epoch in progress (or the next one) —
+    /// with `passes=N`, in one of its passes — from every input's record
+    /// count (see `counting`); TypeError for a push-mode loader.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.check_process()?;
+        self.counts.start();
+        let counted = loop {
+            if let Some(c) = py.allow_threads(|| self.counts.wait(WAIT_SLICE)) {
+                break c;
+            }
+            py.check_signals()?;
+        };
+        logbridge::flush(py);
+        match counted {
+            counting::Counted::Records(counts) => {
+                let pass = py.allow_threads(|| self.lock().epochs.pass);
+                let pass = match self.config.passes {
+                    0 => 0,
+                    n => pass.min(n - 1),
+                };
+                Ok(counting::batches_in_pass(&self.config, &counts, pass) as usize)
+            }
+            counting::Counted::Unknown(why) => Err(PyTypeError::new_err(format!(
+                "this loader has no len(): {why}"
             ))),
+            counting::Counted::Failed(e) => Err(FeedlineError::new_err(e.to_string())),
         }
     }
 
     /// The loader's position (the Rust `Checkpoint`) as a JSON-serialisable
-    /// dict: `Loader(..., resume=state)` goes on from exactly there.
+    /// dict: `Loader(..., resume=state)` or `load_state_dict(state)` goes
+    /// on from exactly there.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let cp = self.take_checkpoint(py)?;
         checkpoint::to_dict(py, &cp)
+    }
+
+    /// Go on from `state` (a `state_dict()`, or a list of them, one per rank
+    /// of an old job), as `Loader(..., resume=state)` would: the pipeline
+    /// starts again from there, and the next loop yields what is left of
+    /// the epoch it was taken in.
+    fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_process()?;
+        let cps = checkpoint::resume_list(py, state)?;
+        let first = cps.iter().map(|c| c.pass).min().unwrap_or(0);
+        self.restart(py, Restart::Resume(cps), first)
+    }
+
+    /// Make the next loop run epoch `epoch` (as `DistributedSampler.set_epoch`):
+    /// its order is the one a fresh loader's pass `epoch` has (in
+    /// deterministic mode, the same batches). Free when `epoch` is the one the
+    /// next loop runs anyway; otherwise the pipeline starts again at that
+    /// pass (an epoch in progress is given up). With `passes=N` the next loop
+    /// runs passes `epoch..N`.
+    fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        self.check_process()?;
+        if !self.endless && epoch >= self.config.passes {
+            return Err(PyValueError::new_err(format!(
+                "set_epoch({epoch}): this loader runs {} passes (passes={}): epochs 0..{}",
+                self.config.passes,
+                self.config.passes,
+                self.config.passes - 1
+            )));
+        }
+        let (free, closed) = py.allow_threads(|| {
+            let slot = self.lock();
+            let e = &slot.epochs;
+            (
+                e.pass == epoch && e.taken_in_epoch == 0 && (self.endless || e.taken == 0),
+                slot.closed.clone(),
+            )
+        });
+        if let Some(c) = closed {
+            return Err(FeedlineError::new_err(c.message()));
+        }
+        if free {
+            return Ok(());
+        }
+        self.restart(py, Restart::AtPass(epoch), epoch)
     }
 
     /// Write the loader's position to `path` atomically, as `feedline run
@@ -602,8 +1162,15 @@ impl PyLoader {
     /// Counters of the run so far: records, batches, bytes, records_per_s,
     /// per-stage busy/idle fractions under "stages", the bottleneck.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = stats::stats_dict(py, &self.stats.snapshot())?;
+        self.check_process()?;
+        let snapshot = self
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .snapshot();
+        let d = stats::stats_dict(py, &snapshot)?;
         d.set_item("python", self.gil.dict(py)?)?;
+        logbridge::flush(py);
         Ok(d)
     }
 
@@ -611,6 +1178,7 @@ impl PyLoader {
     /// `map=` and no `map_schema=`: known from the first batch on).
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_process()?;
         match self.schema.get() {
             Some(s) => schema::schema_dict(py, s),
             None => Err(FeedlineError::new_err(
@@ -620,21 +1188,42 @@ impl PyLoader {
         }
     }
 
+    /// This process's data-parallel rank (given, from `RANK`, or 0).
+    #[getter]
+    fn rank(&self) -> PyResult<usize> {
+        self.check_process()?;
+        Ok(self.config.shard.rank)
+    }
+
+    /// The data-parallel world size (given, from `WORLD_SIZE`, or 1).
+    #[getter]
+    fn world_size(&self) -> PyResult<usize> {
+        self.check_process()?;
+        Ok(self.config.shard.world_size)
+    }
+
     /// Stop every thread of the loader (also on `with` exit and when
     /// dropped). From another thread, a `next()` waiting there returns
-    /// within a wait slice and ends the iteration.
+    /// within a wait slice and ends the iteration. In a forked child it
+    /// only forgets the parent's loader there.
     fn close(&self, py: Python<'_>) {
-        py.allow_threads(|| self.inner.close());
+        self.close_for(py, Closed::ByUser);
+        logbridge::flush(py);
     }
 
-    /// True once closed (or ended by an error or Ctrl-C).
+    /// True once closed: by close(), by its end (every pass of `passes=N`
+    /// delivered), an error or Ctrl-C — and in a process other than the
+    /// one that made it.
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
-        self.inner.closing.load(Ordering::SeqCst) || py.allow_threads(|| self.lock().is_none())
+        self.inner.foreign()
+            || self.inner.closing.load(Ordering::SeqCst)
+            || py.allow_threads(|| self.lock().closed.is_some())
     }
 
-    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    fn __enter__(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        slf.check_process()?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (_t=None, _v=None, _tb=None))]
@@ -656,10 +1245,15 @@ impl PyLoader {
 /// counters atomic, every class frozen and `Sync`); the per-batch caches
 /// (`GILOnceCell`) may then make a field's view twice when two threads ask at
 /// once, keeping one — both are views of the same buffer.
+///
+/// The native module is `feedline._native`; the package `feedline`
+/// (`python/pysrc/feedline`) re-exports it, with `feedline.torch` and
+/// `feedline.jax` beside it.
 #[pymodule(gil_used = false)]
-#[pyo3(name = "feedline")]
+#[pyo3(name = "_native")]
 fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    logbridge::install();
     // `threading` imported here, on the importing (main) thread: the first
     // import of `threading` takes the thread it runs on for the main thread,
     // and a map= worker (which keeps its thread state until the loader
@@ -667,10 +1261,12 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // that worker before the exit hook that stops it.
     py.import("threading")?;
     m.add_class::<PyLoader>()?;
+    m.add_class::<PyEpoch>()?;
     m.add_class::<PyBatch>()?;
     m.add_class::<PyFeed>()?;
     m.add("FeedlineError", py.get_type::<FeedlineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(logbridge::_flush_logs, m)?)?;
     let mapping = py.import("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type::<PyBatch>(),))?;
     let ns = PyDict::new(py);

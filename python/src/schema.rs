@@ -2,7 +2,10 @@
 //! turned into a [`feedline::Schema`], and the numpy names of the element
 //! types both ways. Dtypes are numpy's names (`"float32"`, `"int64"`,
 //! `"uint8"`, `"bool"`, …, or `"bytes"` for byte strings; numpy dtype objects
-//! and the Rust names such as `"f32"` are accepted too); a shape is a list of
+//! and types, torch's dtypes (`torch.float32`) and names (`"torch.float32"`,
+//! `"double"`, `"long"`), and the Rust names such as `"f32"` are accepted
+//! too; the ambiguous `"float"` and `"int"` — and the types `float`, `int`
+//! — are refused, naming what to write); a shape is a list of
 //! non-negative ints whose first entry may be `None` or `-1` (variable
 //! length: a ragged field), laid out as `"offsets"` (the default) or
 //! `"padded"`. Every mistake is a `ValueError` naming the field.
@@ -41,6 +44,38 @@ pub fn dtype_of_name(name: &str) -> Option<DType> {
     })
 }
 
+/// The element type of a torch dtype name (without `torch.`): its
+/// canonical names and aliases (`float`/`double`, `long`/`int`, ...).
+fn torch_dtype(name: &str) -> Option<DType> {
+    Some(match name {
+        "float32" | "float" => DType::F32,
+        "float64" | "double" => DType::F64,
+        "int64" | "long" => DType::I64,
+        "int32" | "int" => DType::I32,
+        "uint8" => DType::U8,
+        "bool" => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// `"float"` and `"int"` are refused: numpy reads `"float"` as float64 and
+/// `"int"` as int64, torch (`torch.float`, `torch.int`) as float32 and
+/// int32 — a model then fails on a Float/Double mismatch far from here.
+fn ambiguous(name: &str, dtype: &str) -> PyResult<()> {
+    let (a, b) = match dtype {
+        "float" => ("float32", "float64"),
+        "int" => ("int32", "int64"),
+        _ => return Ok(()),
+    };
+    Err(field_error(
+        name,
+        format!(
+            "dtype {dtype:?} is ambiguous (numpy reads it as {b}, torch as {a}): write \"{a}\" or \"{b}\" \
+             (for floats: float32 or float64; for ints: int32 or int64)"
+        ),
+    ))
+}
+
 /// A shape with its element type, in numpy terms: `[?, 3] float32`.
 pub fn describe_field(f: &Field) -> String {
     let dims: Vec<String> = f.shape.iter().map(|d| d.to_string()).collect();
@@ -56,11 +91,40 @@ fn field_error(name: &str, what: String) -> PyErr {
 /// The element type a Python object names: a string, or anything
 /// `numpy.dtype()` takes (`numpy.float32`, `numpy.dtype("int64")`, `bytes`).
 fn parse_dtype(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    // torch's dtypes (`torch.float32`, an object whose str() is
+    // "torch.float32"), without importing torch.
+    let ty = obj.get_type();
+    if ty.name()?.to_cow()? == "dtype" && ty.module()?.to_cow()? == "torch" {
+        let s = obj.str()?.to_cow()?.into_owned();
+        let bare = s.strip_prefix("torch.").unwrap_or(&s);
+        return torch_dtype(bare).ok_or_else(|| {
+            field_error(
+                name,
+                format!("dtype {s} is not supported (supported: {DTYPES}, or torch's of them)"),
+            )
+        });
+    }
     if let Ok(s) = obj.downcast::<PyString>() {
         let s = s.to_cow()?;
+        ambiguous(name, &s)?;
         if let Some(d) = dtype_of_name(&s) {
             return Ok(d);
         }
+        let bare = s.strip_prefix("torch.").unwrap_or(&s);
+        if s.starts_with("torch.") || matches!(bare, "double" | "long" | "int16") {
+            if let Some(d) = torch_dtype(bare) {
+                return Ok(d);
+            }
+        }
+    }
+    // The Python types `float` and `int`: numpy reads them as float64 and
+    // int64, torch users mean float32 — as ambiguous as the names.
+    let builtins = py.import("builtins")?;
+    if obj.is(&builtins.getattr("float")?) {
+        ambiguous(name, "float")?;
+    }
+    if obj.is(&builtins.getattr("int")?) {
+        ambiguous(name, "int")?;
     }
     let resolved = numpy(py)?
         .call_method1("dtype", (obj,))

@@ -1,15 +1,11 @@
 //! What the loader reports about itself: `loader.stats()` as a plain dict
-//! (from the actors' [`StatsSnapshot`]) and `len(loader)`, the batches of
-//! one pass for this rank when the inputs tell their record counts without
-//! being read through.
+//! (from the actors' [`StatsSnapshot`]) and the time `next()` held the GIL
+//! (`len(loader)` is `counting`'s).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use feedline::batcher::BatchPolicy;
-use feedline::plan::PassPlan;
-use feedline_actors::{PipelineConfig, StageSnapshot, StatsSnapshot};
+use feedline_actors::{StageSnapshot, StatsSnapshot};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -119,134 +115,4 @@ impl GilClock {
         )?;
         Ok(d)
     }
-}
-
-/// Why `len(loader)` is not known.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum LenUnknown {
-    /// Batches are made by a cost budget.
-    #[error("batches are made by a cost budget, not a fixed size")]
-    CostBudget,
-    /// A push-mode loader.
-    #[error("the data is pushed: the loader cannot know how much will come")]
-    Pushed,
-    /// File sets are mixed by weight.
-    #[error("file sets are mixed by weight")]
-    FileSets,
-    /// A file's format has no record count in its header (or it is not a
-    /// plain uncompressed file).
-    #[error("{file}: {why}")]
-    NotCounted {
-        /// The file spec.
-        file: String,
-        /// What keeps it from being counted.
-        why: String,
-    },
-    /// This rank's share differs from pass to pass.
-    #[error("this rank's batches differ by pass ({first} in pass 0, {other} in pass {pass})")]
-    DiffersByPass {
-        /// Batches of pass 0.
-        first: u64,
-        /// Batches of pass `pass`.
-        other: u64,
-        /// The first pass that differs.
-        pass: u64,
-    },
-}
-
-/// Batches per pass for this rank, or why that is not known: it needs a
-/// fixed batch size, files (not a push feed or file sets) whose formats know
-/// their record counts from their headers (npy/npz, Parquet), and the same
-/// count every pass (sharding by file with reshuffled files can give a rank
-/// different files each pass). Bad records skipped under `on_error="skip"`
-/// are not foreseen.
-pub fn batches_per_pass(config: &PipelineConfig) -> Result<u64, LenUnknown> {
-    let batch = match &config.batch {
-        BatchPolicy::Fixed(n) => *n as u64,
-        _ => return Err(LenUnknown::CostBudget),
-    };
-    if config.push.is_some() {
-        return Err(LenUnknown::Pushed);
-    }
-    if !config.sets.is_empty() {
-        return Err(LenUnknown::FileSets);
-    }
-    let plan = PassPlan::new(config.files.clone())
-        .seed(config.seed)
-        .shuffle_files(config.shuffle_files)
-        .shard(config.shard)
-        .shard_by(config.shard_by);
-    let mut counts: HashMap<usize, u64> = HashMap::new();
-    let mut per_pass: Option<u64> = None;
-    // The file order repeats its pattern quickly; a few passes tell whether
-    // this rank's share changes.
-    let passes = config.passes.clamp(1, 16);
-    for pass in 0..passes {
-        let mut records = 0;
-        for task in plan.tasks(pass) {
-            let n = match counts.get(&task.file_index) {
-                Some(n) => *n,
-                None => {
-                    counted_cheaply(config, &task.file)?;
-                    let not_counted = |why: String| LenUnknown::NotCounted {
-                        file: task.file.clone(),
-                        why,
-                    };
-                    let reader = config
-                        .registry
-                        .open(&task.file, config.format.as_deref(), &config.open)
-                        .map_err(|e| not_counted(e.to_string()))?;
-                    let n = reader.len_hint().ok_or_else(|| {
-                        not_counted("its format does not record how many records it holds".into())
-                    })?;
-                    counts.insert(task.file_index, n);
-                    n
-                }
-            };
-            records += task.stride.count(n);
-        }
-        let batches = if config.drop_last {
-            records / batch
-        } else {
-            records.div_ceil(batch)
-        };
-        match per_pass {
-            None => per_pass = Some(batches),
-            Some(first) if first != batches => {
-                return Err(LenUnknown::DiffersByPass {
-                    first,
-                    other: batches,
-                    pass,
-                })
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(per_pass.unwrap_or(0))
-}
-
-/// Ok if `spec` is a plain file of a format whose header holds its record
-/// count (opening anything else could read it through, or block on a FIFO).
-fn counted_cheaply(config: &PipelineConfig, spec: &str) -> Result<(), LenUnknown> {
-    let not_counted = |why: String| LenUnknown::NotCounted {
-        file: spec.to_string(),
-        why,
-    };
-    let (format, path, compression) = config
-        .registry
-        .resolve(spec, config.format.as_deref())
-        .map_err(|e| not_counted(e.to_string()))?;
-    if !matches!(format.name(), "npy" | "npz" | "parquet") {
-        return Err(not_counted(format!(
-            "its format ({}) does not record how many records it holds",
-            format.name()
-        )));
-    }
-    if compression != feedline::format::Compression::None {
-        return Err(not_counted("compressed files are not counted".into()));
-    }
-    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-        return Err(not_counted("not a regular file".into()));
-    }
-    Ok(())
 }

@@ -183,3 +183,79 @@ def test_a_view_is_one_read_only_array_over_the_batch_buffer(seed):
             with pytest.raises(ValueError):
                 arr.reshape(-1)[0] = 0
             assert np.array_equal(arr, p[name]), (seed, k, name)
+
+
+class Spy:
+    """A loader seen by feedline.jax.iterator: the field addresses of each
+    batch it hands out (through the hook the iterator gives `_epoch`)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.addresses = []
+
+    def _epoch(self, post):
+        def spy(value, batch):
+            self.addresses.append({k: batch[k].ctypes.data for k in batch})
+            return post(value, batch)
+        return self.loader._epoch(post=spy)
+
+
+def test_feedline_jax_iterator_epochs_zero_copy_and_sharding(tmp_path):
+    jax = pytest.importorskip("jax")
+    import feedline.jax as fj
+    paths = make_npz(tmp_path)
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        with feedline.Loader(files=paths, batch_size=16, shuffle=30, seed=2, rank=0,
+                             world_size=1) as loader:
+            step = jax.jit(lambda x, y: (x[:, 0] - y.astype(x.dtype)).sum())
+            spy = Spy(loader)
+            for epoch in range(2):
+                seen = []
+                for b in fj.iterator(spy):
+                    assert isinstance(b["x"], jax.Array) and b["x"].dtype == np.float32
+                    # Zero-copy: each array's buffer is the batch's field.
+                    for name in ("x", "y"):
+                        assert b[name].unsafe_buffer_pointer() == spy.addresses[-1][name], name
+                    assert float(step(b["x"], b["y"])) == 0.0
+                    seen.extend(np.asarray(b["y"]).tolist())
+                assert sorted(seen) == list(range(200)), epoch
+            device = jax.devices()[0]
+            b = next(iter(fj.iterator(loader, sharding=device)))
+            assert b["x"].devices() == {device}
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def test_the_type_stubs_match_the_module():
+    """feedline/_native.pyi (installed with the package) names every public
+    class and method the module has, and Loader's keywords and defaults
+    are the constructor's."""
+    import ast
+    import inspect
+    import os
+    stub = os.path.join(os.path.dirname(feedline.__file__), "_native.pyi")
+    tree = ast.parse(open(stub).read())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name in ("Loader", "Batch", "Feed", "FeedArray", "FeedlineError", "EpochIterator"):
+        assert name in classes and hasattr(feedline, name), name
+    for cname in ("Loader", "Batch", "Feed", "EpochIterator"):
+        runtime = getattr(feedline, cname)
+        stubbed = {f.name for f in classes[cname].body if isinstance(f, ast.FunctionDef)}
+        public = {m for m in dir(runtime) if not m.startswith("_")}
+        if cname == "Batch":  # keys/items/values: the stub's base, Mapping
+            from collections.abc import Mapping
+            public -= set(dir(Mapping))
+        assert public <= stubbed, (cname, public - stubbed)
+        for m in stubbed - {"__new__", "__init__"}:
+            assert hasattr(runtime, m), (cname, m)
+    new = next(f for f in classes["Loader"].body
+               if isinstance(f, ast.FunctionDef) and f.name == "__new__")
+    args = new.args.args[1:]
+    defaults = [None] * (len(args) - len(new.args.defaults)) + new.args.defaults
+    stubbed = {a.arg: (ast.literal_eval(d) if d is not None else inspect.Parameter.empty)
+               for a, d in zip(args, defaults)}
+    sig = inspect.signature(feedline.Loader)
+    real = {k: p.default for k, p in sig.parameters.items()}
+    assert stubbed == real

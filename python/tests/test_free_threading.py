@@ -40,8 +40,12 @@ def take_all(loader, threads):
 
     def pull(k):
         try:
+            # Each thread's loop joins the one epoch before any batch is
+            # taken (a loop begun after the last pass would raise: the
+            # loader is exhausted).
+            epoch = iter(loader)
             start.wait(timeout=30)
-            for b in loader:
+            for b in epoch:
                 got[k].extend((b.pass_, y) for y in b["y"].tolist())
         except Exception as e:  # noqa: BLE001 - handed to the test
             errors.append(e)

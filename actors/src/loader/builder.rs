@@ -159,6 +159,8 @@ impl LoaderBuilder {
         drop_last: bool => drop_last;
         /// Passes (default 1).
         passes: u64 => passes;
+        /// Start at this pass (default 0; below `passes`): passes `first_pass..passes` run as a run from pass 0 runs them (the same order; in deterministic mode the same batches); not with [`resume`](Self::resume).
+        first_pass: u64 => first_pass;
         /// Seed (default 0).
         seed: u64 => seed;
         /// Reshuffle file order each pass (default true).

@@ -94,6 +94,17 @@ pub(crate) fn build<S: TrainStep>(
         track_progress,
         faults,
     } = options;
+    // A run from a later pass (`first_pass`): the stages start there as a
+    // resume at that pass's start makes them (checked: below `passes`).
+    let resume = match (resume, config.first_pass) {
+        (resume, 0) => resume,
+        (Some(_), n) => {
+            return Err(PipelineError::Config(format!(
+                "first_pass {n} and a resume: the checkpoint says where the run goes on (give one or the other)"
+            )))
+        }
+        (None, n) => Some(Arc::new(crate::resume_plan::ResumePlan::at_pass(n))),
+    };
     let Prepared {
         config,
         schema,
@@ -172,6 +183,7 @@ pub(crate) fn build<S: TrainStep>(
     let orders = OrderQueue::new(FeedMode::Shared.lanes(1), settings.maker.in_flight)?;
     let bad_records = |recorders: &Recorders| {
         BadRecords::new(config.error_policy.clone(), recorders.bad_records())
+            .per_pass(config.passes == crate::config::ENDLESS)
     };
     let maker = {
         let settings = settings.maker.clone();

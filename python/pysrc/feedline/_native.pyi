@@ -1,5 +1,6 @@
-"""Type stubs of the feedline extension module (feeds training data to
-deep-learning trainers: zero-copy numpy batches from a Rust pipeline)."""
+"""Type stubs of feedline's native module, feedline._native (feeds training
+data to deep-learning trainers: zero-copy numpy batches from a Rust
+pipeline); the package feedline re-exports every name here."""
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -9,13 +10,16 @@ from typing import Any, Literal, Optional, Union, final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray"]
+__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray", "EpochIterator"]
 
 __version__: str
 """The package's version (the Rust crate's)."""
 
-_DType = Union[str, type, np.dtype[Any]]
-"""numpy's names: "float32", "float64", "int64", "int32", "uint8", "bool", or "bytes"."""
+_DType = Union[str, type, np.dtype[Any], Any]
+"""numpy's names ("float32", "float64", "int64", "int32", "uint8", "bool", or
+"bytes"), numpy dtypes and types, torch's dtypes (torch.float32) and names
+("torch.float32", "double", "long"). The ambiguous "float" and "int" (and
+the types float, int) are a ValueError: write float32/float64, int32/int64."""
 
 _Dim = Optional[int]
 """A non-negative extent; None (or -1) as the first dimension: variable length."""
@@ -30,7 +34,11 @@ _SchemaSpec = Mapping[str, _FieldSpec]
 _Value = Union["FeedArray", list[bytes], list[list[bytes]]]
 
 class FeedlineError(Exception):
-    """A bad record (its file, `record N` and `offset M` in the message), or a pipeline failure."""
+    """A bad record (its file, `record N` and `offset M` in the message), a
+    pipeline failure, a use of a closed or exhausted loader (the message says
+    why: "closed", "all 2 passes delivered", ...), or of a loader made in
+    another process ("this loader was created in another process; create it
+    after fork")."""
 
 class FeedArray(np.ndarray[Any, Any]):
     """A read-only numpy array viewing a batch's Rust buffer (no copy).
@@ -110,9 +118,21 @@ class Feed:
     ) -> bool: ...
 
 @final
+class EpochIterator(Iterator[Batch]):
+    """What iter(loader) gives: the batches of the epoch it began (or
+    joined); it stops at that epoch's end, in every thread iterating it."""
+
+    def __iter__(self) -> "EpochIterator": ...
+    def __next__(self) -> Batch: ...
+
+@final
 class Loader(Iterator[Batch]):
-    """Batches from files: every pass in order; a context manager; close()
-    (or leaving `with`, or dropping it) stops every thread."""
+    """Batches from files, epoch by epoch: with passes=None (the default)
+    each loop (each iter(loader)) runs the next epoch, one pass, prefetched
+    across the end of the last; with passes=N one loop runs all N passes and
+    a later loop raises FeedlineError. A loop left early (break) goes on when
+    iterated again. A context manager; close() (or leaving `with`, or
+    dropping it) stops every thread; the interpreter's exit too."""
 
     def __new__(
         cls,
@@ -120,7 +140,7 @@ class Loader(Iterator[Batch]):
         batch_size: int = 256,
         shuffle: int = 10_000,
         seed: int = 0,
-        passes: int = 1,
+        passes: Optional[int] = None,
         readers: int = 2,
         deterministic: bool = False,
         drop_last: bool = False,
@@ -136,6 +156,7 @@ class Loader(Iterator[Batch]):
         resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
         transform: Optional[str] = None,
         batches_in_flight: Optional[int] = None,
+        equalize: Optional[Literal["drop", "pad"]] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -150,7 +171,14 @@ class Loader(Iterator[Batch]):
         threads (no GIL) on every image field; not with map=.
         batches_in_flight: batches made side by side on the workers at most (made,
         or being made, and not yet taken); default: enough for 16 rows per worker.
-        The batches do not depend on it."""
+        The batches do not depend on it.
+        passes: None (the default): epochs by iteration, one pass per loop, as
+        many loops as you run; N: one loop runs N passes.
+        rank, world_size: neither given, they come from RANK / WORLD_SIZE when
+        set (a UserWarning, and a warning on the "feedline" logger, names both
+        and the share of the data this loader reads), else 0 / 1.
+        equalize: "drop" or "pad": every rank gets the same batches per pass
+        (the smallest rank's count, or the largest's by repeating instances)."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
@@ -162,13 +190,27 @@ class Loader(Iterator[Batch]):
         drop_last: bool = False,
     ) -> tuple["Loader", Feed]:
         """A push-mode loader and its feed."""
-    def __iter__(self) -> "Loader": ...
-    def __next__(self) -> Batch: ...
+    def __iter__(self) -> EpochIterator:  # type: ignore[override]
+        """The next epoch (or the rest of the one a loop left early)."""
+    def __next__(self) -> Batch:
+        """The next batch of the epoch in progress (one is begun if none is)."""
     def __len__(self) -> int:
-        """Batches per pass for this rank (npy/npz, Parquet inputs); TypeError when not known."""
+        """Batches this rank gets in the epoch in progress or next (passes=N: in
+        one pass), from every input's record count (headers, or counted by
+        framing once per file, in the background); TypeError only for pushed
+        data (and a pipe or device input, whose data counting would read away)."""
+    def set_epoch(self, epoch: int) -> None:
+        """The next loop runs epoch `epoch` in the order a fresh loader's pass
+        `epoch` has (deterministic mode: the same batches), as
+        DistributedSampler.set_epoch; free when it is the epoch the next loop
+        runs anyway, else the pipeline starts again at that pass."""
     def state_dict(self) -> dict[str, Any]:
         """The position after the batches taken so far (a JSON-serialisable dict, the
-        Rust Checkpoint): Loader(..., resume=state) goes on from exactly there."""
+        Rust Checkpoint): Loader(..., resume=state) or load_state_dict(state) goes on
+        from exactly there. Also after an end, an error or Ctrl-C (not after close())."""
+    def load_state_dict(self, state: Union[dict[str, Any], Sequence[dict[str, Any]]]) -> None:
+        """Go on from `state` as resume=state would (torchdata's StatefulDataLoader name):
+        the pipeline starts again there; the next loop finishes the epoch it was taken in."""
     def checkpoint(self, path: Union[str, os.PathLike[str]]) -> None:
         """Write state_dict() to `path` as JSON, atomically (the file `feedline run
         --checkpoint` writes); OSError if it cannot be written."""
@@ -179,7 +221,15 @@ class Loader(Iterator[Batch]):
     @property
     def schema(self) -> dict[str, _FieldSpec]: ...
     @property
-    def closed(self) -> bool: ...
+    def rank(self) -> int:
+        """The data-parallel rank in force (given, from RANK, or 0)."""
+    @property
+    def world_size(self) -> int:
+        """The data-parallel world size in force (given, from WORLD_SIZE, or 1)."""
+    @property
+    def closed(self) -> bool:
+        """True after close(), the last pass of passes=N, an error or Ctrl-C (and
+        in a process other than the one that made it)."""
     def close(self) -> None: ...
     def __enter__(self) -> "Loader": ...
     def __exit__(

@@ -1,0 +1,456 @@
+"""feedline for PyTorch training loops: a ``DataLoader``-shaped adapter and
+an ``IterableDataset``. torch is imported when these are used (``import
+feedline`` never imports it).
+
+    import feedline.torch
+    loader = feedline.torch.DataLoader(files="data/train-*.tar", batch_size=256,
+                                       transform="imagenet-train", device="cuda")
+    for epoch in range(10):
+        loader.set_epoch(epoch)              # as DistributedSampler.set_epoch
+        for batch in loader:                 # {"jpg": Tensor[256, 3, 224, 224], "cls": Tensor[256]}
+            loss = model(batch["jpg"]).sum()
+        torch.save(loader.state_dict(), "loader.pt")   # StatefulDataLoader's names
+
+Batches are dicts of ``torch.Tensor``: each numeric field's tensor views
+the batch's buffer (DLPack, no copy) when ``pin_memory`` is off or there is
+no CUDA; ragged fields add ``NAME.offsets`` (offsets layout) or
+``NAME.lengths`` (padded layout); bytes fields stay lists of ``bytes``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from typing import Any, Iterator, Mapping, Optional
+
+import feedline
+from feedline._native import FeedlineError, Loader
+
+__all__ = ["DataLoader", "IterableDataset", "to_tensors"]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _converter(torch):
+    """The DLPack importer that takes a capsule: torch's C entry point
+    when there is one (no Python-level checks per field), else the public
+    ``torch.from_dlpack``."""
+    return getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+
+
+def _ragged(schema: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, "offsets" | "padded") of every ragged field of `schema`."""
+    out = []
+    for name, spec in schema.items():
+        if len(spec) == 3:
+            out.append((name, spec[2]))
+    return out
+
+
+def _add_ragged(torch, tensors: dict, batch, ragged) -> dict:
+    for name, layout in ragged:
+        if layout == "padded":
+            tensors[name + ".lengths"] = torch.as_tensor(batch.lengths(name).copy())
+        else:
+            tensors[name + ".offsets"] = torch.as_tensor(batch.offsets(name).copy())
+    return tensors
+
+
+def to_tensors(batch, device=None, non_blocking: bool = False) -> dict:
+    """One batch (a ``feedline.Batch``) as a dict of tensors: numeric fields
+    view the batch's buffer (no copy), ragged fields add ``NAME.offsets`` or
+    ``NAME.lengths``, bytes fields stay lists of bytes; ``device=`` moves
+    the tensors there."""
+    torch = _torch()
+    tensors = batch._dlpack_dict(_converter(torch))
+    ragged = [(name, "padded" if batch.lengths(name) is not None else "offsets")
+              for name in batch if batch.offsets(name) is not None or batch.lengths(name) is not None]
+    _add_ragged(torch, tensors, batch, ragged)
+    if device is not None:
+        tensors = _to_device(tensors, torch.device(device), non_blocking)
+    return tensors
+
+
+def _to_device(tensors: dict, device, non_blocking: bool) -> dict:
+    return {k: (v.to(device, non_blocking=non_blocking) if hasattr(v, "to") else v)
+            for k, v in tensors.items()}
+
+
+def _pin(tensors: dict) -> dict:
+    return {k: (v.pin_memory() if hasattr(v, "pin_memory") else v) for k, v in tensors.items()}
+
+
+def _accelerator(torch) -> bool:
+    """True when page-locked memory means something: a CUDA device (or
+    another accelerator torch knows)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        try:
+            return bool(acc.is_available())
+        except Exception:  # noqa: BLE001 - an accelerator backend that cannot answer
+            pass
+    return bool(torch.cuda.is_available())
+
+
+_STOP = object()
+
+
+class _PinnedEpoch:
+    """One epoch with pinned memory: a thread takes each batch from the
+    loader (as tensors viewing it), copies them into page-locked memory
+    (``Tensor.pin_memory()``) and queues them, at most `depth` ahead; the
+    consumer gets them in order (moved to `device` with ``non_blocking=True``
+    when given). The batches the thread fetches ahead are not taken for
+    checkpoints until the consumer gets them: ``state_dict()`` covers
+    exactly the batches consumed. A loop left early (``break``) hands what
+    the thread fetched ahead to the next loop (`pending`), which yields it
+    first: nothing of the epoch is skipped. The thread starts at the first
+    ``next()``, once `pending` is used up (an ``iter()`` alone fetches
+    nothing)."""
+
+    def __init__(self, dl: "DataLoader", pending=(), depth: int = 2):
+        self._dl = dl
+        self._loader = dl.loader
+        self._device = dl.device
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._pending = list(pending)
+        self._leftover: list = []  # what the thread held when stopped
+        self._thread: Optional[threading.Thread] = None
+        self._done = False
+        torch = _torch()
+        ragged = dl._ragged
+
+        def post(tensors, batch):
+            return _pin(_add_ragged(torch, tensors, batch, ragged)), batch
+
+        # The epoch's iterator now (a closed loader raises here, at iter()),
+        # its thread at the first next().
+        self._epoch = self._loader._epoch(convert=_converter(torch), post=post, untracked=True)
+
+    def _start(self):
+        self._thread = threading.Thread(target=self._run, name="feedline-pin-memory", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        self._leftover.append(item)  # stopped: kept for the next loop
+        return False
+
+    def _run(self):
+        try:
+            for item in self._epoch:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put(("error", e))
+
+    def __iter__(self):
+        return self
+
+    def _get(self):
+        if self._pending:
+            return self._pending.pop(0)
+        if self._done:
+            return ("end", None)
+        if self._thread is None:
+            self._start()
+        while True:
+            try:
+                return self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    return ("end", None)
+
+    def __next__(self):
+        while True:
+            kind, item = self._get()
+            if kind == "end":
+                self._done = True
+                self._stop.set()
+                raise StopIteration
+            if kind == "error":
+                self._done = True
+                self._stop.set()
+                raise item
+            if isinstance(item, int):
+                self._loader._record(item)  # a pass ended: taken now
+                continue
+            tensors, batch = item
+            self._loader._record(batch)
+            if self._device is not None:
+                tensors = _to_device(tensors, self._device, True)
+            return tensors
+
+    def close(self) -> list:
+        """Stop the thread; what it fetched ahead and the consumer did not
+        get is not taken (a checkpoint does not count it) and is returned,
+        in order, for the next loop of the same epoch."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        rest = list(self._pending)
+        while True:
+            try:
+                rest.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        rest.extend(self._leftover)
+        self._pending, self._leftover = [], []
+        return [] if self._done else rest
+
+    def __del__(self):
+        try:
+            self._stop.set()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class DataLoader:
+    """Where a training loop used ``torch.utils.data.DataLoader``: batches
+    of ``torch.Tensor`` from a ``feedline.Loader`` (every keyword of
+    ``feedline.Loader`` is taken: ``shuffle``, ``seed``, ``passes``,
+    ``readers``, ``workers``, ``rank``/``world_size``, ``resume``, ...).
+
+    - ``pin_memory=True`` (the default): a background thread copies each
+      batch once into page-locked memory, so that
+      ``.to("cuda", non_blocking=True)`` overlaps the step; without CUDA it
+      is a no-op (a ``UserWarning`` says so, as PyTorch's DataLoader
+      warns) and the tensors view the batch's buffer, as with
+      ``pin_memory=False`` (zero-copy: do not write to them).
+    - ``device=``: each batch is moved there (``non_blocking`` when pinned).
+    - ``len()``, ``set_epoch(n)``, ``state_dict()``/``load_state_dict(state)``
+      (torchdata's ``StatefulDataLoader`` names; the state is a
+      JSON-serialisable dict), and epochs by iteration: each loop is the
+      next epoch.
+    """
+
+    def __init__(
+        self,
+        files=None,
+        batch_size: int = 256,
+        transform: Optional[str] = None,
+        pin_memory: bool = True,
+        device=None,
+        *,
+        loader: Optional[Loader] = None,
+        **loader_kwargs,
+    ):
+        torch = _torch()
+        if loader is None:
+            if files is None:
+                raise TypeError("feedline.torch.DataLoader: give files= (or loader=)")
+            loader = Loader(files=files, batch_size=batch_size, transform=transform,
+                            **loader_kwargs)
+        elif files is not None or loader_kwargs or transform is not None:
+            raise TypeError("feedline.torch.DataLoader: give files= and the Loader's settings, "
+                            "or loader=, not both")
+        self.loader = loader
+        self.batch_size = batch_size
+        self.device = torch.device(device) if device is not None else None
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and not _accelerator(torch):
+            warnings.warn(
+                "feedline.torch.DataLoader: 'pin_memory' is set but no accelerator is found: "
+                "page-locked memory is not used (the tensors view the batches, no copy)",
+                UserWarning, stacklevel=2)
+            self.pin_memory = False
+        self._convert = _converter(torch)
+        try:
+            self._ragged = _ragged(loader.schema)
+        except FeedlineError:
+            self._ragged = []  # a map= whose schema comes with the first batch
+        self._pinned: Optional[_PinnedEpoch] = None
+        device = self.device
+        ragged = self._ragged
+
+        def post(tensors, batch):
+            if ragged:
+                _add_ragged(torch, tensors, batch, ragged)
+            if device is not None:
+                tensors = _to_device(tensors, device, False)
+            return tensors
+
+        self._post = post if (ragged or device is not None) else None
+
+    def __iter__(self) -> Iterator[dict]:
+        """The next epoch's batches (or the rest of one a loop left early)."""
+        if self.pin_memory:
+            pending = self._pinned.close() if self._pinned is not None else []
+            self._pinned = _PinnedEpoch(self, pending)
+            return self._pinned
+        return self.loader._epoch(convert=self._convert, post=self._post)
+
+    def __len__(self) -> int:
+        """Batches in the epoch (TypeError only for pushed data)."""
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next loop runs epoch `epoch` (see ``feedline.Loader.set_epoch``)."""
+        self._stop_pinned()
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        """Where the batches consumed so far leave off (JSON-serialisable)."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state) -> None:
+        """Go on from `state` (a ``state_dict()``)."""
+        self._stop_pinned()
+        self.loader.load_state_dict(state)
+
+    def _stop_pinned(self):
+        if self._pinned is not None:
+            self._pinned.close()
+            self._pinned = None
+
+    @property
+    def closed(self) -> bool:
+        return self.loader.closed
+
+    def close(self) -> None:
+        self._stop_pinned()
+        self.loader.close()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+
+def _worker_shard(rank: int, world_size: int):
+    """(rank, world size) of this DataLoader worker: each rank's share split
+    again between its workers (`get_worker_info()`)."""
+    torch = _torch()
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return rank, world_size
+    return rank * info.num_workers + info.id, world_size * info.num_workers
+
+
+def _rank_from_env():
+    """The shard the Loader would take from RANK / WORLD_SIZE (or 0 / 1)."""
+    import os
+
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None and world is None:
+        return None
+    return int(rank or 0), int(world or 1)
+
+
+class IterableDataset:
+    """For code that keeps its own ``torch.utils.data.DataLoader(dataset,
+    batch_size=None, num_workers=N)``: each worker makes its own
+    ``feedline.Loader`` when it starts iterating (never before the fork),
+    reading its share of this rank's data — rank ``r`` of ``W``, worker
+    ``i`` of ``N`` reads shard ``r * N + i`` of ``W * N`` — so every
+    batch comes once across the workers. Each item is a dict of tensors
+    (as ``feedline.torch.DataLoader`` gives).
+
+    Epochs: the workers iterate epoch ``set_epoch(n)`` (default 0, then
+    the next one each time a process iterates it again: with
+    ``persistent_workers=True`` or ``num_workers=0``); workers made anew
+    every epoch get the epoch from the dataset they are copied from, so call
+    ``set_epoch(epoch)`` before each epoch there, as with
+    ``DistributedSampler``.
+    """
+
+    def __init__(self, files, batch_size: int = 256, **loader_kwargs):
+        self.files = files
+        self.batch_size = batch_size
+        self.loader_kwargs = dict(loader_kwargs)
+        self.epoch = 0
+        given = ("rank" in loader_kwargs, "world_size" in loader_kwargs)
+        if given[0] != given[1]:
+            raise ValueError("rank and world_size: give both or neither")
+
+    def __class_getitem__(cls, item):
+        return cls
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _shard(self):
+        kw = self.loader_kwargs
+        if "rank" in kw and kw["rank"] is not None:
+            return kw["rank"], kw["world_size"]
+        env = _rank_from_env()
+        if env is None:
+            return 0, 1
+        if env[1] > 1:
+            msg = (f"feedline.torch.IterableDataset: rank={env[0]} and world_size={env[1]} were "
+                   f"taken from the environment (RANK, WORLD_SIZE): it reads 1/{env[1]} of the "
+                   f"data ({100 / env[1]:.1f}%) -- pass rank=0, world_size=1 to read all of it")
+            warnings.warn(msg, UserWarning, stacklevel=3)
+        return env
+
+    def _loader(self) -> Loader:
+        rank, world = self._shard()
+        rank, world = _worker_shard(rank, world)
+        kw = dict(self.loader_kwargs)
+        kw.update(rank=rank, world_size=world)
+        kw.setdefault("passes", None)
+        loader = Loader(files=self.files, batch_size=self.batch_size, **kw)
+        if self.epoch:
+            loader.set_epoch(self.epoch)
+        return loader
+
+    def __iter__(self):
+        torch = _torch()
+        loader = self._loader()
+        convert = _converter(torch)
+        try:
+            ragged = _ragged(loader.schema)
+        except FeedlineError:
+            ragged = []
+
+        def post(tensors, batch):
+            return _add_ragged(torch, tensors, batch, ragged) if ragged else tensors
+
+        try:
+            yield from loader._epoch(convert=convert, post=post if ragged else None)
+        finally:
+            loader.close()
+        self.epoch += 1
+
+    def __len__(self) -> int:
+        """Batches of one epoch over all the workers of this rank is not
+        known before the workers start; len() is this rank's batches when
+        read by one process."""
+        rank, world = self._shard()
+        kw = dict(self.loader_kwargs)
+        kw.update(rank=rank, world_size=world)
+        kw.setdefault("passes", None)
+        with Loader(files=self.files, batch_size=self.batch_size, **kw) as loader:
+            return len(loader)
+
+
+def _register_iterable_dataset():
+    """Make IterableDataset a torch.utils.data.IterableDataset (torch's
+    DataLoader checks for it) once torch is importable."""
+    global IterableDataset
+    torch = _torch()
+    base = torch.utils.data.IterableDataset
+    if not issubclass(IterableDataset, base):
+        IterableDataset = type("IterableDataset", (IterableDataset, base), {
+            "__doc__": IterableDataset.__doc__, "__module__": __name__,
+            "__qualname__": "IterableDataset"})
+
+
+try:
+    _register_iterable_dataset()
+except ImportError as _e:  # torch not installed: the module still imports
+    _IMPORT_ERROR = _e

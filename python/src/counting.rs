@@ -1,0 +1,281 @@
+//! `len(loader)`: the batches of a pass for this rank, from every input's
+//! record count. npy/npz and Parquet files say theirs in their headers; the
+//! others are counted by reading them through as the pipeline's readers
+//! frame them ([`feedline::format::RecordReader::skip_to`]: TFRecord frames
+//! by its length headers alone, without payload CRCs or decoding; tar
+//! members, JSON Lines and CSV lines are read) — once per file per process:
+//! counts are kept by (path, size, modification time).
+//!
+//! Counting runs on a thread of its own ([`Counts::start`]): started with
+//! the loader when every input is a local file (so that a `len()` — and
+//! `list(loader)`, which asks for it — finds the counts made, or waits only
+//! for what is left of them, and the pipeline's first batch never waits for
+//! a count), or at the first `len()` when an input is remote (a count reads
+//! the whole object). `len()` waits for it with the GIL released.
+//!
+//! Refused (`TypeError`): push-mode loaders (what comes is what is pushed),
+//! and inputs that are a pipe, a socket or a device — counting would read
+//! away the data the loader is to read.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use feedline::batcher::BatchPolicy;
+use feedline::plan::{equalized_counts, Equalize, PassPlan};
+use feedline_actors::PipelineConfig;
+
+/// Why `len(loader)` is not known.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LenUnknown {
+    /// A push-mode loader.
+    #[error("the data is pushed: the loader cannot know how much will come")]
+    Pushed,
+    /// Batches are made by a cost budget.
+    #[error("batches are made by a cost budget, not a fixed size")]
+    CostBudget,
+    /// File sets are mixed by weight.
+    #[error("file sets are mixed by weight")]
+    FileSets,
+    /// A stream input (a pipe, a socket, a device).
+    #[error("{file} is not a regular file (a pipe, socket or device): counting its records would read away the data the loader reads")]
+    Stream {
+        /// The input.
+        file: String,
+    },
+}
+
+/// Counting failed (a file that cannot be read through).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("counting the records of {file} for len(): {why}")]
+pub struct CountFailed {
+    /// The input.
+    pub file: String,
+    /// What went wrong.
+    pub why: String,
+}
+
+/// What `len()` gets.
+#[derive(Clone, Debug)]
+pub enum Counted {
+    /// Records per input, in `config.files` order.
+    Records(Vec<u64>),
+    /// Not known for this loader.
+    Unknown(LenUnknown),
+    /// A file could not be counted.
+    Failed(CountFailed),
+}
+
+type Key = (PathBuf, u64, Option<std::time::SystemTime>);
+
+/// Counts of the files counted in this process, by (path, size, mtime).
+static CACHE: Mutex<Option<HashMap<Key, u64>>> = Mutex::new(None);
+
+fn cached(key: &Key) -> Option<u64> {
+    let c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    c.as_ref().and_then(|m| m.get(key).copied())
+}
+
+fn remember(key: Key, n: u64) {
+    let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    c.get_or_insert_with(HashMap::new).insert(key, n);
+}
+
+/// A loader's record counts: made once, on a thread of its own.
+pub struct Counts {
+    config: Arc<PipelineConfig>,
+    result: Mutex<Option<Counted>>,
+    ready: Condvar,
+    started: AtomicBool,
+    /// Set when the loader goes: a count in progress stops at the next file.
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Counts {
+    /// The counts of `config`'s inputs (expanded), started now on a thread
+    /// of their own when every input is local.
+    pub fn new(config: Arc<PipelineConfig>) -> Arc<Self> {
+        let unknown = if config.push.is_some() {
+            Some(LenUnknown::Pushed)
+        } else if !matches!(config.batch, BatchPolicy::Fixed(_)) {
+            Some(LenUnknown::CostBudget)
+        } else if !config.sets.is_empty() {
+            Some(LenUnknown::FileSets)
+        } else {
+            None
+        };
+        let remote = |f: &String| {
+            feedline::remote::is_remote(f)
+                || (config.registry.resolve(f, config.format.as_deref()))
+                    .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
+        };
+        let eager = unknown.is_none() && !config.files.iter().any(remote);
+        let counts = Arc::new(Counts {
+            config,
+            result: Mutex::new(unknown.map(Counted::Unknown)),
+            ready: Condvar::new(),
+            started: AtomicBool::new(false),
+            cancelled: Arc::new(AtomicBool::new(false)),
+        });
+        if eager {
+            counts.start();
+        }
+        counts
+    }
+
+    /// Start counting (once) unless the result is known.
+    pub fn start(self: &Arc<Self>) {
+        if self.started.swap(true, Ordering::SeqCst) || self.peek().is_some() {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("feedline-count".into())
+            .spawn(move || {
+                let r = count_all(&me.config, &me.cancelled);
+                *me.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                me.ready.notify_all();
+            });
+        if let Err(e) = spawned {
+            *self.result.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Counted::Failed(CountFailed {
+                    file: "(all)".into(),
+                    why: format!("cannot start a thread: {e}"),
+                }));
+        }
+    }
+
+    /// The result, if made.
+    pub fn peek(&self) -> Option<Counted> {
+        self.result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Wait at most `timeout` for the result (call without the GIL).
+    pub fn wait(&self, timeout: Duration) -> Option<Counted> {
+        let g = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .ready
+            .wait_timeout_while(g, timeout, |r| r.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        g.clone()
+    }
+
+    /// Stop a count in progress (at its next file).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+}
+
+fn count_all(config: &PipelineConfig, cancelled: &AtomicBool) -> Counted {
+    let mut out = Vec::with_capacity(config.files.len());
+    for spec in &config.files {
+        if cancelled.load(Ordering::SeqCst) {
+            return Counted::Failed(CountFailed {
+                file: spec.clone(),
+                why: "the loader was closed".into(),
+            });
+        }
+        match count_file(config, spec) {
+            Ok(n) => out.push(n),
+            Err(CountError::Unknown(u)) => return Counted::Unknown(u),
+            Err(CountError::Failed(why)) => {
+                return Counted::Failed(CountFailed {
+                    file: spec.clone(),
+                    why,
+                })
+            }
+        }
+    }
+    Counted::Records(out)
+}
+
+enum CountError {
+    Unknown(LenUnknown),
+    Failed(String),
+}
+
+/// One input's records: from the cache, its header, or read through.
+fn count_file(config: &PipelineConfig, spec: &str) -> Result<u64, CountError> {
+    let failed = |e: feedline::Error| CountError::Failed(e.to_string());
+    let (_, path, _) = config
+        .registry
+        .resolve(spec, config.format.as_deref())
+        .map_err(failed)?;
+    let remote = feedline::remote::is_remote(&path.to_string_lossy());
+    let key = if remote {
+        None
+    } else {
+        let meta = std::fs::metadata(&path)
+            .map_err(|e| CountError::Failed(format!("{}: {e}", path.display())))?;
+        if !meta.is_file() {
+            return Err(CountError::Unknown(LenUnknown::Stream {
+                file: spec.to_string(),
+            }));
+        }
+        let key: Key = (path.clone(), meta.len(), meta.modified().ok());
+        if let Some(n) = cached(&key) {
+            return Ok(n);
+        }
+        Some(key)
+    };
+    let mut r = config
+        .registry
+        .open(spec, config.format.as_deref(), &config.open)
+        .map_err(failed)?;
+    let n = match r.len_hint() {
+        Some(n) => n,
+        None => {
+            r.skip_to(u64::MAX).map_err(failed)?;
+            let _ = r.next_record().map_err(failed)?;
+            r.next_index()
+        }
+    };
+    if let Some(key) = key {
+        remember(key, n);
+    }
+    Ok(n)
+}
+
+/// Batches of `pass` for this rank, from every input's `counts` (bad
+/// records that `on_error="skip"` will pass over are not foreseen).
+pub fn batches_in_pass(config: &PipelineConfig, counts: &[u64], pass: u64) -> u64 {
+    let batch = match &config.batch {
+        BatchPolicy::Fixed(n) => (*n).max(1) as u64,
+        _ => return 0,
+    };
+    let plan = PassPlan::new(config.files.clone())
+        .seed(config.seed)
+        .shuffle_files(config.shuffle_files)
+        .shard(config.shard)
+        .shard_by(config.shard_by);
+    let records_of = |p: &PassPlan| -> u64 {
+        p.tasks(pass)
+            .iter()
+            .map(|t| {
+                let total = counts.get(t.file_index).copied().unwrap_or(0);
+                t.stride.count_from(t.start_record, total)
+            })
+            .sum()
+    };
+    if config.equalize != Equalize::Off {
+        let per_rank: Vec<u64> = (0..config.shard.world_size)
+            .map(|r| plan.for_rank(r).map_or(0, |p| records_of(&p)))
+            .collect();
+        if let Ok(c) =
+            equalized_counts(&per_rank, batch as usize, config.drop_last, config.equalize)
+        {
+            return c[config.shard.rank].batches;
+        }
+    }
+    let records = records_of(&plan);
+    if config.drop_last {
+        records / batch
+    } else {
+        records.div_ceil(batch)
+    }
+}
