@@ -136,6 +136,7 @@ class Loader(Iterator[Batch]):
         resume: Optional[Union[dict[str, Any], Sequence[dict[str, Any]]]] = None,
         transform: Optional[str] = None,
         batches_in_flight: Optional[int] = None,
+        max_pixels: Optional[int] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -150,7 +151,11 @@ class Loader(Iterator[Batch]):
         threads (no GIL) on every image field; not with map=.
         batches_in_flight: batches made side by side on the workers at most (made,
         or being made, and not yet taken); default: enough for 16 rows per worker.
-        The batches do not depend on it."""
+        The batches do not depend on it.
+        max_pixels: with transform=, the most pixels (width x height) an image may
+        have (default: PIL's 178956970); a larger one is a bad record naming its
+        size, refused before it is decoded. Each worker may hold about 14 bytes
+        per pixel of it."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
