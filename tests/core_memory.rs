@@ -26,7 +26,9 @@ use feedline::gen::{self, GenOptions, Preset};
 use feedline::plan::PassPlan;
 use feedline::reader::{files, Reader};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
-use feedline::{BytesList, Chunk, DType, Location, Ragged, Record, Schema, SourceId, Tensor, Values};
+use feedline::{
+    BytesList, Chunk, DType, Location, Ragged, Record, Schema, SourceId, Tensor, Values,
+};
 
 struct Counting;
 
@@ -284,16 +286,40 @@ fn a_records_json_is_written_as_it_is_made() {
     let pixels: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let record = Record {
         fields: vec![
-            ("image".into(), Tensor { values: Values::U8(pixels), shape: vec![1000, 1000, 3] }),
+            (
+                "image".into(),
+                Tensor {
+                    values: Values::U8(pixels),
+                    shape: vec![1000, 1000, 3],
+                },
+            ),
             (
                 "f".into(),
-                Tensor::vector(Values::F32(vec![0.1, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0])),
+                Tensor::vector(Values::F32(vec![
+                    0.1,
+                    f32::NAN,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    -0.0,
+                ])),
             ),
-            ("d".into(), Tensor::vector(Values::F64(vec![1e300, 0.5, f64::NAN]))),
-            ("i".into(), Tensor::vector(Values::I64(vec![i64::MIN, -1, 7]))),
+            (
+                "d".into(),
+                Tensor::vector(Values::F64(vec![1e300, 0.5, f64::NAN])),
+            ),
+            (
+                "i".into(),
+                Tensor::vector(Values::I64(vec![i64::MIN, -1, 7])),
+            ),
             ("j".into(), Tensor::vector(Values::I32(vec![i32::MAX, 0]))),
             ("ok".into(), Tensor::vector(Values::Bool(vec![true, false]))),
-            ("b".into(), Tensor::vector(Values::Bytes(BytesList::from_iter([&b"\x00\xffab"[..], &b""[..]])))),
+            (
+                "b".into(),
+                Tensor::vector(Values::Bytes(BytesList::from_iter([
+                    &b"\x00\xffab"[..],
+                    &b""[..],
+                ]))),
+            ),
         ],
         location: Location::new(SourceId::intern("json.test"), 0, None),
     };

@@ -112,7 +112,7 @@ fn status_value(status: &str, key: &str) -> Option<u64> {
 }
 
 /// Peak resident set size of the process so far (VmHWM), bytes.
-fn peak_rss_bytes() -> Option<u64> {
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
     status_bytes("VmHWM:")
 }
 

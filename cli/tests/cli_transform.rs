@@ -14,8 +14,8 @@ use cli_common::{assert_no_panic, code, feedline, stderr, stdout};
 use feedline::format::tfrecord::TfRecordWriter;
 use feedline::format::Compression;
 use feedline::transform::instance_rng;
-use feedline::{BytesList, Location, Record, SourceId, Tensor, Values};
 use feedline::transform::InstanceMap;
+use feedline::{BytesList, Location, Record, SourceId, Tensor, Values};
 use feedline_vision::{Decoder, ImageArray, ImageFields, ImageTransform, Plan};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -205,8 +205,16 @@ fn max_pixels_refuses_a_larger_image_naming_it_and_the_bound_counts_each_worker(
     let path = file.to_str().unwrap();
     let run = |extra: &[&str]| {
         let mut args = vec![
-            "run", path, "--transform", "imagenet-train", "--workers", "2", "--batch", "2",
-            "--max-pixels", "300000",
+            "run",
+            path,
+            "--transform",
+            "imagenet-train",
+            "--workers",
+            "2",
+            "--batch",
+            "2",
+            "--max-pixels",
+            "300000",
         ];
         args.extend_from_slice(extra);
         feedline(&args)
@@ -227,12 +235,31 @@ fn max_pixels_refuses_a_larger_image_naming_it_and_the_bound_counts_each_worker(
     assert!(!err.contains("random-resized-crop"), "{err}");
     let o = run(&["--on-error", "skip"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stdout(&o).contains("skipped bad records: 1"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("skipped bad records: 1"),
+        "{}",
+        stdout(&o)
+    );
     // cat likewise.
-    let o = feedline(&["cat", path, "--transform", "decode", "--max-pixels", "300000"]);
+    let o = feedline(&[
+        "cat",
+        path,
+        "--transform",
+        "decode",
+        "--max-pixels",
+        "300000",
+    ]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
-    assert!(stderr(&o).contains("(307200) is over the pixel limit of 300000"), "{}", stderr(&o));
-    assert_eq!(stdout(&o).lines().count(), 1, "record 0 printed before the error");
+    assert!(
+        stderr(&o).contains("(307200) is over the pixel limit of 300000"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        stdout(&o).lines().count(),
+        1,
+        "record 0 printed before the error"
+    );
     // Without --transform the flag is refused.
     for cmd in ["cat", "run", "bench"] {
         let o = feedline(&[cmd, path, "--max-pixels", "1000"]);
@@ -253,16 +280,77 @@ fn max_pixels_refuses_a_larger_image_naming_it_and_the_bound_counts_each_worker(
         .working_memory_bytes() as u64;
     for workers in ["1", "3"] {
         let o = feedline(&[
-            "bench", path, "--transform", "imagenet-train", "--workers", workers, "--batch", "2",
-            "--max-pixels", "300000", "--on-error", "skip", "--warmup", "0", "--repeats", "1",
+            "bench",
+            path,
+            "--transform",
+            "imagenet-train",
+            "--workers",
+            workers,
+            "--batch",
+            "2",
+            "--max-pixels",
+            "300000",
+            "--on-error",
+            "skip",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
             "--json",
         ]);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let line: serde_json::Value =
             serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
         let n: u64 = workers.parse().unwrap();
-        assert_eq!(line["transform_workers_bytes"], serde_json::json!(n * per_worker), "{line}");
+        assert_eq!(
+            line["transform_workers_bytes"],
+            serde_json::json!(n * per_worker),
+            "{line}"
+        );
         let bound = line["in_flight_bound_bytes"].as_u64().unwrap();
         assert!(bound > n * per_worker, "{line}");
+        // run states the same bound, and its peak RSS (mutation, tried:
+        // `transform_workers: 0` in run's `Memory::of` → caught here).
+        let run_with = |extra: &[&str]| {
+            let mut args = vec![
+                "run",
+                path,
+                "--transform",
+                "imagenet-train",
+                "--workers",
+                workers,
+                "--batch",
+                "2",
+                "--max-pixels",
+                "300000",
+                "--on-error",
+                "skip",
+            ];
+            args.extend_from_slice(extra);
+            feedline(&args)
+        };
+        let o = run_with(&["--json"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let line: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(
+            line["transform_workers_bytes"],
+            serde_json::json!(n * per_worker),
+            "{line}"
+        );
+        assert!(
+            line["in_flight_bound_bytes"].as_u64().unwrap() > n * per_worker,
+            "{line}"
+        );
+        assert!(line["peak_rss_bytes"].as_u64().unwrap() > 0, "{line}");
+        let o = run_with(&[]);
+        let text = stdout(&o);
+        let want = format!(
+            "(transform workers {n} x {:.1} MiB)",
+            per_worker as f64 / (1u64 << 20) as f64
+        );
+        assert!(
+            text.contains("in-flight bound") && text.contains(&want),
+            "{want:?} not in {text}"
+        );
     }
 }

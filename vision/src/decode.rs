@@ -164,7 +164,6 @@ impl OpenImage<'_, '_> {
         }
     }
 
-
     pub(crate) fn height(&self) -> u32 {
         match self {
             OpenImage::Jpeg(j) => j.info().height,

@@ -224,11 +224,15 @@ pub fn crop_resize_into<T: Element>(
                         width: plan.cols.1 - plan.cols.0,
                     };
                     let stride = region.width * 3;
-                    let pixels = grown(&mut scratch.region, stride * region.height).map_err(
-                        |_| VisionError::OutOfMemory {
-                            what: format!("a {}x{} decoded region", region.width, region.height),
-                        },
-                    )?;
+                    let pixels =
+                        grown(&mut scratch.region, stride * region.height).map_err(|_| {
+                            VisionError::OutOfMemory {
+                                what: format!(
+                                    "a {}x{} decoded region",
+                                    region.width, region.height
+                                ),
+                            }
+                        })?;
                     decode_png_region(bytes, max_pixels, region, pixels, stride)?;
                     let view = RgbView::new(pixels, region.width, region.height, stride)?;
                     write_resized(&view, &plan, &g, &mut scratch.rows, max_pixels, format, out)?;

@@ -101,7 +101,15 @@ fn peak_of<T>(f: impl FnOnce() -> T) -> (T, u64) {
 
 /// A PNG from raw rows (filter byte 0 each), zlib "stored" blocks (no
 /// compression: the test controls every byte), CRCs and Adler-32 right.
-fn png_from_raw(width: u32, height: u32, depth: u8, color: u8, interlaced: bool, raw: &[u8], palette: Option<&[u8]>) -> Vec<u8> {
+fn png_from_raw(
+    width: u32,
+    height: u32,
+    depth: u8,
+    color: u8,
+    interlaced: bool,
+    raw: &[u8],
+    palette: Option<&[u8]>,
+) -> Vec<u8> {
     fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
         out.extend_from_slice(&(data.len() as u32).to_be_bytes());
         let start = out.len();
@@ -129,7 +137,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         c ^= u32::from(b);
         for _ in 0..8 {
-            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -171,7 +183,14 @@ fn bits_per_pixel(color: u8, depth: u8) -> usize {
 
 /// The raw rows (filter 0) of `pixels` (one `Vec<u16>` of samples per
 /// pixel, row-major), non-interlaced or Adam7.
-fn raw_rows(width: usize, height: usize, color: u8, depth: u8, interlaced: bool, sample: &dyn Fn(usize, usize, usize) -> u16) -> Vec<u8> {
+fn raw_rows(
+    width: usize,
+    height: usize,
+    color: u8,
+    depth: u8,
+    interlaced: bool,
+    sample: &dyn Fn(usize, usize, usize) -> u16,
+) -> Vec<u8> {
     let bpp = bits_per_pixel(color, depth);
     let samples = bpp / depth as usize;
     let mut raw = Vec::new();
@@ -201,7 +220,15 @@ fn raw_rows(width: usize, height: usize, color: u8, depth: u8, interlaced: bool,
             row(&mut (0..width), y);
         }
     } else {
-        for (x0, dx, y0, dy) in [(0, 8, 0, 8), (4, 8, 0, 8), (0, 4, 4, 8), (2, 4, 0, 4), (0, 2, 2, 4), (1, 2, 0, 2), (0, 1, 1, 2)] {
+        for (x0, dx, y0, dy) in [
+            (0, 8, 0, 8),
+            (4, 8, 0, 8),
+            (0, 4, 4, 8),
+            (2, 4, 0, 4),
+            (0, 2, 2, 4),
+            (1, 2, 0, 2),
+            (0, 1, 1, 2),
+        ] {
             if width <= x0 {
                 continue;
             }
@@ -221,8 +248,17 @@ fn textured_png(width: u32, height: u32, color: u8, depth: u8, interlaced: bool)
     let sample = move |x: usize, y: usize, s: usize| -> u16 {
         ((x * 7 + y * 13 + s * 101 + x * y % 17) as u32 % (max + 1)) as u16
     };
-    let raw = raw_rows(width as usize, height as usize, color, depth, interlaced, &sample);
-    let palette: Vec<u8> = (0..256u32).flat_map(|i| [i as u8, (i * 3) as u8, (255 - i) as u8]).collect();
+    let raw = raw_rows(
+        width as usize,
+        height as usize,
+        color,
+        depth,
+        interlaced,
+        &sample,
+    );
+    let palette: Vec<u8> = (0..256u32)
+        .flat_map(|i| [i as u8, (i * 3) as u8, (255 - i) as u8])
+        .collect();
     let palette = (color == 3).then(|| &palette[..3 * (1usize << depth)]);
     png_from_raw(width, height, depth, color, interlaced, &raw, palette)
 }
@@ -366,7 +402,14 @@ fn an_image_over_the_limit_is_refused_from_its_header_before_any_buffer() {
     let err = result.unwrap_err();
     assert_eq!(err.step, "decode");
     assert!(
-        matches!(err.error, VisionError::TooLarge { width: 12_000, height: 12_000, limit: 100_000_000 }),
+        matches!(
+            err.error,
+            VisionError::TooLarge {
+                width: 12_000,
+                height: 12_000,
+                limit: 100_000_000
+            }
+        ),
         "{err}"
     );
     let text = err.to_string();
@@ -381,12 +424,18 @@ fn a_lower_limit_refuses_a_normal_image_naming_its_size() {
     let jpeg = fixture("pil_420.jpg"); // 163 x 121 = 19723 pixels
     let png = fixture("pil_rgb.png"); // 163 x 121
     for bytes in [&jpeg, &png] {
-        let t = ImageTransform::parse("decode,rrc(32),flip,normalize(imagenet),chw", ImageFields::Detect)
-            .unwrap()
-            .max_pixels(19_722);
+        let t = ImageTransform::parse(
+            "decode,rrc(32),flip,normalize(imagenet),chw",
+            ImageFields::Detect,
+        )
+        .unwrap()
+        .max_pixels(19_722);
         let mut decoder = Decoder::with_max_pixels(t.max_pixels_limit());
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let err = t.plan().run_steps(&mut decoder, bytes, &mut rng).unwrap_err();
+        let err = t
+            .plan()
+            .run_steps(&mut decoder, bytes, &mut rng)
+            .unwrap_err();
         assert!(err.to_string().contains("163x121 pixels (19723)"), "{err}");
         assert!(err.to_string().contains("limit of 19722"), "{err}");
         // One pixel more and it passes.
@@ -407,7 +456,14 @@ fn steps_that_would_make_an_image_over_the_limit_are_refused() {
         .unwrap_err();
     assert_eq!(err.step, "resize(300x400)");
     assert!(
-        matches!(err.error, VisionError::OutputTooLarge { width: 400, height: 300, limit: 100_000 }),
+        matches!(
+            err.error,
+            VisionError::OutputTooLarge {
+                width: 400,
+                height: 300,
+                limit: 100_000
+            }
+        ),
         "{err}"
     );
     // A centre crop of 400 x 300 (zero-padded) likewise.
@@ -425,7 +481,14 @@ fn steps_that_would_make_an_image_over_the_limit_are_refused() {
         .unwrap_err();
     assert_eq!(err.step, "resize(8x8)");
     assert!(
-        matches!(err.error, VisionError::OutputTooLarge { width: 8, height: 90_001, .. }),
+        matches!(
+            err.error,
+            VisionError::OutputTooLarge {
+                width: 8,
+                height: 90_001,
+                ..
+            }
+        ),
         "{err}"
     );
     // A PNG one pixel wider than libpng's default limit (1-bit grey: a
@@ -439,7 +502,11 @@ fn steps_that_would_make_an_image_over_the_limit_are_refused() {
     assert!(err.to_string().contains("wider than 1000000"), "{err}");
     Plan::parse("decode")
         .unwrap()
-        .run(&mut Decoder::with_max_pixels(2_000_000), &textured_png(1_000_000, 1, 0, 1, false), &mut rng)
+        .run(
+            &mut Decoder::with_max_pixels(2_000_000),
+            &textured_png(1_000_000, 1, 0, 1, false),
+            &mut rng,
+        )
         .unwrap();
     // The shorter side of the same image to 256: 256 x 23040000.
     let err = Plan::parse("imagenet-eval")
@@ -464,10 +531,22 @@ fn measured(spec: &str, bytes: &[u8], max_pixels: u64) -> (Result<(), StepError>
 fn one_call_holds_no_more_than_the_working_memory_figure() {
     const P: u64 = 1 << 20;
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("16-bit RGBA, the largest the limit allows", textured_png(1024, 1024, 6, 16, false)),
-        ("16-bit RGBA, interlaced", textured_png(1024, 1024, 6, 16, true)),
-        ("16-bit RGBA, the widest", textured_png(1_000_000, 1, 6, 16, false)),
-        ("8-bit grey, the tallest", textured_png(1, 1 << 20, 0, 8, false)),
+        (
+            "16-bit RGBA, the largest the limit allows",
+            textured_png(1024, 1024, 6, 16, false),
+        ),
+        (
+            "16-bit RGBA, interlaced",
+            textured_png(1024, 1024, 6, 16, true),
+        ),
+        (
+            "16-bit RGBA, the widest",
+            textured_png(1_000_000, 1, 6, 16, false),
+        ),
+        (
+            "8-bit grey, the tallest",
+            textured_png(1, 1 << 20, 0, 8, false),
+        ),
         ("a progressive 640x480 JPEG", fixture("big_progressive.jpg")),
     ];
     let specs = [
@@ -537,7 +616,11 @@ fn a_jpeg_of_too_many_scans_is_refused_naming_the_scan_and_the_limit() {
     decoder.set_max_scans(1000);
     let image = decoder.decode(&bomb).unwrap();
     assert_eq!((image.width(), image.height()), (8, 8));
-    assert!(image.pixels().iter().all(|&v| v == 128), "{:?}", &image.pixels()[..12]);
+    assert!(
+        image.pixels().iter().all(|&v| v == 128),
+        "{:?}",
+        &image.pixels()[..12]
+    );
     // And with no limit at all (0).
     decoder.set_max_scans(0);
     decoder.decode(&bomb).unwrap();
@@ -563,8 +646,14 @@ fn a_jpeg_of_too_many_scans_is_refused_naming_the_scan_and_the_limit() {
 fn usual_progressive_jpegs_are_far_under_the_scan_limit() {
     let mut decoder = Decoder::new();
     decoder.set_max_scans(12);
-    for name in ["pil_progressive.jpg", "tf_progressive.jpg", "big_progressive.jpg"] {
-        decoder.decode(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for name in [
+        "pil_progressive.jpg",
+        "tf_progressive.jpg",
+        "big_progressive.jpg",
+    ] {
+        decoder
+            .decode(&fixture(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 
@@ -573,11 +662,28 @@ fn usual_progressive_jpegs_are_far_under_the_scan_limit() {
 #[test]
 fn interlaced_pngs_decode_as_their_plain_twins() {
     let mut decoder = Decoder::new();
-    let formats = [(0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (2, 8), (2, 16), (3, 1), (3, 4), (3, 8), (4, 8), (4, 16), (6, 8), (6, 16)];
+    let formats = [
+        (0, 1),
+        (0, 2),
+        (0, 4),
+        (0, 8),
+        (0, 16),
+        (2, 8),
+        (2, 16),
+        (3, 1),
+        (3, 4),
+        (3, 8),
+        (4, 8),
+        (4, 16),
+        (6, 8),
+        (6, 16),
+    ];
     let sizes = [(1, 1), (3, 2), (5, 9), (13, 11), (16, 16), (33, 7)];
     for (color, depth) in formats {
         for (w, h) in sizes {
-            let plain = decoder.decode(&textured_png(w, h, color, depth, false)).unwrap();
+            let plain = decoder
+                .decode(&textured_png(w, h, color, depth, false))
+                .unwrap();
             let adam7 = decoder
                 .decode(&textured_png(w, h, color, depth, true))
                 .unwrap_or_else(|e| panic!("colour {color} depth {depth} {w}x{h}: {e}"));
@@ -587,11 +693,22 @@ fn interlaced_pngs_decode_as_their_plain_twins() {
                 let spec = format!("decode,center-crop({}x{})", h - 2, w - 3);
                 let plan = Plan::parse(&spec).unwrap();
                 let mut rng = ChaCha8Rng::seed_from_u64(0);
-                let a = plan.run(&mut decoder, &textured_png(w, h, color, depth, false), &mut rng).unwrap();
-                let b = plan.run(&mut decoder, &textured_png(w, h, color, depth, true), &mut rng).unwrap();
+                let a = plan
+                    .run(
+                        &mut decoder,
+                        &textured_png(w, h, color, depth, false),
+                        &mut rng,
+                    )
+                    .unwrap();
+                let b = plan
+                    .run(
+                        &mut decoder,
+                        &textured_png(w, h, color, depth, true),
+                        &mut rng,
+                    )
+                    .unwrap();
                 assert_eq!(a, b, "colour {color} depth {depth} {w}x{h} {spec}");
             }
         }
     }
 }
-
