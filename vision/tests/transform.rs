@@ -131,7 +131,7 @@ fn imagenet_train_pixels_are_the_plans_with_the_instance_rng_for_any_worker_coun
         // The corrupt JPEG: a bad record with its provenance, never a panic.
         assert_eq!(errors.len(), 1, "{errors:?}");
         // It names the transform as given (not its expanded chain), the
-        // field and the failing step (issue 29). Mutation (tried):
+        // field and the failing step (issue 28). Mutation (tried):
         // `ImageTransform::name` returning `self.plan.to_string()` → fails.
         match &errors[0] {
             Error::Transform {
