@@ -23,7 +23,11 @@ STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
 def texture(h, w, i):
-    """A u8 [h, w, 3] image whose every pixel differs from its neighbours."""
+    """A u8 [h, w, 3] image whose every pixel differs from its neighbours.
+
+    Mutation (tried): a solid colour here (xx = yy = 0) fails
+    test_crops_and_flips_show, test_random_resized_crop_... and
+    test_imagenet_train_preset: crops and flips are seen."""
     yy, xx = np.mgrid[0:h, 0:w]
     return np.stack([(xx * 7 + i * 11) % 256, (yy * 5 + xx * 3) % 256,
                      (xx * yy + 3 * i + yy) % 256], axis=-1).astype(np.uint8)
