@@ -418,6 +418,54 @@ impl Values {
     }
 }
 
+/// [`Values::to_json`]'s elements written by serde one at a time, with no
+/// JSON tree in between: the same text, in a few bytes of memory per
+/// element (`to_json` makes a 32-byte JSON value for each).
+pub(crate) struct StreamedValues<'a>(pub(crate) &'a Values);
+
+/// An `f64` as [`Values::to_json`] writes it: a number, or `"NaN"`,
+/// `"Infinity"`, `"-Infinity"` for what JSON has no number for.
+struct JsonNumber(f64);
+
+impl serde::Serialize for JsonNumber {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let x = self.0;
+        if x.is_finite() {
+            s.serialize_f64(x)
+        } else if x.is_nan() {
+            s.serialize_str("NaN")
+        } else if x > 0.0 {
+            s.serialize_str("Infinity")
+        } else {
+            s.serialize_str("-Infinity")
+        }
+    }
+}
+
+/// A byte string as base64 (one string the size of its encoding).
+struct Base64<'a>(&'a [u8]);
+
+impl serde::Serialize for Base64<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.0))
+    }
+}
+
+impl serde::Serialize for StreamedValues<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Values::F32(v) => s.collect_seq(v.iter().map(|&x| JsonNumber(f64::from(x)))),
+            Values::F64(v) => s.collect_seq(v.iter().map(|&x| JsonNumber(x))),
+            Values::I64(v) => s.collect_seq(v),
+            Values::I32(v) => s.collect_seq(v),
+            Values::U8(v) => s.collect_seq(v),
+            Values::Bool(v) => s.collect_seq(v),
+            Values::Bytes(b) => s.collect_seq(b.iter().map(Base64)),
+        }
+    }
+}
+
 /// A value with its shape, as a format reads it (before any schema).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {

@@ -11,7 +11,10 @@
 //!   1,024 rows, as the pipeline's readers make them) holds no more heap
 //!   than its [`ShuffleBuffer::memory_bytes`], which stays within its byte
 //!   bound (plus one chunk), and it holds every file's record in a few
-//!   hundred bytes each, not a chunk's worth.
+//!   hundred bytes each, not a chunk's worth;
+//! - a record's JSON (`feedline cat`) is written as it is made: writing a
+//!   record of a million elements holds a few KB of heap, not a JSON tree
+//!   of 32 bytes per element nor the whole text.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -23,16 +26,30 @@ use feedline::gen::{self, GenOptions, Preset};
 use feedline::plan::PassPlan;
 use feedline::reader::{files, Reader};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
-use feedline::{Chunk, DType, Ragged, Schema, SourceId};
+use feedline::{
+    BytesList, Chunk, DType, Location, Ragged, Record, Schema, SourceId, Tensor, Values,
+};
 
 struct Counting;
 
 thread_local! {
     static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
 fn count(delta: isize) {
-    let _ = LIVE.try_with(|l| l.set(l.get() + delta));
+    let _ = LIVE.try_with(|l| {
+        l.set(l.get() + delta);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(l.get())));
+    });
+}
+
+/// The most heap `f` held above what was held before it.
+fn peak_of(f: impl FnOnce()) -> isize {
+    let base = live();
+    PEAK.with(|p| p.set(base));
+    f();
+    PEAK.with(Cell::get) - base
 }
 
 // SAFETY: every call is passed on to the system allocator unchanged.
@@ -260,4 +277,71 @@ fn the_single_thread_reader_sizes_a_small_file_s_chunk_by_what_it_can_hold() {
         assert!(c.capacity() <= 19, "{}", c.capacity());
         assert!(c.memory_bytes() < 8 << 10, "{}", c.memory_bytes());
     }
+}
+
+#[test]
+fn a_records_json_is_written_as_it_is_made() {
+    // What `feedline cat --transform decode` prints for a decoded 1000 x
+    // 1000 image: a million u8 values, beside every other kind of value.
+    let pixels: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let record = Record {
+        fields: vec![
+            (
+                "image".into(),
+                Tensor {
+                    values: Values::U8(pixels),
+                    shape: vec![1000, 1000, 3],
+                },
+            ),
+            (
+                "f".into(),
+                Tensor::vector(Values::F32(vec![
+                    0.1,
+                    f32::NAN,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    -0.0,
+                ])),
+            ),
+            (
+                "d".into(),
+                Tensor::vector(Values::F64(vec![1e300, 0.5, f64::NAN])),
+            ),
+            (
+                "i".into(),
+                Tensor::vector(Values::I64(vec![i64::MIN, -1, 7])),
+            ),
+            ("j".into(), Tensor::vector(Values::I32(vec![i32::MAX, 0]))),
+            ("ok".into(), Tensor::vector(Values::Bool(vec![true, false]))),
+            (
+                "b".into(),
+                Tensor::vector(Values::Bytes(BytesList::from_iter([
+                    &b"\x00\xffab"[..],
+                    &b""[..],
+                ]))),
+            ),
+        ],
+        location: Location::new(SourceId::intern("json.test"), 0, None),
+    };
+    // The text is to_json's, to the byte.
+    let mut text = Vec::new();
+    record.write_json(&mut text).unwrap();
+    assert_eq!(text, serde_json::to_vec(&record.to_json()).unwrap());
+    // Written to a sink that keeps nothing, it holds a few KB. Mutation
+    // (tried): write_json as `out.write_all(&serde_json::to_vec(&self.to_json())?)`
+    // holds 100 MB here.
+    struct Sink(usize);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut sink = Sink(0);
+    let held = peak_of(|| record.write_json(&mut sink).unwrap());
+    assert_eq!(sink.0, text.len());
+    assert!(held < 16 << 10, "writing the JSON held {held} bytes");
 }

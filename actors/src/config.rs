@@ -506,10 +506,16 @@ impl PipelineConfig {
     ///   ranged-GET parts, the one being read and those requested ahead
     ///   ([`remote_read_ahead_bytes`](Self::remote_read_ahead_bytes)).
     ///
-    /// Not in the bound: each transform worker's own working memory (for an
-    /// image, its decoded region — at most width × height × 3 bytes — and
-    /// the resampling rows), and memory-mapped input files' file-backed,
+    /// - transform workers: each worker's working memory, as the instance
+    ///   map states it ([`InstanceMap::working_memory_bytes`]: for an image
+    ///   transform, its decode buffer, resampling rows and the decoder's own
+    ///   memory for the largest image its pixel limit lets through),
+    ///   times [`transforms.workers`](feedline::transform::Transforms::workers).
+    ///
+    /// Not in the bound: memory-mapped input files' file-backed,
     /// reclaimable pages.
+    ///
+    /// [`InstanceMap::working_memory_bytes`]: feedline::transform::InstanceMap::working_memory_bytes
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunk = (self.chunk_bytes + record_bytes).min(self.chunk_records.max(1) * record_bytes);
         let chunks = self.readers * (self.chunks_in_flight + 1) * chunk;
@@ -530,13 +536,43 @@ impl PipelineConfig {
             0
         };
         let making = 4 * self.in_flight_batches() * batch * record_bytes;
-        chunks
+        (chunks
             + pool
             + drain
             + batches * batch * record_bytes
             + reorder
             + making
-            + self.remote_read_ahead_bytes()
+            + self.remote_read_ahead_bytes())
+        .saturating_add(self.transform_workers_bytes())
+    }
+
+    /// The transform workers' working memory: each worker's, as the
+    /// instance map states it, times the workers (0 without an instance
+    /// map).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use feedline::format::generator::Sample;
+    /// use feedline::transform::{BoxError, InstanceMap, Row, TransformCtx};
+    /// use feedline_actors::PipelineConfig;
+    /// struct Holds(usize);
+    /// impl InstanceMap for Holds {
+    ///     fn map(&self, _: &Row<'_>, _: &mut TransformCtx) -> Result<Sample, BoxError> {
+    ///         Ok(Sample::new())
+    ///     }
+    ///     fn working_memory_bytes(&self) -> usize { self.0 }
+    /// }
+    /// let mut c = PipelineConfig::default();
+    /// assert_eq!(c.transform_workers_bytes(), 0);
+    /// c.transforms.instance = Some(Arc::new(Holds(1000)));
+    /// c.transforms.workers = 3;
+    /// assert_eq!(c.transform_workers_bytes(), 3000);
+    /// ```
+    pub fn transform_workers_bytes(&self) -> usize {
+        self.transforms.instance.as_ref().map_or(0, |map| {
+            map.working_memory_bytes()
+                .saturating_mul(self.transforms.workers)
+        })
     }
 
     /// The batches the batch maker holds at most, in force: the setting
@@ -636,5 +672,50 @@ mod tests {
             FileSet::new("b", ["https://h/b.tfrecord"]).readers(5),
         ];
         assert_eq!(c.remote_read_ahead_bytes(), 8 * per_reader);
+    }
+}
+
+#[cfg(test)]
+mod transform_bound_tests {
+    use std::sync::Arc;
+
+    use feedline::format::generator::Sample;
+    use feedline::transform::{BoxError, InstanceMap, Row, TransformCtx};
+
+    use super::*;
+
+    /// A map that says it holds `self.0` bytes a call.
+    struct Holds(usize);
+
+    impl InstanceMap for Holds {
+        fn map(&self, _: &Row<'_>, _: &mut TransformCtx) -> Result<Sample, BoxError> {
+            Ok(Sample::new())
+        }
+        fn working_memory_bytes(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn each_transform_worker_adds_its_maps_working_memory_to_the_bound() {
+        // Mutation (tried): dropping `.saturating_add(self.transform_workers_bytes())`
+        // from in_flight_bound_bytes → the bound does not grow.
+        for workers in [1, 4, 8] {
+            let mut c = PipelineConfig::default();
+            c.transforms.workers = workers;
+            c.transforms.instance = Some(Arc::new(Holds(0)));
+            let without = c.in_flight_bound_bytes(1000);
+            c.transforms.instance = Some(Arc::new(Holds(12_345_678)));
+            assert_eq!(
+                c.in_flight_bound_bytes(1000),
+                without + workers * 12_345_678,
+                "{workers} workers"
+            );
+            assert_eq!(c.transform_workers_bytes(), workers * 12_345_678);
+        }
+        // A map that holds more than memory has saturates, never wraps.
+        let mut c = PipelineConfig::default();
+        c.transforms.instance = Some(Arc::new(Holds(usize::MAX)));
+        assert_eq!(c.in_flight_bound_bytes(1000), usize::MAX);
     }
 }

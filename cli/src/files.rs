@@ -94,7 +94,10 @@ pub fn cat(mut args: CatArgs) -> CliResult<ExitCode> {
                         Some(t) => transformed(t, &rec, args.seed)?,
                         None => rec,
                     };
-                    writeln!(out, "{}", rec.to_json())?;
+                    // Streamed: a decoded image is never a JSON tree (32
+                    // bytes per element) or one string.
+                    out.write_with(|w| rec.write_json(w))?;
+                    writeln!(out)?;
                     printed += 1;
                 }
                 None => break,

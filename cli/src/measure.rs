@@ -112,7 +112,7 @@ fn status_value(status: &str, key: &str) -> Option<u64> {
 }
 
 /// Peak resident set size of the process so far (VmHWM), bytes.
-fn peak_rss_bytes() -> Option<u64> {
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
     status_bytes("VmHWM:")
 }
 
@@ -553,6 +553,13 @@ impl Plan {
         put("peak_rss_anon_mb", json!(r.peak_anon.map(to_mib)));
         put("peak_rss_file_mb", json!(r.peak_file.map(to_mib)));
         put("in_flight_bound_mb", json!(round(bound as f64 / mib, 1)));
+        put("in_flight_bound_bytes", json!(bound));
+        // Part of the bound: the transform workers' working memory (each
+        // worker's, as the transform states it, times the workers).
+        put(
+            "transform_workers_bytes",
+            json!(self.config.transform_workers_bytes()),
+        );
         put(
             "rss_within_bound_plus_64mib",
             json!(r.peak_rss.map(|p| p <= bound as u64 + (64 << 20))),

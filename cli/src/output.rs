@@ -31,6 +31,15 @@ impl Stdout {
         self.out.write_fmt(args).map_err(to_stdout)
     }
 
+    /// Writes what `f` writes to the buffered stream (a record's JSON
+    /// streamed element by element, say), every write checked.
+    pub fn write_with(
+        &mut self,
+        f: impl FnOnce(&mut BufWriter<io::StdoutLock<'static>>) -> io::Result<()>,
+    ) -> CliResult<()> {
+        f(&mut self.out).map_err(to_stdout)
+    }
+
     /// Flush what is buffered (e.g. before a long wait, so a reader sees it).
     pub fn flush(&mut self) -> CliResult<()> {
         self.out.flush().map_err(to_stdout)

@@ -229,6 +229,13 @@ pub struct TransformArgs {
     /// 1..=256 (default: 2); needs --transform.
     #[arg(long, value_parser = count(1, MAX_WORKERS))]
     pub workers: Option<usize>,
+    /// The most pixels (width × height) an image may have, 1..=2^40
+    /// (default: PIL's 178956970): a larger one is a bad record naming its
+    /// size, refused from its header before it is decoded. Each transform
+    /// worker may hold about 14 bytes per pixel of this limit, which the
+    /// stated memory bound counts; needs --transform.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    pub max_pixels: Option<u64>,
 }
 
 impl TransformArgs {
@@ -240,15 +247,21 @@ impl TransformArgs {
                 "--workers {n} applies only with --transform (the transform workers): give --transform SPEC"
             )));
         }
+        if let (Some(n), None) = (self.max_pixels, &self.transform) {
+            return Err(CliError::usage(format!(
+                "--max-pixels {n} applies only with --transform (the images it decodes): give --transform SPEC"
+            )));
+        }
         let Some(spec) = &self.transform else {
             return Ok(None);
         };
-        let plan = feedline_vision::Plan::parse(spec)
-            .map_err(|e| CliError::usage(format!("--transform: {e}")))?;
-        Ok(Some(feedline_vision::ImageTransform::new(
-            plan,
-            feedline_vision::ImageFields::Detect,
-        )))
+        let image =
+            feedline_vision::ImageTransform::parse(spec, feedline_vision::ImageFields::Detect)
+                .map_err(|e| CliError::usage(format!("--transform: {e}")))?;
+        Ok(Some(match self.max_pixels {
+            Some(n) => image.max_pixels(n),
+            None => image,
+        }))
     }
 
     /// The transforms of the pipeline settings.

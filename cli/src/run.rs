@@ -455,7 +455,10 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
             interrupt: signals.interrupt.clone(),
         })
         .collect();
+    // The memory bound is stated after the run, from the records' sizes.
+    let memory_config = config.clone();
     let (outcome, snap) = run_pipeline(config, options, steps, signals.first, stop_rx)?;
+    let memory = Memory::of(&memory_config, &snap);
     if let Some(t) = &trace {
         t.finish()?;
     }
@@ -463,10 +466,15 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     delivery.lock().save_last()?;
     let mut out = Stdout::new();
     if args.json {
-        let text = serde_json::to_string_pretty(&snap).unwrap_or_default();
+        let mut value = serde_json::to_value(&snap).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            memory.put(map);
+        }
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         writeln!(out, "{text}")?;
     } else {
         print_summary(&snap, &mut out)?;
+        memory.print(&mut out)?;
     }
     out.finish()?;
     match outcome {
@@ -580,6 +588,68 @@ fn refuse_an_input(
 fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// What the run held against its stated bound: the in-flight bound of the
+/// settings for the records read (the larger of a record read and a record
+/// made), the transform workers' part of it, and the process's peak RSS.
+struct Memory {
+    bound: usize,
+    transform_workers: usize,
+    workers: usize,
+    peak_rss: Option<u64>,
+}
+
+impl Memory {
+    fn of(config: &PipelineConfig, s: &StatsSnapshot) -> Memory {
+        let per = |stage: &feedline_actors::StageSnapshot| {
+            (stage.payload_bytes / stage.records.max(1)) as usize
+        };
+        let payload = per(&s.readers).max(per(&s.batch_maker));
+        let fields = config.schema.as_ref().map_or(1, |s| s.len());
+        let record_bytes = payload + 8 * fields + std::mem::size_of::<feedline::Origin>();
+        Memory {
+            bound: config.in_flight_bound_bytes(record_bytes),
+            transform_workers: config.transform_workers_bytes(),
+            workers: if config.transforms.instance.is_some() {
+                config.transforms.workers
+            } else {
+                0
+            },
+            peak_rss: crate::measure::peak_rss_bytes(),
+        }
+    }
+
+    fn put(&self, map: &mut serde_json::Map<String, serde_json::Value>) {
+        map.insert("in_flight_bound_bytes".into(), self.bound.into());
+        map.insert(
+            "transform_workers_bytes".into(),
+            self.transform_workers.into(),
+        );
+        map.insert("peak_rss_bytes".into(), self.peak_rss.into());
+    }
+
+    fn print(&self, out: &mut Stdout) -> CliResult<()> {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let rss = match self.peak_rss {
+            Some(b) => format!("peak RSS {:.1} MiB, ", mib(b)),
+            None => String::new(),
+        };
+        let workers = if self.workers > 0 {
+            format!(
+                " (transform workers {} x {:.1} MiB)",
+                self.workers,
+                mib((self.transform_workers / self.workers) as u64)
+            )
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "memory: {rss}in-flight bound {:.1} MiB{workers}",
+            mib(self.bound as u64)
+        )
+    }
 }
 
 fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {

@@ -828,7 +828,7 @@ impl PyLoader {
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=None, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
-        resume=None, transform=None, batches_in_flight=None, equalize=None))]
+        resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -853,6 +853,7 @@ impl PyLoader {
         transform: Option<&str>,
         batches_in_flight: Option<usize>,
         equalize: Option<&str>,
+        max_pixels: Option<u64>,
     ) -> PyResult<Self> {
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes)?;
@@ -887,18 +888,28 @@ impl PyLoader {
                      transform is not supported)"
                 )))
             }
+            _ if max_pixels.is_some() && transform.is_none() => {
+                return Err(PyValueError::new_err(
+                    "max_pixels is a setting of transform= (the images it decodes)",
+                ))
+            }
             (None, Some(spec)) => {
                 if map_schema.is_some() {
                     return Err(PyValueError::new_err(
                         "map_schema is a setting of map=: the built-in transforms know their output",
                     ));
                 }
-                let plan = feedline_vision::Plan::parse(spec)
-                    .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
-                b = b.transform(std::sync::Arc::new(feedline_vision::ImageTransform::new(
-                    plan,
+                let image = feedline_vision::ImageTransform::parse(
+                    spec,
                     feedline_vision::ImageFields::Detect,
-                )));
+                )
+                .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
+                let image = match max_pixels {
+                    Some(0) => return Err(PyValueError::new_err("max_pixels must be >= 1")),
+                    Some(n) => image.max_pixels(n),
+                    None => image,
+                };
+                b = b.transform(std::sync::Arc::new(image));
                 if let Some(w) = workers {
                     b = b.workers(w);
                 }

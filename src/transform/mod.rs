@@ -120,9 +120,21 @@ pub trait InstanceMap: Send + Sync {
         None
     }
 
-    /// A short name for logs and statistics.
+    /// A short name for logs, statistics and errors.
     fn name(&self) -> String {
         "map".into()
+    }
+
+    /// The most memory, in bytes, one call of [`map`](Self::map) or
+    /// [`map_into`](Self::map_into) may hold besides its input row and the
+    /// batch row it writes — decode buffers, scratch kept by the worker
+    /// thread from call to call, an output it makes itself — whatever the
+    /// instance (by the limits the map enforces). The pipeline counts it
+    /// once per transform worker in its memory bound
+    /// (`PipelineConfig::in_flight_bound_bytes` in `feedline-actors`). 0 by
+    /// default: a map that holds more must say so to keep the bound true.
+    fn working_memory_bytes(&self) -> usize {
+        0
     }
 }
 

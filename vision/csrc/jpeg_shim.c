@@ -12,6 +12,15 @@
  * an unknown JFIF revision or Adobe transform code, a bad ICC marker) are
  * counted and ignored.
  *
+ * A scan limit (as libjpeg-turbo's `djpeg -maxscans` sets it, through a
+ * progress monitor): a progressive JPEG of thousands of scans makes libjpeg
+ * run over every coefficient once per scan, seconds of CPU for one small
+ * file; past the limit the decode fails naming the scan count and the
+ * limit.
+ *
+ * CMYK and YCCK files are converted to RGB here, row by row, as PIL
+ * converts them (so no CMYK copy of the image is ever held).
+ *
  * Use: fl_jpeg_new, then per image fl_jpeg_read_header then (optionally)
  * fl_jpeg_decode; fl_jpeg_free at the end.  A decoder is used by one thread
  * at a time.
@@ -65,8 +74,9 @@ typedef struct fl_jpeg_region {
   uint32_t scale_denom; /* 1, 2, 4 or 8 */
   uint32_t x, y, width, height; /* in scaled output pixels */
   uint32_t flags;      /* FL_SKIP_ROWS | FL_CROP_COLS | FL_STOP_EARLY */
-  int32_t cmyk;        /* 1: CMYK as stored (4 bytes/pixel), 0: RGB (3) */
-  uint8_t *out;        /* height rows of width * components bytes */
+  int32_t cmyk;        /* 1: a CMYK/YCCK file, decoded as CMYK and converted
+                          to RGB here as PIL does; 0: decoded as RGB */
+  uint8_t *out;        /* height rows of width * 3 bytes (RGB) */
   size_t out_stride;   /* bytes from one output row to the next */
   size_t out_len;      /* bytes writable at out */
 } fl_jpeg_region;
@@ -81,8 +91,10 @@ struct fl_error_mgr {
 };
 
 typedef struct fl_jpeg {
-  struct jpeg_decompress_struct cinfo;
+  struct jpeg_decompress_struct cinfo; /* first: the progress monitor casts */
   struct fl_error_mgr err;
+  struct jpeg_progress_mgr progress;
+  int max_scans;       /* 0: no limit */
   int header_read;
   uint8_t *scratch;
   size_t scratch_len;
@@ -124,6 +136,23 @@ static void fl_emit_message(j_common_ptr cinfo, int msg_level) {
 
 static void fl_output_message(j_common_ptr cinfo) { (void)cinfo; }
 
+/* libjpeg calls this before each chunk of input it consumes (every iMCU row
+ * and every new scan while jpeg_start_decompress reads a multi-scan file):
+ * past the scan limit the decode stops here, as djpeg -maxscans does. */
+static void fl_progress_monitor(j_common_ptr cinfo) {
+  fl_jpeg *j = (fl_jpeg *)cinfo; /* cinfo is fl_jpeg's first member */
+  j_decompress_ptr d = (j_decompress_ptr)cinfo;
+  if (j->max_scans > 0 && d->input_scan_number > j->max_scans) {
+    fl_note_offset(cinfo);
+    snprintf(j->err.message, sizeof j->err.message,
+             "%s JPEG of more than %d scans: scan %d reached, over the scan limit of %d "
+             "(libjpeg-turbo's -maxscans; many scans cost seconds of CPU for one image)",
+             d->progressive_mode ? "progressive" : "multi-scan", j->max_scans,
+             d->input_scan_number, j->max_scans);
+    longjmp(j->err.jump, 1);
+  }
+}
+
 static void fl_set_message(fl_jpeg *j, const char *message) {
   snprintf(j->err.message, sizeof j->err.message, "%s", message);
 }
@@ -135,6 +164,8 @@ static int fl_create(fl_jpeg *j) {
   j->err.pub.output_message = fl_output_message;
   if (setjmp(j->err.jump)) return FL_JPEG_ERROR;
   jpeg_create_decompress(&j->cinfo);
+  j->progress.progress_monitor = fl_progress_monitor;
+  j->cinfo.progress = &j->progress;
   return FL_OK;
 }
 
@@ -160,6 +191,9 @@ const char *fl_jpeg_message(const fl_jpeg *j) { return j->err.message; }
 int fl_jpeg_benign_warnings(const fl_jpeg *j) { return j->err.benign_warnings; }
 
 size_t fl_jpeg_input_offset(const fl_jpeg *j) { return j->err.error_offset; }
+
+/* The most scans a file may have (0: no limit). */
+void fl_jpeg_set_max_scans(fl_jpeg *j, int max_scans) { j->max_scans = max_scans; }
 
 /* Caps libjpeg's own allocations (the progressive coefficient buffers above
  * all); over it libjpeg fails with "Backing store not supported". */
@@ -202,6 +236,23 @@ int fl_jpeg_read_header(fl_jpeg *j, const uint8_t *data, size_t len,
   return FL_OK;
 }
 
+/* PIL's conversion of a CMYK JPEG: PIL reads every 4-component JPEG with
+ * the Adobe (inverted) convention (rawmode "CMYK;I": C = 255 - c for a
+ * stored byte c), then convert("RGB") computes per channel
+ * R = nk - MULDIV255(C, nk) with nk = 255 - K (Pillow's cmyk2rgb); with the
+ * stored bytes that is k - MULDIV255(255 - c, k). */
+static void fl_cmyk_to_rgb(const JSAMPLE *cmyk, uint8_t *rgb, JDIMENSION pixels) {
+  JDIMENSION i;
+  int c;
+  for (i = 0; i < pixels; i++, cmyk += 4, rgb += 3) {
+    unsigned nk = cmyk[3];
+    for (c = 0; c < 3; c++) {
+      unsigned tmp = (255u - cmyk[c]) * nk + 128u;
+      rgb[c] = (uint8_t)(nk - (((tmp >> 8) + tmp) >> 8));
+    }
+  }
+}
+
 static int fl_reserve_scratch(fl_jpeg *j, size_t len) {
   if (j->scratch_len >= len) return 1;
   free(j->scratch);
@@ -216,7 +267,7 @@ static int fl_reserve_scratch(fl_jpeg *j, size_t len) {
 int fl_jpeg_decode(fl_jpeg *j, const fl_jpeg_region *r) {
   struct jpeg_decompress_struct *cinfo = &j->cinfo;
   JDIMENSION xoff, crop_w, col, first_row, out_w, out_h, n, i;
-  size_t comps, row_bytes;
+  size_t comps, row_bytes, in_row_bytes;
   JSAMPROW rows[FL_ROWS_PER_READ];
 
   if (!j->header_read) {
@@ -253,7 +304,13 @@ int fl_jpeg_decode(fl_jpeg *j, const fl_jpeg_region *r) {
     jpeg_abort_decompress(cinfo);
     return FL_BAD_REQUEST;
   }
-  row_bytes = (size_t)r->width * comps;
+  if (comps != (r->cmyk ? 4u : 3u)) {
+    fl_set_message(j, "libjpeg's output is not the components asked for");
+    jpeg_abort_decompress(cinfo);
+    return FL_BAD_REQUEST;
+  }
+  in_row_bytes = (size_t)r->width * comps;
+  row_bytes = (size_t)r->width * 3;
   if (r->out_stride < row_bytes ||
       r->out_len < (size_t)(r->height - 1) * r->out_stride + row_bytes) {
     fl_set_message(j, "output buffer too small for the region");
@@ -295,9 +352,14 @@ int fl_jpeg_decode(fl_jpeg *j, const fl_jpeg_region *r) {
     JDIMENSION want = r->height - done;
     n = jpeg_read_scanlines(cinfo, rows, want < FL_ROWS_PER_READ ? want : FL_ROWS_PER_READ);
     if (n == 0) ERREXIT(cinfo, JERR_INPUT_EOF);
-    for (i = 0; i < n; i++)
-      memcpy(r->out + (size_t)(done + i) * r->out_stride, rows[i] + (size_t)col * comps,
-             row_bytes);
+    for (i = 0; i < n; i++) {
+      uint8_t *dst = r->out + (size_t)(done + i) * r->out_stride;
+      const JSAMPLE *src = rows[i] + (size_t)col * comps;
+      if (r->cmyk)
+        fl_cmyk_to_rgb(src, dst, r->width);
+      else
+        memcpy(dst, src, in_row_bytes);
+    }
   }
   if (r->flags & FL_STOP_EARLY) {
     jpeg_abort_decompress(cinfo);

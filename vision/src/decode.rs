@@ -1,6 +1,8 @@
 //! Decoding JPEG and PNG bytes to [`RgbImage`]: format sniffing, the pixel
-//! limit, and the reusable per-thread [`Decoder`] that owns libjpeg's
-//! decompressor and the scratch buffers of the fused kernel.
+//! limit (refused from the header, before any pixel buffer is allocated),
+//! the JPEG scan limit, and the reusable per-thread [`Decoder`] that owns
+//! libjpeg's decompressor and the scratch buffers of the fused kernel.
+//! What one call may hold, by these limits, is [`crate::memory`]'s.
 //!
 //! What each kind of file becomes (the same as PIL's
 //! `Image.open(f).convert("RGB")`, tested against PIL's pixels):
@@ -19,10 +21,15 @@
 
 use crate::error::{Result, VisionError};
 use crate::image::RgbImage;
-use crate::jpeg::{scaled_size, JpegDecoder, JpegInfo, JpegRegion, OpenJpeg, ReducedWork};
-use crate::png::{decode_png, png_info, PngInfo};
+use crate::jpeg::{
+    scaled_size, JpegDecoder, JpegInfo, JpegRegion, OpenJpeg, ReducedWork, DEFAULT_MAX_SCANS,
+};
+use crate::memory::libjpeg_memory_cap;
+use crate::ops::CropBox;
+use crate::png::{decode_png_region, png_info, PngInfo};
 
-/// PIL's decompression-bomb limit (`2 * Image.MAX_IMAGE_PIXELS`).
+/// PIL's decompression-bomb limit (`2 * Image.MAX_IMAGE_PIXELS`): PIL
+/// refuses an image of more pixels than this with `DecompressionBombError`.
 pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 
 /// The image formats this crate decodes.
@@ -89,29 +96,52 @@ impl ImageInfo {
 pub struct Decoder {
     jpeg: Option<JpegDecoder>,
     max_pixels: u64,
+    max_scans: u32,
     pub(crate) scratch: Scratch,
 }
 
-/// Buffers the fused kernel reuses from image to image.
+/// Buffers the fused kernel reuses from image to image (each at most
+/// `3 × max_pixels` bytes: see [`crate::memory`]).
 #[derive(Default)]
 pub(crate) struct Scratch {
-    /// Decoded pixels of the region a kernel reads.
+    /// Decoded pixels of the region a kernel reads (JPEG or PNG).
     pub(crate) region: Vec<u8>,
     /// The horizontal pass's rows.
     pub(crate) rows: Vec<u8>,
 }
 
 /// The first `len` bytes of `buf`, grown (never shrunk, never cleared: the
-/// caller overwrites them) to at least `len`.
+/// caller overwrites them) to at least `len`. Growing frees the old buffer
+/// first and reserves exactly `len` (no doubling, no copy), so the buffer
+/// never holds more than the largest `len` asked, even for a moment.
 pub(crate) fn grown(
     buf: &mut Vec<u8>,
     len: usize,
 ) -> std::result::Result<&mut [u8], std::collections::TryReserveError> {
     if buf.len() < len {
-        buf.try_reserve(len - buf.len())?;
+        if buf.capacity() < len {
+            *buf = Vec::new();
+            buf.try_reserve_exact(len)?;
+        }
         buf.resize(len, 0);
     }
     Ok(&mut buf[..len])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grown;
+
+    #[test]
+    fn a_grown_buffer_holds_exactly_the_largest_length_asked() {
+        // Mutation (tried): `try_reserve` (amortised: it may double) in
+        // place of freeing and `try_reserve_exact` → capacity 2000.
+        let mut buf = Vec::new();
+        for (len, capacity) in [(1000, 1000), (500, 1000), (1500, 1500), (1200, 1500)] {
+            assert_eq!(grown(&mut buf, len).unwrap().len(), len);
+            assert_eq!(buf.capacity(), capacity, "after asking for {len}");
+        }
+    }
 }
 
 impl Default for Decoder {
@@ -143,11 +173,13 @@ impl OpenImage<'_, '_> {
 }
 
 impl Decoder {
-    /// A decoder with PIL's pixel limit ([`DEFAULT_MAX_PIXELS`]).
+    /// A decoder with PIL's pixel limit ([`DEFAULT_MAX_PIXELS`]) and
+    /// libjpeg-turbo's usual scan limit ([`DEFAULT_MAX_SCANS`]).
     pub fn new() -> Self {
         Decoder {
             jpeg: None,
             max_pixels: DEFAULT_MAX_PIXELS,
+            max_scans: DEFAULT_MAX_SCANS,
             scratch: Scratch::default(),
         }
     }
@@ -160,9 +192,27 @@ impl Decoder {
         }
     }
 
-    /// The pixel limit.
+    /// The pixel limit: an image of more pixels is refused from its
+    /// header, and so is an intermediate or output image of more (a resize
+    /// to more pixels, the resampling's rows).
     pub fn max_pixels(&self) -> u64 {
         self.max_pixels
+    }
+
+    /// Sets the pixel limit for the next images (a thread's decoder serves
+    /// transforms of different limits).
+    pub fn set_max_pixels(&mut self, max_pixels: u64) {
+        self.max_pixels = max_pixels;
+    }
+
+    /// The most scans a JPEG may have (0: no limit).
+    pub fn max_scans(&self) -> u32 {
+        self.max_scans
+    }
+
+    /// Sets the JPEG scan limit (0: none; default [`DEFAULT_MAX_SCANS`]).
+    pub fn set_max_scans(&mut self, max_scans: u32) {
+        self.max_scans = max_scans;
     }
 
     /// Reads the header: format, size, colour model.
@@ -175,7 +225,7 @@ impl Decoder {
 
     /// Reads the header (and checks the pixel limit); the result decodes.
     pub(crate) fn open<'s, 'd>(&'s mut self, bytes: &'d [u8]) -> Result<OpenImage<'s, 'd>> {
-        open_image(&mut self.jpeg, self.max_pixels, bytes)
+        open_image(&mut self.jpeg, self.max_pixels, self.max_scans, bytes)
     }
 
     /// [`Decoder::open`], and the scratch buffers beside it.
@@ -183,7 +233,7 @@ impl Decoder {
         &'s mut self,
         bytes: &'d [u8],
     ) -> Result<(OpenImage<'s, 'd>, &'s mut Scratch)> {
-        let open = open_image(&mut self.jpeg, self.max_pixels, bytes)?;
+        let open = open_image(&mut self.jpeg, self.max_pixels, self.max_scans, bytes)?;
         Ok((open, &mut self.scratch))
     }
 
@@ -202,7 +252,18 @@ impl Decoder {
                 };
                 decode_jpeg_region(open, region, ReducedWork::NONE)
             }
-            OpenImage::Png(bytes, _) => decode_png(bytes, max_pixels),
+            OpenImage::Png(bytes, info) => {
+                let (width, height) = (info.width as usize, info.height as usize);
+                let mut image = RgbImage::zeroed(width, height)?;
+                let whole = CropBox {
+                    top: 0,
+                    left: 0,
+                    height,
+                    width,
+                };
+                decode_png_region(bytes, max_pixels, whole, image.pixels_mut(), width * 3)?;
+                Ok(image)
+            }
         }
     }
 
@@ -226,7 +287,8 @@ impl Decoder {
     }
 }
 
-fn too_large(width: u32, height: u32, max_pixels: u64) -> Result<()> {
+/// Refuses a `width` x `height` image over the pixel limit.
+pub(crate) fn too_large(width: u32, height: u32, max_pixels: u64) -> Result<()> {
     if u64::from(width) * u64::from(height) > max_pixels {
         return Err(VisionError::TooLarge {
             width: width.into(),
@@ -238,19 +300,23 @@ fn too_large(width: u32, height: u32, max_pixels: u64) -> Result<()> {
 }
 
 /// Reads the header of `bytes` with the JPEG decompressor in `jpeg` (made
-/// on first use) and checks the pixel limit.
+/// on first use, its limits set from `max_pixels` and `max_scans`) and
+/// checks the pixel limit.
 fn open_image<'s, 'd>(
     jpeg: &'s mut Option<JpegDecoder>,
     max_pixels: u64,
+    max_scans: u32,
     bytes: &'d [u8],
 ) -> Result<OpenImage<'s, 'd>> {
     match sniff_format(bytes)? {
         ImageFormat::Jpeg => {
+            let cap = usize::try_from(libjpeg_memory_cap(max_pixels)).unwrap_or(usize::MAX);
             let decoder = match jpeg {
-                Some(decoder) => decoder,
-                slot => slot.insert(JpegDecoder::new(
-                    usize::try_from(max_pixels.saturating_mul(8)).unwrap_or(usize::MAX),
-                )?),
+                Some(decoder) => {
+                    decoder.set_limits(cap, max_scans);
+                    decoder
+                }
+                slot => slot.insert(JpegDecoder::new(cap, max_scans)?),
             };
             let open = decoder.open(bytes)?;
             too_large(open.info().width, open.info().height, max_pixels)?;
@@ -259,6 +325,7 @@ fn open_image<'s, 'd>(
         ImageFormat::Png => {
             let info = png_info(bytes)?;
             too_large(info.width, info.height, max_pixels)?;
+            crate::png::too_wide(&info)?;
             Ok(OpenImage::Png(bytes, info))
         }
     }

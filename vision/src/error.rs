@@ -35,12 +35,24 @@ pub enum VisionError {
         /// The `png` crate's message.
         message: String,
     },
-    /// The image is larger than the decoder's pixel limit.
-    #[error("image of {width}x{height} pixels is over the limit of {limit} pixels (Decoder::with_max_pixels)")]
+    /// The image is larger than the decoder's pixel limit (refused from its
+    /// header, before any pixel buffer is allocated).
+    #[error("image of {width}x{height} pixels ({}) is over the pixel limit of {limit} (set it with --max-pixels, max_pixels= or ImageTransform::max_pixels)", width * height)]
     TooLarge {
         /// Width in the file's header.
         width: u64,
         /// Height in the file's header.
+        height: u64,
+        /// The decoder's limit, in pixels.
+        limit: u64,
+    },
+    /// A step would make an image (its output, an intermediate, or the
+    /// resampling's rows) of more pixels than the decoder's limit.
+    #[error("it would make an image of {width}x{height} pixels ({}), over the pixel limit of {limit}", width.saturating_mul(*height))]
+    OutputTooLarge {
+        /// Columns.
+        width: u64,
+        /// Rows.
         height: u64,
         /// The decoder's limit, in pixels.
         limit: u64,
@@ -82,6 +94,19 @@ pub enum VisionError {
     Spec(#[from] SpecError),
 }
 
+/// An error of one step of a [`Plan`](crate::Plan): the step as the spec
+/// spells it (`decode` for reading the bytes, `random-resized-crop(…)`,
+/// `resize(256)`, `normalize(…),chw` for the output) and the error.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("step `{step}`: {error}")]
+pub struct StepError {
+    /// The failing step.
+    pub step: String,
+    /// What went wrong.
+    #[source]
+    pub error: VisionError,
+}
+
 /// A `--transform` spec that does not parse or does not make sense: where
 /// and what (the spec language, [`crate::spec`], raises it).
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -99,6 +124,19 @@ pub struct SpecError {
 pub type Result<T, E = VisionError> = std::result::Result<T, E>;
 
 impl VisionError {
+    /// True for what reading the image's bytes raises (its format, its
+    /// damage, its size against the pixel limit): the `decode` step's.
+    pub fn is_decoding(&self) -> bool {
+        matches!(
+            self,
+            VisionError::UnknownFormat { .. }
+                | VisionError::Jpeg { .. }
+                | VisionError::UnsupportedJpeg { .. }
+                | VisionError::Png { .. }
+                | VisionError::TooLarge { .. }
+        )
+    }
+
     pub(crate) fn invalid(operation: &'static str, message: impl Into<String>) -> Self {
         VisionError::InvalidParameter {
             operation,

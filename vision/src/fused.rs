@@ -18,7 +18,7 @@ use crate::image::{RgbImage, RgbView};
 use crate::jpeg::{scaled_size, JpegRegion, ReducedWork};
 use crate::ops::CropBox;
 use crate::output::{check_output_len, Element, OutputFormat, RowWriter};
-use crate::png::decode_png;
+use crate::png::decode_png_region;
 use crate::resize::{ResizePlan, SourceBox};
 
 /// The geometry of one image's crop-resize-flip.
@@ -187,12 +187,14 @@ pub fn crop_resize_into<T: Element>(
             check_output_len(out.len(), format.layout.shape(g.out_height, g.out_width))?;
             let view = image.view();
             let decoded = g.crop;
+            let max_pixels = decoder.max_pixels();
             run_resize(
                 &view,
                 &g,
                 g.crop,
                 g.source,
                 &mut decoder.scratch,
+                max_pixels,
                 format,
                 out,
             )?;
@@ -212,18 +214,33 @@ pub fn crop_resize_into<T: Element>(
             check_output_len(out.len(), format.layout.shape(g.out_height, g.out_width))?;
             match open {
                 OpenImage::Png(bytes, _) => {
-                    let image = decode_png(bytes, max_pixels)?;
-                    run_resize(&image.view(), &g, g.crop, g.source, scratch, format, out)?;
+                    // Only the rows and columns the resize reads are kept
+                    // (the whole file is still read and checked).
+                    let plan = resize_plan(g.crop, g.source, &g)?;
+                    let region = CropBox {
+                        top: g.crop.top + plan.rows.0,
+                        left: g.crop.left + plan.cols.0,
+                        height: plan.rows.1 - plan.rows.0,
+                        width: plan.cols.1 - plan.cols.0,
+                    };
+                    let stride = region.width * 3;
+                    let pixels =
+                        grown(&mut scratch.region, stride * region.height).map_err(|_| {
+                            VisionError::OutOfMemory {
+                                what: format!(
+                                    "a {}x{} decoded region",
+                                    region.width, region.height
+                                ),
+                            }
+                        })?;
+                    decode_png_region(bytes, max_pixels, region, pixels, stride)?;
+                    let view = RgbView::new(pixels, region.width, region.height, stride)?;
+                    write_resized(&view, &plan, &g, &mut scratch.rows, max_pixels, format, out)?;
                     Ok(KernelReport {
                         geometry: g,
                         image_size: (width, height),
                         scale_denom: 1,
-                        decoded: CropBox {
-                            top: 0,
-                            left: 0,
-                            height,
-                            width,
-                        },
+                        decoded: region,
                     })
                 }
                 OpenImage::Jpeg(open) => {
@@ -254,7 +271,7 @@ pub fn crop_resize_into<T: Element>(
                         region.height as usize,
                         stride,
                     )?;
-                    write_resized(&view, &plan, &g, &mut scratch.rows, format, out)?;
+                    write_resized(&view, &plan, &g, &mut scratch.rows, max_pixels, format, out)?;
                     Ok(KernelReport {
                         geometry: g,
                         image_size: (width, height),
@@ -284,12 +301,14 @@ fn resize_plan(crop: CropBox, source_box: SourceBox, g: &CropResize) -> Result<R
 }
 
 /// Resizes `source_box` of the `crop` of a fully decoded `image` into `out`.
+#[allow(clippy::too_many_arguments)]
 fn run_resize<T: Element>(
     image: &RgbView<'_>,
     g: &CropResize,
     crop: CropBox,
     source_box: SourceBox,
     scratch: &mut Scratch,
+    max_pixels: u64,
     format: &OutputFormat,
     out: &mut [T],
 ) -> Result<()> {
@@ -300,17 +319,29 @@ fn run_resize<T: Element>(
         plan.cols.1 - plan.cols.0,
         plan.rows.1 - plan.rows.0,
     )?;
-    write_resized(&view, &plan, g, &mut scratch.rows, format, out)
+    write_resized(&view, &plan, g, &mut scratch.rows, max_pixels, format, out)
 }
 
+/// Runs the resize of `view` into `out`; its rows buffer (the horizontal
+/// pass's rows) may hold at most `max_pixels` pixels, else the resize is
+/// refused before it is allocated.
 fn write_resized<T: Element>(
     view: &RgbView<'_>,
     plan: &ResizePlan,
     g: &CropResize,
     rows: &mut Vec<u8>,
+    max_pixels: u64,
     format: &OutputFormat,
     out: &mut [T],
 ) -> Result<()> {
+    let (width, height) = plan.rows_buffer_size();
+    if (width as u64).saturating_mul(height as u64) > max_pixels {
+        return Err(VisionError::OutputTooLarge {
+            width: width as u64,
+            height: height as u64,
+            limit: max_pixels,
+        });
+    }
     let mut writer = RowWriter::new(out, g.out_width, g.out_height, format, g.flip)?;
     plan.run(view, rows, |y, row| writer.write_row(y, row))
 }

@@ -2,8 +2,10 @@
 //! in `csrc/jpeg_shim.c` that turns libjpeg's `exit()`-on-error into an
 //! error code): header reading, and decoding of a region of the image at a
 //! DCT scale of 1, 1/2, 1/4 or 1/8 with the reduced-work tricks
-//! ([`ReducedWork`]). CMYK and YCCK files are converted to RGB here, as PIL
-//! converts them.
+//! ([`ReducedWork`]). CMYK and YCCK files are converted to RGB by the shim,
+//! row by row, as PIL converts them. libjpeg's own memory is capped
+//! (`max_memory_to_use`: the progressive coefficient buffers above all) and
+//! so is the number of scans a file may have ([`DEFAULT_MAX_SCANS`]).
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
@@ -63,6 +65,7 @@ mod ffi {
         pub fn fl_jpeg_message(j: *const FlJpeg) -> *const c_char;
         pub fn fl_jpeg_input_offset(j: *const FlJpeg) -> usize;
         pub fn fl_jpeg_set_max_memory(j: *mut FlJpeg, bytes: c_long);
+        pub fn fl_jpeg_set_max_scans(j: *mut FlJpeg, max_scans: c_int);
         pub fn fl_jpeg_read_header(
             j: *mut FlJpeg,
             data: *const u8,
@@ -194,12 +197,21 @@ pub fn scaled_size(width: u32, height: u32, scale_denom: u32) -> (u32, u32) {
     (width.div_ceil(scale_denom), height.div_ceil(scale_denom))
 }
 
+/// The most scans a JPEG may have by default, as libjpeg-turbo's
+/// `djpeg -maxscans` and TurboJPEG's scan limit are commonly set: a
+/// progressive JPEG of thousands of scans (each a pass over every
+/// coefficient) costs seconds of CPU for one small file. Baseline JPEGs
+/// have one scan, progressive ones from libjpeg or PIL about ten.
+pub const DEFAULT_MAX_SCANS: u32 = 500;
+
 /// A libjpeg-turbo decompressor, reused from image to image (one thread at a
 /// time).
 pub(crate) struct JpegDecoder {
     raw: NonNull<ffi::FlJpeg>,
-    /// CMYK pixels of the current region before their conversion to RGB.
-    cmyk: Vec<u8>,
+    /// libjpeg's memory cap in force, bytes.
+    max_memory: usize,
+    /// The scan limit in force.
+    max_scans: u32,
 }
 
 // SAFETY: the decompressor is plain heap memory owned by this value; libjpeg
@@ -214,23 +226,39 @@ impl Drop for JpegDecoder {
 }
 
 impl JpegDecoder {
-    pub(crate) fn new(max_memory: usize) -> Result<Self> {
+    pub(crate) fn new(max_memory: usize, max_scans: u32) -> Result<Self> {
         // SAFETY: plain constructor.
         let raw = unsafe { ffi::fl_jpeg_new() };
         let raw = NonNull::new(raw).ok_or_else(|| VisionError::OutOfMemory {
             what: "a libjpeg decompressor".into(),
         })?;
-        // SAFETY: raw is live.
+        let mut decoder = JpegDecoder {
+            raw,
+            max_memory: 0,
+            max_scans: 0,
+        };
+        decoder.set_limits(max_memory, max_scans);
+        Ok(decoder)
+    }
+
+    /// Sets libjpeg's memory cap (bytes) and the scan limit (0: none) for
+    /// the next images.
+    pub(crate) fn set_limits(&mut self, max_memory: usize, max_scans: u32) {
+        if (max_memory, max_scans) == (self.max_memory, self.max_scans) {
+            return;
+        }
+        // SAFETY: raw is live; the setters only store the values.
         unsafe {
             ffi::fl_jpeg_set_max_memory(
-                raw.as_ptr(),
+                self.raw.as_ptr(),
                 std::os::raw::c_long::try_from(max_memory).unwrap_or(std::os::raw::c_long::MAX),
-            )
-        };
-        Ok(JpegDecoder {
-            raw,
-            cmyk: Vec::new(),
-        })
+            );
+            ffi::fl_jpeg_set_max_scans(
+                self.raw.as_ptr(),
+                std::os::raw::c_int::try_from(max_scans).unwrap_or(std::os::raw::c_int::MAX),
+            );
+        }
+        (self.max_memory, self.max_scans) = (max_memory, max_scans);
     }
 
     fn error(&self, len: usize) -> VisionError {
@@ -339,20 +367,6 @@ impl OpenJpeg<'_, '_> {
             ));
         }
         let decoder = self.decoder;
-        let (target, target_stride) = if cmyk {
-            let len = region.width as usize * region.height as usize * 4;
-            decoder.cmyk.clear();
-            decoder
-                .cmyk
-                .try_reserve(len)
-                .map_err(|_| VisionError::OutOfMemory {
-                    what: format!("{}x{} CMYK pixels", region.width, region.height),
-                })?;
-            decoder.cmyk.resize(len, 0);
-            (decoder.cmyk.as_mut_ptr(), region.width as usize * 4)
-        } else {
-            (out.as_mut_ptr(), stride)
-        };
         let request = ffi::FlJpegRegion {
             scale_denom: region.scale_denom,
             x: region.x,
@@ -361,12 +375,12 @@ impl OpenJpeg<'_, '_> {
             height: region.height,
             flags: work.flags(),
             cmyk: i32::from(cmyk),
-            out: target,
-            out_stride: target_stride,
-            out_len: if cmyk { decoder.cmyk.len() } else { out.len() },
+            out: out.as_mut_ptr(),
+            out_stride: stride,
+            out_len: out.len(),
         };
         // SAFETY: the header was read from data that is still borrowed ('d);
-        // `target` has out_len writable bytes.
+        // `out` has out_len writable bytes.
         let status = unsafe { ffi::fl_jpeg_decode(decoder.raw.as_ptr(), &request) };
         match status {
             ffi::FL_OK => {}
@@ -384,33 +398,6 @@ impl OpenJpeg<'_, '_> {
                 })
             }
         }
-        if cmyk {
-            let width = region.width as usize;
-            for (y, cmyk_row) in decoder.cmyk.chunks_exact(width * 4).enumerate() {
-                inverted_cmyk_to_rgb(cmyk_row, &mut out[y * stride..y * stride + width * 3]);
-            }
-        }
         Ok(())
     }
-}
-
-/// PIL's conversion of a CMYK JPEG: PIL reads every 4-component JPEG with
-/// the Adobe (inverted) convention (rawmode `"CMYK;I"`: `C = 255 - c` for a
-/// stored byte `c`), then `convert("RGB")` computes per channel
-/// `R = nk - muldiv255(C, nk)` with `nk = 255 - K` (Pillow's `cmyk2rgb`).
-/// With the stored bytes that is `k - muldiv255(255 - c, k)`.
-pub(crate) fn inverted_cmyk_to_rgb(cmyk: &[u8], rgb: &mut [u8]) {
-    for (px, out) in cmyk.chunks_exact(4).zip(rgb.chunks_exact_mut(3)) {
-        let nk = u32::from(px[3]);
-        for channel in 0..3 {
-            let ink = 255 - u32::from(px[channel]);
-            out[channel] = (nk - muldiv255(ink, nk)) as u8;
-        }
-    }
-}
-
-/// PIL's `MULDIV255`: `a * b / 255` rounded, for `a, b` in 0..=255.
-fn muldiv255(a: u32, b: u32) -> u32 {
-    let tmp = a * b + 128;
-    ((tmp >> 8) + tmp) >> 8
 }

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | [`error`] | [`VisionError`], [`SpecError`]: below every other module |
 //! | [`decode`](mod@decode) | format sniffing, [`Decoder`], what each file kind becomes |
-//! | [`jpeg`] | libjpeg-turbo through the C shim: header, region decode, [`ReducedWork`], CMYK |
+//! | [`jpeg`] | libjpeg-turbo through the C shim: header, region decode, [`ReducedWork`], CMYK, the scan limit |
 //! | [`png`] | PNG to RGB |
 //! | [`image`] | [`RgbImage`], [`RgbView`] |
 //! | [`resize`](mod@resize) | PIL's antialiased bilinear resampling |
@@ -23,6 +23,7 @@
 //! | [`fused`] | the fused crop-resize-flip-normalise kernel |
 //! | [`plan`] | a parsed spec: output dtype/shape, running it |
 //! | [`spec`] | the `--transform` grammar and presets, and [`Plan::parse`] |
+//! | [`memory`] | what one call may hold at most, by the pixel limit |
 //! | [`transform`] | [`ImageTransform`]: a plan as feedline's per-instance map |
 //!
 //! Building needs libjpeg-turbo's headers and library (Debian:
@@ -35,6 +36,7 @@ pub mod fused;
 pub mod image;
 pub mod jpeg;
 mod kernels;
+pub mod memory;
 pub mod ops;
 pub mod output;
 pub mod plan;
@@ -45,14 +47,14 @@ pub mod spec;
 pub mod transform;
 
 pub use decode::{decode, sniff_format, Decoder, ImageFormat, ImageInfo, DEFAULT_MAX_PIXELS};
-pub use error::{Result, SpecError, VisionError};
+pub use error::{Result, SpecError, StepError, VisionError};
 pub use fused::{crop_resize_into, CropResize, KernelReport, KernelSource};
 pub use image::{RgbImage, RgbView};
-pub use jpeg::{JpegColor, JpegInfo, JpegRegion, ReducedWork};
+pub use jpeg::{JpegColor, JpegInfo, JpegRegion, ReducedWork, DEFAULT_MAX_SCANS};
 pub use ops::{center_crop, crop, flip_horizontal, resize, resized_crop, CropBox, ResizeTo};
 pub use output::{to_array, write_image, Dtype, Element, Layout, Normalize, OutputFormat};
 pub use plan::{GeomOp, ImageArray, OutputShape, Plan};
-pub use png::PngInfo;
+pub use png::{PngInfo, PNG_MAX_WIDTH};
 pub use resize::{resize_box, SourceBox};
 pub use rrc::RandomResizedCrop;
 pub use spec::PRESETS;

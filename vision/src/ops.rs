@@ -131,17 +131,26 @@ pub fn center_crop(image: &RgbImage, height: usize, width: usize) -> Result<RgbI
             },
         );
     }
-    let pad_left = width.saturating_sub(image.width()) / 2;
-    let pad_top = height.saturating_sub(image.height()) / 2;
-    let padded_w = image.width().max(width);
-    let padded_h = image.height().max(height);
-    let mut padded = RgbImage::zeroed(padded_w, padded_h)?;
-    let row_len = image.width() * 3;
-    for y in 0..image.height() {
-        let start = ((y + pad_top) * padded_w + pad_left) * 3;
-        padded.pixels_mut()[start..start + row_len].copy_from_slice(image.row(y));
+    // Zero padding on the sides the crop is larger (torchvision pads by
+    // (crop - size) / 2 before, the rest after), a centred window on the
+    // others: written straight into the result (no padded image, which
+    // for a wide image and a tall crop could be far larger than either).
+    let axis = |size: usize, crop: usize| -> (usize, usize, usize) {
+        if crop >= size {
+            (0, (crop - size) / 2, size)
+        } else {
+            (center_offset(size, crop), 0, crop)
+        }
+    };
+    let (src_x, dst_x, cols) = axis(image.width(), width);
+    let (src_y, dst_y, rows) = axis(image.height(), height);
+    let mut out = RgbImage::zeroed(width, height)?;
+    for y in 0..rows {
+        let from = &image.row(src_y + y)[src_x * 3..(src_x + cols) * 3];
+        let start = ((dst_y + y) * width + dst_x) * 3;
+        out.pixels_mut()[start..start + cols * 3].copy_from_slice(from);
     }
-    center_crop(&padded, height, width)
+    Ok(out)
 }
 
 /// Antialiased bilinear resize of the whole image (torchvision `resize` with

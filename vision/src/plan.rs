@@ -20,7 +20,7 @@ use ndarray::Array3;
 use rand::Rng;
 
 use crate::decode::Decoder;
-use crate::error::{Result, VisionError};
+use crate::error::{Result, StepError, VisionError};
 use crate::fused::{crop_resize_into, CropResize, KernelSource};
 use crate::image::RgbImage;
 use crate::jpeg::ReducedWork;
@@ -254,6 +254,21 @@ impl Plan {
         pending: &mut Pending,
         base: Option<&RgbImage>,
         rng: &mut R,
+        max_pixels: u64,
+    ) -> Result<Step> {
+        let step = Self::compose_unchecked(op, pending, base, rng, max_pixels)?;
+        if let Step::Done = step {
+            fits(pending.out_width, pending.out_height, max_pixels)?;
+        }
+        Ok(step)
+    }
+
+    fn compose_unchecked<R: Rng + ?Sized>(
+        op: &GeomOp,
+        pending: &mut Pending,
+        base: Option<&RgbImage>,
+        rng: &mut R,
+        max_pixels: u64,
     ) -> Result<Step> {
         match *op {
             GeomOp::Flip { p } => {
@@ -262,6 +277,7 @@ impl Plan {
                 }
             }
             GeomOp::CenterCrop { height, width } => {
+                fits(width, height, max_pixels)?;
                 if height > pending.out_height || width > pending.out_width {
                     // Zero padding: done on a decoded image with nothing pending.
                     return Ok(match base {
@@ -314,6 +330,19 @@ impl Plan {
         rng: &mut R,
         out: &mut [T],
     ) -> Result<[usize; 3]> {
+        self.run_into_steps(decoder, bytes, rng, out)
+            .map_err(|e| e.error)
+    }
+
+    /// [`Plan::run_into`], its error naming the failing step as the spec
+    /// spells it (`decode` for the bytes, `random-resized-crop(…)`, …).
+    pub fn run_into_steps<T: Element, R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        bytes: &[u8],
+        rng: &mut R,
+        out: &mut [T],
+    ) -> Result<[usize; 3], StepError> {
         self.run_source_into(decoder, KernelSource::Bytes(bytes), rng, out)
     }
 
@@ -326,6 +355,7 @@ impl Plan {
         out: &mut [T],
     ) -> Result<[usize; 3]> {
         self.run_source_into(decoder, KernelSource::Image(image), rng, out)
+            .map_err(|e| e.error)
     }
 
     fn run_source_into<T: Element, R: Rng + ?Sized>(
@@ -334,8 +364,8 @@ impl Plan {
         source: KernelSource<'_>,
         rng: &mut R,
         out: &mut [T],
-    ) -> Result<[usize; 3]> {
-        self.check_dtype::<T>()?;
+    ) -> Result<[usize; 3], StepError> {
+        self.check_dtype::<T>().map_err(|e| self.output_step(e))?;
         self.execute(decoder, source, rng, |shape| {
             check_output_len(out.len(), shape)?;
             Ok(&mut *out)
@@ -349,6 +379,17 @@ impl Plan {
         bytes: &[u8],
         rng: &mut R,
     ) -> Result<ImageArray> {
+        self.run_steps(decoder, bytes, rng).map_err(|e| e.error)
+    }
+
+    /// [`Plan::run`], its error naming the failing step as the spec spells
+    /// it (`decode` for the bytes, `random-resized-crop(…)`, …).
+    pub fn run_steps<R: Rng + ?Sized>(
+        &self,
+        decoder: &mut Decoder,
+        bytes: &[u8],
+        rng: &mut R,
+    ) -> Result<ImageArray, StepError> {
         match self.dtype {
             Dtype::U8 => self
                 .run_owned::<u8, R>(decoder, bytes, rng)
@@ -364,7 +405,7 @@ impl Plan {
         decoder: &mut Decoder,
         bytes: &[u8],
         rng: &mut R,
-    ) -> Result<Array3<T>> {
+    ) -> Result<Array3<T>, StepError> {
         let mut buffer: Vec<T> = Vec::new();
         let mut shape = [0; 3];
         self.execute(decoder, KernelSource::Bytes(bytes), rng, |s| {
@@ -394,46 +435,97 @@ impl Plan {
         Ok(())
     }
 
+    /// The most bytes one call of this plan holds with a decoder whose
+    /// pixel limit is `max_pixels`: decode buffer, resampling rows,
+    /// libjpeg's or the PNG decoder's own memory, materialised
+    /// intermediates and (for a variable shape) the output; see
+    /// [`crate::memory`] for each term and what enforces it.
+    ///
+    /// ```
+    /// use feedline_vision::{Plan, DEFAULT_MAX_PIXELS};
+    /// let plan = Plan::parse("imagenet-train").unwrap();
+    /// let per_call = plan.working_memory_bytes(DEFAULT_MAX_PIXELS);
+    /// assert!(per_call > 14 * DEFAULT_MAX_PIXELS); // 3 + 3 + 8 bytes a pixel, and more
+    /// assert!(plan.working_memory_bytes(16_000_000) < per_call / 8);
+    /// ```
+    pub fn working_memory_bytes(&self, max_pixels: u64) -> u64 {
+        self.working_memory(max_pixels).total()
+    }
+
+    /// [`Plan::working_memory_bytes`] term by term.
+    pub fn working_memory(&self, max_pixels: u64) -> crate::memory::WorkingMemory {
+        crate::memory::working_memory(self, max_pixels)
+    }
+
+    /// The output steps as the spec spells them (`normalize(…),chw`), or
+    /// `decode` when there are none: what a failure to write the output
+    /// is blamed on.
+    fn output_step(&self, error: VisionError) -> StepError {
+        let mut spelled = String::new();
+        self.write_output_steps(&mut spelled)
+            .expect("writing to a String");
+        let step = spelled.trim_start_matches(',');
+        StepError {
+            step: if step.is_empty() { "decode" } else { step }.to_string(),
+            error,
+        }
+    }
+
     /// Composes the steps over the current base (the bytes, then any
     /// materialised image), then writes the last pending geometry into the
-    /// buffer `output` gives for the final shape.
+    /// buffer `output` gives for the final shape. An error names its step:
+    /// `decode` for what reading the bytes raises, else the geometric step
+    /// being composed, or the last resampling for what the kernel raises.
     fn execute<'o, T: Element, R: Rng + ?Sized>(
         &self,
         decoder: &mut Decoder,
         source: KernelSource<'_>,
         rng: &mut R,
         output: impl FnOnce([usize; 3]) -> Result<&'o mut [T]>,
-    ) -> Result<[usize; 3]> {
+    ) -> Result<[usize; 3], StepError> {
+        let max_pixels = decoder.max_pixels();
         let (mut width, mut height) = match source {
             KernelSource::Bytes(bytes) => {
-                let info = decoder.info(bytes)?;
+                let info = decoder.info(bytes).map_err(at(None))?;
                 (info.width() as usize, info.height() as usize)
             }
             KernelSource::Image(image) => (image.width(), image.height()),
         };
         let mut materialized: Option<RgbImage> = None;
         let mut pending = Pending::identity(width, height);
+        // The step whose resampling is pending (what the kernel's errors
+        // other than decoding are blamed on).
+        let mut resampling: Option<&GeomOp> = None;
         let mut ops = self.geometry.iter().peekable();
-        while let Some(op) = ops.peek() {
-            match Self::compose(op, &mut pending, materialized.as_ref(), rng)? {
+        while let Some(&op) = ops.peek() {
+            match Self::compose(op, &mut pending, materialized.as_ref(), rng, max_pixels)
+                .map_err(at(Some(op)))?
+            {
                 Step::Done => {
                     ops.next();
+                    if matches!(op, GeomOp::RandomResizedCrop { .. } | GeomOp::Resize(_)) {
+                        resampling = Some(op);
+                    }
                 }
                 Step::Replace(image) => {
                     ops.next();
                     (width, height) = (image.width(), image.height());
                     pending = Pending::identity(width, height);
                     materialized = Some(image);
+                    resampling = None;
                 }
                 Step::Materialize => {
                     let base = match &materialized {
                         Some(image) => KernelSource::Image(image),
                         None => source,
                     };
-                    let image = self.materialize(decoder, base, &pending)?;
+                    let image = self
+                        .materialize(decoder, base, &pending)
+                        .map_err(at(resampling))?;
                     (width, height) = (image.width(), image.height());
                     pending = Pending::identity(width, height);
                     materialized = Some(image);
+                    resampling = None;
                 }
             }
         }
@@ -441,7 +533,7 @@ impl Plan {
             .format
             .layout
             .shape(pending.out_height, pending.out_width);
-        let out = output(shape)?;
+        let out = output(shape).map_err(|e| self.output_step(e))?;
         let base = match &materialized {
             Some(image) => KernelSource::Image(image),
             None => source,
@@ -463,7 +555,8 @@ impl Plan {
             &self.format,
             self.work,
             out,
-        )?;
+        )
+        .map_err(at(resampling))?;
         Ok(shape)
     }
 
@@ -487,31 +580,52 @@ impl Plan {
     }
 }
 
-impl std::fmt::Display for Plan {
-    /// The spelled-out chain, which parses back to the same plan.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "decode")?;
-        for op in &self.geometry {
-            match op {
-                GeomOp::RandomResizedCrop {
-                    height,
-                    width,
-                    params,
-                } => write!(
-                    f,
-                    ",random-resized-crop({height}x{width},scale={}:{},ratio={}:{})",
-                    params.scale.0, params.scale.1, params.ratio.0, params.ratio.1
-                )?,
-                GeomOp::Resize(ResizeTo::Shorter(n)) => write!(f, ",resize({n})")?,
-                GeomOp::Resize(ResizeTo::Exact { height, width }) => {
-                    write!(f, ",resize({height}x{width})")?
-                }
-                GeomOp::CenterCrop { height, width } => {
-                    write!(f, ",center-crop({height}x{width})")?
-                }
-                GeomOp::Flip { p } => write!(f, ",flip({p})")?,
-            }
-        }
+/// One geometric step as the spec spells it (`resize(256)`, `flip(0.5)`).
+pub(crate) fn step_name(op: &GeomOp) -> String {
+    match op {
+        GeomOp::RandomResizedCrop {
+            height,
+            width,
+            params,
+        } => format!(
+            "random-resized-crop({height}x{width},scale={}:{},ratio={}:{})",
+            params.scale.0, params.scale.1, params.ratio.0, params.ratio.1
+        ),
+        GeomOp::Resize(ResizeTo::Shorter(n)) => format!("resize({n})"),
+        GeomOp::Resize(ResizeTo::Exact { height, width }) => format!("resize({height}x{width})"),
+        GeomOp::CenterCrop { height, width } => format!("center-crop({height}x{width})"),
+        GeomOp::Flip { p } => format!("flip({p})"),
+    }
+}
+
+/// What blames an error on `op` (`decode` for what reading the bytes
+/// raises, or when no step is pending).
+fn at(op: Option<&GeomOp>) -> impl Fn(VisionError) -> StepError + '_ {
+    move |error| StepError {
+        step: match op {
+            Some(op) if !error.is_decoding() => step_name(op),
+            _ => "decode".to_string(),
+        },
+        error,
+    }
+}
+
+/// Refuses an image (an output, an intermediate, a crop) of more pixels
+/// than the decoder's limit, before it is made.
+fn fits(width: usize, height: usize, max_pixels: u64) -> Result<()> {
+    if (width as u64).saturating_mul(height as u64) > max_pixels {
+        return Err(VisionError::OutputTooLarge {
+            width: width as u64,
+            height: height as u64,
+            limit: max_pixels,
+        });
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// The output steps, each with a leading comma.
+    fn write_output_steps(&self, f: &mut impl std::fmt::Write) -> std::fmt::Result {
         match (&self.format.normalize, self.dtype) {
             (Some(n), _) => write!(
                 f,
@@ -525,5 +639,16 @@ impl std::fmt::Display for Plan {
             write!(f, ",chw")?;
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Display for Plan {
+    /// The spelled-out chain, which parses back to the same plan.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "decode")?;
+        for op in &self.geometry {
+            write!(f, ",{}", step_name(op))?;
+        }
+        self.write_output_steps(f)
     }
 }

@@ -102,6 +102,16 @@ impl ResizePlan {
         })
     }
 
+    /// The rows buffer [`run`](Self::run) needs, (columns, rows): the
+    /// horizontal pass's rows and one output row, one row, or nothing.
+    pub(crate) fn rows_buffer_size(&self) -> (usize, usize) {
+        match (&self.vertical, &self.horizontal) {
+            (Some(_), _) => (self.out_width, self.rows.1 - self.rows.0 + 1),
+            (None, Some(_)) => (self.out_width, 1),
+            (None, None) => (0, 0),
+        }
+    }
+
     /// Runs the resize on `src`, whose first column and row are source
     /// column `cols.0` and row `rows.0` (the rest of the source need not be
     /// there); `rows_buf` is scratch for the horizontal pass. Each output

@@ -16,8 +16,9 @@ use feedline::format::generator::Sample;
 use feedline::transform::{BoxError, InstanceMap, OutRow, Row, SlotMut, TransformCtx};
 use feedline::{DType, Field, Schema, Tensor, Values};
 
-use crate::decode::{sniff_format, Decoder};
-use crate::error::VisionError;
+use crate::decode::{sniff_format, Decoder, DEFAULT_MAX_PIXELS};
+use crate::error::{StepError, VisionError};
+use crate::jpeg::DEFAULT_MAX_SCANS;
 use crate::output::Dtype;
 use crate::plan::{ImageArray, OutputShape, Plan};
 
@@ -37,20 +38,87 @@ pub enum ImageFields {
 }
 
 /// A plan run on an instance's image fields.
+///
+/// ```
+/// use feedline::transform::InstanceMap;
+/// use feedline_vision::{ImageFields, ImageTransform};
+/// let t = ImageTransform::parse("imagenet-train", ImageFields::Detect)
+///     .unwrap()
+///     .max_pixels(16_000_000);
+/// assert_eq!(t.name(), "imagenet-train");
+/// assert_eq!(t.max_pixels_limit(), 16_000_000);
+/// assert_eq!(t.working_memory_bytes() as u64, t.plan().working_memory_bytes(16_000_000));
+/// ```
 pub struct ImageTransform {
     plan: Plan,
+    name: String,
     fields: ImageFields,
+    max_pixels: u64,
+    max_scans: u32,
     detected: OnceLock<Vec<String>>,
 }
 
 impl ImageTransform {
-    /// `plan` on `fields`.
+    /// `plan` on `fields`, named by its spelled-out chain, with PIL's pixel
+    /// limit and libjpeg-turbo's usual scan limit.
     pub fn new(plan: Plan, fields: ImageFields) -> Self {
         ImageTransform {
+            name: plan.to_string(),
             plan,
             fields,
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_scans: DEFAULT_MAX_SCANS,
             detected: OnceLock::new(),
         }
+    }
+
+    /// The plan of a `--transform` spec (a preset or a chain) on `fields`,
+    /// named by the spec as given (`imagenet-train`), so that errors and
+    /// logs say what the user wrote.
+    pub fn parse(spec: &str, fields: ImageFields) -> Result<Self, crate::SpecError> {
+        let plan = Plan::parse(spec)?;
+        Ok(ImageTransform {
+            name: spec.trim().to_string(),
+            ..ImageTransform::new(plan, fields)
+        })
+    }
+
+    /// The same transform refusing images of more than `max_pixels`
+    /// pixels (width × height from the header, before any buffer is
+    /// made), and any output or intermediate image of more; the default is
+    /// PIL's ([`DEFAULT_MAX_PIXELS`]). The limit bounds what each worker
+    /// holds ([`InstanceMap::working_memory_bytes`]).
+    pub fn max_pixels(mut self, max_pixels: u64) -> Self {
+        self.max_pixels = max_pixels;
+        self
+    }
+
+    /// The pixel limit in force.
+    pub fn max_pixels_limit(&self) -> u64 {
+        self.max_pixels
+    }
+
+    /// The same transform refusing JPEGs of more than `max_scans` scans (0:
+    /// no limit; default [`DEFAULT_MAX_SCANS`]).
+    pub fn max_scans(mut self, max_scans: u32) -> Self {
+        self.max_scans = max_scans;
+        self
+    }
+
+    /// The plan as a spelled-out chain (`decode,random-resized-crop(…),…`),
+    /// whatever the name: the same for a preset and its chain.
+    pub fn spec(&self) -> String {
+        self.plan.to_string()
+    }
+
+    /// Runs `f` with this thread's decoder set to this transform's limits.
+    fn with_decoder<T>(&self, f: impl FnOnce(&mut Decoder) -> T) -> T {
+        DECODER.with(|d| {
+            let d = &mut d.borrow_mut();
+            d.set_max_pixels(self.max_pixels);
+            d.set_max_scans(self.max_scans);
+            f(d)
+        })
     }
 
     /// The plan.
@@ -109,8 +177,14 @@ fn in_field(name: &str, e: impl std::fmt::Display) -> BoxError {
 }
 
 impl InstanceMap for ImageTransform {
+    /// The spec as the user gave it ([`ImageTransform::parse`]), else the
+    /// plan's chain.
     fn name(&self) -> String {
-        self.plan.to_string()
+        self.name.clone()
+    }
+
+    fn working_memory_bytes(&self) -> usize {
+        usize::try_from(self.plan.working_memory_bytes(self.max_pixels)).unwrap_or(usize::MAX)
     }
 
     fn output_schema(&self, input: &Schema) -> Option<Schema> {
@@ -136,8 +210,8 @@ impl InstanceMap for ImageTransform {
         for f in row.schema().fields() {
             if images.contains(&f.name) {
                 let bytes = row.bytes(&f.name)?;
-                let out = DECODER
-                    .with(|d| self.plan.run(&mut d.borrow_mut(), &bytes, ctx.rng()))
+                let out = self
+                    .with_decoder(|d| self.plan.run_steps(d, &bytes, ctx.rng()))
                     .map_err(|e| in_field(&f.name, e))?;
                 let shape = out.shape().to_vec();
                 let values = match out {
@@ -182,19 +256,18 @@ impl InstanceMap for ImageTransform {
                     .ok_or_else(|| in_field(name, "not in the output schema"))?;
                 if images.contains(name) {
                     let bytes = row.bytes(name)?;
-                    DECODER
-                        .with(|d| {
-                            let d = &mut d.borrow_mut();
-                            match slot {
-                                SlotMut::F32(s) => self.plan.run_into(d, &bytes, ctx.rng(), s),
-                                SlotMut::U8(s) => self.plan.run_into(d, &bytes, ctx.rng(), s),
-                                other => Err(VisionError::OutputDtype {
-                                    plan: self.plan.dtype().name(),
-                                    buffer: other.dtype().name(),
-                                }),
-                            }
-                        })
-                        .map_err(|e| in_field(name, e))?;
+                    self.with_decoder(|d| match slot {
+                        SlotMut::F32(s) => self.plan.run_into_steps(d, &bytes, ctx.rng(), s),
+                        SlotMut::U8(s) => self.plan.run_into_steps(d, &bytes, ctx.rng(), s),
+                        other => Err(StepError {
+                            step: "output".into(),
+                            error: VisionError::OutputDtype {
+                                plan: self.plan.dtype().name(),
+                                buffer: other.dtype().name(),
+                            },
+                        }),
+                    })
+                    .map_err(|e| in_field(name, e))?;
                 } else {
                     row.copy_into(name, slot)?;
                 }

@@ -308,11 +308,21 @@ fn output_buffers_are_checked() {
 
 #[test]
 fn an_output_too_large_for_memory_is_an_error() {
-    // 65535 x 65535 f32 CHW is 51 GB: refused, not an abort.
+    // 65535 x 65535 f32 CHW is 51 GB: over the pixel limit, refused
+    // before anything is allocated.
     let plan = Plan::parse("decode,resize(65535x65535),to-f32").unwrap();
     let err = plan
         .run(
             &mut Decoder::new(),
+            &fixture("pil_420.jpg"),
+            &mut ChaCha8Rng::seed_from_u64(0),
+        )
+        .unwrap_err();
+    assert!(matches!(err, VisionError::OutputTooLarge { .. }), "{err}");
+    // With no pixel limit, the allocation fails: refused, not an abort.
+    let err = plan
+        .run(
+            &mut Decoder::with_max_pixels(u64::MAX),
             &fixture("pil_420.jpg"),
             &mut ChaCha8Rng::seed_from_u64(0),
         )

@@ -65,10 +65,7 @@ fn reader_chunks(
     let registry = Registry::with_builtin();
     let schema = registry.infer_schema(file, None, 64).unwrap();
     let t = Transforms {
-        instance: Some(Arc::new(ImageTransform::new(
-            Plan::parse(spec).unwrap(),
-            fields,
-        ))),
+        instance: Some(Arc::new(ImageTransform::parse(spec, fields).unwrap())),
         workers,
         ..Transforms::default()
     };
@@ -133,13 +130,26 @@ fn imagenet_train_pixels_are_the_plans_with_the_instance_rng_for_any_worker_coun
         let (rows, errors) = read_all(&reader(&file, "imagenet-train", workers, fields));
         // The corrupt JPEG: a bad record with its provenance, never a panic.
         assert_eq!(errors.len(), 1, "{errors:?}");
+        // It names the transform as given (not its expanded chain), the
+        // field and the failing step (issue 28). Mutation (tried):
+        // `ImageTransform::name` returning `self.plan.to_string()` → fails.
         match &errors[0] {
-            Error::Transform { location, what, .. } => {
+            Error::Transform {
+                location,
+                transform,
+                what,
+            } => {
                 assert_eq!(
                     (location.source.name().to_string(), location.record),
                     (file.clone(), 6)
                 );
-                assert!(what.contains("field `image/encoded`"), "{what}");
+                assert_eq!(transform, "imagenet-train");
+                assert!(
+                    what.starts_with("field `image/encoded`: step `decode`: JPEG decoding failed"),
+                    "{what}"
+                );
+                let text = errors[0].to_string();
+                assert!(!text.contains("random-resized-crop"), "{text}");
             }
             other => panic!("{other}"),
         }

@@ -157,6 +157,7 @@ class Loader(Iterator[Batch]):
         transform: Optional[str] = None,
         batches_in_flight: Optional[int] = None,
         equalize: Optional[Literal["drop", "pad"]] = None,
+        max_pixels: Optional[int] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -178,7 +179,11 @@ class Loader(Iterator[Batch]):
         set (a UserWarning, and a warning on the "feedline" logger, names both
         and the share of the data this loader reads), else 0 / 1.
         equalize: "drop" or "pad": every rank gets the same batches per pass
-        (the smallest rank's count, or the largest's by repeating instances)."""
+        (the smallest rank's count, or the largest's by repeating instances).
+        max_pixels: with transform=, the most pixels (width x height) an image may
+        have (default: PIL's 178956970); a larger one is a bad record naming its
+        size, refused before it is decoded. Each worker may hold about 14 bytes
+        per pixel of it."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
