@@ -22,6 +22,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::format::{OpenOptions, Registry};
 use crate::{Origin, Record, SourceId};
@@ -321,6 +322,16 @@ pub struct FileStamp {
     pub content: Option<String>,
 }
 
+/// `bytes`' SHA-256 as lowercase hex.
+fn hex_digest(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// A digest as lowercase hex.
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Bytes of a file's start and of its end that its content fingerprint reads.
 pub const FINGERPRINT_EDGE_BYTES: u64 = 64 << 10;
 
@@ -333,8 +344,8 @@ pub const FINGERPRINT_EDGE_BYTES: u64 = 64 << 10;
 pub fn content_fingerprint(path: &Path, size: u64) -> std::io::Result<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;
-    let mut h = crate::sha256::Sha256::default();
-    h.update(&size.to_le_bytes());
+    let mut h = Sha256::new();
+    h.update(size.to_le_bytes());
     let mut buf = Vec::new();
     let head = size.min(FINGERPRINT_EDGE_BYTES);
     (&mut f).take(head).read_to_end(&mut buf)?;
@@ -350,7 +361,7 @@ pub fn content_fingerprint(path: &Path, size: u64) -> std::io::Result<String> {
         ));
     }
     h.update(&buf);
-    Ok(format!("sha256:{}", crate::sha256::hex(&h.finish())))
+    Ok(format!("sha256:{}", hex(&h.finalize())))
 }
 
 impl FileStamp {
@@ -838,7 +849,7 @@ impl Checkpoint {
     /// fields), so that an edit by hand or damage is refused on load.
     pub fn to_json(&self) -> String {
         let body = self.canonical_json();
-        let sum = crate::sha256::hex_digest(body.as_bytes());
+        let sum = hex_digest(body.as_bytes());
         // The fields' object, with the checksum as its last member.
         let open = body
             .strip_suffix('}')
@@ -886,7 +897,7 @@ impl Checkpoint {
             Some(sum) => {
                 let want = format!(
                     "sha256:{}",
-                    crate::sha256::hex_digest(cp.canonical_json().as_bytes())
+                    hex_digest(cp.canonical_json().as_bytes())
                 );
                 if sum != want {
                     return Err(modified(format!(

@@ -76,7 +76,6 @@ mod provenance;
 mod record;
 mod rows;
 mod schema;
-mod sha256;
 mod values;
 
 pub use batch::{Array, Batch, BatchField, Element, DATA_ALIGN};
