@@ -121,18 +121,13 @@ pub struct ResumePlan {
 }
 
 impl ResumePlan {
-    /// How a pipeline identified by `now`, of `pass_count` passes, goes on
-    /// from `checkpoints` ([`ResumePlan::new`] with the settings' parts).
-    pub(crate) fn plan(
+    /// The inputs unchanged since every checkpoint and its settings
+    /// those of `now` (a version-1 checkpoint's as it recorded them).
+    fn same_inputs_and_settings(
         checkpoints: &[Checkpoint],
         now: &CheckpointBase,
-        pass_count: u64,
-        equalize: Equalize,
-    ) -> Result<Self, PipelineError> {
+    ) -> Result<(), PipelineError> {
         let cp_err = |e: CheckpointError| PipelineError::Checkpoint(Arc::new(e));
-        let Some(first) = checkpoints.first() else {
-            return Err(merge_error("no checkpoint given".into()));
-        };
         for cp in checkpoints {
             cp.inputs.check_unchanged(&now.inputs).map_err(cp_err)?;
             // A version-1 checkpoint recorded the settings as text.
@@ -144,6 +139,21 @@ impl ResumePlan {
                 .check_compatible(settings, &[])
                 .map_err(cp_err)?;
         }
+        Ok(())
+    }
+
+    /// How a pipeline identified by `now`, of `pass_count` passes, goes on
+    /// from `checkpoints` ([`ResumePlan::new`] with the settings' parts).
+    pub(crate) fn plan(
+        checkpoints: &[Checkpoint],
+        now: &CheckpointBase,
+        pass_count: u64,
+        equalize: Equalize,
+    ) -> Result<Self, PipelineError> {
+        let Some(first) = checkpoints.first() else {
+            return Err(merge_error("no checkpoint given".into()));
+        };
+        Self::same_inputs_and_settings(checkpoints, now)?;
         let same_shard =
             checkpoints.len() == 1 && first.rank == now.rank && first.world_size == now.world_size;
         if !same_shard {
@@ -499,13 +509,19 @@ impl ResumePlan {
             ));
         }
         // Every field against what it must agree with, before anything
-        // starts: alone, with the settings and the other ranks' (cheap),
-        // then with the inputs (fingerprints, then the records in them).
-        check::against_settings(checkpoints, config)?;
+        // starts (and before the plan, which takes the ranges as they are):
+        // alone; the inputs' fingerprints and the settings compared; the
+        // fields against the settings, then against the records in the
+        // inputs; once the plan has them as one job's, the ranks'
+        // checkpoints against each other.
+        check::alone(checkpoints, config)?;
         let now = CheckpointBase::of(config)?;
-        let plan = ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)?;
-        check::consumed_once(checkpoints)?;
+        Self::same_inputs_and_settings(checkpoints, &now)?;
+        check::against_settings(checkpoints, config)?;
         check::against_files(checkpoints, config)?;
+        let plan = ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)?;
+        // The checkpoints of one job (the plan): no record taken twice.
+        check::consumed_once(checkpoints)?;
         Ok(plan)
     }
 

@@ -1095,6 +1095,21 @@ fn hostile_checkpoints_are_refused_naming_the_field() {
             "numbers 8 batches, but `batches` is 7",
         ),
         (
+            false,
+            Box::new(|c| {
+                c.passes.clear();
+                c.pass = 5;
+            }),
+            "checkpoint field `pass`",
+            "is 5, beyond the 2 passes of these settings",
+        ),
+        (
+            false,
+            Box::new(|c| c.passes[0].pass = 2),
+            "checkpoint field `passes[0].pass`",
+            "is 2, beyond the 2 passes of these settings",
+        ),
+        (
             true,
             Box::new(|c| c.pass = 1),
             "checkpoint field `pass`",

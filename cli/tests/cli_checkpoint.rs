@@ -405,7 +405,8 @@ fn a_checkpoint_that_cannot_be_written_stops_the_run_naming_its_path() {
 /// A checkpoint file edited by hand or damaged (issue 28, item 7): a
 /// changed field is refused as "checkpoint modified or corrupt", whatever
 /// the field; a version-1 file (from before checksums, or an edit passing
-/// as one) is read, and its inconsistent field is refused by name — no
+/// as one) is read — it resumes, its settings compared as version 1
+/// recorded them —, and its inconsistent field is refused by name — no
 /// panic, exit 1; the intact file resumes.
 #[test]
 fn edited_checkpoint_files_are_refused() {
@@ -430,10 +431,15 @@ fn edited_checkpoint_files_are_refused() {
         stderr(&o)
     );
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
-    // As version 1, without the checksum: a consumed range past the file.
+    // As version 1 wrote it (no checksum, settings as text): it resumes.
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v.as_object_mut().unwrap().remove("checksum");
     v["version"] = 1.into();
+    v["settings"] = settings_v1(&v["settings"]);
+    std::fs::write(&edited, v.to_string()).unwrap();
+    let o = resume(&edited);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A consumed range past the file in it.
     v["passes"][0]["records"]["0"] = serde_json::json!([[0, 18446744073709551615u64]]);
     std::fs::write(&edited, v.to_string()).unwrap();
     let o = resume(&edited);
@@ -446,6 +452,30 @@ fn edited_checkpoint_files_are_refused() {
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     let o = resume(&cp);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// A checkpoint's settings as version 1 recorded them: as text, the
+/// transforms by presence alone (for these runs: no file sets, no
+/// transforms).
+fn settings_v1(settings: &Value) -> Value {
+    let text = |name: &str, v: &Value| match (name, v) {
+        ("batch", v) => format!("Fixed({v})"),
+        ("sets", _) => "[]".to_string(),
+        ("transforms", _) => "records: false, instance: false, batch: false".to_string(),
+        ("shard_by" | "equalize", Value::String(x)) => {
+            let mut c = x.chars();
+            c.next()
+                .map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
+        }
+        (_, Value::Null) => "None".to_string(),
+        (_, v) => v.to_string(),
+    };
+    let fields = settings.as_object().unwrap().iter();
+    Value::Object(
+        fields
+            .map(|(k, v)| (k.clone(), Value::String(text(k, v))))
+            .collect(),
+    )
 }
 
 fn vision_fixture(name: &str) -> Vec<u8> {

@@ -40,9 +40,10 @@ const REJECTIONS_ALLOWED: u64 = 64;
 /// Bytes of one row's place in the shuffle pool (`feedline::shuffle`).
 const POOL_ROW_BYTES: u64 = std::mem::size_of::<(usize, usize)>() as u64;
 
-/// Everything that needs the settings but not the files: each checkpoint
-/// alone, against the batch policy and the pool's settings.
-pub(super) fn against_settings(
+/// Each checkpoint alone ([`Checkpoint::validate`]) and its passes within
+/// the passes of these settings: before the checkpoints' settings are
+/// compared with these (a field that does not fit is named first).
+pub(super) fn alone(
     checkpoints: &[Checkpoint],
     config: &PipelineConfig,
 ) -> Result<(), PipelineError> {
@@ -54,6 +55,42 @@ pub(super) fn against_settings(
             }
             e => PipelineError::Checkpoint(Arc::new(e)),
         })?;
+        // All passes done is `pass` = `passes`; past that, no pass was run.
+        if cp.pass > config.passes {
+            return Err(invalid(
+                format!("{}pass", which(k, n)),
+                format!(
+                    "is {}, beyond the {} passes of these settings: a pass beyond the passes run",
+                    cp.pass, config.passes
+                ),
+            ));
+        }
+        for (i, p) in cp.passes.iter().enumerate() {
+            if p.pass >= config.passes {
+                return Err(invalid(
+                    format!("{}passes[{i}].pass", which(k, n)),
+                    format!(
+                        "is {}, beyond the {} passes of these settings (passes 0 to {})",
+                        p.pass,
+                        config.passes,
+                        config.passes as i128 - 1
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Everything that needs the settings but not the files, once the
+/// checkpoints' settings are known to be these: each checkpoint against
+/// the batch policy and the pool's settings.
+pub(super) fn against_settings(
+    checkpoints: &[Checkpoint],
+    config: &PipelineConfig,
+) -> Result<(), PipelineError> {
+    let n = checkpoints.len();
+    for (k, cp) in checkpoints.iter().enumerate() {
         for (i, p) in cp.passes.iter().enumerate() {
             let field = |f: &str| format!("{}passes[{i}].{f}", which(k, n));
             let records: u128 = p.records.values().map(|r| r.count() as u128).sum();
