@@ -936,8 +936,9 @@ fn a_shuffled_resume_of_real_files_skips_each_consumed_prefix() {
 /// reads again only the records in the snapshot's pool, then the pass from
 /// where its reading had got to — counted by the readers — and delivers
 /// the uninterrupted run's batches. Mutation killed: the snapshot dropped
-/// on resume (`RestoredDraw::of` giving `Ok(None)`, or the builder taking
-/// `without_snapshot()`): the resume then reads the pass from its start.
+/// on resume (`RestoredDraw::of` giving `Ok(None)`): the test fails (its
+/// resumed batches differ; a plan that dropped the snapshot cleanly would
+/// read the pass from its start, which the read count refuses).
 #[test]
 fn a_deterministic_resume_reads_only_the_pooled_records_again() {
     use std::sync::atomic::Ordering;
