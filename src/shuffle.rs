@@ -342,9 +342,20 @@ impl ShuffleBuffer {
         buf.start_pass(pass);
         buf.rng.set_word_pos(parts.word_pos);
         let [rows_cap, slots_cap, free_cap] = parts.capacities;
-        buf.rows = VecDeque::with_capacity(rows_cap.max(parts.rows.len()));
-        buf.slots = Vec::with_capacity(slots_cap.max(parts.chunks.len()));
-        buf.free_slots = Vec::with_capacity(free_cap.max(parts.free_slots.len()));
+        // Capacities from a file: a failed allocation is an error, not an abort.
+        let cannot = |what: &'static str, n: usize| {
+            move |e: std::collections::TryReserveError| {
+                format!("the pool's {what} table of capacity {n} cannot be allocated: {e}")
+            }
+        };
+        let n = rows_cap.max(parts.rows.len());
+        buf.rows.try_reserve_exact(n).map_err(cannot("row", n))?;
+        let n = slots_cap.max(parts.chunks.len());
+        buf.slots.try_reserve_exact(n).map_err(cannot("slot", n))?;
+        let n = free_cap.max(parts.free_slots.len());
+        buf.free_slots
+            .try_reserve_exact(n)
+            .map_err(cannot("free-slot", n))?;
         for slot in parts.chunks {
             let (chunk, bytes) = match slot {
                 Some((c, bytes)) => (Some(c), bytes),
@@ -380,8 +391,27 @@ impl ShuffleBuffer {
                 return Err(format!("slot {i} holds a chunk but no row of the pool"));
             }
         }
-        buf.free_slots
-            .extend(parts.free_slots.iter().map(|&s| s as usize));
+        // The free slots: each an empty slot, once, and every empty slot.
+        let mut free = vec![false; n];
+        for &s in &parts.free_slots {
+            let s = s as usize;
+            match buf.slots.get(s) {
+                None => {
+                    return Err(format!(
+                        "free slot {s} is out of range: the pool has {n} slots"
+                    ))
+                }
+                Some(slot) if slot.chunk.is_some() => {
+                    return Err(format!("free slot {s} holds a chunk"))
+                }
+                Some(_) if free[s] => return Err(format!("free slot {s} is given twice")),
+                Some(_) => free[s] = true,
+            }
+            buf.free_slots.push(s);
+        }
+        if let Some(s) = (0..n).find(|&s| buf.slots[s].chunk.is_none() && !free[s]) {
+            return Err(format!("slot {s} holds no chunk but is not a free slot"));
+        }
         Ok(buf)
     }
 
@@ -488,5 +518,24 @@ mod tests {
         assert!(e.contains("slot 5"), "{e}");
         let e = ShuffleBuffer::restore(ShuffleConfig::default(), 0, parts(vec![])).unwrap_err();
         assert!(e.contains("no row"), "{e}");
+        // Free slots and capacities from a damaged file: errors, never a
+        // panic (a slot reused twice) or an abort (a failed allocation).
+        let with = |free_slots: Vec<u32>, capacities: [usize; 3]| PoolParts {
+            free_slots,
+            capacities,
+            ..parts(vec![(0, 0)])
+        };
+        for (free, caps, want) in [
+            (vec![1, 1], [4, 2, 2], "given twice"),
+            (vec![0], [4, 2, 1], "holds a chunk"),
+            (vec![7], [4, 2, 1], "out of range"),
+            (vec![], [4, 2, 1], "slot 1 holds no chunk"),
+            (vec![1], [1 << 62, 2, 1], "cannot be allocated"),
+            (vec![1], [4, usize::MAX, 1], "cannot be allocated"),
+        ] {
+            let e =
+                ShuffleBuffer::restore(ShuffleConfig::default(), 0, with(free, caps)).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        }
     }
 }

@@ -41,6 +41,43 @@ fn now_plus(ms: u64) -> Option<Instant> {
     Some(Instant::now() + Duration::from_millis(ms))
 }
 
+/// Until `n` consumers are asleep in `pop` (an event, counted under the
+/// queue's lock right before they wait), not for a while (issue 28, item
+/// 18: a sleep let a loaded machine test the path with no sleeper).
+fn until_asleep(q: &Queue, n: usize) {
+    while q.sleepers() < n {
+        thread::yield_now();
+    }
+}
+
+/// `f` on a thread of its own that says on `done` when it ends (returns or
+/// panics).
+fn spawn_signalled<T: Send + 'static>(
+    done: &std::sync::mpsc::Sender<()>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    struct Signal(std::sync::mpsc::Sender<()>);
+    impl Drop for Signal {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let signal = Signal(done.clone());
+    thread::spawn(move || {
+        let _signal = signal;
+        f()
+    })
+}
+
+/// Until every thread has sent on `done` (an event), failing the test if
+/// that takes past `deadline` (a hang).
+fn until_done(done: &std::sync::mpsc::Receiver<()>, threads: usize, deadline: Instant, what: &str) {
+    for _ in 0..threads {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(done.recv_timeout(left).is_ok(), "{what}: hung");
+    }
+}
+
 #[test]
 fn capacity_must_be_positive_and_lanes_follow_the_mode() {
     assert!(matches!(
@@ -135,7 +172,7 @@ fn a_sleeping_consumer_is_woken_by_a_push_from_another_thread() {
     let q = queue(1, 2, false);
     let q2 = q.clone();
     let consumer = thread::spawn(move || seq(q2.pop(0, now_plus(5000))));
-    thread::sleep(Duration::from_millis(20));
+    until_asleep(&q, 1);
     let mut out = VecDeque::from([(0, batch(0, 3))]);
     assert!(matches!(q.push(&mut out), Ok(Pushed::All)));
     assert_eq!(consumer.join().expect("consumer"), 3);
@@ -212,7 +249,7 @@ fn close_wakes_sleeping_consumers_and_refuses_later_pushes() {
             })
         })
         .collect();
-    thread::sleep(Duration::from_millis(50));
+    until_asleep(&q, 3);
     q.close();
     q.close(); // idempotent
     for s in sleepers {
@@ -248,7 +285,7 @@ fn a_failure_wakes_sleepers_and_waiting_producers() {
     assert_eq!(seq(q.pop(0, None)), 0);
     let q2 = q.clone();
     let sleeper = thread::spawn(move || q2.pop(0, now_plus(5000)));
-    thread::sleep(Duration::from_millis(20));
+    until_asleep(&q, 1);
     q.fail("stopped".into());
     q.fail("a second failure".into());
     assert!(matches!(
@@ -380,9 +417,10 @@ fn random_stress_exactly_once_and_no_hang() {
         let flush = rng.gen_range(1..=6usize);
         let q = queue(consumers, capacity, round_robin);
         let lanes = q.lanes();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
         let producer = {
             let q = q.clone();
-            thread::spawn(move || {
+            spawn_signalled(&done_tx, move || {
                 let mut out = VecDeque::new();
                 let drain = |out: &mut VecDeque<(usize, Item<B>)>| {
                     while !out.is_empty() {
@@ -413,7 +451,7 @@ fn random_stress_exactly_once_and_no_hang() {
             .map(|c| {
                 let q = q.clone();
                 let mut rng = ChaCha8Rng::seed_from_u64(seed * 100 + c as u64);
-                thread::spawn(move || {
+                spawn_signalled(&done_tx, move || {
                     let mut got = Vec::new();
                     let mut markers = Vec::new();
                     loop {
@@ -439,20 +477,19 @@ fn random_stress_exactly_once_and_no_hang() {
                             Some(Err(e)) => panic!("{e}"),
                         }
                         if rng.gen_bool(0.1) {
-                            thread::sleep(Duration::from_micros(200));
+                            thread::yield_now(); // jitter: another interleaving, not a wait
                         }
                     }
                 })
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !(producer.is_finished() && handles.iter().all(|h| h.is_finished())) {
-            assert!(
-                Instant::now() < deadline,
-                "seed {seed}: hung ({consumers} consumers, round robin {round_robin}, capacity {capacity}, flush {flush})"
-            );
-            thread::sleep(Duration::from_millis(5));
-        }
+        until_done(
+            &done_rx,
+            1 + consumers,
+            deadline,
+            &format!("seed {seed} ({consumers} consumers, round robin {round_robin}, capacity {capacity}, flush {flush})"),
+        );
         producer.join().expect("producer");
         let mut all = Vec::new();
         for (c, h) in handles.into_iter().enumerate() {
@@ -500,11 +537,13 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
         // Failed by a consumer (or at once for 0): see below.
         let q = queue(8, cap, false);
         let popped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (made_tx, made_rx) = std::sync::mpsc::channel();
+        let (took_tx, took_rx) = std::sync::mpsc::channel();
         let producers: Vec<_> = (0..8u64)
             .map(|p| {
                 let q = q.clone();
                 let flush = rng.gen_range(1..=8usize);
-                thread::spawn(move || {
+                spawn_signalled(&made_tx, move || {
                     let mut done = Produced {
                         accepted: Vec::new(),
                         handed_back: Vec::new(),
@@ -539,7 +578,7 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
         let consumers: Vec<_> = (0..8usize)
             .map(|c| {
                 let (q, popped) = (q.clone(), popped.clone());
-                thread::spawn(move || {
+                spawn_signalled(&took_tx, move || {
                     let mut got = Vec::new();
                     loop {
                         let r = match c % 3 {
@@ -575,22 +614,26 @@ fn stress_8_producers_8_consumers_fail_in_the_middle() {
             q.fail("failed mid-stream".into());
         }
         let deadline = Instant::now() + Duration::from_secs(60);
+        until_done(
+            &made_rx,
+            producers.len(),
+            deadline,
+            &format!("round {round}: a producer"),
+        );
         let mut produced = Vec::new();
         for p in producers {
-            while !p.is_finished() {
-                assert!(Instant::now() < deadline, "round {round}: a producer hung");
-                thread::sleep(Duration::from_millis(1));
-            }
             produced.push(p.join().unwrap());
         }
         q.close();
+        until_done(
+            &took_rx,
+            consumers.len(),
+            deadline,
+            &format!("round {round}: a consumer"),
+        );
         let mut consumed = Vec::new();
         let mut saw_failure = false;
         for c in consumers {
-            while !c.is_finished() {
-                assert!(Instant::now() < deadline, "round {round}: a consumer hung");
-                thread::sleep(Duration::from_millis(1));
-            }
             let (got, failed) = c.join().unwrap();
             consumed.extend(got);
             saw_failure |= failed;

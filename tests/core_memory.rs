@@ -249,6 +249,60 @@ fn a_pool_of_one_record_files_holds_what_it_counts_within_its_bound() {
     assert_eq!(live() - before, 0);
 }
 
+/// The pool's byte bound binds (issue 28, item 18): with room for far more
+/// rows than bytes, chunks of files much larger than the bound are taken
+/// only until the pool's memory reaches the bound, and the heap it holds
+/// stays within the bound and one chunk. Mutation killed: the byte bound
+/// removed from `ShuffleBuffer::has_room` (the pool then takes every
+/// chunk, several times the bound).
+#[test]
+fn a_pool_stops_taking_chunks_at_its_byte_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = preset_files(dir.path(), Preset::Small, 12, 1024);
+    let schema = gen::preset_schema(Preset::Small);
+    let o = OpenOptions::default();
+    let chunks: Vec<Arc<Chunk>> = (paths.iter())
+        .map(|p| Arc::new(first_chunk(p, &schema, 1024, &o)))
+        .collect();
+    let largest = chunks.iter().map(|c| c.memory_bytes()).max().unwrap();
+    let all: usize = chunks.iter().map(|c| c.memory_bytes()).sum();
+    let max_bytes = 3 * largest;
+    assert!(
+        all > 3 * max_bytes,
+        "{all} bytes of chunks, bound {max_bytes}"
+    );
+    let before = live();
+    let mut pool = ShuffleBuffer::new(ShuffleConfig {
+        pool_size: 1_000_000,
+        max_bytes,
+        ..ShuffleConfig::default()
+    });
+    let mut taken = 0;
+    for c in &chunks {
+        if !pool.has_room() {
+            break;
+        }
+        pool.push_chunk(c.clone());
+        taken += 1;
+    }
+    assert!(
+        !pool.has_room(),
+        "every chunk taken: {} bytes",
+        pool.memory_bytes()
+    );
+    assert!(taken < chunks.len(), "{taken} of {} chunks", chunks.len());
+    assert!(
+        pool.memory_bytes() <= max_bytes + largest,
+        "the pool counts {} bytes, bound {max_bytes} + one chunk {largest}",
+        pool.memory_bytes()
+    );
+    let held = (live() - before) as usize;
+    assert!(
+        held <= max_bytes + largest,
+        "the pool's own heap: {held} bytes"
+    );
+}
+
 #[test]
 fn the_single_thread_reader_sizes_a_small_file_s_chunk_by_what_it_can_hold() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use feedline::batcher::BatchPolicy;
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
@@ -278,18 +277,43 @@ fn buffered_raises_a_source_panic_in_the_reader() {
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"source broke at 3"));
 }
 
+/// Items whose work has finished, and a wait for one (an event, not a
+/// duration: issue 28, item 18).
+#[derive(Default)]
+struct Finished(std::sync::Mutex<HashSet<u64>>, std::sync::Condvar);
+
+impl Finished {
+    fn mark(&self, x: u64) {
+        self.0.lock().unwrap().insert(x);
+        self.1.notify_all();
+    }
+
+    fn wait_for(&self, x: u64) {
+        let mut done = self.0.lock().unwrap();
+        while !done.contains(&x) {
+            done = self.1.wait(done).unwrap();
+        }
+    }
+}
+
 #[test]
 fn xmap_ordered_and_unordered() {
-    let f = |x: u64| {
-        if x % 7 == 0 {
-            std::thread::sleep(Duration::from_micros(300));
+    // Every 7th item finishes only after the item behind it: the workers'
+    // results come out of order, for sure.
+    let f = || {
+        let finished = Arc::new(Finished::default());
+        move |x: u64| {
+            if x % 7 == 0 {
+                finished.wait_for(x + 1);
+            }
+            finished.mark(x);
+            x * x
         }
-        x * x
     };
-    let ordered = (|| 0..500u64).xmap(f, 3, 4, true).unwrap();
+    let ordered = (|| 0..500u64).xmap(f(), 3, 4, true).unwrap();
     let got: Vec<u64> = ordered.read().collect::<Result<_>>().unwrap();
     assert_eq!(got, (0..500).map(|x| x * x).collect::<Vec<_>>());
-    let unordered = (|| 0..500u64).xmap(f, 3, 0, false).unwrap();
+    let unordered = (|| 0..500u64).xmap(f(), 3, 0, false).unwrap();
     let mut got: Vec<u64> = unordered.read().collect::<Result<_>>().unwrap();
     got.sort_unstable();
     assert_eq!(got, (0..500).map(|x| x * x).collect::<Vec<_>>());
@@ -416,11 +440,20 @@ fn xmap_keeps_memory_bounded_behind_a_slow_item() {
             })
         }
     };
+    // Item 0 finishes only once the four items behind it have (an event,
+    // not a duration): by then the feeder has had all the time it takes
+    // to run ahead.
+    let finished = Arc::new(Finished::default());
     let r = src
         .xmap(
-            |x| {
+            move |x| {
                 if x == 0 {
-                    std::thread::sleep(Duration::from_millis(200));
+                    let mut others = finished.0.lock().unwrap();
+                    while others.len() < 4 {
+                        others = finished.1.wait(others).unwrap();
+                    }
+                } else {
+                    finished.mark(u64::from(x));
                 }
                 x
             },

@@ -15,11 +15,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use feedline::batcher::BatchPolicy;
 use feedline::checkpoint::{
     Checkpoint, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
     SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
-use feedline::plan::expand_inputs;
+use feedline::plan::{expand_inputs, Equalize, ShardBy};
 use feedline::SourceId;
 
 use crate::config::PipelineConfig;
@@ -360,8 +361,12 @@ pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
 pub struct CheckpointBase {
     /// The inputs' fingerprint.
     pub inputs: InputFingerprint,
-    /// The settings that fix the order.
+    /// The settings that fix the order, as typed values (what a checkpoint
+    /// records and a version-2 checkpoint is compared with).
     pub settings: SettingsFingerprint,
+    /// The same settings as a version-1 checkpoint recorded them (as
+    /// text): what a version-1 checkpoint is compared with.
+    pub legacy_settings: SettingsFingerprint,
     /// The rank.
     pub rank: u32,
     /// The world size.
@@ -372,9 +377,10 @@ pub struct CheckpointBase {
 
 impl CheckpointBase {
     /// The identity of a pipeline of these settings: every input file
-    /// stamped (path, size, modification time; a source that is no file,
-    /// such as `gen:NAME`, by its name alone) and the settings that fix
-    /// the order of the batches.
+    /// stamped (path, size, modification time, a fingerprint of its first
+    /// and last 64 KiB; a source that is no file, such as `gen:NAME`, by its
+    /// name alone) and the settings that fix the order of the batches
+    /// ([`order_settings`]).
     pub fn of(config: &PipelineConfig) -> Result<Self, PipelineError> {
         let mut files = Vec::new();
         let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
@@ -390,47 +396,110 @@ impl CheckpointBase {
                         path: spec,
                         size: 0,
                         mtime_ns: None,
+                        content: None,
                     },
                 };
                 files.push(stamp);
             }
         }
-        let t = &config.transforms;
-        let sets: Vec<String> = (config.sets.iter())
-            .map(|s| format!("{}={:?}*{}", s.name, s.files, s.weight))
-            .collect();
-        let settings = SettingsFingerprint::new()
-            .with("seed", config.seed)
-            .with("shuffle", config.shuffle)
-            .with("min_pool", format!("{:?}", config.min_pool))
-            .with("shuffle_bytes", config.shuffle_bytes)
-            .with("batch", format!("{:?}", config.batch))
-            .with("drop_last", config.drop_last)
-            .with("shuffle_files", config.shuffle_files)
-            .with("deterministic", config.deterministic)
-            .with("chunk_records", config.chunk_records)
-            .with("chunk_bytes", config.chunk_bytes)
-            .with("shard_by", format!("{:?}", config.shard_by))
-            .with("equalize", format!("{:?}", config.equalize))
-            .with("format", format!("{:?}", config.format))
-            .with("sets", format!("[{}]", sets.join(", ")))
-            .with(
-                "transforms",
-                format!(
-                    "records: {}, instance: {}, batch: {}",
-                    t.records.is_some(),
-                    t.instance.is_some(),
-                    t.batch.is_some()
-                ),
-            );
         Ok(CheckpointBase {
             inputs: InputFingerprint { files },
-            settings,
+            settings: order_settings(config),
+            legacy_settings: legacy_order_settings(config),
             rank: config.shard.rank as u32,
             world_size: config.shard.world_size as u32,
             deterministic: config.deterministic,
         })
     }
+}
+
+/// The settings that fix the order and the values of the batches, as typed
+/// values compared field by field: seed, pool sizes, batch policy, flags,
+/// chunking, sharding, equalize, format, file sets (name, files, weight)
+/// and the transforms — the record stage (filter and/or map), the instance
+/// map's identity (its [`name`](feedline::transform::InstanceMap::name),
+/// for the built-in image transforms their canonical spec, and its
+/// [`version`](feedline::transform::InstanceMap::version)), the declared
+/// output schema, whether a batch map is set, and the version the user
+/// declared for their transform code
+/// ([`LoaderBuilder::transform_version`](crate::LoaderBuilder::transform_version)).
+pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
+    use serde_json::json;
+    let batch = match &config.batch {
+        BatchPolicy::Fixed(n) => json!(n),
+        BatchPolicy::Budget { max_cost, .. } => json!({ "max_cost": max_cost }),
+    };
+    let shard_by = match config.shard_by {
+        ShardBy::Auto => "auto",
+        ShardBy::File => "file",
+        ShardBy::Record => "record",
+    };
+    let equalize = match config.equalize {
+        Equalize::Off => "off",
+        Equalize::Drop => "drop",
+        Equalize::Pad => "pad",
+    };
+    let sets: Vec<serde_json::Value> = (config.sets.iter())
+        .map(|s| json!({ "name": s.name, "files": s.files, "weight": s.weight }))
+        .collect();
+    let t = &config.transforms;
+    let transforms = json!({
+        "version": t.version,
+        "records": t.records.as_ref().map(|r| r.describe()),
+        "instance": t.instance.as_ref().map(|m| json!({ "name": m.name(), "version": m.version() })),
+        "output_schema": t.output_schema,
+        "batch": t.batch.is_some(),
+    });
+    SettingsFingerprint::new()
+        .with("seed", config.seed)
+        .with("shuffle", config.shuffle)
+        .with("min_pool", config.min_pool)
+        .with("shuffle_bytes", config.shuffle_bytes)
+        .with("batch", batch)
+        .with("drop_last", config.drop_last)
+        .with("shuffle_files", config.shuffle_files)
+        .with("deterministic", config.deterministic)
+        .with("chunk_records", config.chunk_records)
+        .with("chunk_bytes", config.chunk_bytes)
+        .with("shard_by", shard_by)
+        .with("equalize", equalize)
+        .with("format", &config.format)
+        .with("sets", sets)
+        .with("transforms", transforms)
+}
+
+/// The settings as a version-1 checkpoint recorded them: the same names,
+/// values as text (what it is compared with; transforms by presence only,
+/// as that version knew them).
+fn legacy_order_settings(config: &PipelineConfig) -> SettingsFingerprint {
+    let t = &config.transforms;
+    let sets: Vec<String> = (config.sets.iter())
+        .map(|s| format!("{}={:?}*{}", s.name, s.files, s.weight))
+        .collect();
+    SettingsFingerprint::new()
+        .with("seed", config.seed.to_string())
+        .with("shuffle", config.shuffle.to_string())
+        .with("min_pool", format!("{:?}", config.min_pool))
+        .with("shuffle_bytes", config.shuffle_bytes.to_string())
+        .with("batch", format!("{:?}", config.batch))
+        .with("drop_last", config.drop_last.to_string())
+        .with("shuffle_files", config.shuffle_files.to_string())
+        .with("deterministic", config.deterministic.to_string())
+        .with("chunk_records", config.chunk_records.to_string())
+        .with("chunk_bytes", config.chunk_bytes.to_string())
+        .with("shard_by", format!("{:?}", config.shard_by))
+        .with("equalize", format!("{:?}", config.equalize))
+        .with("format", format!("{:?}", config.format))
+        .with("sets", format!("[{}]", sets.join(", ")))
+        .with(
+            "transforms",
+            format!(
+                "records: {}, instance: {}, batch: {}",
+                t.records.is_some(),
+                t.instance.is_some(),
+                t.batch.is_some()
+            ),
+        )
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::progress::{CheckpointBase, PassTaken, Progress, RangeSet, RecordSet};
 
+mod check;
+
 fn merge_error(what: String) -> PipelineError {
     PipelineError::Checkpoint(Arc::new(CheckpointError::Merge(what)))
 }
@@ -114,9 +116,32 @@ pub struct ResumePlan {
     spread: BTreeMap<u64, Spread>,
     /// Where the draw of the first pass starts (by batch number only).
     snapshot: Option<Arc<DrawSnapshot>>,
+    /// The snapshot's field in its checkpoint (`passes[0].snapshot`).
+    snapshot_field: String,
 }
 
 impl ResumePlan {
+    /// The inputs unchanged since every checkpoint and its settings
+    /// those of `now` (a version-1 checkpoint's as it recorded them).
+    fn same_inputs_and_settings(
+        checkpoints: &[Checkpoint],
+        now: &CheckpointBase,
+    ) -> Result<(), PipelineError> {
+        let cp_err = |e: CheckpointError| PipelineError::Checkpoint(Arc::new(e));
+        for cp in checkpoints {
+            cp.inputs.check_unchanged(&now.inputs).map_err(cp_err)?;
+            // A version-1 checkpoint recorded the settings as text.
+            let settings = match cp.version {
+                1 => &now.legacy_settings,
+                _ => &now.settings,
+            };
+            cp.settings
+                .check_compatible(settings, &[])
+                .map_err(cp_err)?;
+        }
+        Ok(())
+    }
+
     /// How a pipeline identified by `now`, of `pass_count` passes, goes on
     /// from `checkpoints` ([`ResumePlan::new`] with the settings' parts).
     pub(crate) fn plan(
@@ -125,16 +150,10 @@ impl ResumePlan {
         pass_count: u64,
         equalize: Equalize,
     ) -> Result<Self, PipelineError> {
-        let cp_err = |e: CheckpointError| PipelineError::Checkpoint(Arc::new(e));
         let Some(first) = checkpoints.first() else {
             return Err(merge_error("no checkpoint given".into()));
         };
-        for cp in checkpoints {
-            cp.inputs.check_unchanged(&now.inputs).map_err(cp_err)?;
-            cp.settings
-                .check_compatible(&now.settings, &[])
-                .map_err(cp_err)?;
-        }
+        Self::same_inputs_and_settings(checkpoints, now)?;
         let same_shard =
             checkpoints.len() == 1 && first.rank == now.rank && first.world_size == now.world_size;
         if !same_shard {
@@ -207,22 +226,11 @@ impl ResumePlan {
             let snapshot = (by_seq && parts.len() == 1)
                 .then(|| parts[0].1.snapshot.clone())
                 .flatten()
-                .filter(|s| {
-                    let fits = s.pass == pass && RangeSet::of(&seqs).first_gap() >= s.seq;
-                    if !fits {
-                        log::warn!(
-                            "the checkpoint's snapshot of the draw (pass {}, batch {}) does not fit its pass {pass}: the pass is drawn again from its start",
-                            s.pass,
-                            s.seq
-                        );
-                    }
-                    fits
-                })
                 .map(Arc::new);
             let t = PassTaken {
                 snapshot,
                 complete: !by_record && parts.iter().all(|(_, p)| p.complete),
-                batches: parts.iter().map(|(_, p)| p.batches).sum(),
+                batches: (parts.iter()).fold(0u64, |n, (_, p)| n.saturating_add(p.batches)),
                 by_seq,
                 seqs: if by_seq {
                     RangeSet::of(&seqs)
@@ -245,6 +253,9 @@ impl ResumePlan {
             );
         }
         let snapshot = taken.get(&first_pass).and_then(|t| t.snapshot.clone());
+        let snapshot_field = (first.passes.iter())
+            .position(|p| p.pass == first_pass)
+            .map_or_else(String::new, |i| format!("passes[{i}].snapshot"));
         let mut first_pass = first_pass;
         let mut done_before = first_pass;
         if first_pass >= pass_count {
@@ -270,6 +281,7 @@ impl ResumePlan {
             elastic: !same_shard,
             spread: BTreeMap::new(),
             snapshot,
+            snapshot_field,
         })
     }
 
@@ -457,12 +469,17 @@ impl ResumePlan {
         matches!(self.rules.get(&pass), Some(Rule::Batches(s)) if s.contains(seq))
     }
 
-    /// The first batch number of `pass` from `seq` on not left out.
-    fn next_seq(&self, pass: u64, mut seq: u64) -> u64 {
-        while self.skips_batch(pass, seq) {
-            seq += 1;
+    /// The first batch number of `pass` from `seq` on not left out (past
+    /// the consumed range `seq` is in, at once).
+    fn next_seq(&self, pass: u64, seq: u64) -> u64 {
+        let Some(Rule::Batches(s)) = self.rules.get(&pass) else {
+            return seq;
+        };
+        let r = s.ranges();
+        match r.get(r.partition_point(|&[_, e]| e <= seq)) {
+            Some(&[start, end]) if start <= seq => end,
+            _ => seq,
         }
-        seq
     }
 
     /// True when `pass` reads nothing.
@@ -508,8 +525,36 @@ impl ResumePlan {
                 "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
             ));
         }
+        // Every field against what it must agree with, before anything
+        // starts (and before the plan, which takes the ranges as they are):
+        // alone; the inputs' fingerprints and the settings compared; the
+        // fields against the settings, then against the records in the
+        // inputs; once the plan has them as one job's, the ranks'
+        // checkpoints against each other.
+        check::alone(checkpoints, config)?;
         let now = CheckpointBase::of(config)?;
-        ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)
+        Self::same_inputs_and_settings(checkpoints, &now)?;
+        check::against_settings(checkpoints, config)?;
+        check::against_files(checkpoints, config)?;
+        let plan = ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)?;
+        // The checkpoints of one job (the plan): no record taken twice.
+        check::consumed_once(checkpoints)?;
+        Ok(plan)
+    }
+
+    /// Check the snapshot the first pass is drawn from against the pass
+    /// plan and the files (its files and records in the pass, no more
+    /// instances taken than the files before where reading goes on hold),
+    /// once the plan is made, before anything starts.
+    pub(crate) fn check_snapshot(
+        &self,
+        plan: &feedline::plan::PassPlan,
+        config: &PipelineConfig,
+    ) -> Result<(), PipelineError> {
+        match &self.snapshot {
+            Some(s) => check::snapshot_against_plan(s, &self.snapshot_field, plan, config),
+            None => Ok(()),
+        }
     }
 }
 
@@ -685,6 +730,7 @@ mod tests {
             elastic: true,
             spread: BTreeMap::new(),
             snapshot: None,
+            snapshot_field: String::new(),
         };
         // Consumed records a stride keeps: every 3rd from 1 of 0..10 and
         // 12..15 within 4..14 is 4, 7, 13.

@@ -13,7 +13,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{all_ids, assert_exactly_once, synth_registry, Fault, SynthFormat};
+use common::{
+    all_ids, assert_exactly_once, jsonl_files, synth_registry, CountingFormat, Fault, SynthFormat,
+};
 use feedline_actors::{Checkpoint, Equalize, ErrorPolicy, FileSet, Loader, LoaderBuilder, ShardBy};
 use rand::{Rng, SeedableRng};
 
@@ -355,7 +357,7 @@ fn resume_refuses_changed_settings_inputs_and_incomplete_jobs() {
     };
     let e = msg(base().batch(5).resume(cp.clone()));
     assert!(
-        e.contains("setting `batch` changed since the checkpoint: was Fixed(4), now Fixed(5)"),
+        e.contains("setting `batch` changed since the checkpoint: was 4, now 5"),
         "{e}"
     );
     let e = msg(base().seed(6).resume(cp.clone()));
@@ -847,4 +849,551 @@ fn elastic_equalized_three_to_two_and_two_to_three() {
             elastic_equalized(2, 3, how, seed);
         }
     }
+}
+
+/// A loader over real JSON Lines files, each given as `counted:PATH` so
+/// that `reads` keeps which records the readers read (the records carry
+/// their file's path as the readers name it: a resume's skip past a
+/// consumed prefix is reached, as with any file).
+fn counted(files: &[String], registry: feedline_actors::Registry, seed: u64) -> LoaderBuilder {
+    Loader::builder()
+        .registry(registry)
+        .schema(SynthFormat::schema())
+        .shard_from_env(false)
+        .files(
+            files
+                .iter()
+                .map(|f| format!("counted:{f}"))
+                .collect::<Vec<_>>(),
+        )
+        .batch(4)
+        .chunk_records(5)
+        .passes(1)
+        .seed(seed)
+}
+
+/// Shuffled resume of real files (issue 28, item 18): each reader starts
+/// its file past the records the checkpoint says were consumed from the
+/// file's start — it reads exactly the rest of each file, not one record
+/// of the consumed prefix — and the pass is delivered exactly once.
+/// Mutations killed (`ResumePlan::start_record`): the reader starting at
+/// the file's start (`_ => start` for every range), one record early
+/// (`e - 1`: a consumed record read again) and one late (`e + 1`: a record
+/// lost).
+#[test]
+fn a_shuffled_resume_of_real_files_skips_each_consumed_prefix() {
+    let counts = [60u64, 45, 80];
+    let total: u64 = counts.iter().sum();
+    let mut prefixes_seen = 0;
+    for seed in [1u64, 2, 3, 4, 5, 6] {
+        let dir = tempfile::tempdir().unwrap();
+        let files = jsonl_files(dir.path(), &counts);
+        let (registry, reads) = CountingFormat::of("jsonl").registry();
+        let make = |readers| {
+            counted(&files, registry.clone(), seed)
+                .shuffle(6)
+                .readers(readers)
+        };
+        let full = all(make(2).build().unwrap());
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let stop = rng.gen_range(full.len() / 2..full.len() - 1);
+        let (before, cp) = take(make(2).build().unwrap(), stop);
+        // Per file, the end of the consumed prefix [0, e) (0 if none).
+        let prefix: BTreeMap<String, u64> = (cp.consumed(0).into_iter())
+            .map(|(name, r)| {
+                let e = match r.ranges().first() {
+                    Some(&[0, e]) => e,
+                    _ => 0,
+                };
+                (name.to_string(), e)
+            })
+            .collect();
+        prefixes_seen += prefix.values().filter(|&&e| e > 0).count();
+        reads.take_reads();
+        let after = all(make(3).resume(cp).build().unwrap());
+        let read = reads.take_reads();
+        let mut both = before.clone();
+        both.extend(after);
+        assert_exactly_once(&ids_by_pass(&both), &all_ids(&counts, &[]), 1);
+        for (name, record) in &read {
+            let e = prefix.get(name).copied().unwrap_or(0);
+            assert!(
+                *record >= e,
+                "seed {seed}: {name} record {record} read again: it is in the consumed prefix [0, {e})"
+            );
+        }
+        let skipped: u64 = prefix.values().sum();
+        assert_eq!(
+            read.len() as u64,
+            total - skipped,
+            "seed {seed}: records read by the resume"
+        );
+    }
+    assert!(prefixes_seen >= 6, "only {prefixes_seen} consumed prefixes");
+}
+
+/// A deterministic resume from a snapshot of the draw (issue 28, item 17)
+/// reads again only the records in the snapshot's pool, then the pass from
+/// where its reading had got to — counted by the readers — and delivers
+/// the uninterrupted run's batches. Mutation killed: the snapshot dropped
+/// on resume (`RestoredDraw::of` giving `Ok(None)`): the test fails (its
+/// resumed batches differ; a plan that dropped the snapshot cleanly would
+/// read the pass from its start, which the read count refuses).
+#[test]
+fn a_deterministic_resume_reads_only_the_pooled_records_again() {
+    use std::sync::atomic::Ordering;
+    let total: u64 = COUNTS.iter().sum();
+    let mut checked = 0;
+    for seed in [1u64, 7, 123] {
+        let make = |s: SynthFormat| {
+            let specs = s.specs();
+            Loader::builder()
+                .registry(synth_registry(s))
+                .schema(SynthFormat::schema())
+                .shard_from_env(false)
+                .files(specs)
+                .batch(8)
+                .shuffle(32)
+                .chunk_records(4)
+                .passes(1)
+                .seed(seed)
+                .deterministic(true)
+                .snapshot_every(3)
+                .readers(2)
+        };
+        let full = all(make(SynthFormat::with_files(&COUNTS).build())
+            .build()
+            .unwrap());
+        for stop in [4, 9, full.len() / 2, full.len() - 2] {
+            let (before, cp) = take(
+                make(SynthFormat::with_files(&COUNTS).build())
+                    .build()
+                    .unwrap(),
+                stop,
+            );
+            let s = cp.passes[0]
+                .snapshot
+                .clone()
+                .expect("a snapshot of the draw");
+            let synth = SynthFormat::with_files(&COUNTS).build();
+            let reads = synth.reads();
+            let after = all(make(synth).readers(3).resume(cp).build().unwrap());
+            assert!(
+                after == full[stop..],
+                "seed {seed} stop {stop}: other batches"
+            );
+            assert_eq!(before, full[..stop]);
+            let want = s.row_records.len() as u64 + total - s.pass_records;
+            assert!(s.pass_records > s.row_records.len() as u64);
+            assert_eq!(
+                reads.load(Ordering::Relaxed),
+                want,
+                "seed {seed} stop {stop}: records read by the resume ({} pooled, {} of {total} taken before)",
+                s.row_records.len(),
+                s.pass_records
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12);
+}
+
+/// The error a builder gives instead of a loader.
+fn refused(b: LoaderBuilder) -> String {
+    match b.build() {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("resumed"),
+    }
+}
+
+/// Hand-edited or damaged checkpoints (issue 28, item 7), of real files:
+/// each edit of a field against what it must agree with — the files'
+/// record counts, the other fields, the settings, the pass plan, the other
+/// ranks' checkpoints — is refused before anything starts, naming the
+/// field: no spin (a range to 2^64 - 1), no abort (capacities of 1e11 and
+/// 2^62), no panic (free slots out of range or in use). The intact
+/// checkpoints resume. Mutations killed, one per check: each `return
+/// Err(invalid(..))` of `resume_plan/check.rs` and `Checkpoint::validate`
+/// made to go on (the case naming it then resumes, spins or panics).
+#[test]
+fn hostile_checkpoints_are_refused_naming_the_field() {
+    let counts = [60u64, 45, 80];
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &counts);
+    let make = |det: bool| {
+        Loader::builder()
+            .files(files.clone())
+            .schema(SynthFormat::schema())
+            .shard_from_env(false)
+            .batch(8)
+            .shuffle(32)
+            .chunk_records(4)
+            .passes(2)
+            .seed(9)
+            .deterministic(det)
+            .snapshot_every(3)
+    };
+    let (_, det) = take(make(true).build().unwrap(), 7);
+    let (_, shuffled) = take(make(false).build().unwrap(), 7);
+    let snap = det.passes[0].snapshot.clone().expect("a snapshot");
+    assert!(snap.next_file < 3, "{snap:?}");
+    // Both resume as they are.
+    all(make(true).resume(det.clone()).build().unwrap());
+    all(make(false).resume(shuffled.clone()).build().unwrap());
+
+    type Edit = Box<dyn Fn(&mut Checkpoint)>;
+    let on_snapshot =
+        |f: Box<dyn Fn(&mut feedline_actors::feedline::checkpoint::DrawSnapshot)>| -> Edit {
+            Box::new(move |c: &mut Checkpoint| f(c.passes[0].snapshot.as_mut().unwrap()))
+        };
+    // A source's records with its last consumed record moved to `to`.
+    let moved = |c: &mut Checkpoint, to: u64| {
+        let (&s, r) = c.passes[0].records.iter().next().unwrap();
+        let mut rec: Vec<u64> = r.records().collect();
+        rec.pop();
+        rec.push(to);
+        let r = feedline_actors::feedline::checkpoint::RecordRanges::from_records(rec);
+        c.passes[0].records.insert(s, r);
+        s
+    };
+    let cases: Vec<(bool, Edit, &str, &str)> = vec![
+        (
+            false,
+            Box::new(move |c| {
+                let s = moved(c, 60);
+                assert!(c.sources[s as usize].ends_with("f0.jsonl"));
+            }),
+            "checkpoint field `passes[0].records.0`",
+            "f0.jsonl is beyond its 60 records",
+        ),
+        (
+            false,
+            Box::new(|c| {
+                let r = feedline_actors::feedline::checkpoint::RecordRanges::from_ranges([[
+                    0,
+                    u64::MAX,
+                ]]);
+                c.passes[0].records.insert(0, r);
+            }),
+            "checkpoint field `passes[0].batches`",
+            "is 7, too few for the pass's",
+        ),
+        (
+            false,
+            Box::new(|c| {
+                c.sources[0] = format!("{}.other", c.sources[0]);
+            }),
+            "checkpoint field `sources[0]`",
+            "is not one of the inputs",
+        ),
+        (
+            true,
+            Box::new(|c| {
+                c.passes[0].seqs =
+                    feedline_actors::feedline::checkpoint::RecordRanges::from_ranges([[0, 8]])
+            }),
+            "checkpoint field `passes[0].seqs`",
+            "numbers 8 batches, but `batches` is 7",
+        ),
+        (
+            false,
+            Box::new(|c| {
+                c.passes.clear();
+                c.pass = 5;
+            }),
+            "checkpoint field `pass`",
+            "is 5, beyond the 2 passes of these settings",
+        ),
+        (
+            false,
+            Box::new(|c| c.passes[0].pass = 2),
+            "checkpoint field `passes[0].pass`",
+            "is 2, beyond the 2 passes of these settings",
+        ),
+        (
+            true,
+            Box::new(|c| c.pass = 1),
+            "checkpoint field `pass`",
+            "a pass beyond the passes run",
+        ),
+        (
+            true,
+            Box::new(|c| c.deterministic = false),
+            "checkpoint field `deterministic`",
+            "settings say `deterministic` = true",
+        ),
+        (
+            true,
+            Box::new(|c| {
+                c.deterministic = false;
+                c.passes[0].snapshot = None;
+                c.settings = c.settings.clone().with("deterministic", false);
+            }),
+            "setting `deterministic`",
+            "changed since the checkpoint: was false, now true",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.capacities[0] = 100_000_000_000)),
+            "checkpoint field `passes[0].snapshot.capacities[0]`",
+            "is 100000000000, beyond the",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.capacities[1] = 1 << 62)),
+            "checkpoint field `passes[0].snapshot.capacities[1]`",
+            "beyond the",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.free_slots.push(9999))),
+            "checkpoint field `passes[0].snapshot.free_slots[",
+            "slot 9999 is out of range",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.word_pos = u64::MAX)),
+            "checkpoint field `passes[0].snapshot.word_pos`",
+            "beyond the",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.next_file = 7)),
+            "checkpoint field `passes[0].snapshot.next_file`",
+            "has 3 files here",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.next_record = Some(1 << 40))),
+            "checkpoint field `passes[0].snapshot.next_record`",
+            "is 1099511627776, but",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| {
+                s.row_records[0] = s.row_records[0].max(1) * 1000 + 10_000
+            })),
+            "checkpoint field `passes[0].snapshot.row_records[0]`",
+            "records",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| {
+                s.batcher_rows = [s.batcher_rows[0] + 8, s.batcher_rows[1] + 8];
+                s.pass_records += 8;
+            })),
+            "checkpoint field `passes[0].snapshot.batcher_rows`",
+            "batches of 8 make",
+        ),
+        (
+            true,
+            on_snapshot(Box::new(|s| s.pass_records += 1)),
+            "checkpoint field `passes[0].snapshot.pass_records`",
+            "rows do not add up",
+        ),
+    ];
+    for (k, (is_det, edit, field, what)) in cases.into_iter().enumerate() {
+        let mut c = if is_det {
+            det.clone()
+        } else {
+            shuffled.clone()
+        };
+        edit(&mut c);
+        // Through the file format too: the checksum made again for the edit.
+        let c = Checkpoint::from_json(&c.to_json(), Path::new("cp.json")).unwrap_or(c);
+        let e = refused(make(is_det).resume(c));
+        assert!(
+            e.contains(field) && e.contains(what),
+            "case {k} ({field}): {e}"
+        );
+    }
+    // Where reading goes on moved back: records taken twice.
+    if let Some(r) = snap.next_record.filter(|&r| r > 0) {
+        let mut c = det.clone();
+        c.passes[0].snapshot.as_mut().unwrap().next_record = Some(r - 1);
+        let e = refused(make(true).resume(c));
+        assert!(
+            e.contains("checkpoint field `passes[0].snapshot.pass_records`")
+                && e.contains("more than"),
+            "{e}"
+        );
+    }
+    // Two ranks that consumed the same record.
+    let ranks: Vec<Checkpoint> = (0..2)
+        .map(|rank| take(make(false).shard(rank, 2).build().unwrap(), 3).1)
+        .collect();
+    let mut both = ranks.clone();
+    let theirs = ranks[0].consumed(0);
+    let (name, r) = theirs.iter().next().unwrap();
+    let record = r.ranges()[0][0];
+    let s = both[1]
+        .sources
+        .iter()
+        .position(|x| x == name)
+        .map(|i| i as u32);
+    let s = s.unwrap_or_else(|| {
+        both[1].sources.push(name.to_string());
+        (both[1].sources.len() - 1) as u32
+    });
+    let mine = both[1].passes[0].records.entry(s).or_default();
+    *mine = feedline_actors::feedline::checkpoint::RecordRanges::from_records(
+        mine.records().chain([record]),
+    );
+    // (its batch count has room for one record more only if short of a batch)
+    both[1].passes[0].batches += 1;
+    let seqs = &both[1].passes[0].seqs;
+    both[1].passes[0].seqs = feedline_actors::feedline::checkpoint::RecordRanges::from_ranges(
+        seqs.ranges().iter().copied().chain([[1000, 1001]]),
+    );
+    let mut b = make(false).shard(0, 3);
+    for c in &both {
+        b = b.resume(c.clone());
+    }
+    let e = refused(b);
+    assert!(
+        e.contains("checkpoint field `resume[1].passes[0].records.")
+            && e.contains(&format!(
+                "record {record} of pass 0 was consumed by the rank of resume[0] too"
+            )),
+        "{e}"
+    );
+    let mut b = make(false).shard(0, 3);
+    for c in &ranks {
+        b = b.resume(c.clone());
+    }
+    all(b.build().unwrap());
+}
+
+/// A changed input is refused on resume (issue 28, item 13), at the
+/// loader: a file rewritten to the same size with its modification time
+/// put back is told by its content. Mutation killed: the content
+/// comparison in `InputFingerprint::check_unchanged` disabled.
+#[test]
+fn resume_refuses_a_file_rewritten_to_the_same_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &[40, 30]);
+    let make = || {
+        Loader::builder()
+            .files(files.clone())
+            .schema(SynthFormat::schema())
+            .shard_from_env(false)
+            .batch(4)
+            .shuffle(8)
+    };
+    let (_, cp) = take(make().build().unwrap(), 3);
+    let path = Path::new(&files[1]);
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
+    // Record 7's id written as record 8's: same size, other data.
+    std::fs::write(
+        path,
+        text.replacen("{\"id\": 1000007,", "{\"id\": 1000008,", 1),
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let e = refused(make().resume(cp));
+    assert!(
+        e.contains("the inputs changed since the checkpoint")
+            && e.contains(&format!("{}: content changed (same size", files[1])),
+        "{e}"
+    );
+}
+
+/// An instance map known by its name alone, as the built-in image
+/// transforms are by their canonical spec (`feedline run --transform`:
+/// `cli_checkpoint.rs` resumes those).
+struct Spec(&'static str);
+
+impl feedline_actors::feedline::transform::InstanceMap for Spec {
+    fn map(
+        &self,
+        row: &feedline_actors::feedline::transform::Row<'_>,
+        _: &mut feedline_actors::feedline::transform::TransformCtx,
+    ) -> Result<feedline_actors::Sample, feedline_actors::feedline::transform::BoxError> {
+        Ok(feedline_actors::Sample::new().with("id", row.values("id")?, []))
+    }
+
+    fn name(&self) -> String {
+        self.0.to_string()
+    }
+}
+
+/// Changed transforms are refused on resume (issue 28, item 14): an
+/// instance map by its name (the image transforms' canonical spec), a user
+/// map by its declared name and version, the record stage by its kind,
+/// the user's declared version of their transform code — each naming the
+/// changed field, old vs new; the same ones resume. Mutations killed: the
+/// transforms fingerprinted by presence only (as version 1 did); the
+/// instance map's version, the record stage or `transform_version` left
+/// out of `order_settings`.
+#[test]
+fn resume_refuses_changed_transforms_naming_them() {
+    use feedline_actors::feedline::transform::{map_fn, BoxError, TransformCtx};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &[40]);
+    let base = || {
+        Loader::builder()
+            .files(files.clone())
+            .schema(SynthFormat::schema())
+            .shard_from_env(false)
+            .batch(4)
+    };
+    let spec = |s: &'static str| base().transform(Arc::new(Spec(s)));
+    // The checkpoint of a loader that took nothing yet: its settings.
+    let cp_of = |b: LoaderBuilder| b.build().unwrap().checkpoint().unwrap();
+    let cp = cp_of(spec("decode,resize(16x16)"));
+    spec("decode,resize(16x16)")
+        .resume(cp.clone())
+        .build()
+        .unwrap();
+    let e = refused(spec("decode,resize(8x8),to-f32").resume(cp.clone()));
+    assert_eq!(
+        e,
+        "setting `transforms.instance.name` changed since the checkpoint: was decode,resize(16x16), now decode,resize(8x8),to-f32"
+    );
+    let e = refused(base().resume(cp));
+    assert!(
+        e.contains("`transforms.instance` changed") && e.contains("now null"),
+        "{e}"
+    );
+
+    let named = |version: &str| {
+        let ids = |i: feedline_actors::feedline::Instance, _: &mut TransformCtx| {
+            let id = i.get("id").map_err(|e| e.to_string())?.clone();
+            Ok::<_, BoxError>(feedline_actors::Sample::new().with("id", id, []))
+        };
+        base().transform(Arc::new(map_fn(ids).named("ids", version)))
+    };
+    let cp = cp_of(named("1"));
+    named("1").resume(cp.clone()).build().unwrap();
+    let e = refused(named("2").resume(cp));
+    assert!(
+        e.contains("`transforms.instance.version` changed") && e.contains("was 1, now 2"),
+        "{e}"
+    );
+
+    let cp = cp_of(base().filter_records(|_| Ok::<_, BoxError>(true)));
+    let e = refused(base().resume(cp));
+    assert!(
+        e.contains("`transforms.records` changed") && e.contains("was filter, now null"),
+        "{e}"
+    );
+
+    let cp = cp_of(base().transform_version("2024-06"));
+    base()
+        .transform_version("2024-06")
+        .resume(cp.clone())
+        .build()
+        .unwrap();
+    let e = refused(base().transform_version("2024-07").resume(cp));
+    assert_eq!(
+        e,
+        "setting `transforms.version` changed since the checkpoint: was 2024-06, now 2024-07"
+    );
 }

@@ -44,33 +44,60 @@ fn rank_run(
     (out, (s.equalize_dropped, s.equalize_padded))
 }
 
+/// Every rank of an equalized pass delivers exactly the instances the
+/// rule says, counted against what each rank has (its `Off` run): with
+/// `Drop` the smallest rank's count, each instance once; with `Pad` the
+/// largest rank's, a rank with fewer repeating exactly the difference of
+/// its own (both rounded down to whole batches under `drop_last`); the
+/// ranks' instances disjoint but for the padding. Mutations killed (issue
+/// 28, item 18): `equalized_counts` taking the largest rank for `Drop` or
+/// the smallest for `Pad` (every rank still equal to the others), or one
+/// record more or fewer.
 #[test]
 fn every_rank_gets_the_same_batches() {
     let counts = [10u64, 20, 35, 7, 50, 3, 41];
     let world = 3;
+    let b = 8u64;
+    // What each rank has per pass, unequalized (same seed, same shards).
+    let off: Vec<PerPass> = (0..world)
+        .map(|r| rank_run(&counts, r, world, Equalize::Off, false).0)
+        .collect();
     for how in [Equalize::Drop, Equalize::Pad] {
         for drop_last in [false, true] {
             let runs: Vec<_> = (0..world)
                 .map(|r| rank_run(&counts, r, world, how, drop_last))
                 .collect();
             for pass in 0..2u64 {
+                let has: Vec<u64> = off.iter().map(|o| o[&pass].1.len() as u64).collect();
+                let (min, max) = (*has.iter().min().unwrap(), *has.iter().max().unwrap());
+                assert!(min < max, "pass {pass}: the ranks need equalizing: {has:?}");
+                let whole = |n: u64| if drop_last { n / b * b } else { n };
+                let target = match how {
+                    Equalize::Drop => whole(min),
+                    _ => whole(max),
+                };
                 let sizes: Vec<&Vec<usize>> = runs.iter().map(|(o, _)| &o[&pass].0).collect();
                 assert!(
                     sizes.windows(2).all(|w| w[0] == w[1]),
                     "{how:?} drop_last {drop_last} pass {pass}: {sizes:?}"
                 );
-                // Across ranks the instances are disjoint but for the padding.
                 let mut all: Vec<i64> = Vec::new();
-                for (o, _) in &runs {
+                for (r, (o, _)) in runs.iter().enumerate() {
                     let mut ids = o[&pass].1.clone();
+                    assert_eq!(
+                        ids.len() as u64,
+                        target,
+                        "{how:?} drop_last {drop_last} pass {pass} rank {r}: instances delivered (ranks have {has:?})"
+                    );
                     ids.sort();
-                    let n = ids.len();
                     ids.dedup();
-                    let repeats = n - ids.len();
-                    match how {
-                        Equalize::Drop => assert_eq!(repeats, 0),
-                        _ => assert!(repeats as u64 <= counts.iter().sum::<u64>()),
-                    }
+                    let distinct = ids.len() as u64;
+                    // Its own instances, as many as it has up to the target.
+                    assert_eq!(distinct, has[r].min(target), "rank {r}: distinct instances");
+                    assert!(
+                        ids.iter().all(|id| off[r][&pass].1.contains(id)),
+                        "rank {r} delivered another rank's instance"
+                    );
                     all.extend(ids);
                 }
                 let n = all.len();

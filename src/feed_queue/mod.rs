@@ -517,6 +517,15 @@ impl<B: Send + 'static, E: Clone + Send + 'static> FeedQueue<B, E> {
         }
     }
 
+    /// Plain-thread consumers asleep in [`pop`](Self::pop) now (counted
+    /// under the queue's lock, right before they wait): tests wait for this
+    /// event instead of sleeping for a while.
+    #[doc(hidden)]
+    pub fn sleepers(&self) -> usize {
+        let st = self.inner.state.lock();
+        st.lanes.iter().map(|l| l.sleepers).sum()
+    }
+
     /// The failure, if the queue failed.
     pub fn failure(&self) -> Option<E> {
         self.inner.state.lock().failed.clone()

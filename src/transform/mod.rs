@@ -120,7 +120,11 @@ pub trait InstanceMap: Send + Sync {
         None
     }
 
-    /// A short name for logs, statistics and errors.
+    /// A short name for logs, statistics, errors and checkpoints. A
+    /// checkpoint records the map's name and [`version`](Self::version);
+    /// resuming under a map of another name or version is refused. The
+    /// built-in image transforms give their spec as the user wrote it (a
+    /// preset's name, or the chain).
     fn name(&self) -> String {
         "map".into()
     }
@@ -135,6 +139,15 @@ pub trait InstanceMap: Send + Sync {
     /// default: a map that holds more must say so to keep the bound true.
     fn working_memory_bytes(&self) -> usize {
         0
+    }
+
+    /// The version of the map's outputs, as its author declares it (none
+    /// by default). This is how to say "same map" across a resume: a map
+    /// changed without changing its outputs (a refactor, a faster path)
+    /// keeps its name and version; one whose outputs change gets a new
+    /// version, and a checkpoint taken under the old one is refused.
+    fn version(&self) -> Option<String> {
+        None
     }
 }
 
@@ -158,11 +171,29 @@ where
     F: Fn(Instance, &mut TransformCtx) -> Result<Sample, E> + Send + Sync,
     E: Into<BoxError>,
 {
-    MapFn(f)
+    MapFn {
+        f,
+        name: "map".into(),
+        version: None,
+    }
 }
 
 /// See [`map_fn`].
-pub struct MapFn<F>(F);
+pub struct MapFn<F> {
+    f: F,
+    name: String,
+    version: Option<String>,
+}
+
+impl<F> MapFn<F> {
+    /// The map's name and version as checkpoints record them ([`InstanceMap::name`],
+    /// [`InstanceMap::version`]; a closure is `map`, of no version, unless named).
+    pub fn named(mut self, name: &str, version: &str) -> Self {
+        self.name = name.to_string();
+        self.version = Some(version.to_string());
+        self
+    }
+}
 
 impl<F, E> InstanceMap for MapFn<F>
 where
@@ -171,7 +202,15 @@ where
 {
     fn map(&self, row: &Row<'_>, ctx: &mut TransformCtx) -> Result<Sample, BoxError> {
         let inst = row.instance()?;
-        (self.0)(inst, ctx).map_err(Into::into)
+        (self.f)(inst, ctx).map_err(Into::into)
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn version(&self) -> Option<String> {
+        self.version.clone()
     }
 }
 
@@ -191,6 +230,11 @@ pub struct Transforms {
     pub workers: usize,
     /// After collation.
     pub batch: Option<BatchMap>,
+    /// The version of this code (the record stage, the maps) as its author
+    /// declares it: checkpoints record it, and a resume under another
+    /// version is refused. Closures cannot be compared: keep the version
+    /// to say "same transforms", change it when their outputs change.
+    pub version: Option<String>,
 }
 
 /// Transform workers by default.
@@ -204,6 +248,7 @@ impl Default for Transforms {
             output_schema: None,
             workers: DEFAULT_WORKERS,
             batch: None,
+            version: None,
         }
     }
 }
@@ -223,6 +268,7 @@ impl fmt::Debug for Transforms {
             .field("output_schema", &self.output_schema)
             .field("workers", &self.workers)
             .field("batch", &self.batch.is_some())
+            .field("version", &self.version)
             .finish()
     }
 }

@@ -312,6 +312,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// The version of your transform code — the record filters and maps,
+    /// the instance map, the batch map — as checkpoints record it.
+    /// Checkpoints fingerprint what can be compared (the record stage's
+    /// kind, the instance map's [`name`](InstanceMap::name) and
+    /// [`version`](InstanceMap::version), the output schema), but not what
+    /// a closure computes: keep this version to say "the same transforms"
+    /// on a resume, change it when their outputs change — a checkpoint
+    /// taken under another version is then refused, naming it.
+    pub fn transform_version(mut self, version: &str) -> Self {
+        self.config.transforms.version = Some(version.to_string());
+        self
+    }
+
     /// A map of each collated batch (after the instance map, if any).
     pub fn map_batches<F, E>(mut self, f: F) -> Self
     where

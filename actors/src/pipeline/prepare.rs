@@ -44,6 +44,10 @@ pub(crate) fn prepare(
             "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
         ));
     }
+    // The snapshot a deterministic resume draws from, against the plan.
+    if let (Some(r), [plan]) = (&resume, &plans[..]) {
+        r.check_snapshot(plan, &config)?;
+    }
     let fixed_batch = match &config.batch {
         BatchPolicy::Fixed(n) => Some(*n),
         _ => None,

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ pub struct SynthFile {
 pub struct SynthFormat {
     pub files: HashMap<String, SynthFile>,
     panics: Arc<HashMap<(String, u64), AtomicU32>>,
+    /// Records read into chunks by every reader of this format, shared
+    /// with [`reads`](Self::reads); a skip frames past records without
+    /// reading them.
+    reads: Arc<AtomicU64>,
 }
 
 impl SynthFormat {
@@ -62,6 +66,7 @@ impl SynthFormat {
         SynthFormat {
             files,
             panics: Arc::new(HashMap::new()),
+            reads: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -102,6 +107,11 @@ impl SynthFormat {
             .unwrap()
     }
 
+    /// The count of records read by this format's readers (all clones).
+    pub fn reads(&self) -> Arc<AtomicU64> {
+        self.reads.clone()
+    }
+
     pub fn total(&self) -> u64 {
         self.files.values().map(|f| f.records).sum()
     }
@@ -129,6 +139,7 @@ impl Format for SynthFormat {
             next: opts.start_record,
             dead: false,
             panics: self.panics.clone(),
+            reads: self.reads.clone(),
         }))
     }
 }
@@ -140,6 +151,7 @@ struct SynthReader {
     next: u64,
     dead: bool,
     panics: Arc<HashMap<(String, u64), AtomicU32>>,
+    reads: Arc<AtomicU64>,
 }
 
 impl RecordReader for SynthReader {
@@ -192,6 +204,29 @@ impl RecordReader for SynthReader {
         self.next
     }
 
+    /// Counted in `reads`: the records read into chunks, as the
+    /// pipeline's readers (and a snapshot's pool made again) read them.
+    fn read_chunk(
+        &mut self,
+        chunk: &mut feedline::Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<usize> {
+        let before = chunk.len();
+        let n = feedline::format::fill_chunk(chunk, max_records, max_bytes, || self.next_record());
+        self.reads
+            .fetch_add((chunk.len() - before) as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Framed: past the records between, without reading them.
+    fn skip_to(&mut self, record: u64) -> Result<()> {
+        if !self.dead {
+            self.next = self.next.max(record.min(self.file.records));
+        }
+        Ok(())
+    }
+
     fn can_continue(&self) -> bool {
         !self.dead
     }
@@ -199,6 +234,128 @@ impl RecordReader for SynthReader {
     fn len_hint(&self) -> Option<u64> {
         Some(self.file.records)
     }
+}
+
+/// A format that reads files of another format (`counted:PATH`, read as
+/// the inner format reads PATH, records named by PATH) and keeps which
+/// records its readers read into chunks — as the pipeline's readers read
+/// them; not those framed past by a skip or read alone.
+pub struct CountingFormat {
+    inner: Arc<dyn Format>,
+    read: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+}
+
+impl CountingFormat {
+    /// Count the reads of `inner` (a built-in format's name, e.g. `jsonl`).
+    pub fn of(inner: &str) -> Self {
+        let inner = feedline::format::Registry::with_builtin()
+            .get(inner)
+            .expect("a built-in format");
+        CountingFormat {
+            inner,
+            read: Arc::default(),
+        }
+    }
+
+    /// Every (source, record) read so far, and forget them.
+    pub fn take_reads(&self) -> Vec<(String, u64)> {
+        std::mem::take(&mut *self.read.lock().unwrap())
+    }
+
+    /// A registry with this format in it, and the handle to its reads.
+    pub fn registry(self) -> (feedline::format::Registry, Arc<Self>) {
+        let me = Arc::new(self);
+        let mut r = feedline::format::Registry::with_builtin();
+        r.register(Arc::new(CountingFormat {
+            inner: me.inner.clone(),
+            read: me.read.clone(),
+        }));
+        (r, me)
+    }
+}
+
+impl Format for CountingFormat {
+    fn name(&self) -> &str {
+        "counted"
+    }
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+    fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
+        Ok(Box::new(CountingReader {
+            inner: self.inner.open(path, opts)?,
+            read: self.read.clone(),
+        }))
+    }
+    fn infer_schema(&self, path: &Path) -> Option<Result<Schema>> {
+        self.inner.infer_schema(path)
+    }
+    fn infer_from_records(&self, records: &[Record]) -> Result<Schema> {
+        self.inner.infer_from_records(records)
+    }
+}
+
+struct CountingReader {
+    inner: Box<dyn RecordReader>,
+    read: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+}
+
+impl RecordReader for CountingReader {
+    /// Not counted: a record read alone (checking a file) is not one the
+    /// pipeline's readers read into a chunk.
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        self.inner.next_record()
+    }
+    fn read_chunk(
+        &mut self,
+        chunk: &mut feedline::Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<usize> {
+        let before = chunk.len();
+        let n = self.inner.read_chunk(chunk, max_records, max_bytes);
+        let mut read = self.read.lock().unwrap();
+        for o in &chunk.origins()[before..] {
+            read.push((o.source.name().to_string(), o.record));
+        }
+        n
+    }
+    fn next_index(&self) -> u64 {
+        self.inner.next_index()
+    }
+    fn skip_to(&mut self, record: u64) -> Result<()> {
+        self.inner.skip_to(record)
+    }
+    fn can_continue(&self) -> bool {
+        self.inner.can_continue()
+    }
+    fn len_hint(&self) -> Option<u64> {
+        self.inner.len_hint()
+    }
+    fn records_lost(&self) -> Option<u64> {
+        self.inner.records_lost()
+    }
+    fn max_records_left(&self) -> Option<u64> {
+        self.inner.max_records_left()
+    }
+}
+
+/// `files` JSON Lines files of `records` records each in `dir`:
+/// `{"id": f * 1_000_000 + i, "x": [id; 4]}` as the synthetic files' ids.
+pub fn jsonl_files(dir: &Path, records: &[u64]) -> Vec<String> {
+    (records.iter().enumerate())
+        .map(|(f, &n)| {
+            let path = dir.join(format!("f{f}.jsonl"));
+            let text: String = (0..n)
+                .map(|i| {
+                    let id = f as u64 * 1_000_000 + i;
+                    format!("{{\"id\": {id}, \"x\": [{id}.0, {id}.0, {id}.0, {id}.0]}}\n")
+                })
+                .collect();
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_string()
+        })
+        .collect()
 }
 
 /// A registry with the synthetic format.
