@@ -304,6 +304,7 @@ impl ResumePlan {
             elastic: false,
             spread: BTreeMap::new(),
             snapshot: None,
+            snapshot_field: String::new(),
         }
     }
 
