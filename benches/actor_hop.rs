@@ -37,7 +37,7 @@ use futures::channel::oneshot;
 const IN_FLIGHT: usize = 2;
 
 fn small_chunk(rows: usize) -> Arc<Chunk> {
-    let schema = feedline::gen::preset_schema(feedline::gen::Preset::Small);
+    let schema = feedline::synthetic::preset_schema(feedline::synthetic::Preset::Small);
     let mut chunk = Chunk::with_capacity(&schema, rows);
     let src = SourceId::intern("actor_hop");
     for i in 0..rows {

@@ -20,7 +20,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use feedline::format::example::{decode_record, ExampleDecoder};
 use feedline::format::tfrecord::TfRecordReader;
 use feedline::format::{OpenOptions, RecordReader};
-use feedline::gen::{self, Preset};
+use feedline::synthetic::{self, Preset};
 use feedline::{collate_chunks, Chunk, Location, Schema, SourceId};
 
 /// One preset's file in memory and on disk, and its payloads extracted.
@@ -35,7 +35,7 @@ struct Data {
 
 impl Data {
     fn new(preset: Preset, records: usize) -> Self {
-        let file: Arc<[u8]> = gen::file_bytes(preset, 0, 0, records).into();
+        let file: Arc<[u8]> = synthetic::file_bytes(preset, 0, 0, records).into();
         let mut r = reader(&file, true);
         let mut payloads = Vec::new();
         while let Some(p) = r.next_payload().unwrap() {
@@ -50,7 +50,7 @@ impl Data {
             preset,
             file,
             payloads,
-            schema: gen::preset_schema(preset),
+            schema: synthetic::preset_schema(preset),
             path: tmp.into_temp_path(),
         }
     }

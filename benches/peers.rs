@@ -92,8 +92,12 @@ impl Dataset {
     /// as the loader infers it from the files.
     fn schema(self) -> Option<Schema> {
         match self {
-            Dataset::A => Some(feedline::gen::preset_schema(feedline::gen::Preset::Small)),
-            Dataset::B => Some(feedline::gen::preset_schema(feedline::gen::Preset::Large)),
+            Dataset::A => Some(feedline::synthetic::preset_schema(
+                feedline::synthetic::Preset::Small,
+            )),
+            Dataset::B => Some(feedline::synthetic::preset_schema(
+                feedline::synthetic::Preset::Large,
+            )),
             Dataset::C => None,
         }
     }
@@ -231,7 +235,7 @@ impl Checker {
             Dataset::B => {
                 let img = batch.u8(feature).map_err(|e| e.to_string())?;
                 let img = img.as_slice().ok_or("image not contiguous")?;
-                let per = feedline::gen::LARGE_IMAGE_BYTES;
+                let per = feedline::synthetic::LARGE_IMAGE_BYTES;
                 if img.len() != n * per {
                     return Err(format!("image has {} bytes for {n} records", img.len()));
                 }
@@ -561,7 +565,7 @@ mod tests {
     #[test]
     fn checker_b_probes_first_and_last_byte_of_each_image() {
         let schema = Dataset::B.schema().unwrap();
-        let per = feedline::gen::LARGE_IMAGE_BYTES;
+        let per = feedline::synthetic::LARGE_IMAGE_BYTES;
         let mut chunk = Chunk::new(&schema);
         for (i, (first, last, label)) in [(3u8, 250u8, 5i64), (200, 1, 10)].iter().enumerate() {
             let mut img = vec![77u8; per];

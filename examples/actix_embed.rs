@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use clap::Parser;
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::{Pipeline, PipelineConfig, PipelineError, Pop, Popped, Stats};
 
 /// Run feedline inside an actix application: two model-worker actors pull

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::tfrecord::TfRecordWriter;
 use feedline::format::Compression;
 use feedline::transform::Transforms;

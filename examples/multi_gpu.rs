@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::{
     FeedMode, Pipeline, PipelineConfig, SimulatedDevice, StatsSnapshot, Timeline,
 };
@@ -176,7 +176,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = PipelineConfig {
         files,
         readers: args.readers,
-        batch: feedline::batcher::BatchPolicy::Fixed(args.batch),
+        batch: feedline::batch_policy::BatchPolicy::Fixed(args.batch),
         shuffle: args.shuffle,
         passes: args.passes,
         seed: args.seed,

@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use feedline::gen::{generate, GenOptions, Preset};
 use feedline::remote::{self, RemoteOptions};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::Loader;
 use http_store::{HttpStore, Shape};
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline::{Chunk, Record, SourceId};
 use feedline_actors::{FileSet, Loader};
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::jsonl::JsonlFormat;
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
 use feedline::{DType, Error, Ragged, Record, Schema, Tensor, Values};

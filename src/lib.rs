@@ -87,14 +87,14 @@ pub use record::{Instance, Record};
 pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
 pub use values::{BytesList, Tensor, Values};
 
-pub mod batcher;
+pub mod batch_policy;
 pub mod checkpoint;
 pub mod feed_queue;
-pub mod gen;
 pub mod plan;
 pub mod reader;
 pub mod remote;
 pub mod shuffle;
+pub mod synthetic;
 pub mod transform;
 
 // For the workspace's other crates (the actor pipeline reads its stages'

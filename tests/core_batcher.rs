@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 
-use feedline::batcher::{BatchPolicy, Batcher, CostFn};
+use feedline::batch_policy::{BatchPolicy, Batcher, CostFn};
 use feedline::{Chunk, DType, Error, Instance, Origin, Ragged, RowRef, Schema, SourceId, Values};
 use proptest::prelude::*;
 

@@ -22,10 +22,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use feedline::format::{OpenOptions, Registry};
-use feedline::gen::{self, GenOptions, Preset};
 use feedline::plan::PassPlan;
 use feedline::reader::{files, Reader};
 use feedline::shuffle::{ShuffleBuffer, ShuffleConfig};
+use feedline::synthetic::{self, GenOptions, Preset};
 use feedline::{
     BytesList, Chunk, DType, Location, Ragged, Record, Schema, SourceId, Tensor, Values,
 };
@@ -89,7 +89,7 @@ fn preset_files(dir: &std::path::Path, preset: Preset, n: usize, records: usize)
     let mut o = GenOptions::new(preset, dir);
     o.files = Some(n);
     o.records = Some(records);
-    let mut paths = gen::generate(&o).unwrap();
+    let mut paths = synthetic::generate(&o).unwrap();
     paths.sort();
     for p in &paths {
         SourceId::intern(&p.to_string_lossy());
@@ -138,7 +138,7 @@ fn memory_bytes_is_the_heap_a_chunk_holds() {
     let dir = tempfile::tempdir().unwrap();
     // A one-record file read into a chunk made for 1,024 rows.
     let small = preset_files(&dir.path().join("s"), Preset::Small, 1, 1).remove(0);
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let o = OpenOptions::default();
     let (held, counted) = held_and_counted(1024, 264, || first_chunk(&small, &schema, 1024, &o));
     assert_eq!(held as usize, counted);
@@ -160,7 +160,7 @@ fn memory_bytes_is_the_heap_a_chunk_holds() {
     assert_eq!(held as usize, counted);
     // Large records: rows left in the file, with their CRC deferred.
     let large = preset_files(&dir.path().join("l"), Preset::Large, 1, 8).remove(0);
-    let lschema = gen::preset_schema(Preset::Large);
+    let lschema = synthetic::preset_schema(Preset::Large);
     let defer = OpenOptions {
         defer_checksums: true,
         ..OpenOptions::default()
@@ -201,7 +201,7 @@ fn memory_bytes_is_the_heap_a_chunk_holds() {
 fn a_pool_of_one_record_files_holds_what_it_counts_within_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let paths = preset_files(dir.path(), Preset::Small, 600, 1);
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let o = OpenOptions::default();
     let max_bytes = 512 << 10;
     let before = live();
@@ -259,7 +259,7 @@ fn a_pool_of_one_record_files_holds_what_it_counts_within_its_bound() {
 fn a_pool_stops_taking_chunks_at_its_byte_bound() {
     let dir = tempfile::tempdir().unwrap();
     let paths = preset_files(dir.path(), Preset::Small, 12, 1024);
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let o = OpenOptions::default();
     let chunks: Vec<Arc<Chunk>> = (paths.iter())
         .map(|p| Arc::new(first_chunk(p, &schema, 1024, &o)))
@@ -307,7 +307,7 @@ fn a_pool_stops_taking_chunks_at_its_byte_bound() {
 fn the_single_thread_reader_sizes_a_small_file_s_chunk_by_what_it_can_hold() {
     let dir = tempfile::tempdir().unwrap();
     let paths = preset_files(dir.path(), Preset::Small, 3, 1);
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let plan = PassPlan::new(
         paths
             .iter()

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
 use feedline::plan::{PassPlan, Shard, ShardBy};
 use feedline::reader::{batches, chain_all, compose_all, files, BatchesConfig, Reader, ReaderExt};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::generator::Sample;
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::PassPlan;

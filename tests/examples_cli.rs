@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use feedline::format::{OpenOptions, Registry};
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline::Values;
 
 mod examples_common;
@@ -307,7 +307,7 @@ fn harness_data(dir: &Path, b_label_error: i128) {
     let c_probe: u128 = (0..30u128).map(|i| (i % 7 + 3) * (i % 7 + 3)).sum();
     let manifest = serde_json::json!({
         "A": entry(&a, a_sums, 64 * 4 + 8),
-        "B": entry(&b, b_sums, feedline::gen::LARGE_IMAGE_BYTES as u64 + 8),
+        "B": entry(&b, b_sums, feedline::synthetic::LARGE_IMAGE_BYTES as u64 + 8),
         "C": entry(&c, (c_sums.0, c_sums.1, c_probe), 3 * 224 * 224 * 4 + 8),
     });
     std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use feedline::format::generator::{GeneratorFormat, GeneratorSource, Sample};
 use feedline::format::{OpenOptions, Registry};
-use feedline::gen::{self, GenOptions, Preset};
+use feedline::synthetic::{self, GenOptions, Preset};
 use feedline::{Chunk, DType, Error, Schema, Values};
 
 const N: usize = 23;
@@ -19,7 +19,7 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
     let mut o = GenOptions::new(Preset::Small, dir);
     o.files = Some(1);
     o.records = Some(N);
-    let tfrecord = gen::generate(&o).unwrap().remove(0);
+    let tfrecord = synthetic::generate(&o).unwrap().remove(0);
     let x = Schema::builder()
         .field("x", DType::I64, [2])
         .build()
@@ -84,7 +84,7 @@ fn every_format(dir: &Path) -> (Registry, Vec<(String, Schema)>) {
     gens.register(&mut reg);
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
     let files = vec![
-        (s(&tfrecord), gen::preset_schema(Preset::Small)),
+        (s(&tfrecord), synthetic::preset_schema(Preset::Small)),
         (s(&npy_path), x.clone()),
         (s(&npz), x.clone()),
         (s(&jsonl), x.clone()),

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use feedline::format::npy::{NpyFormat, NpzFormat};
 use feedline::format::{Format, OpenOptions, Registry};
-use feedline::gen::{self, GenOptions, Preset};
+use feedline::synthetic::{self, GenOptions, Preset};
 use feedline::{collate, Chunk, Error, Schema, Values};
 
 mod format_helpers;
@@ -27,7 +27,7 @@ fn preset_file(dir: &Path, preset: Preset, records: usize) -> PathBuf {
     let mut o = GenOptions::new(preset, dir);
     o.files = Some(1);
     o.records = Some(records);
-    gen::generate(&o).unwrap().remove(0)
+    synthetic::generate(&o).unwrap().remove(0)
 }
 
 fn shorten(path: &Path, len: u64) {
@@ -83,7 +83,7 @@ fn assert_names_the_file(e: &Error, path: &Path) {
 fn a_tfrecord_file_shortened_under_its_reader_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     for (preset, records, per) in [(Preset::Small, 4000, 100), (Preset::Large, 24, 2)] {
-        let schema = gen::preset_schema(preset);
+        let schema = synthetic::preset_schema(preset);
         for defer in [false, true] {
             let path = preset_file(dir.path(), preset, records);
             let opts = OpenOptions {
@@ -239,7 +239,7 @@ fn a_fifo_or_a_pipe_is_read_as_a_stream_not_as_an_empty_file() {
         cat.stdout.as_ref().unwrap().as_raw_fd()
     };
     let spec = format!("tfrecord:/dev/fd/{fd}");
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let mut r = reg.open(&spec, None, &opts).unwrap();
     let mut n = 0;
     loop {
@@ -267,7 +267,7 @@ fn a_fifo_or_a_pipe_is_read_as_a_stream_not_as_an_empty_file() {
 #[test]
 fn dev_urandom_is_an_error_at_once_not_empty_and_not_a_hang() {
     let reg = Registry::with_builtin();
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let mut r = reg
         .open("tfrecord:/dev/urandom", None, &OpenOptions::default())
         .unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use feedline::format::npy::{columns_spec, NPY_COLUMNS};
 use feedline::format::{OpenOptions, Registry};
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline::{collate_chunks, Chunk, DType, Dim, Error, Schema};
 use ndarray::{Array1, Array4, Ix1, Ix2, Ix4};
 use ndarray_npy::write_npy;

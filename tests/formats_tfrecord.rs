@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use feedline::format::example::{decode_record, encode_example, encode_instance, ExampleDecoder};
 use feedline::format::tfrecord::{masked_crc32c, TfRecordReader, TfRecordWriter};
 use feedline::format::{Compression, OpenOptions, RecordReader, Registry};
-use feedline::gen::{self, GenOptions, Preset};
+use feedline::synthetic::{self, GenOptions, Preset};
 use feedline::{
     BytesList, Chunk, DType, Dim, Error, Field, Instance, Location, Origin, Ragged, Record, Schema,
     SourceId, Tensor, Values,
@@ -1361,7 +1361,7 @@ fn gen_into(dir: &Path, preset: Preset, seed: u64, files: usize, records: usize)
     o.files = Some(files);
     o.records = Some(records);
     o.seed = seed;
-    gen::generate(&o).unwrap()
+    synthetic::generate(&o).unwrap()
 }
 
 #[test]
@@ -1388,7 +1388,7 @@ fn gen_is_deterministic_per_seed() {
                 assert_ne!(ba, std::fs::read(&a[0]).unwrap(), "files differ");
             }
             // A file does not depend on the number of files.
-            assert_eq!(ba, gen::file_bytes(preset, 5, i, 4));
+            assert_eq!(ba, synthetic::file_bytes(preset, 5, i, 4));
         }
     }
 }
@@ -1398,7 +1398,7 @@ fn gen_presets_read_with_their_schemas() {
     let dir = tempfile::tempdir().unwrap();
     for preset in [Preset::Small, Preset::Large] {
         let paths = gen_into(dir.path(), preset, 1, 2, 6);
-        let schema = gen::preset_schema(preset);
+        let schema = synthetic::preset_schema(preset);
         for p in &paths {
             let recs = all_records(&mut TfRecordReader::open(p, &opts()).unwrap());
             assert_eq!(recs.len(), 6);
@@ -1437,9 +1437,9 @@ fn gen_presets_read_with_their_schemas() {
 
 #[test]
 fn gen_small_values_look_normal() {
-    let bytes = gen::file_bytes(Preset::Small, 9, 0, 2000);
+    let bytes = synthetic::file_bytes(Preset::Small, 9, 0, 2000);
     let mut r = TfRecordReader::from_bytes(bytes, src("gen"), &opts());
-    let schema = gen::preset_schema(Preset::Small);
+    let schema = synthetic::preset_schema(Preset::Small);
     let mut chunk = Chunk::new(&schema);
     r.read_chunk(&mut chunk, usize::MAX, usize::MAX).unwrap();
     let x = chunk.columns()[0].values.as_f32().unwrap();

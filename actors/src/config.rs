@@ -5,7 +5,7 @@
 //! (`settings`). How batches reach the devices ([`FeedMode`]) is the core
 //! feed queue's own setting.
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
 use feedline::plan::{Equalize, Shard, ShardBy};

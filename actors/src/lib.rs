@@ -39,7 +39,7 @@
 //! One actor per file:
 //!
 //! ```text
-//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs        batch_maker.rs         feed_queue.rs      trainer.rs
+//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs        batch_maker.rs         feed_queue_actor.rs   trainer.rs
 //!  FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──orders──▶ BatchMaker ──lanes──▶ (feed queue) ◀──pop── Trainer×D
 //!      ▲                     │ FileDone/FileFailed          │ drawn rows        │ workers ×W                            │
 //!      └──────────────── Supervisor ◀────────────────────────┴───────────────────┴───────────────────────────────────────┘
@@ -112,7 +112,7 @@ mod batch_maker;
 mod config;
 mod equalize;
 mod error;
-mod feed_queue;
+mod feed_queue_actor;
 mod file_queue;
 mod guard;
 mod loader;
@@ -156,7 +156,7 @@ pub use crate::stats::{
 };
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
-pub use feedline::batcher::BatchPolicy;
+pub use feedline::batch_policy::BatchPolicy;
 pub use feedline::checkpoint::{Checkpoint, CheckpointError};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};

@@ -35,10 +35,10 @@ use feedline::checkpoint::Checkpoint;
 /// use feedline_actors::actix::System;
 /// use feedline_actors::{BatchPolicy, Pipeline, PipelineConfig, Pop, Popped};
 /// # let dir = tempfile::tempdir()?;
-/// # let mut opts = feedline_actors::feedline::gen::GenOptions::new(
-/// #     feedline_actors::feedline::gen::Preset::Small, dir.path());
+/// # let mut opts = feedline_actors::feedline::synthetic::GenOptions::new(
+/// #     feedline_actors::feedline::synthetic::Preset::Small, dir.path());
 /// # (opts.files, opts.records) = (Some(2), Some(100));
-/// # let files: Vec<String> = feedline_actors::feedline::gen::generate(&opts)?
+/// # let files: Vec<String> = feedline_actors::feedline::synthetic::generate(&opts)?
 /// #     .iter().map(|p| p.display().to_string()).collect();
 ///
 /// let config = PipelineConfig {

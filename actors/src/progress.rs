@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::checkpoint::{
     Checkpoint, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
     SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use feedline::batcher::Batcher;
+use feedline::batch_policy::Batcher;
 use feedline::feed_queue::{Item, Pushed};
 use feedline::shuffle::ShuffleBuffer;
 use feedline::RowRef;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use feedline::format::tfrecord::{TfRecordReader, TfRecordWriter};
 use feedline::format::{Compression, OpenOptions};
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::{ErrorPolicy, Loader, SkippedRecord};
 
 #[derive(Clone, Copy, Debug)]
@@ -46,7 +46,7 @@ impl Fault {
                 .field("label", feedline::DType::I64, [1])
                 .build()
                 .unwrap(),
-            _ => feedline::gen::preset_schema(self.preset()),
+            _ => feedline::synthetic::preset_schema(self.preset()),
         }
     }
 }

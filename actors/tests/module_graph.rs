@@ -23,7 +23,7 @@ const STAGES: [&str; 9] = [
     "prefetch_reader",
     "shuffle_batch",
     "batch_maker",
-    "feed_queue",
+    "feed_queue_actor",
     "trainer",
     "supervisor",
     "push",

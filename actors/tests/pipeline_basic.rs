@@ -101,7 +101,7 @@ fn batches_over_the_cost_budget_are_counted_in_the_stats_and_the_summary() {
     // Ids of file f1 cost 20 against a budget of 10: each forms a batch
     // alone (counted; the batcher logs only the first of a pass); the others
     // cost 1 and share batches.
-    let cost: feedline::batcher::CostFn = std::sync::Arc::new(|chunk: &feedline::Chunk, i| {
+    let cost: feedline::batch_policy::CostFn = std::sync::Arc::new(|chunk: &feedline::Chunk, i| {
         let row = chunk.row(i).ok();
         let id = row
             .as_ref()
@@ -116,7 +116,7 @@ fn batches_over_the_cost_budget_are_counted_in_the_stats_and_the_summary() {
         .readers(2)
         .passes(2)
         .shuffle(8)
-        .batch_policy(feedline::batcher::BatchPolicy::Budget { max_cost: 10, cost })
+        .batch_policy(feedline::batch_policy::BatchPolicy::Budget { max_cost: 10, cost })
         .build()
         .unwrap();
     let stats = loader.stats_handle();

@@ -2,12 +2,12 @@
 //! core crate's single-thread path (`reader::batches`) — the semantics the
 //! pipeline must reproduce — whatever its reader count.
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::{OpenOptions, Registry};
-use feedline::gen::{generate, preset_schema, GenOptions, Preset};
 use feedline::plan::PassPlan;
 use feedline::reader::{batches, BatchesConfig, Reader};
 use feedline::shuffle::ShuffleConfig;
+use feedline::synthetic::{generate, preset_schema, GenOptions, Preset};
 use feedline::{Batch, Origin};
 use feedline_actors::Loader;
 

@@ -505,7 +505,7 @@ fn actors_push_through_the_recipient_answered_when_there_is_room() {
             schema: Some(SynthFormat::schema()),
             push: Some("actors".into()),
             capacity: 1,
-            batch: feedline::batcher::BatchPolicy::Fixed(4),
+            batch: feedline::batch_policy::BatchPolicy::Fixed(4),
             shuffle: 0,
             chunk_records: 2,
             chunks_in_flight: 1,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use feedline::format::Registry;
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline::transform::{InstanceMap, Row, TransformCtx};
 use feedline::{Chunk, Dim, Record, Schema};
 use feedline_actors::SCHEMA_SAMPLE_RECORDS;

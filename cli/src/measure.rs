@@ -355,7 +355,7 @@ impl Plan {
     /// The batch setting, as text.
     pub fn batch_size(&self) -> String {
         match &self.config.batch {
-            feedline::batcher::BatchPolicy::Fixed(n) => n.to_string(),
+            feedline::batch_policy::BatchPolicy::Fixed(n) => n.to_string(),
             other => format!("{other:?}"),
         }
     }

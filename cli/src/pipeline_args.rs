@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::{Args, ValueEnum};
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::{Compression, OpenOptions};
 use feedline::plan::{Equalize, Shard};
 use feedline::Schema;

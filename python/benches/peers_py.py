@@ -55,7 +55,7 @@ import common  # noqa: E402  (the harness: Checker, run_passes, manifest)
 
 import feedline  # noqa: E402
 
-# The adapter's schemas (feedline::gen::preset_schema; C's inferred from
+# The adapter's schemas (feedline::synthetic::preset_schema; C's inferred from
 # the files) and field names.
 SCHEMA = {
     "A": {"x": ("float32", [64]), "y": ("int64", [1])},

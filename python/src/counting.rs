@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::plan::{equalized_counts, Equalize, PassPlan};
 use feedline_actors::PipelineConfig;
 

@@ -8,7 +8,6 @@
 //! slices so Ctrl-C raises KeyboardInterrupt. Push-mode loaders
 //! (`Loader.with_feed`) are fed through [`feed::PyFeed`].
 
-mod batch;
 mod buffer;
 mod checkpoint;
 mod counting;
@@ -18,6 +17,7 @@ mod feed;
 mod logbridge;
 mod map;
 mod npapi;
+mod py_batch;
 mod schema;
 mod stats;
 
@@ -36,9 +36,9 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
 
-use batch::PyBatch;
 use epochs::{Closed, Epochs, Slot};
 use feed::PyFeed;
+use py_batch::PyBatch;
 
 create_exception!(
     feedline,

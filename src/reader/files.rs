@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{PassIter, Reader};
 use crate::batch::Batch;
-use crate::batcher::{BatchPolicy, Batcher};
+use crate::batch_policy::{BatchPolicy, Batcher};
 use crate::chunk::Chunk;
 use crate::collate::collate_rows;
 use crate::error::Result;

@@ -45,7 +45,7 @@
 
 use crate::error::Result;
 
-mod batch;
+mod batched;
 mod buffered;
 mod cache;
 mod chain;
@@ -57,7 +57,7 @@ mod multi_pass;
 mod shuffle;
 mod xmap;
 
-pub use batch::Batched;
+pub use batched::Batched;
 pub use buffered::Buffered;
 pub use cache::{Cache, TryCache};
 pub use chain::{chain_all, Chain, ChainAll};

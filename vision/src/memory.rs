@@ -22,8 +22,8 @@
 //! megapixels: about 280 MB).
 
 use crate::output::Dtype;
-use crate::plan::{GeomOp, OutputShape, Plan};
 use crate::png::PNG_MAX_WIDTH;
+use crate::transform_plan::{GeomOp, OutputShape, Plan};
 
 /// JPEG's largest width or height (libjpeg-turbo's `JPEG_MAX_DIMENSION`).
 const JPEG_MAX_SIDE: u64 = 65_500;

@@ -52,8 +52,8 @@ use std::fmt;
 pub use crate::error::SpecError;
 use crate::ops::ResizeTo;
 use crate::output::{Layout, Normalize};
-use crate::plan::{GeomOp, Plan};
 use crate::rrc::RandomResizedCrop;
+use crate::transform_plan::{GeomOp, Plan};
 
 /// The presets, and the chain each stands for.
 pub const PRESETS: [(&str, &str); 3] = [

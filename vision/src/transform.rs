@@ -20,7 +20,7 @@ use crate::decode::{sniff_format, Decoder, DEFAULT_MAX_PIXELS};
 use crate::error::{StepError, VisionError};
 use crate::jpeg::DEFAULT_MAX_SCANS;
 use crate::output::Dtype;
-use crate::plan::{ImageArray, OutputShape, Plan};
+use crate::transform_plan::{ImageArray, OutputShape, Plan};
 
 thread_local! {
     /// Each worker thread's decoder (libjpeg's state and scratch buffers).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::format::tfrecord::TfRecordWriter;
 use feedline::format::{Compression, OpenOptions, Registry};
 use feedline::plan::PassPlan;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::generator::{GeneratorFormat, GeneratorSource, IntoSample};
 use feedline::format::{OpenOptions, Registry};

@@ -26,7 +26,7 @@ use crate::bad_records::BadRecords;
 use crate::batch_maker::{BatchMaker, MakerLinks};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
-use crate::feed_queue::FeedQueueActor;
+use crate::feed_queue_actor::FeedQueueActor;
 use crate::file_queue::{FileQueue, SetQueue};
 use crate::guard::StageGuard;
 use crate::messages::{BatchQueue, OrderQueue, StartPasses};

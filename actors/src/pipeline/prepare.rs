@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use feedline::batcher::{BatchPolicy, Batcher};
+use feedline::batch_policy::{BatchPolicy, Batcher};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
 

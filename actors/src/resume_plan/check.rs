@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use feedline::batcher::BatchPolicy;
+use feedline::batch_policy::BatchPolicy;
 use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 

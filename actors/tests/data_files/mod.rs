@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use feedline::gen::{generate, GenOptions, Preset};
+use feedline::synthetic::{generate, GenOptions, Preset};
 
 /// `files` small-preset TFRecord files of `records` each in `dir`; their paths.
 pub fn small_files(dir: &Path, files: usize, records: usize) -> Vec<String> {

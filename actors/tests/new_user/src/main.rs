@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::Path;
 
 use feedline_actors::feedline::format::npy::columns_spec;
-use feedline_actors::feedline::gen::{generate, GenOptions, Preset};
+use feedline_actors::feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::ndarray::{Array1, Array2, Array4, Ix1, Ix2, Ix4};
 use feedline_actors::prelude::*;
 

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use feedline_actors::feedline::gen::{generate, GenOptions, Preset};
+use feedline_actors::feedline::synthetic::{generate, GenOptions, Preset};
 use feedline_actors::ndarray::{Ix1, Ix2};
 use feedline_actors::prelude::*;
 

@@ -14,7 +14,7 @@
 //! composed geometry is exact for crop → resize → flip (the ImageNet
 //! training chain); moving a flip past a resize or a centre crop into a
 //! resize's box can change a value by ±1 where PIL's floating-point filter
-//! centres round differently (tested bounds in `tests/plan.rs`).
+//! centres round differently (tested bounds in `tests/transform_plan.rs`).
 
 use ndarray::Array3;
 use rand::Rng;

@@ -12,7 +12,7 @@
 //! parallel (rayon), each record encoded into one reused buffer.
 //!
 //! ```
-//! use feedline::gen::{generate, preset_schema, GenOptions, Preset};
+//! use feedline::synthetic::{generate, preset_schema, GenOptions, Preset};
 //! let dir = tempfile::tempdir().unwrap();
 //! let mut opts = GenOptions::new(Preset::Small, dir.path());
 //! opts.files = Some(2);

@@ -185,7 +185,7 @@ mod tests {
     use crate::recorder::Recorders;
 
     fn batch(pass: u64, seq: u64) -> QueueItem {
-        let schema = feedline::gen::preset_schema(feedline::gen::Preset::Small);
+        let schema = feedline::synthetic::preset_schema(feedline::synthetic::Preset::Small);
         let b = feedline::collate_rows(&schema, &[]).expect("an empty batch");
         Item::Batch(Delivered {
             pass,

@@ -15,7 +15,7 @@
 //! last batch is partial unless its cost reached `max_cost`.
 //!
 //! ```
-//! use feedline::batcher::{BatchPolicy, Batcher};
+//! use feedline::batch_policy::{BatchPolicy, Batcher};
 //! # use std::sync::Arc;
 //! # use feedline::{Chunk, DType, Instance, Origin, RowRef, Schema, SourceId, Values};
 //! # let schema = Schema::builder().field("x", DType::I64, []).build().unwrap();
