@@ -336,10 +336,15 @@ fn only_fields_every_sampled_record_has_are_inferred_and_a_later_sample_missing_
     let path = dir.path().join("sparse.tar");
     sparse_shard(&path, 30, &[3], &[25]);
     let spec = path.to_str().unwrap();
-    let schema = Registry::with_builtin().infer_schema(spec, None, 20).unwrap();
+    let schema = Registry::with_builtin()
+        .infer_schema(spec, None, 20)
+        .unwrap();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["__key__", "cls", "jpg"], "{schema}");
-    assert!(schema.fields().iter().all(|f| f.shape.is_empty()), "{schema}");
+    assert!(
+        schema.fields().iter().all(|f| f.shape.is_empty()),
+        "{schema}"
+    );
     let mut r = open(&path, 0);
     let (mut rows, mut errors) = (Vec::new(), Vec::new());
     loop {

@@ -249,7 +249,7 @@ impl PrefetchReader {
                 // knows it held (else one, and unknown) — of those this
                 // reader's stride keeps.
                 let (first, lost, known) = if can_continue {
-                    let n = cur.reader.records_skipped().max(1).min(1);
+                    let n = cur.reader.records_skipped().max(1);
                     (next.saturating_sub(n), n, true)
                 } else {
                     match cur.reader.records_lost() {
@@ -258,9 +258,7 @@ impl PrefetchReader {
                     }
                 };
                 let stride = cur.task.task.stride;
-                let lost = stride
-                    .count_from(first, first.saturating_add(lost))
-                    .max(1);
+                let lost = stride.count_from(first, first.saturating_add(lost)).max(1);
                 let task = cur.task.clone();
                 if !chunk.is_empty() {
                     self.send_chunk(ctx, chunk, false);

@@ -96,12 +96,7 @@ impl std::fmt::Display for SkippedRecord {
         if !self.records_known {
             write!(f, " (records lost: unknown, counted as 1)")?;
         } else if self.rest_of_file || self.records > 1 {
-            write!(
-                f,
-                " ({} record{} lost)",
-                self.records,
-                plural(self.records)
-            )?;
+            write!(f, " ({} record{} lost)", self.records, plural(self.records))?;
         }
         write!(f, ": {}", self.error)
     }

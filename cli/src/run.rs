@@ -608,7 +608,7 @@ fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliRe
             (Ok(a), Ok(b)) => same_file(&a, &b),
             _ => false,
         };
-        if (same_inode || resolved_output(t) == resolved_output(c)) && false {
+        if same_inode || resolved_output(t) == resolved_output(c) {
             return Err(CliError::usage(format!(
                 "--trace {} and --checkpoint {} are the same file: each checkpoint would replace \
                  the trace; give two paths",

@@ -309,7 +309,10 @@ fn an_output_path_that_is_not_a_regular_file_is_refused() {
     );
     // A directory too.
     let mut args: Vec<String> = vec!["run".into(), files[0].0.clone()];
-    args.extend(["--checkpoint".into(), dir.path().to_string_lossy().into_owned()]);
+    args.extend([
+        "--checkpoint".into(),
+        dir.path().to_string_lossy().into_owned(),
+    ]);
     let o = feedline(&args);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("a directory"));
@@ -537,7 +540,12 @@ fn a_lost_rest_of_file_counts_its_records_in_the_summary_the_skip_list_and_max_b
     bytes[1240] ^= 0x01;
     std::fs::write(&pq, &bytes).unwrap();
     let pq_arg = pq.to_string_lossy().into_owned();
-    let o = feedline(&["run".into(), pq_arg.clone(), "--on-error".into(), "skip".into()]);
+    let o = feedline(&[
+        "run".into(),
+        pq_arg.clone(),
+        "--on-error".into(),
+        "skip".into(),
+    ]);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),

@@ -176,8 +176,10 @@ impl parquet::file::reader::ChunkReader for Source {
         match self {
             Source::Local(f) => f.get_bytes(start, length),
             #[cfg(feature = "remote")]
-            Source::Remote { url, info } => crate::remote::read_range(url, info, start, length as u64)
-                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+            Source::Remote { url, info } => {
+                crate::remote::read_range(url, info, start, length as u64)
+                    .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+            }
         }
     }
 }
@@ -460,7 +462,11 @@ impl ParquetReader {
             ));
         }
         self.skipped = 1;
-        if self.bad_ahead.as_ref().is_some_and(|b| self.next >= b.rows.start) {
+        if self
+            .bad_ahead
+            .as_ref()
+            .is_some_and(|b| self.next >= b.rows.start)
+        {
             return Err(self.skip_bad_group());
         }
         if self.next >= self.total {

@@ -213,7 +213,7 @@ impl Registry {
     /// for a writer, or start in the middle of a record).
     pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
         let (f, path, _) = self.resolve(spec, explicit)?;
-        let _ = refuse_a_stream;
+        refuse_a_stream(&path)?;
         if let Some(declared) = f.infer_schema(&path) {
             return declared;
         }

@@ -493,9 +493,18 @@ pub fn read_range(
         info: info.clone(),
     });
     block(async move {
-        get_part(store, path, o, count.clone(), op, version, start, start + len)
-            .await
-            .map_err(|f| f.count(&count))
+        get_part(
+            store,
+            path,
+            o,
+            count.clone(),
+            op,
+            version,
+            start,
+            start + len,
+        )
+        .await
+        .map_err(|f| f.count(&count))
     })
 }
 
