@@ -375,3 +375,64 @@ fn only_fields_every_sampled_record_has_are_inferred_and_a_later_sample_missing_
     assert_eq!(rows, (0..30).filter(|&i| i != 25).collect::<Vec<u64>>());
     assert_eq!(errors, [25]);
 }
+
+/// A transform's error on a WebDataset sample names the sample's
+/// `__key__` (issue 29: a bad JPEG in a shard was reported as `record 50`
+/// alone), on every worker count. Mutation caught: the `with_sample_key`
+/// calls dropped from `Assembly::row` (src/transform/assemble.rs) — the
+/// error names the record only.
+#[test]
+fn a_transform_error_on_a_sample_names_its_key() {
+    use feedline::batcher::BatchPolicy;
+    use feedline::format::generator::Sample;
+    use feedline::plan::PassPlan;
+    use feedline::reader::{batches, BatchesConfig};
+    use feedline::transform::{map_fn, TransformCtx, Transforms};
+    use feedline::{Error, Instance, Values};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard.tar");
+    // `jpg` of sample k00i is [i, i, i]: the map refuses k003's.
+    sparse_shard(&path, 6, &[], &[]);
+    let spec = path.to_str().unwrap().to_string();
+    let schema = Registry::with_builtin().infer_schema(&spec, None, 6).unwrap();
+    let map = map_fn(|inst: Instance, _: &mut TransformCtx| {
+        let jpg = inst.get("jpg")?.as_bytes().ok_or("jpg is not bytes")?.get(0);
+        if jpg[0] == 3 {
+            return Err("not a JPEG".into());
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+            Sample::new().with("n", Values::I64(vec![jpg.len() as i64]), []),
+        )
+    });
+    let map: std::sync::Arc<dyn feedline::transform::InstanceMap> = std::sync::Arc::new(map);
+    for workers in [1, 3] {
+        let t = Transforms {
+            instance: Some(map.clone()),
+            workers,
+            ..Transforms::default()
+        };
+        let r = batches(
+            Registry::with_builtin(),
+            PassPlan::new(vec![spec.clone()]),
+            schema.clone(),
+            OpenOptions::default(),
+            BatchesConfig::new(BatchPolicy::Fixed(2)),
+        )
+        .unwrap()
+        .transforms(&t, 0)
+        .unwrap();
+        let (mut rows, mut errors) = (0, Vec::new());
+        for b in r.read_pass(0) {
+            match b {
+                Ok(b) => rows += b.len(),
+                Err(e) => errors.push(e),
+            }
+        }
+        assert_eq!((rows, errors.len()), (5, 1), "{errors:?}");
+        assert!(matches!(errors[0], Error::Transform { .. }), "{}", errors[0]);
+        assert_contains(
+            &errors[0].to_string(),
+            &["shard.tar", "record 3", "not a JPEG", "sample `__key__` \"k003\""],
+        );
+    }
+}

@@ -515,6 +515,19 @@ fn name_sample(e: Error, rec: &Record) -> Error {
         Some(o) => format!("sample `__key__` {key:?}, its first member at offset {o} of the tar"),
         None => format!("sample `__key__` {key:?}"),
     };
+    with_sample(e, &sample)
+}
+
+/// `e`, an error about a row whose `__key__` field (a WebDataset sample's
+/// key) is `key`, naming it: a transform's error on a sample then says
+/// which sample, not only its record number.
+pub(crate) fn name_key(e: Error, key: &[u8]) -> Error {
+    let key = String::from_utf8_lossy(key);
+    with_sample(e, &format!("sample `__key__` {key:?}"))
+}
+
+/// `e` with `sample` (its text) added.
+fn with_sample(e: Error, sample: &str) -> Error {
     match e {
         Error::Field {
             location,
@@ -530,6 +543,15 @@ fn name_sample(e: Error, rec: &Record) -> Error {
         Error::Corrupt { location, what } => Error::Corrupt {
             location,
             what: format!("{sample}: {what}"),
+        },
+        Error::Transform {
+            location,
+            transform,
+            what,
+        } => Error::Transform {
+            location,
+            transform,
+            what: format!("{what} ({sample})"),
         },
         other => other,
     }
