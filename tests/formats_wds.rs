@@ -394,15 +394,23 @@ fn a_transform_error_on_a_sample_names_its_key() {
     // `jpg` of sample k00i is [i, i, i]: the map refuses k003's.
     sparse_shard(&path, 6, &[], &[]);
     let spec = path.to_str().unwrap().to_string();
-    let schema = Registry::with_builtin().infer_schema(&spec, None, 6).unwrap();
+    let schema = Registry::with_builtin()
+        .infer_schema(&spec, None, 6)
+        .unwrap();
     let map = map_fn(|inst: Instance, _: &mut TransformCtx| {
-        let jpg = inst.get("jpg")?.as_bytes().ok_or("jpg is not bytes")?.get(0);
+        let jpg = inst
+            .get("jpg")?
+            .as_bytes()
+            .ok_or("jpg is not bytes")?
+            .get(0);
         if jpg[0] == 3 {
             return Err("not a JPEG".into());
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-            Sample::new().with("n", Values::I64(vec![jpg.len() as i64]), []),
-        )
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Sample::new().with(
+            "n",
+            Values::I64(vec![jpg.len() as i64]),
+            [],
+        ))
     });
     let map: std::sync::Arc<dyn feedline::transform::InstanceMap> = std::sync::Arc::new(map);
     for workers in [1, 3] {
@@ -429,10 +437,19 @@ fn a_transform_error_on_a_sample_names_its_key() {
             }
         }
         assert_eq!((rows, errors.len()), (5, 1), "{errors:?}");
-        assert!(matches!(errors[0], Error::Transform { .. }), "{}", errors[0]);
+        assert!(
+            matches!(errors[0], Error::Transform { .. }),
+            "{}",
+            errors[0]
+        );
         assert_contains(
             &errors[0].to_string(),
-            &["shard.tar", "record 3", "not a JPEG", "sample `__key__` \"k003\""],
+            &[
+                "shard.tar",
+                "record 3",
+                "not a JPEG",
+                "sample `__key__` \"k003\"",
+            ],
         );
     }
 }
