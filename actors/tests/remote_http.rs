@@ -962,7 +962,7 @@ fn a_head_that_disagrees_with_the_gets_is_an_error_naming_both_lengths_and_nothi
         let url = server.url(&format!("data/part{f}.jsonl"));
         let dir = tempfile::tempdir().unwrap();
         let cache = dir.path().join("cache");
-        let r = run_tweaked(&[url.clone()], 1, 1, ErrorPolicy::Fail, |b| {
+        let r = run_tweaked(std::slice::from_ref(&url), 1, 1, ErrorPolicy::Fail, |b| {
             b.schema(jsonl_schema()).remote_cache(&cache, 1 << 30)
         });
         assert_eq!(r.errors.len(), 1, "part{f}: {:?}", r.errors);
