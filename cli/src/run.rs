@@ -580,7 +580,8 @@ fn refuse_an_input(
 /// Refuse output paths that would destroy something or each other, before
 /// either is opened: one that exists and is not a regular file (a device
 /// such as `/dev/full`, a FIFO, a directory: the checkpoint is renamed over
-/// its path, the trace truncates it), and `--trace` and `--checkpoint`
+/// its path, the trace truncates it) — save a FIFO for `--trace`, which is
+/// written line by line to whoever reads it — and `--trace` and `--checkpoint`
 /// naming one file (through a link or another spelling too: the
 /// checkpoint would replace the trace).
 fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliResult<()> {
@@ -589,7 +590,13 @@ fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliRe
         let Ok(meta) = std::fs::metadata(path) else {
             continue; // Not there (yet): made as a regular file.
         };
-        if !meta.is_file() {
+        // A trace may go to a FIFO (a reader of it, `>(gzip > t.gz)`):
+        // written line by line, nothing is replaced.
+        let fifo_trace = flag == "--trace" && {
+            use std::os::unix::fs::FileTypeExt;
+            meta.file_type().is_fifo()
+        };
+        if !meta.is_file() && !fifo_trace {
             return Err(CliError::usage(format!(
                 "{flag} {}: that is {}, not a regular file; writing it would {}: give the path \
                  of a regular file",
