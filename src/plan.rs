@@ -115,9 +115,10 @@ const MAX_LIST_DEPTH: usize = 16;
 /// first `:`, and only counts when the whole input is not an existing path.
 ///
 /// The same file named twice — by a glob and a path, two globs, a list and
-/// an argument, with or without a prefix, by different relative paths or
-/// through a symbolic link (paths are compared canonicalized) — is an
-/// error naming the file and both inputs. Reading it twice per pass would
+/// an argument, with or without a prefix, by different relative paths,
+/// through a symbolic link (paths are compared canonicalized) or as a hard
+/// link (files are compared by device and inode) — is an error naming the
+/// file and both inputs. Reading it twice per pass would
 /// train on its records twice as often as on the others' with no sign of
 /// it, and dropping the second mention would silently undo an intent to
 /// repeat it; a deliberate weighting is a file set with its own weight.
@@ -148,6 +149,20 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<String>> {
         }
     }
     let mut seen: HashMap<PathBuf, usize> = HashMap::with_capacity(out.len());
+    // The same file under two names (a hard link, a bind mount): by device
+    // and inode, with the path it was first seen as.
+    let mut seen_ids: HashMap<(u64, u64), (PathBuf, usize)> = HashMap::with_capacity(out.len());
+    let twice = |key: &Path, j: usize, by: &str, also: Option<&Path>| {
+        Error::Config(format!(
+            "{}{} is given twice, by {} and by {}: each pass would read its records twice; \
+             give it once (a file set with its own weight repeats files on purpose)",
+            key.display(),
+            also.map(|p| format!(" (the same file as {}: a hard link)", p.display()))
+                .unwrap_or_default(),
+            out[j].1,
+            by
+        ))
+    };
     for (i, (spec, by)) in out.iter().enumerate() {
         let bare = split_prefix(spec).1;
         let key = if crate::remote::is_remote(bare) {
@@ -156,17 +171,37 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<String>> {
             std::fs::canonicalize(bare).unwrap_or_else(|_| PathBuf::from(spec))
         };
         if let Some(&j) = seen.get(&key) {
-            return Err(Error::Config(format!(
-                "{} is given twice, by {} and by {}: each pass would read its records twice; \
-                 give it once (a file set with its own weight repeats files on purpose)",
-                key.display(),
-                out[j].1,
-                by
-            )));
+            return Err(twice(&key, j, by, None));
+        }
+        if let Some(id) = file_id(&key) {
+            if let Some((first, j)) = seen_ids.get(&id) {
+                return Err(twice(first, *j, by, Some(&key)));
+            }
+            seen_ids.insert(id, (key.clone(), i));
         }
         seen.insert(key, i);
     }
     Ok(out.into_iter().map(|(spec, _)| spec).collect())
+}
+
+/// The (device, inode) of an existing local file: one file under two
+/// names (hard links) has one. `None` for what is not a local file (a
+/// remote URL, a generator's name, a missing path) or off Unix.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if crate::remote::is_remote(&path.to_string_lossy()) {
+            return None;
+        }
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Split `FORMAT:rest` into `(Some("FORMAT"), "rest")`.

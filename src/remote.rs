@@ -21,6 +21,10 @@
 //!   [`RemoteOptions::read_ahead`] parts requested ahead (so at most
 //!   `part_bytes × (read_ahead + 1)` bytes are held per reader; never the
 //!   whole object);
+//! - pinning: every ranged GET of an object carries the ETag its HEAD
+//!   gave (`If-Match`) and is checked against the length and ETag the read
+//!   was planned with; an answer of another version is an error naming the
+//!   URL and both (`RemoteError::Changed`), never a short or mixed read;
 //! - retries: every request (HEAD, ranged GET, LIST) that fails with a
 //!   time-out, a broken connection, 429, 408 or 5xx is repeated with
 //!   exponential backoff and full jitter until [`RemoteOptions::max_attempts`]
@@ -100,6 +104,17 @@ pub enum RemoteError {
         got: u64,
         /// Attempts made.
         attempts: usize,
+    },
+    /// An answer was of another version of the object than the one its
+    /// reading was planned with (by a HEAD): another total length or ETag,
+    /// or a `412 Precondition Failed` to the HEAD's ETag as `If-Match`. Not
+    /// retried: the object changed (or the server's HEAD and GET disagree).
+    #[error("{url} changed while it was read (or its server disagrees with itself): {what}; nothing of this read is kept")]
+    Changed {
+        /// The object's URL.
+        url: String,
+        /// What was seen, with both lengths or both tags.
+        what: String,
     },
     /// Reading the stream failed at `offset` (of `len` bytes).
     #[error("reading at byte offset {offset} of {len}: {source}")]

@@ -189,6 +189,45 @@ fn the_same_file_named_twice_is_an_error_naming_it_and_both_inputs() {
     assert!(expand_inputs(&[s("gen:one"), s("gen:one")]).is_err());
 }
 
+/// A hard link is another name of the same file (issue 28 item 8): read
+/// through both names, each pass would deliver its records twice. Refused
+/// by (device, inode), naming both names and both inputs. Mutation caught:
+/// dropping the (device, inode) comparison in `expand_inputs` (only the
+/// canonical paths compared) lets `[hard, a]` through.
+#[test]
+fn a_hard_link_to_an_input_is_the_same_file_given_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    touch(dir.path(), &["a.tfrecord", "b.tfrecord"]);
+    let d = dir.path().to_str().unwrap();
+    let a = format!("{d}/a.tfrecord");
+    let hard = format!("{d}/hard.tfr");
+    fs::hard_link(&a, &hard).unwrap();
+    let canonical = |p: &str| fs::canonicalize(p).unwrap().display().to_string();
+    for (inputs, first, second) in [
+        (vec![hard.clone(), a.clone()], &hard, &a),
+        (vec![format!("{d}/*.tfrecord"), hard.clone()], &a, &hard),
+        (vec![a.clone(), format!("tfrecord:{hard}")], &a, &hard),
+    ] {
+        let err = expand_inputs(&inputs).unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&canonical(first))
+                && msg.contains(&canonical(second))
+                && msg.contains("hard link")
+                && msg.contains("given twice"),
+            "{inputs:?}: {msg}"
+        );
+    }
+    // Two different files stay fine.
+    assert_eq!(
+        expand_inputs(&[a.clone(), format!("{d}/b.tfrecord")])
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
 #[test]
 fn list_file_errors_name_the_file_and_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,8 +54,9 @@ impl BadRecords {
         self
     }
 
-    /// A bad record in `pass` — `rec.records` of them: one, or the rest of
-    /// a file —, whose error is `e`: `Ok` when it is skipped (logged,
+    /// A bad record in `pass` — `rec.records` of them: one, a run read
+    /// together, or the rest of a file (what the count budget judges) —,
+    /// whose error is `e`: `Ok` when it is skipped (logged,
     /// counted and listed), else the pipeline's error: `e` itself under
     /// [`ErrorPolicy::Fail`], [`PipelineError::TooManyBad`] once the count
     /// budget is exceeded.
@@ -68,14 +69,7 @@ impl BadRecords {
         let ErrorPolicy::Skip { max_bad, .. } = self.policy else {
             return Err(e.into());
         };
-        log::warn!(
-            "skipping {}: {e}",
-            if rec.rest_of_file {
-                "the rest of a file"
-            } else {
-                "a bad record"
-            }
-        );
+        log::warn!("skipping {rec}");
         let e = Arc::new(e);
         let mut bad = self.recorder.skipped(rec, pass, e.clone());
         if self.per_pass {

@@ -183,7 +183,12 @@ impl PrefetchReader {
                     let loc = e.location().cloned();
                     let start = task.start_record;
                     self.current = None;
-                    if self.bad_record(&task, loc.as_ref(), start, true, 1, e) {
+                    let lost = Lost {
+                        rest_of_file: true,
+                        records: 1,
+                        known: false,
+                    };
+                    if self.bad_record(&task, loc.as_ref(), start, lost, e) {
                         // Skipped: the file contributes nothing more; close it properly.
                         self.send_last_empty(ctx, task);
                     }
@@ -238,20 +243,34 @@ impl PrefetchReader {
                 // Send what was decoded before the bad record, then apply the policy.
                 let can_continue = cur.reader.can_continue();
                 let next = cur.reader.next_index();
-                // The records skipped: one, or the rest of the file when
-                // the format knows how many it held.
-                let lost = if can_continue {
-                    1
+                // The records lost: one, a run the format could not read
+                // apart (reading goes on at `next`, past them), or the
+                // rest of the file from `next` — as many as the format
+                // knows it held (else one, and unknown) — of those this
+                // reader's stride keeps.
+                let (first, lost, known) = if can_continue {
+                    let n = cur.reader.records_skipped().max(1);
+                    (next.saturating_sub(n), n, true)
                 } else {
-                    cur.reader.records_lost().unwrap_or(1).max(1)
+                    match cur.reader.records_lost() {
+                        Some(n) => (next, n.max(1), true),
+                        None => (next, 1, false),
+                    }
                 };
+                let stride = cur.task.task.stride;
+                let lost = stride.count_from(first, first.saturating_add(lost)).max(1);
                 let task = cur.task.clone();
                 if !chunk.is_empty() {
                     self.send_chunk(ctx, chunk, false);
                 }
                 let e = e.explain_inferred(&self.settings.schema);
                 let loc = e.location().cloned();
-                if self.bad_record(&task, loc.as_ref(), next, !can_continue, lost, e) {
+                let lost = Lost {
+                    rest_of_file: !can_continue,
+                    records: lost,
+                    known,
+                };
+                if self.bad_record(&task, loc.as_ref(), next, lost, e) {
                     if !can_continue {
                         self.finish_file(ctx);
                     } else if self.skip_past(next) {
@@ -291,12 +310,19 @@ impl PrefetchReader {
         task: &ReadTask,
         loc: Option<&feedline::Location>,
         record: u64,
-        rest_of_file: bool,
-        lost: u64,
+        lost: Lost,
         e: feedline::Error,
     ) -> bool {
         let error = e.to_string();
-        let skipped = SkippedRecord::new(loc, &task.task.file, record, rest_of_file, lost, error);
+        let mut skipped = SkippedRecord::new(
+            loc,
+            &task.task.file,
+            record,
+            lost.rest_of_file,
+            lost.records,
+            error,
+        );
+        skipped.records_known = lost.known;
         match self.bad.judge(skipped, task.task.pass, e) {
             Ok(()) => true,
             Err(error) => {
@@ -416,7 +442,7 @@ impl PrefetchReader {
             for e in failed {
                 let loc = e.location().cloned();
                 let record = loc.as_ref().map_or(task.start_record, |l| l.record);
-                if !self.bad_record(&task, loc.as_ref(), record, false, 1, e) {
+                if !self.bad_record(&task, loc.as_ref(), record, Lost::ONE, e) {
                     // The pipeline fails: read no further.
                     return;
                 }
@@ -450,6 +476,27 @@ impl PrefetchReader {
             ctx.notify(Next);
         }
     }
+}
+
+/// What a bad record costs.
+#[derive(Clone, Copy)]
+struct Lost {
+    /// The rest of the file could not be read.
+    rest_of_file: bool,
+    /// Records lost (at least one).
+    records: u64,
+    /// Whether `records` is known (else the rest of a file held an unknown
+    /// number of records, counted as one).
+    known: bool,
+}
+
+impl Lost {
+    /// One record, the reading going on after it.
+    const ONE: Lost = Lost {
+        rest_of_file: false,
+        records: 1,
+        known: true,
+    };
 }
 
 struct EmptyReader;

@@ -55,11 +55,51 @@ pub struct SkippedRecord {
     pub offset: Option<u64>,
     /// True if the rest of the file from `record` on was unreadable.
     pub rest_of_file: bool,
-    /// Records lost: 1, or for an unreadable rest of a file the records
-    /// it held when the format knows (else 1).
+    /// Records lost — what the skip budgets (`max_bad`,
+    /// `max_bad_fraction`) count: 1; for records that could not be read
+    /// apart (a Parquet row group with a damaged page) all of them; for an
+    /// unreadable rest of a file the records it held from `record` on when
+    /// the format knows (npy/npz and Parquet by their headers, an
+    /// uncompressed TFRecord file by framing the rest: the file's count
+    /// less what was read), else 1. Of those this rank reads, under
+    /// sharding by record.
     pub records: u64,
+    /// False when the rest of a file held an unknown number of records
+    /// (`records` is then 1).
+    pub records_known: bool,
     /// The error.
     pub error: String,
+}
+
+/// As the skip list shows it: `FILE: record N (offset O): ERROR`, or for
+/// the rest of a file `FILE: rest of file from record N (M records lost):
+/// ERROR`.
+impl std::fmt::Display for SkippedRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        write!(f, "{}: ", self.source)?;
+        if self.rest_of_file {
+            write!(f, "rest of file from record {}", self.record)?;
+        } else if self.records > 1 {
+            write!(
+                f,
+                "records {}..{}",
+                self.record,
+                self.record.saturating_add(self.records)
+            )?;
+        } else {
+            write!(f, "record {}", self.record)?;
+        }
+        if let Some(o) = self.offset {
+            write!(f, ", offset {o}")?;
+        }
+        if !self.records_known {
+            write!(f, " (records lost: unknown, counted as 1)")?;
+        } else if self.rest_of_file || self.records > 1 {
+            write!(f, " ({} record{} lost)", self.records, plural(self.records))?;
+        }
+        write!(f, ": {}", self.error)
+    }
 }
 
 impl SkippedRecord {
@@ -77,6 +117,7 @@ impl SkippedRecord {
             offset: loc.and_then(|l| l.offset),
             rest_of_file,
             records,
+            records_known: true,
             error,
         }
     }

@@ -18,7 +18,7 @@ mod data_files;
 #[allow(dead_code)]
 #[path = "../../examples/common/http_store.rs"]
 mod http_store;
-use http_store::{read_request, write_head, Request};
+use http_store::{precondition_failed, read_request, write_head, Request};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufReader, Read, Write};
@@ -59,6 +59,14 @@ struct Schedule {
     once_each: bool,
     /// The (method, path, range) requests seen, for `once_each`.
     seen: HashSet<String>,
+    /// Paths whose HEAD says they hold this many bytes (the GETs answer
+    /// the object as it is: a HEAD that disagrees with them).
+    head_total: HashMap<String, u64>,
+    /// Paths replaced by these bytes once their first HEAD is answered
+    /// (an object replaced between the HEAD and the GETs).
+    replace_after_head: HashMap<String, Vec<u8>>,
+    /// Serve GETs whatever their `If-Match` says (a server that ignores it).
+    ignore_if_match: bool,
 }
 
 struct Server {
@@ -150,6 +158,7 @@ fn serve(
             method,
             path,
             range,
+            if_match,
         }) = read_request(&mut reader)?
         else {
             return Ok(());
@@ -204,12 +213,25 @@ fn serve(
             Some(Fault::Slow) => std::thread::sleep(SLOW),
             _ => {}
         }
-        let Some((lo, hi)) = write_head(&mut out, range, total, content_tag(&data))? else {
-            continue;
+        let tag = content_tag(&data);
+        let (head_total, ignore_if_match) = {
+            let s = schedule.lock().unwrap();
+            (s.head_total.get(&path).copied(), s.ignore_if_match)
         };
         if method == "HEAD" {
+            write_head(&mut out, None, head_total.unwrap_or(total), tag)?;
+            let replaced = schedule.lock().unwrap().replace_after_head.remove(&path);
+            if let Some(bytes) = replaced {
+                files.write().unwrap().insert(path.clone(), bytes);
+            }
             continue;
         }
+        if !ignore_if_match && precondition_failed(&mut out, if_match.as_deref(), tag)? {
+            continue;
+        }
+        let Some((lo, hi)) = write_head(&mut out, range, total, tag)? else {
+            continue;
+        };
         let body = &data[lo as usize..hi as usize];
         if fault == Some(Fault::Cut) {
             out.write_all(&body[..body.len() / 2])?;
@@ -911,4 +933,105 @@ fn parts_asked_ahead_of_a_failed_part_count_no_give_up() {
     assert!(e.to_string().contains("byte offset 8192"), "{e}");
     assert_eq!(c.snapshot().give_ups, 1, "{:?}", c.snapshot());
     assert_eq!(c.snapshot().retries, 2 * 5, "{:?}", c.snapshot());
+}
+
+/// A HEAD that disagrees with the GETs' `Content-Range` total (issue 28
+/// item 4: HEAD says 7,050 bytes, the GETs `bytes 0-99/14100`): the object
+/// is longer — a read planned by the HEAD would stop halfway and deliver
+/// half the records with exit 0 — or shorter than its HEAD says. Either is
+/// an error naming the URL and both lengths, at once (not retried), and
+/// the cache keeps nothing. Mutations caught: dropping the length check of
+/// `Pinned::check` (src/remote/store.rs) — the longer object delivers its
+/// first half with no error and is cached; the shorter one is retried as
+/// short parts and the error names neither total.
+#[test]
+fn a_head_that_disagrees_with_the_gets_is_an_error_naming_both_lengths_and_nothing_is_cached() {
+    let _one = options();
+    let files = jsonl_files(2, 300);
+    let len = |f: usize| files[&format!("/data/part{f}.jsonl")].len() as u64;
+    let (len0, len1) = (len(0), len(1));
+    let mut schedule = Schedule::default();
+    schedule
+        .head_total
+        .insert("/data/part0.jsonl".into(), len0 / 2);
+    schedule
+        .head_total
+        .insert("/data/part1.jsonl".into(), len1 * 2);
+    let server = Server::start(files.clone(), schedule);
+    for (f, head, real) in [(0, len0 / 2, len0), (1, len1 * 2, len1)] {
+        let url = server.url(&format!("data/part{f}.jsonl"));
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let r = run_tweaked(std::slice::from_ref(&url), 1, 1, ErrorPolicy::Fail, |b| {
+            b.schema(jsonl_schema()).remote_cache(&cache, 1 << 30)
+        });
+        assert_eq!(r.errors.len(), 1, "part{f}: {:?}", r.errors);
+        let e = &r.errors[0];
+        assert!(
+            e.contains(url.as_str())
+                && e.contains(&format!("object of {real} bytes"))
+                && e.contains(&format!("HEAD said {head} bytes"))
+                && e.contains("changed"),
+            "part{f}: {e}"
+        );
+        assert_eq!(r.remote.remote_retries, 0, "part{f}: retried");
+        let (objs, tmps) = cache_files(&cache);
+        assert!(
+            objs.is_empty() && tmps.is_empty(),
+            "part{f}: {objs:?} {tmps:?}"
+        );
+    }
+}
+
+/// An object replaced between the HEAD its read was planned with and the
+/// GETs (same length, other bytes): each GET carries the HEAD's ETag as
+/// `If-Match`, so a server that honours it answers 412, and the answer of
+/// one that ignores it carries the new ETag: both are an error naming the
+/// URL and the ETag, never a read of the new bytes under the old plan
+/// (nor a mix of the two). Mutations caught: dropping `if_match` from
+/// `Pinned::get_options` (the 412 case reads the new bytes when the ETag
+/// check is dropped too; with it, the error names the ETag not a 412), and
+/// dropping the ETag check of `Pinned::check` (the ignoring server's new
+/// bytes are read whole).
+#[test]
+fn an_object_replaced_after_its_head_is_refused_by_its_etag() {
+    let _one = options();
+    let files = jsonl_files(1, 300);
+    let v1 = files["/data/part0.jsonl"].clone();
+    // The same lines in another order: the same length, other bytes.
+    let mut lines: Vec<&[u8]> = v1.split_inclusive(|&b| b == b'\n').collect();
+    lines.reverse();
+    let v2: Vec<u8> = lines.concat();
+    assert_eq!(v2.len(), v1.len());
+    assert_ne!(v2, v1);
+    for ignore_if_match in [false, true] {
+        let mut schedule = Schedule {
+            ignore_if_match,
+            ..Schedule::default()
+        };
+        schedule
+            .replace_after_head
+            .insert("/data/part0.jsonl".into(), v2.clone());
+        let server = Server::start(files.clone(), schedule);
+        let url = server.url("data/part0.jsonl");
+        let c = remote::RemoteCounters::new();
+        let mut got = Vec::new();
+        let e = remote::scoped(&c, None, || {
+            remote::RemoteObject::open(&url)
+                .unwrap()
+                .read_to_end(&mut got)
+                .unwrap_err()
+        });
+        let e = e.to_string();
+        let v1_tag = format!("\"{:016x}\"", content_tag(&v1));
+        let v2_tag = format!("\"{:016x}\"", content_tag(&v2));
+        assert!(e.contains(url.as_str()) && e.contains(&v1_tag), "{e}");
+        if ignore_if_match {
+            assert!(e.contains(&format!("answered with ETag {v2_tag}")), "{e}");
+        } else {
+            assert!(e.contains("412 Precondition Failed"), "{e}");
+        }
+        assert!(got.is_empty(), "{} bytes of the new object read", got.len());
+        assert_eq!(c.snapshot().retries, 0);
+    }
 }

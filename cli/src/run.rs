@@ -415,6 +415,7 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         options.resume = Some(Arc::new(ResumePlan::new(&checkpoints, &config)?));
     }
     let schema = args.pipeline.schema.as_deref();
+    refuse_output_paths(args.trace.as_deref(), args.checkpoint.as_deref())?;
     let trace = match &args.trace {
         Some(path) => {
             refuse_an_input(path, "--trace", &config, schema)?;
@@ -582,6 +583,96 @@ fn refuse_an_input(
         }
     }
     Ok(())
+}
+
+/// Refuse output paths that would destroy something or each other, before
+/// either is opened: one that exists and is not a regular file (a device
+/// such as `/dev/full`, a FIFO, a directory: the checkpoint is renamed over
+/// its path, the trace truncates it) — save a FIFO for `--trace`, which is
+/// written line by line to whoever reads it — and `--trace` and `--checkpoint`
+/// naming one file (through a link or another spelling too: the
+/// checkpoint would replace the trace).
+fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliResult<()> {
+    for (flag, path) in [("--trace", trace), ("--checkpoint", checkpoint)] {
+        let Some(path) = path else { continue };
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue; // Not there (yet): made as a regular file.
+        };
+        // A trace may go to a FIFO (a reader of it, `>(gzip > t.gz)`):
+        // written line by line, nothing is replaced.
+        let fifo_trace = flag == "--trace" && {
+            use std::os::unix::fs::FileTypeExt;
+            meta.file_type().is_fifo()
+        };
+        if !meta.is_file() && !fifo_trace {
+            return Err(CliError::usage(format!(
+                "{flag} {}: that is {}, not a regular file; writing it would {}: give the path \
+                 of a regular file",
+                path.display(),
+                file_kind(&meta),
+                if flag == "--checkpoint" {
+                    "replace it with a file"
+                } else {
+                    "not keep a trace"
+                }
+            )));
+        }
+    }
+    if let (Some(t), Some(c)) = (trace, checkpoint) {
+        let same_inode = match (std::fs::metadata(t), std::fs::metadata(c)) {
+            (Ok(a), Ok(b)) => same_file(&a, &b),
+            _ => false,
+        };
+        if same_inode || resolved_output(t) == resolved_output(c) {
+            return Err(CliError::usage(format!(
+                "--trace {} and --checkpoint {} are the same file: each checkpoint would replace \
+                 the trace; give two paths",
+                t.display(),
+                c.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What kind of file `meta` is, for a message.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The file an output path would write: its symbolic links followed (a
+/// dangling one too: writing creates its target), its folder
+/// canonicalized.
+fn resolved_output(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(to) => p = p.parent().map_or(to.clone(), |d| d.join(&to)),
+            Err(_) => break,
+        }
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match (std::fs::canonicalize(&dir), p.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => p,
+    }
 }
 
 /// Whether two files' metadata are of the same file (device and inode).

@@ -1,5 +1,5 @@
 //! A small HTTP object server for the examples, on 127.0.0.1: serves
-//! in-memory objects by GET (with `Range`) and HEAD, with an ETag, as a
+//! in-memory objects by GET (with `Range` and `If-Match`) and HEAD, with an ETag, as a
 //! static-file server or an object store's HTTP endpoint would — plus an
 //! added latency per request (time to first byte) and a shaped link (a
 //! token bucket on the bytes written, shared by every connection). It
@@ -121,6 +121,8 @@ pub struct Request {
     pub path: String,
     /// `Range: bytes=A-B` (B inclusive; `None`: to the end).
     pub range: Option<(u64, Option<u64>)>,
+    /// `If-Match: "TAG"` (as sent, quotes included).
+    pub if_match: Option<String>,
 }
 
 /// Read the next request on a connection (its body, if any, read and
@@ -134,6 +136,7 @@ pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request
     let method = parts.next().unwrap_or("").to_string();
     let path = parts.next().unwrap_or("").to_string();
     let mut range = None;
+    let mut if_match = None;
     let mut body_len = 0usize;
     loop {
         let mut h = String::new();
@@ -153,6 +156,8 @@ pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request
             });
         } else if k == "content-length" {
             body_len = v.parse().unwrap_or(0);
+        } else if k == "if-match" {
+            if_match = Some(v.to_string());
         }
     }
     let mut body = vec![0u8; body_len];
@@ -161,7 +166,34 @@ pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request
         method,
         path,
         range,
+        if_match,
     }))
+}
+
+/// The entity tag of `etag` as the answers write it (`"…"`, 16 hex digits).
+pub fn etag_text(etag: u64) -> String {
+    format!("\"{etag:016x}\"")
+}
+
+/// If the request's `If-Match` does not name `etag` (`*` names any),
+/// answer 412 Precondition Failed and return true.
+pub fn precondition_failed(
+    out: &mut impl Write,
+    if_match: Option<&str>,
+    etag: u64,
+) -> std::io::Result<bool> {
+    let Some(m) = if_match else {
+        return Ok(false);
+    };
+    let tag = etag_text(etag);
+    if m.split(',').map(str::trim).any(|t| t == "*" || t == tag) {
+        return Ok(false);
+    }
+    write!(
+        out,
+        "HTTP/1.1 412 Precondition Failed\r\nETag: {tag}\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    Ok(true)
 }
 
 /// Answer the head of a GET or HEAD of an object of `total` bytes whose
@@ -190,8 +222,9 @@ pub fn write_head(
     };
     let mut head = format!(
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
-         Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: \"{etag:016x}\"\r\n",
-        hi - lo
+         Last-Modified: Wed, 25 Nov 2026 10:00:00 GMT\r\nETag: {}\r\n",
+        hi - lo,
+        etag_text(etag)
     );
     if range.is_some() {
         head.push_str(&format!("Content-Range: bytes {lo}-{}/{total}\r\n", hi - 1));
@@ -223,6 +256,7 @@ fn serve(
             method,
             path,
             range,
+            if_match,
         }) = read_request(&mut reader)?
         else {
             return Ok(());
@@ -237,6 +271,9 @@ fn serve(
         };
         let total = data.len() as u64;
         let etag = *tags.entry(path.clone()).or_insert_with(|| tag(data));
+        if precondition_failed(&mut out, if_match.as_deref(), etag)? {
+            continue;
+        }
         let Some((lo, hi)) = write_head(&mut out, range, total, etag)? else {
             continue;
         };

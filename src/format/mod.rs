@@ -221,6 +221,15 @@ pub trait RecordReader: Send {
         false
     }
 
+    /// After an error with [`can_continue`](Self::can_continue) true: how
+    /// many records it cost — one (the default), or more when records that
+    /// cannot be read apart are lost together (a Parquet row group with a
+    /// damaged page: its rows from the bad one on). Reading goes on at
+    /// [`next_index`](Self::next_index), past all of them.
+    fn records_skipped(&self) -> u64 {
+        1
+    }
+
     /// Total number of records, if the format knows it without reading.
     fn len_hint(&self) -> Option<u64> {
         None

@@ -30,8 +30,16 @@
 //! feedline's fields have no nulls: a null — a whole value or an element of
 //! a list — is a bad record naming the file, the 0-based row (`record N`)
 //! and the column, whatever Arrow's `nullable` flag says (pyarrow marks
-//! every column nullable). The reader goes on with the next row. A page
-//! that cannot be decoded ends the file (`can_continue` is false).
+//! every column nullable). The reader goes on with the next row.
+//!
+//! Page checksums (CRC-32 in the page header, as pyarrow writes with
+//! `write_page_checksum=True`) are verified when present. A page that does
+//! not match its checksum, or does not decompress, is one bad record for
+//! the rows of its row group not read yet, naming the file, the row group,
+//! its rows and the column; reading goes on with the next row group
+//! ([`RecordReader::records_skipped`] says how many rows were lost). Data
+//! that cannot be decoded otherwise ends the file (`can_continue` is
+//! false).
 //!
 //! ```
 //! use feedline::format::{Format, OpenOptions, parquet::ParquetFormat};
@@ -118,6 +126,8 @@ impl Format for ParquetFormat {
             batches: None,
             batch: None,
             dead: false,
+            bad_ahead: None,
+            skipped: 1,
         }))
     }
 
@@ -134,7 +144,8 @@ enum Source {
     #[cfg(feature = "remote")]
     Remote {
         url: String,
-        len: u64,
+        /// The version read (every range is pinned to it).
+        info: crate::remote::ObjectInfo,
     },
 }
 
@@ -143,7 +154,7 @@ impl parquet::file::reader::Length for Source {
         match self {
             Source::Local(f) => parquet::file::reader::Length::len(f),
             #[cfg(feature = "remote")]
-            Source::Remote { len, .. } => *len,
+            Source::Remote { info, .. } => info.size,
         }
     }
 }
@@ -155,7 +166,7 @@ impl parquet::file::reader::ChunkReader for Source {
         match self {
             Source::Local(f) => Ok(Box::new(f.get_read(start)?)),
             #[cfg(feature = "remote")]
-            Source::Remote { url, len } => crate::remote::RemoteObject::open_at(url, *len, start)
+            Source::Remote { url, info } => crate::remote::RemoteObject::open_at(url, info, start)
                 .map(|r| Box::new(r) as Self::T)
                 .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
         }
@@ -165,26 +176,16 @@ impl parquet::file::reader::ChunkReader for Source {
         match self {
             Source::Local(f) => f.get_bytes(start, length),
             #[cfg(feature = "remote")]
-            Source::Remote { url, .. } => crate::remote::read_range(url, start, length as u64)
-                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e))),
+            Source::Remote { url, info } => {
+                crate::remote::read_range(url, info, start, length as u64)
+                    .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+            }
         }
     }
 }
 
 fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> {
-    let file = match crate::input::remote_url(path) {
-        #[cfg(feature = "remote")]
-        Some(url) => {
-            let (len, _) = crate::remote::stat(url).map_err(|e| Error::io(path, e.into_io()))?;
-            Source::Remote {
-                url: url.to_string(),
-                len,
-            }
-        }
-        #[cfg(not(feature = "remote"))]
-        Some(url) => return Err(Error::not_compiled_in(url, crate::Feature::Remote)),
-        None => Source::Local(File::open(path).map_err(|e| Error::io(path, e))?),
-    };
+    let file = open_source(path)?;
     let bad = |what: String| Error::BadFile {
         path: path.to_path_buf(),
         what: format!("not a readable Parquet file: {what}"),
@@ -192,6 +193,65 @@ fn open_builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Source>> 
     contain_panic(|| ParquetRecordBatchReaderBuilder::try_new(file))
         .map_err(bad)?
         .map_err(|e| bad(e.to_string()))
+}
+
+/// The bytes of the Parquet file at `path` (a local file or a URL).
+fn open_source(path: &Path) -> Result<Source> {
+    Ok(match crate::input::remote_url(path) {
+        #[cfg(feature = "remote")]
+        Some(url) => {
+            let info = crate::remote::head(url).map_err(|e| Error::io(path, e.into_io()))?;
+            Source::Remote {
+                url: url.to_string(),
+                info,
+            }
+        }
+        #[cfg(not(feature = "remote"))]
+        Some(url) => return Err(Error::not_compiled_in(url, crate::Feature::Remote)),
+        None => Source::Local(File::open(path).map_err(|e| Error::io(path, e))?),
+    })
+}
+
+/// The first page of row groups `groups` (in order; only the root columns
+/// in `projection`, all if `None`) that cannot be read: its row group,
+/// column and what is wrong (a page CRC that does not match, a page that
+/// does not decompress…). `None` if every page reads.
+fn first_bad_page(
+    path: &Path,
+    groups: std::ops::Range<usize>,
+    projection: Option<&[String]>,
+) -> Option<(usize, String, String)> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let found = contain_panic(|| {
+        let reader = SerializedFileReader::new(open_source(path).ok()?).ok()?;
+        for g in groups {
+            let group = reader.get_row_group(g).ok()?;
+            let meta = reader.metadata().row_group(g);
+            for (i, col) in meta.columns().iter().enumerate() {
+                let name = col.column_path().parts()[0].clone();
+                if projection.is_some_and(|p| !p.contains(&name)) {
+                    continue;
+                }
+                let column = col.column_path().string();
+                let mut pages = match group.get_column_page_reader(i) {
+                    Ok(p) => p,
+                    Err(e) => return Some((g, column, e.to_string())),
+                };
+                loop {
+                    match pages.get_next_page() {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(e) => return Some((g, column, e.to_string())),
+                    }
+                }
+            }
+        }
+        None
+    });
+    found.unwrap_or_else(|what| {
+        log::debug!("{}: looking for the bad page: {what}", path.display());
+        None
+    })
 }
 
 /// Run `f`, turning a panic into an error: the `parquet` crate asserts
@@ -302,6 +362,23 @@ struct ParquetReader {
     batch: Option<(OpenBatch, usize)>,
     /// A page could not be decoded: nothing more can be read.
     dead: bool,
+    /// A row group found unreadable (a page CRC that does not match, a
+    /// page that does not decompress) at or after `next`: the batch reader
+    /// stops before it, and reaching it is one error for its rows.
+    bad_ahead: Option<BadGroup>,
+    /// Records the last error skipped (one, or a bad row group's rest).
+    skipped: u64,
+}
+
+/// A row group with an unreadable page.
+#[derive(Clone, Debug, PartialEq)]
+struct BadGroup {
+    group: usize,
+    /// Its rows.
+    rows: std::ops::Range<u64>,
+    /// The column (its path) whose page is bad.
+    column: String,
+    what: String,
 }
 
 /// A decoded record batch: its columns (dictionaries resolved), their
@@ -336,7 +413,9 @@ impl ParquetReader {
         let mut first_row = 0u64;
         let mut groups = Vec::new();
         let mut skip_in_first = 0u64;
-        for (g, &rows) in self.row_groups.iter().enumerate() {
+        // Up to a bad row group (reaching it is an error of its own).
+        let before = self.bad_ahead.as_ref().map_or(usize::MAX, |b| b.group);
+        for (g, &rows) in self.row_groups.iter().enumerate().take(before) {
             if first_row + rows > self.next {
                 if groups.is_empty() {
                     skip_in_first = self.next - first_row;
@@ -382,6 +461,14 @@ impl ParquetReader {
                 "the file cannot be read past an earlier error",
             ));
         }
+        self.skipped = 1;
+        if self
+            .bad_ahead
+            .as_ref()
+            .is_some_and(|b| self.next >= b.rows.start)
+        {
+            return Err(self.skip_bad_group());
+        }
         if self.next >= self.total {
             return Ok(None);
         }
@@ -403,6 +490,15 @@ impl ParquetReader {
                     ));
                 }
                 Some(Err(e)) => {
+                    // A bad page costs its row group, not the rest of the
+                    // file: find it, read up to it, skip it.
+                    if let Some(bad) = self.find_bad_group() {
+                        if self.bad_ahead.as_ref() != Some(&bad) {
+                            self.bad_ahead = Some(bad);
+                            self.start(self.projection.clone())?;
+                            return self.next_row();
+                        }
+                    }
                     self.dead = true;
                     return Err(Error::corrupt(
                         self.location(self.next),
@@ -438,6 +534,57 @@ impl ParquetReader {
             fields,
             location: self.location(row),
         }))
+    }
+
+    /// The row group of row `row`, and the first row of the next.
+    fn group_of(&self, row: u64) -> (usize, u64) {
+        let mut end = 0;
+        for (g, &rows) in self.row_groups.iter().enumerate() {
+            end += rows;
+            if row < end {
+                return (g, end);
+            }
+        }
+        (self.row_groups.len(), end)
+    }
+
+    /// The first row group with an unreadable page among those the batch
+    /// that failed could span (from `next` on, `BATCH_ROWS` rows).
+    fn find_bad_group(&self) -> Option<BadGroup> {
+        let (first, _) = self.group_of(self.next);
+        let last_row = (self.next + BATCH_ROWS as u64).min(self.total).max(1) - 1;
+        let (last, _) = self.group_of(last_row);
+        let (group, column, what) = first_bad_page(
+            &self.path,
+            first..(last + 1).min(self.row_groups.len()),
+            self.projection.as_deref(),
+        )?;
+        let start: u64 = self.row_groups[..group].iter().sum();
+        Some(BadGroup {
+            group,
+            rows: start..start + self.row_groups[group],
+            column,
+            what,
+        })
+    }
+
+    /// At the bad row group: the error for its rows (those from `next` on),
+    /// reading to go on after it.
+    fn skip_bad_group(&mut self) -> Error {
+        let b = self.bad_ahead.take().expect("a bad row group ahead");
+        let from = self.next;
+        self.next = b.rows.end;
+        self.skipped = (b.rows.end - from).max(1);
+        self.batches = None;
+        self.batch = None;
+        Error::corrupt(
+            self.location(from),
+            format!(
+                "row group {} (rows {}..{}), column `{}`: {}: rows {from}..{} cannot be read \
+                 (reading goes on at row {})",
+                b.group, b.rows.start, b.rows.end, b.column, b.what, b.rows.end, b.rows.end
+            ),
+        )
     }
 
     fn open_batch(&mut self, b: RecordBatch) -> Result<OpenBatch> {
@@ -628,6 +775,10 @@ impl RecordReader for ParquetReader {
 
     fn can_continue(&self) -> bool {
         !self.dead
+    }
+
+    fn records_skipped(&self) -> u64 {
+        self.skipped
     }
 
     fn len_hint(&self) -> Option<u64> {

@@ -204,8 +204,16 @@ impl Registry {
     /// `spec` and infer a schema from them. A bad
     /// record ends the sample (the records before it are used); an error
     /// before any record is returned.
+    ///
+    /// A local input that is not a regular file — a FIFO, `/dev/stdin` or
+    /// a pipe such as `<(zcat x.tfrecord.gz)`, a device — is refused
+    /// ([`Error::BadFile`] saying to give a schema) before it is opened: it
+    /// can be read once, and the records read to infer a schema would be
+    /// gone for the reader that opens it next (which would wait for ever
+    /// for a writer, or start in the middle of a record).
     pub fn infer_schema(&self, spec: &str, explicit: Option<&str>, n: usize) -> Result<Schema> {
         let (f, path, _) = self.resolve(spec, explicit)?;
+        refuse_a_stream(&path)?;
         if let Some(declared) = f.infer_schema(&path) {
             return declared;
         }
@@ -235,5 +243,26 @@ impl Registry {
             "the first {n} record{} of {spec}",
             if n == 1 { "" } else { "s" }
         )))
+    }
+}
+
+/// Refuse to infer a schema from `path` if it is a local stream (not a
+/// regular file, not a directory): see [`Registry::infer_schema`].
+fn refuse_a_stream(path: &Path) -> Result<()> {
+    if crate::remote::is_remote(&path.to_string_lossy()) {
+        return Ok(());
+    }
+    // `metadata` follows links (`/dev/stdin` → `/proc/self/fd/0` → the
+    // pipe) and never opens the file (opening a FIFO waits for a writer).
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Err(Error::BadFile {
+            path: path.to_path_buf(),
+            what: "is a stream (a FIFO, a pipe or a device), which can be read only once: \
+                   inferring a schema would consume its first records; give the schema \
+                   (`--schema FILE` on the command line, `schema=` in Python, \
+                   `LoaderBuilder::schema` in Rust)"
+                .into(),
+        }),
+        _ => Ok(()),
     }
 }

@@ -21,6 +21,11 @@
 //!
 //! A sample missing a field the schema declares is a bad record (as for
 //! every format: [`Instance::from_record`](crate::Instance::from_record)).
+//! An inferred schema holds only the fields every sample read to infer it
+//! has ([`Format::infer_from_records`]), so a later sample missing one of
+//! them is a bad record too — never delivered without it. Errors about a
+//! sample name its `__key__`, and a member's errors the member's name and
+//! offset in the tar.
 //! Record `N` is the `N`th sample (0-based); its offset is that of its first
 //! member's header in the (decompressed) stream. A damaged header or a
 //! stream that ends inside a member ends the file.
@@ -45,13 +50,18 @@
 //! assert!(r.next_record().unwrap().is_none());
 //! ```
 
+use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::Path;
 
-use super::{open_stream, source_id, Compression, Format, OpenOptions, RecordReader};
+use super::{
+    check_chunk_budget, open_stream, source_id, Compression, Format, OpenOptions, RecordReader,
+};
+use crate::chunk::Chunk;
 use crate::error::{Error, Result};
 use crate::provenance::{Location, SourceId};
 use crate::record::Record;
+use crate::schema::Schema;
 use crate::values::{BytesList, Tensor, Values};
 
 /// Extensions whose text webdataset decodes as an integer.
@@ -70,6 +80,43 @@ impl Format for WdsFormat {
         &["tar"]
     }
 
+    /// The fields every sample record has, as [`Schema::infer`] infers
+    /// them: a field some samples lack is left out (with a warning naming
+    /// it and how many had it), so that a later sample missing a field of
+    /// the schema is a bad record, as with a schema given.
+    fn infer_from_records(&self, records: &[Record]) -> Result<Schema> {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in records {
+            for (name, _) in &r.fields {
+                *seen.entry(name.as_str()).or_default() += 1;
+            }
+        }
+        let partial: Vec<String> = (seen.iter())
+            .filter(|(_, &n)| n < records.len())
+            .map(|(name, n)| format!("`{name}` (in {n} of {})", records.len()))
+            .collect();
+        if partial.is_empty() {
+            return Schema::infer(records);
+        }
+        log::warn!(
+            "{}: {} left out of the inferred schema: a field is in it only if every sample \
+             read to infer it has it (give a schema to read {})",
+            records[0].location.source.name(),
+            partial.join(", "),
+            if partial.len() == 1 { "it" } else { "them" }
+        );
+        let everywhere: Vec<Record> = (records.iter())
+            .map(|r| Record {
+                fields: (r.fields.iter())
+                    .filter(|(name, _)| seen[name.as_str()] == records.len())
+                    .cloned()
+                    .collect(),
+                location: r.location.clone(),
+            })
+            .collect();
+        Schema::infer(&everywhere)
+    }
+
     fn open(&self, path: &Path, opts: &OpenOptions) -> Result<Box<dyn RecordReader>> {
         opts.validate()?;
         let compression = opts
@@ -86,6 +133,7 @@ impl Format for WdsFormat {
             next: 0,
             dead: false,
             ended: false,
+            last_key: None,
         };
         while r.next < opts.start_record {
             match r.next_record() {
@@ -101,6 +149,8 @@ impl Format for WdsFormat {
 
 /// One regular file of the shard, split into key and extension.
 struct Member {
+    /// Its name in the tar.
+    name: String,
     key: String,
     ext: String,
     data: Vec<u8>,
@@ -249,7 +299,8 @@ impl Members {
                 return Ok(Some(Item::TooBig {
                     key: key.to_string(),
                     what: format!(
-                        "member `{name}` of {size} bytes is over max_record_bytes {}",
+                        "member `{name}` at offset {start} of the tar: {size} bytes, over \
+                         max_record_bytes {}",
                         self.max
                     ),
                     offset: start,
@@ -257,6 +308,7 @@ impl Members {
             }
             let data = self.data(size)?;
             return Ok(Some(Item::File(Member {
+                name: name.clone(),
                 key: key.to_string(),
                 ext: ext.to_lowercase(),
                 data,
@@ -343,6 +395,8 @@ struct WdsReader {
     next: u64,
     dead: bool,
     ended: bool,
+    /// The key of the last sample read (named by an error after it).
+    last_key: Option<String>,
 }
 
 impl Item {
@@ -383,7 +437,14 @@ impl WdsReader {
             Ok(Some(m)) => Ok(Some(m)),
             Err(Dead(what)) => {
                 self.dead = true;
-                Err(Error::corrupt(self.location(self.members.offset), what))
+                let after = match &self.last_key {
+                    Some(k) => format!(" (after sample `__key__` {k:?})"),
+                    None => String::new(),
+                };
+                Err(Error::corrupt(
+                    self.location(self.members.offset),
+                    format!("{what}{after}"),
+                ))
             }
         }
     }
@@ -401,16 +462,20 @@ impl WdsReader {
                 Item::TooBig { what, offset, .. } => {
                     return Err(Error::corrupt(
                         self.location(offset),
-                        format!("sample `{key}`: {what}"),
+                        format!("sample `__key__` {key:?}: {what}"),
                     ))
                 }
             };
+            let member = format!(
+                "member `{}` at offset {} of the tar, sample `__key__` {key:?}",
+                m.name, m.offset
+            );
             if fields.iter().any(|(n, _)| *n == m.ext) {
                 return Err(Error::Field {
                     location,
                     field: m.ext,
                     expected: "one file per extension in a sample".into(),
-                    actual: format!("a second file for sample `{key}`"),
+                    actual: format!("a second file for sample `{key}` ({member})"),
                 });
             }
             let value = if is_integer_field(&m.ext) {
@@ -424,7 +489,7 @@ impl WdsReader {
                             expected:
                                 "an integer in text (webdataset decodes this extension as int)"
                                     .into(),
-                            actual: format!("{:?}", String::from_utf8_lossy(&m.data)),
+                            actual: format!("{:?} ({member})", String::from_utf8_lossy(&m.data)),
                         })
                     }
                 }
@@ -436,6 +501,59 @@ impl WdsReader {
             fields.push((m.ext, Tensor::scalar(value)));
         }
         Ok(Record { fields, location })
+    }
+}
+
+/// `e`, an error about the sample `rec`, naming the sample's `__key__`
+/// and where it starts in the tar.
+fn name_sample(e: Error, rec: &Record) -> Error {
+    let key = match rec.get("__key__").map(|t| &t.values) {
+        Some(Values::Bytes(b)) if b.len() == 1 => String::from_utf8_lossy(b.get(0)).into_owned(),
+        _ => return e,
+    };
+    let sample = match rec.location.offset {
+        Some(o) => format!("sample `__key__` {key:?}, its first member at offset {o} of the tar"),
+        None => format!("sample `__key__` {key:?}"),
+    };
+    with_sample(e, &sample)
+}
+
+/// `e`, an error about a row whose `__key__` field (a WebDataset sample's
+/// key) is `key`, naming it: a transform's error on a sample then says
+/// which sample, not only its record number.
+pub(crate) fn name_key(e: Error, key: &[u8]) -> Error {
+    let key = String::from_utf8_lossy(key);
+    with_sample(e, &format!("sample `__key__` {key:?}"))
+}
+
+/// `e` with `sample` (its text) added.
+fn with_sample(e: Error, sample: &str) -> Error {
+    match e {
+        Error::Field {
+            location,
+            field,
+            expected,
+            actual,
+        } => Error::Field {
+            location,
+            field,
+            expected,
+            actual: format!("{actual} ({sample})"),
+        },
+        Error::Corrupt { location, what } => Error::Corrupt {
+            location,
+            what: format!("{sample}: {what}"),
+        },
+        Error::Transform {
+            location,
+            transform,
+            what,
+        } => Error::Transform {
+            location,
+            transform,
+            what: format!("{what} ({sample})"),
+        },
+        other => other,
     }
 }
 
@@ -465,7 +583,31 @@ impl RecordReader for WdsReader {
         }
         let rec = self.sample(&key, offset, items);
         self.next += 1;
+        self.last_key = Some(key);
         rec.map(Some)
+    }
+
+    /// Samples as records into `chunk` (as the default does); a sample that
+    /// does not fit the chunk's schema (a field missing, of another type or
+    /// shape) is an error naming its `__key__` too.
+    fn read_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<usize> {
+        check_chunk_budget(max_records, max_bytes)?;
+        let mut n = 0;
+        while n < max_records && (n == 0 || chunk.payload_bytes() < max_bytes) {
+            let Some(rec) = self.next_record()? else {
+                break;
+            };
+            if let Err(e) = chunk.push_record(&rec) {
+                return Err(name_sample(e, &rec));
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 
     fn next_index(&self) -> u64 {

@@ -115,7 +115,7 @@ impl RemoteCache {
             (None, Some(t)) => format!("mtime:{t}"),
             (None, None) => {
                 log::debug!("{url}: no ETag nor modification time, not cached");
-                return Ok(Box::new(RemoteObject::open_at(url, info.size, 0)?));
+                return Ok(Box::new(RemoteObject::open_at(url, &info, 0)?));
             }
         };
         let stem = format!("{:016x}-{:016x}-{}", fnv(url), fnv(&version), info.size);
@@ -128,7 +128,7 @@ impl RemoteCache {
                 _in_use: guard,
             }));
         }
-        let object = RemoteObject::open_at(url, info.size, 0)?;
+        let object = RemoteObject::open_at(url, &info, 0)?;
         if info.size > self.max_bytes || !self.make_room(info.size)? {
             log::debug!("{url}: {} bytes do not fit the cache", info.size);
             return Ok(Box::new(object));

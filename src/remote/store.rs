@@ -355,7 +355,8 @@ pub fn stat(url: &str) -> Result<(u64, Option<u64>), RemoteError> {
     head(url).map(|h| (h.size, h.mtime_ns))
 }
 
-/// What a HEAD request tells of an object.
+/// What a HEAD request tells of an object: the version of it a read is
+/// planned with and pinned to (see [`RemoteObject`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
     /// Its length in bytes.
@@ -364,6 +365,16 @@ pub struct ObjectInfo {
     pub mtime_ns: Option<u64>,
     /// Its entity tag, when the store gives one.
     pub e_tag: Option<String>,
+    /// Its version, when the store keeps versions (S3 with versioning).
+    pub version: Option<String>,
+}
+
+impl ObjectInfo {
+    /// The entity tag reads are pinned to (`If-Match`): a strong one (a
+    /// weak tag, `W/"…"`, never matches `If-Match`).
+    pub fn pin(&self) -> Option<&str> {
+        self.e_tag.as_deref().filter(|t| !t.starts_with("W/"))
+    }
 }
 
 /// Size, modification time and entity tag of the object at `url`, by a
@@ -395,6 +406,7 @@ pub fn head(url: &str) -> Result<ObjectInfo, RemoteError> {
             size: meta.size,
             mtime_ns: mtime,
             e_tag: meta.e_tag,
+            version: meta.version,
         })
     })
 }
@@ -452,29 +464,100 @@ pub fn expand_glob(pattern: &str) -> Result<Vec<String>, RemoteError> {
     Ok(found)
 }
 
-/// Bytes `start..start + len` of the object at `url` by one ranged GET
-/// (retried as every request is; a short answer is asked again).
-pub fn read_range(url: &str, start: u64, len: u64) -> Result<bytes::Bytes, RemoteError> {
+/// Bytes `start..start + len` of the object at `url`, of the version
+/// `info` (its HEAD) describes, by one ranged GET (retried as every request
+/// is; a short answer is asked again; an answer of another version is an
+/// error: see [`RemoteObject`]).
+pub fn read_range(
+    url: &str,
+    info: &ObjectInfo,
+    start: u64,
+    len: u64,
+) -> Result<bytes::Bytes, RemoteError> {
     let u = parse(url)?;
     let path = u.path(url)?;
     let (store, o) = store_for(&u)?;
     let op = format!("GET {url} bytes {start}..{}", start + len);
     let count = Count::here();
+    let version = Arc::new(Pinned {
+        url: url.to_string(),
+        info: info.clone(),
+    });
     block(async move {
-        get_part(store, path, o, count.clone(), op, start, start + len)
-            .await
-            .map_err(|f| f.count(&count))
+        get_part(
+            store,
+            path,
+            o,
+            count.clone(),
+            op,
+            version,
+            start,
+            start + len,
+        )
+        .await
+        .map_err(|f| f.count(&count))
     })
 }
 
-/// One part, `start..end`, with retries (a give-up is the caller's to
-/// count: [`Failed::count`]).
+/// The version of an object a read was planned with: every answer must
+/// be of it.
+#[derive(Debug)]
+struct Pinned {
+    url: String,
+    info: ObjectInfo,
+}
+
+impl Pinned {
+    /// The options of a GET of `start..end` pinned to this version: its
+    /// strong ETag as `If-Match`, its version id where the store has one.
+    fn get_options(&self, start: u64, end: u64) -> object_store::GetOptions {
+        object_store::GetOptions {
+            range: Some((start..end).into()),
+            if_match: self.info.pin().map(str::to_string),
+            version: self.info.version.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The answer of `op` is of another version of the object than the one
+    /// planned: its total length (`Content-Range`) or its ETag differ.
+    fn check(&self, op: &str, meta: &object_store::ObjectMeta) -> Result<(), RemoteError> {
+        if meta.size != self.info.size {
+            return Err(self.changed(format!(
+                "{op} answered for an object of {} bytes (Content-Range), but its HEAD said {} \
+                 bytes when its reading was planned",
+                meta.size, self.info.size
+            )));
+        }
+        if let (Some(want), Some(got)) = (self.info.pin(), meta.e_tag.as_deref()) {
+            if want != got {
+                return Err(self.changed(format!(
+                    "{op} answered with ETag {got}, but its HEAD said {want} when its reading \
+                     was planned"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn changed(&self, what: String) -> RemoteError {
+        RemoteError::Changed {
+            url: self.url.clone(),
+            what,
+        }
+    }
+}
+
+/// One part, `start..end`, of the version `pinned`, with retries (a
+/// give-up is the caller's to count: [`Failed::count`]).
+#[allow(clippy::too_many_arguments)]
 async fn get_part(
     store: Arc<dyn ObjectStore>,
     path: StorePath,
     o: RemoteOptions,
     count: Count,
     op: String,
+    pinned: Arc<Pinned>,
     start: u64,
     end: u64,
 ) -> Result<bytes::Bytes, Failed> {
@@ -482,8 +565,24 @@ async fn get_part(
     let want = end - start;
     retrying(&o, &count, &op, |n| {
         let (store, path, op, count) = (store.clone(), path.clone(), &op, &count);
+        let pinned = pinned.clone();
         async move {
-            match store.get_range(&path, start..end).await {
+            let answer = match store.get_opts(&path, pinned.get_options(start, end)).await {
+                Ok(r) => r,
+                Err(object_store::Error::Precondition { .. }) => {
+                    return Attempt::Fail(pinned.changed(format!(
+                        "{op}: the store refused it with 412 Precondition Failed: its ETag is no \
+                         longer {} (If-Match), the one its HEAD gave when its reading was planned",
+                        pinned.info.pin().unwrap_or("?")
+                    )))
+                }
+                Err(e) if transient(&e) => return Attempt::Again(request_error(op, n, t0, e)),
+                Err(e) => return Attempt::Fail(request_error(op, n, t0, e)),
+            };
+            if let Err(e) = pinned.check(op, &answer.meta) {
+                return Attempt::Fail(e);
+            }
+            match answer.bytes().await {
                 Ok(b) if b.len() as u64 == want => {
                     count.add(|c| &c.bytes, want);
                     Attempt::Done(b)
@@ -531,13 +630,24 @@ type Part = (
 
 /// One remote object read as a stream by ranged GETs of
 /// [`RemoteOptions::part_bytes`], with [`RemoteOptions::read_ahead`] parts
-/// requested ahead. Its length is taken once, at [`open`](Self::open).
+/// requested ahead. Its length and version are taken once, at
+/// [`open`](Self::open) (a HEAD request), and every part is pinned to
+/// them: each GET carries the HEAD's ETag as `If-Match` (and its version id
+/// where the store keeps versions), and an answer for an object of another
+/// total length (`Content-Range: bytes A-B/TOTAL`) or another ETag — the
+/// object was replaced, or the server's HEAD and GET disagree — is an
+/// error naming the URL and both lengths or tags ([`RemoteError::Changed`],
+/// not retried). So a read never mixes two versions, never stops short of
+/// a longer object, and never runs past a shorter one; a cache keeps
+/// nothing of it.
 pub struct RemoteObject {
     url: String,
     store: Arc<dyn ObjectStore>,
     path: StorePath,
     options: RemoteOptions,
     len: u64,
+    /// The version every part must be of.
+    pinned: Arc<Pinned>,
     /// Offset of the next part to request.
     next: u64,
     /// Parts requested, in order.
@@ -571,16 +681,16 @@ impl RemoteObject {
     /// as every request is); the first part is requested at once, the
     /// parts ahead at the first read.
     pub fn open(url: &str) -> Result<Self, RemoteError> {
-        let (len, _) = stat(url)?;
-        Self::open_at(url, len, 0)
+        Self::open_at(url, &head(url)?, 0)
     }
 
-    /// The object at `url`, known to be `len` bytes long, as a stream from
-    /// byte `start` on (no HEAD request).
-    pub fn open_at(url: &str, len: u64, start: u64) -> Result<Self, RemoteError> {
+    /// The object at `url`, of the version `info` (a HEAD's answer)
+    /// describes, as a stream from byte `start` on (no HEAD request).
+    pub fn open_at(url: &str, info: &ObjectInfo, start: u64) -> Result<Self, RemoteError> {
         let u = parse(url)?;
         let path = u.path(url)?;
         let (store, options) = store_for(&u)?;
+        let len = info.size;
         let start = start.min(len);
         let mut r = RemoteObject {
             url: url.to_string(),
@@ -588,6 +698,10 @@ impl RemoteObject {
             path,
             options,
             len,
+            pinned: Arc::new(Pinned {
+                url: url.to_string(),
+                info: info.clone(),
+            }),
             next: start,
             pending: VecDeque::new(),
             part: bytes::Bytes::new(),
@@ -637,7 +751,8 @@ impl RemoteObject {
             let (store, path, o) = (self.store.clone(), self.path.clone(), self.options.clone());
             let op = format!("GET {} bytes {start}..{end}", self.url);
             let count = self.count.clone();
-            let part = match spawn(get_part(store, path, o, count, op, start, end)) {
+            let pinned = self.pinned.clone();
+            let part = match spawn(get_part(store, path, o, count, op, pinned, start, end)) {
                 Ok((rx, task)) => (rx, Some(task)),
                 Err(e) => {
                     // Given to the read that reaches this part.

@@ -246,6 +246,19 @@ fn all_fixed(schema: &Schema) -> bool {
         .all(|f| !f.is_ragged() && f.dtype != DType::Bytes)
 }
 
+/// `e`, row `r`'s error, naming the row's `__key__` when it has one (a
+/// WebDataset sample's key, a field of one byte string): which sample of a
+/// shard failed, not only its record number.
+fn with_sample_key(e: Error, r: &RowRef) -> Error {
+    if r.chunk.schema().index_of("__key__").is_none() {
+        return e;
+    }
+    match Row::new(&r.chunk, r.index).bytes("__key__") {
+        Ok(key) => crate::format::wds::name_key(e, &key),
+        Err(_) => e,
+    }
+}
+
 /// Run `f` on row `origin`, a panic or an error becoming the row's
 /// [`Error::Transform`] (a feedline error, such as a row that cannot be
 /// read, stays what it is).
@@ -408,14 +421,16 @@ impl Assembly {
                     let mut out = OutRow::new(schema, slots.collect());
                     (self.core).one_into(map, &self.name, r, self.pass, &mut out, schema)
                 }))
-                .unwrap_or_else(|p| Err(panicked(p)));
+                .unwrap_or_else(|p| Err(panicked(p)))
+                .map_err(|e| with_sample_key(e, r));
                 *results[i].lock() = Some(made);
             }
             Target::Samples(samples) => {
                 let made = catch_unwind(AssertUnwindSafe(|| {
                     self.core.sample(map, &self.name, r, self.pass)
                 }))
-                .unwrap_or_else(|p| Err(panicked(p)));
+                .unwrap_or_else(|p| Err(panicked(p)))
+                .map_err(|e| with_sample_key(e, r));
                 *samples[i].lock() = Some(made);
             }
         }
