@@ -383,7 +383,7 @@ fn only_fields_every_sampled_record_has_are_inferred_and_a_later_sample_missing_
 /// error names the record only.
 #[test]
 fn a_transform_error_on_a_sample_names_its_key() {
-    use feedline::batcher::BatchPolicy;
+    use feedline::batch_policy::BatchPolicy;
     use feedline::format::generator::Sample;
     use feedline::plan::PassPlan;
     use feedline::reader::{batches, BatchesConfig};
