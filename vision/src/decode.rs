@@ -24,7 +24,7 @@ use crate::image::RgbImage;
 use crate::jpeg::{
     scaled_size, JpegDecoder, JpegInfo, JpegRegion, OpenJpeg, ReducedWork, DEFAULT_MAX_SCANS,
 };
-use crate::memory::libjpeg_memory_cap;
+use crate::limits::{libjpeg_memory_cap, too_large};
 use crate::ops::CropBox;
 use crate::png::{decode_png_region, png_info, PngInfo};
 
@@ -108,40 +108,6 @@ pub(crate) struct Scratch {
     pub(crate) region: Vec<u8>,
     /// The horizontal pass's rows.
     pub(crate) rows: Vec<u8>,
-}
-
-/// The first `len` bytes of `buf`, grown (never shrunk, never cleared: the
-/// caller overwrites them) to at least `len`. Growing frees the old buffer
-/// first and reserves exactly `len` (no doubling, no copy), so the buffer
-/// never holds more than the largest `len` asked, even for a moment.
-pub(crate) fn grown(
-    buf: &mut Vec<u8>,
-    len: usize,
-) -> std::result::Result<&mut [u8], std::collections::TryReserveError> {
-    if buf.len() < len {
-        if buf.capacity() < len {
-            *buf = Vec::new();
-            buf.try_reserve_exact(len)?;
-        }
-        buf.resize(len, 0);
-    }
-    Ok(&mut buf[..len])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::grown;
-
-    #[test]
-    fn a_grown_buffer_holds_exactly_the_largest_length_asked() {
-        // Mutation (tried): `try_reserve` (amortised: it may double) in
-        // place of freeing and `try_reserve_exact` → capacity 2000.
-        let mut buf = Vec::new();
-        for (len, capacity) in [(1000, 1000), (500, 1000), (1500, 1500), (1200, 1500)] {
-            assert_eq!(grown(&mut buf, len).unwrap().len(), len);
-            assert_eq!(buf.capacity(), capacity, "after asking for {len}");
-        }
-    }
 }
 
 impl Default for Decoder {
@@ -285,18 +251,6 @@ impl Decoder {
             )),
         }
     }
-}
-
-/// Refuses a `width` x `height` image over the pixel limit.
-pub(crate) fn too_large(width: u32, height: u32, max_pixels: u64) -> Result<()> {
-    if u64::from(width) * u64::from(height) > max_pixels {
-        return Err(VisionError::TooLarge {
-            width: width.into(),
-            height: height.into(),
-            limit: max_pixels,
-        });
-    }
-    Ok(())
 }
 
 /// Reads the header of `bytes` with the JPEG decompressor in `jpeg` (made

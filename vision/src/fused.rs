@@ -12,10 +12,11 @@
 //! the reduced scale (a box-filtered image, as PIL's `draft`), within the
 //! tolerance `tests/fused.rs` states.
 
-use crate::decode::{grown, Decoder, OpenImage, Scratch};
+use crate::decode::{Decoder, OpenImage, Scratch};
 use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
 use crate::jpeg::{scaled_size, JpegRegion, ReducedWork};
+use crate::limits::grown;
 use crate::ops::CropBox;
 use crate::output::{check_output_len, Element, OutputFormat, RowWriter};
 use crate::png::decode_png_region;

@@ -36,6 +36,7 @@ pub mod fused;
 pub mod image;
 pub mod jpeg;
 mod kernels;
+mod limits;
 pub mod memory;
 pub mod ops;
 pub mod output;

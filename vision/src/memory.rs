@@ -21,17 +21,10 @@
 //! 179-megapixel JPEG. A lower limit lowers it in proportion (16
 //! megapixels: about 280 MB).
 
+use crate::limits::{jpeg_width, libjpeg_memory_cap};
 use crate::output::Dtype;
 use crate::png::PNG_MAX_WIDTH;
 use crate::transform_plan::{GeomOp, OutputShape, Plan};
-
-/// JPEG's largest width or height (libjpeg-turbo's `JPEG_MAX_DIMENSION`).
-const JPEG_MAX_SIDE: u64 = 65_500;
-
-/// Bytes per image column of libjpeg's row buffers (the main controller's
-/// context rows, the upsampler's and the colour converter's: about 180 for
-/// 4 components of 4×4 sampling), rounded up.
-const LIBJPEG_ROW_BYTES_PER_COLUMN: u64 = 256;
 
 /// The `png` crate's row buffers, in raw rows: its decompression buffer
 /// holds up to four rows before it shifts back, plus the current and the
@@ -43,23 +36,6 @@ const PNG_ROW_BUFFERS: u64 = 16;
 
 /// The `png` crate's fixed buffers (inflate state, window, chunk buffers).
 const PNG_FIXED_BYTES: u64 = 512 << 10;
-
-/// The widest JPEG a limit of `max_pixels` lets through.
-fn jpeg_width(max_pixels: u64) -> u64 {
-    max_pixels.min(JPEG_MAX_SIDE)
-}
-
-/// libjpeg's memory cap for a pixel limit (its `max_memory_to_use`): a
-/// progressive file's whole-image coefficient buffers (2 bytes a pixel per
-/// full-resolution component, 4 components at most, each padded by up to 32
-/// pixels to whole MCUs) and the row buffers allocated before them.
-pub(crate) fn libjpeg_memory_cap(max_pixels: u64) -> u64 {
-    let w = jpeg_width(max_pixels);
-    let padded = max_pixels.saturating_add(64 * w + 1024);
-    padded
-        .saturating_mul(8)
-        .saturating_add(LIBJPEG_ROW_BYTES_PER_COLUMN * w)
-}
 
 /// The most memory decoding one JPEG may hold besides the region: libjpeg's
 /// cap and the shim's 16 scanlines of 4 components.
@@ -149,6 +125,30 @@ impl WorkingMemory {
             .saturating_add(self.jpeg_decoder.max(self.png_decoder))
             .saturating_add(self.materialized)
             .saturating_add(self.output)
+    }
+}
+
+impl Plan {
+    /// The most bytes one call of this plan holds with a decoder whose
+    /// pixel limit is `max_pixels`: decode buffer, resampling rows,
+    /// libjpeg's or the PNG decoder's own memory, materialised
+    /// intermediates and (for a variable shape) the output; see
+    /// this file's table for each term and what enforces it.
+    ///
+    /// ```
+    /// use feedline_vision::{Plan, DEFAULT_MAX_PIXELS};
+    /// let plan = Plan::parse("imagenet-train").unwrap();
+    /// let per_call = plan.working_memory_bytes(DEFAULT_MAX_PIXELS);
+    /// assert!(per_call > 14 * DEFAULT_MAX_PIXELS); // 3 + 3 + 8 bytes a pixel, and more
+    /// assert!(plan.working_memory_bytes(16_000_000) < per_call / 8);
+    /// ```
+    pub fn working_memory_bytes(&self, max_pixels: u64) -> u64 {
+        self.working_memory(max_pixels).total()
+    }
+
+    /// [`Plan::working_memory_bytes`] term by term.
+    pub fn working_memory(&self, max_pixels: u64) -> WorkingMemory {
+        working_memory(self, max_pixels)
     }
 }
 

@@ -116,7 +116,7 @@ pub(crate) fn decode_png_region(
             palette,
         )
     };
-    crate::decode::too_large(width, height, max_pixels)?;
+    crate::limits::too_large(width, height, max_pixels)?;
     too_wide(&PngInfo {
         width,
         height,

@@ -11,10 +11,10 @@
 //! `coefficients.rs` and the passes' inner loops are `kernels.rs`.
 
 use crate::coefficients::Coefficients;
-use crate::decode::grown;
 use crate::error::{Result, VisionError};
 use crate::image::{RgbImage, RgbView};
 use crate::kernels::{horizontal_row, vertical_row, HorizontalTaps};
+use crate::limits::grown;
 
 /// Where the pixels of a resize come from: the `box` `[x0, y0, x1, y1)` (in
 /// pixels, fractional allowed) of a source of `width` x `height` pixels.

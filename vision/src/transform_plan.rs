@@ -435,28 +435,6 @@ impl Plan {
         Ok(())
     }
 
-    /// The most bytes one call of this plan holds with a decoder whose
-    /// pixel limit is `max_pixels`: decode buffer, resampling rows,
-    /// libjpeg's or the PNG decoder's own memory, materialised
-    /// intermediates and (for a variable shape) the output; see
-    /// [`crate::memory`] for each term and what enforces it.
-    ///
-    /// ```
-    /// use feedline_vision::{Plan, DEFAULT_MAX_PIXELS};
-    /// let plan = Plan::parse("imagenet-train").unwrap();
-    /// let per_call = plan.working_memory_bytes(DEFAULT_MAX_PIXELS);
-    /// assert!(per_call > 14 * DEFAULT_MAX_PIXELS); // 3 + 3 + 8 bytes a pixel, and more
-    /// assert!(plan.working_memory_bytes(16_000_000) < per_call / 8);
-    /// ```
-    pub fn working_memory_bytes(&self, max_pixels: u64) -> u64 {
-        self.working_memory(max_pixels).total()
-    }
-
-    /// [`Plan::working_memory_bytes`] term by term.
-    pub fn working_memory(&self, max_pixels: u64) -> crate::memory::WorkingMemory {
-        crate::memory::working_memory(self, max_pixels)
-    }
-
     /// The output steps as the spec spells them (`normalize(…),chw`), or
     /// `decode` when there are none: what a failure to write the output
     /// is blamed on.
