@@ -247,7 +247,7 @@ def test_the_librarys_log_records_reach_python_logging(tmp_path, caplog):
         with feedline.Loader(files=[str(p)], batch_size=4, shuffle=0, on_error="skip",
                              schema={"y": ("int64", [])}, rank=0, world_size=1) as l:
             assert len(ys(l)) == 10
-    skipped = [r for r in caplog.records if "skipping a bad record" in r.getMessage()]
+    skipped = [r for r in caplog.records if r.getMessage().startswith("skipping ")]
     assert skipped, [r.getMessage() for r in caplog.records]
     assert skipped[0].name.startswith("feedline.") and skipped[0].levelno == logging.WARNING
     assert "bad.jsonl" in skipped[0].getMessage()
