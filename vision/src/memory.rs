@@ -133,7 +133,7 @@ impl Plan {
     /// pixel limit is `max_pixels`: decode buffer, resampling rows,
     /// libjpeg's or the PNG decoder's own memory, materialised
     /// intermediates and (for a variable shape) the output; see
-    /// this file's table for each term and what enforces it.
+    /// [`crate::memory`] for each term and what enforces it.
     ///
     /// ```
     /// use feedline_vision::{Plan, DEFAULT_MAX_PIXELS};
