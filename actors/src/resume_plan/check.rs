@@ -17,6 +17,7 @@ use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::stall::within_stall_timeout;
+use feedline::format::RecordReader;
 
 fn invalid(field: String, what: String) -> PipelineError {
     PipelineError::Checkpoint(Arc::new(CheckpointError::Invalid { field, what }))
@@ -253,6 +254,32 @@ fn input_names(config: &PipelineConfig) -> Result<Vec<(String, String)>, Pipelin
     Ok(out)
 }
 
+/// `work` on `spec` within the settings' stall timeout, given a way to
+/// open it at a record (the settings' registry, format and options): the
+/// one place the checks read the inputs.
+fn on_file<T: Send + 'static>(
+    config: &PipelineConfig,
+    spec: &str,
+    what: &str,
+    work: impl FnOnce(&dyn Fn(u64) -> feedline::Result<Box<dyn RecordReader>>) -> feedline::Result<T>
+        + Send
+        + 'static,
+) -> Result<feedline::Result<T>, PipelineError> {
+    let (registry, format, options, file) = (
+        config.registry.clone(),
+        config.format.clone(),
+        config.open.clone(),
+        spec.to_string(),
+    );
+    within_stall_timeout(config.stall_timeout, spec, what, move || {
+        work(&|start| {
+            let mut open = options.clone();
+            open.start_record = start;
+            registry.open(&file, format.as_deref(), &open)
+        })
+    })
+}
+
 /// How far `spec` goes: `Ok(None)` when it has at least `need` records,
 /// else `Some(n)`, the records it has — its length if its format knows it,
 /// else by opening it at record `need - 1` (the readers' own skip).
@@ -260,25 +287,17 @@ fn short_of(config: &PipelineConfig, spec: &str, need: u64) -> Result<Option<u64
     if need == 0 {
         return Ok(None);
     }
-    let (registry, format, mut open, file) = (
-        config.registry.clone(),
-        config.format.clone(),
-        config.open.clone(),
-        spec.to_string(),
-    );
-    open.start_record = 0;
-    let counted = within_stall_timeout(
-        config.stall_timeout,
+    let counted = on_file(
+        config,
         spec,
         "checking the checkpoint's records against it",
-        move || {
-            let r = registry.open(&file, format.as_deref(), &open)?;
+        move |open| {
+            let r = open(0)?;
             if let Some(n) = r.len_hint() {
                 return Ok((n < need).then_some(n));
             }
             drop(r);
-            open.start_record = need - 1;
-            let mut r = registry.open(&file, format.as_deref(), &open)?;
+            let mut r = open(need - 1)?;
             match r.next_record() {
                 Ok(Some(_)) => Ok(None),
                 // A bad record there is a record there.
@@ -294,27 +313,15 @@ fn short_of(config: &PipelineConfig, spec: &str, need: u64) -> Result<Option<u64
 /// The first record's source name of `spec` (what its records carry), if
 /// it has one.
 fn first_record_name(config: &PipelineConfig, spec: &str) -> Result<Option<String>, PipelineError> {
-    let (registry, format, mut open, file) = (
-        config.registry.clone(),
-        config.format.clone(),
-        config.open.clone(),
-        spec.to_string(),
-    );
-    open.start_record = 0;
-    let name = within_stall_timeout(
-        config.stall_timeout,
-        spec,
-        "naming its records",
-        move || {
-            let mut r = registry.open(&file, format.as_deref(), &open)?;
-            Ok(match r.next_record() {
-                Ok(Some(rec)) => Some(rec.location.source.name().to_string()),
-                // A bad first record names its file too.
-                Err(e) => e.location().map(|l| l.source.name().to_string()),
-                Ok(None) => None,
-            })
-        },
-    )?;
+    let name = on_file(config, spec, "naming its records", move |open| {
+        let mut r = open(0)?;
+        Ok(match r.next_record() {
+            Ok(Some(rec)) => Some(rec.location.source.name().to_string()),
+            // A bad first record names its file too.
+            Err(e) => e.location().map(|l| l.source.name().to_string()),
+            Ok(None) => None,
+        })
+    })?;
     Ok(name.unwrap_or(None))
 }
 
@@ -427,26 +434,15 @@ pub(super) fn snapshot_against_plan(
     // The files read before where reading goes on, counted.
     let mut before = 0u128;
     let count = |spec: &str| -> Result<u64, PipelineError> {
-        let (registry, format, open, file) = (
-            config.registry.clone(),
-            config.format.clone(),
-            config.open.clone(),
-            spec.to_string(),
-        );
-        let n = within_stall_timeout(
-            config.stall_timeout,
-            spec,
-            "counting its records",
-            move || {
-                let mut r = registry.open(&file, format.as_deref(), &open)?;
-                if let Some(n) = r.len_hint() {
-                    return Ok(n);
-                }
-                r.skip_to(u64::MAX)?;
-                let _ = r.next_record()?;
-                Ok(r.next_index())
-            },
-        )?;
+        let n = on_file(config, spec, "counting its records", move |open| {
+            let mut r = open(0)?;
+            if let Some(n) = r.len_hint() {
+                return Ok(n);
+            }
+            r.skip_to(u64::MAX)?;
+            let _ = r.next_record()?;
+            Ok(r.next_index())
+        })?;
         Ok(n?)
     };
     let mut counts = HashMap::new();
