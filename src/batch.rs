@@ -18,9 +18,12 @@
 //! assert!(batch.i64("x").is_err()); // wrong type: a clear error
 //! ```
 
+use std::sync::Arc;
+
 use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, ShapeError};
 
 use crate::error::{Error, Result};
+use crate::pack::Segment;
 use crate::provenance::Origin;
 use crate::schema::{DType, Schema};
 use crate::values::BytesList;
@@ -328,6 +331,9 @@ pub struct Batch {
     pub(crate) origins: Box<[Origin]>,
     /// The last `padded` rows repeat earlier instances (equalize padding).
     pub(crate) padded: usize,
+    /// A packed batch's document pieces (see [`crate::pack`]); `None` for
+    /// a batch of instances.
+    pub(crate) segments: Option<Arc<[Segment]>>,
 }
 
 impl Drop for Batch {
@@ -456,6 +462,7 @@ impl Batch {
             fields,
             origins: origins.into_boxed_slice(),
             padded: 0,
+            segments: None,
         })
     }
 
@@ -663,6 +670,20 @@ impl Batch {
         }
         self.padded = n;
         Ok(self)
+    }
+
+    /// The same batch, packed from the document pieces `segments` (see
+    /// [`crate::pack`]).
+    pub fn with_segments(mut self, segments: Vec<Segment>) -> Self {
+        self.segments = Some(segments.into());
+        self
+    }
+
+    /// A packed batch's document pieces, row by row ([`crate::pack`]):
+    /// which document, which tokens of it; `None` for a batch of
+    /// instances, whose [`origins`](Self::origins) say it all.
+    pub fn segments(&self) -> Option<&[Segment]> {
+        self.segments.as_deref()
     }
 
     /// Payload bytes of all fields.

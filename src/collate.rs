@@ -57,6 +57,7 @@ pub fn collate<'a>(
         fields,
         origins: origins.into_boxed_slice(),
         padded: 0,
+        segments: None,
     })
 }
 

@@ -90,6 +90,7 @@ pub use values::{BytesList, Tensor, Values};
 pub mod batch_policy;
 pub mod checkpoint;
 pub mod feed_queue;
+pub mod pack;
 pub mod plan;
 pub mod reader;
 pub mod remote;

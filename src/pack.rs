@@ -1,0 +1,738 @@
+//! Sequence packing: documents of tokens (a ragged token field, one
+//! document per instance) packed into rows of exactly `L` tokens, `B` rows
+//! a batch — several documents per row, with segment ids, positions that
+//! restart per document and `cu_seqlens` for variable-length attention.
+//!
+//! It owns the packing policies ([`PackPolicy`]), what is done with a
+//! document longer than a row ([`LongDocs`]), the [`Packer`] (a bounded
+//! window of open rows, deterministic: the same documents in the same
+//! order give the same rows), the packed batch's layout
+//! ([`PackedRows::into_batch`]) and the per-segment provenance
+//! ([`Segment`]) a checkpoint counts documents by.
+//!
+//! | policy | a document of ≤ `L` tokens | fill |
+//! |---|---|---|
+//! | [`PackPolicy::BestFit`] | never cut: it goes into the open row it fills most tightly | high with a large window |
+//! | [`PackPolicy::FirstFit`] | never cut: it goes into the oldest open row it fits | a little lower |
+//! | [`PackPolicy::Concat`] | cut where a row ends (concatenate, then split) | 100 % but the last row |
+//!
+//! A document longer than `L` is, by [`LongDocs`], cut into consecutive
+//! pieces of `L` tokens (the last piece shorter, packed as any document),
+//! truncated to its first `L` tokens, or dropped — each counted in
+//! [`PackStats`].
+//!
+//! ```
+//! use feedline::pack::{Pack, Packer};
+//! use feedline::{Origin, SourceId};
+//!
+//! let mut packer = Packer::new(Pack::best_fit(8).window(100), 2).unwrap();
+//! let src = SourceId::intern("docs.jsonl");
+//! for (record, len) in [5, 3, 6, 2].into_iter().enumerate() {
+//!     let tokens: Vec<i32> = (0..len).collect();
+//!     packer.push(Origin::new(src, record as u64), &tokens, None);
+//! }
+//! let batches = packer.finish();
+//! assert_eq!(batches.len(), 1);
+//! let batch = batches.into_iter().next().unwrap().into_batch(8).unwrap();
+//! let segments = batch.view::<i32, ndarray::Ix2>("segment_ids").unwrap();
+//! // 5 + 3 fill row 0; 6 + 2 fill row 1.
+//! assert_eq!(segments.row(0).to_vec(), [1, 1, 1, 1, 1, 2, 2, 2]);
+//! assert_eq!(segments.row(1).to_vec(), [1, 1, 1, 1, 1, 1, 2, 2]);
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::batch::{Batch, BatchField};
+use crate::checkpoint::RecordRanges;
+use crate::error::{Error, Result};
+use crate::provenance::Origin;
+use crate::schema::{DType, Ragged, Schema};
+
+/// The default window of best-fit and first-fit: documents held in open rows.
+pub const DEFAULT_PACK_WINDOW: usize = 1000;
+
+/// The longest row this build packs (tokens).
+pub const MAX_PACK_LENGTH: usize = 1 << 24;
+
+/// How documents are put into rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackPolicy {
+    /// Into the open row with the least room that still holds the document.
+    BestFit,
+    /// Into the oldest open row that holds the document.
+    FirstFit,
+    /// One row at a time, documents concatenated and cut where rows end.
+    Concat,
+}
+
+impl PackPolicy {
+    /// The names the command and Python take.
+    pub const NAMES: [&'static str; 3] = ["best-fit", "first-fit", "concat"];
+}
+
+impl fmt::Display for PackPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PackPolicy::BestFit => "best-fit",
+            PackPolicy::FirstFit => "first-fit",
+            PackPolicy::Concat => "concat",
+        })
+    }
+}
+
+impl FromStr for PackPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "best-fit" | "best_fit" => Ok(PackPolicy::BestFit),
+            "first-fit" | "first_fit" => Ok(PackPolicy::FirstFit),
+            "concat" => Ok(PackPolicy::Concat),
+            _ => Err(format!(
+                "unknown packing policy {s:?}: expected one of {}",
+                PackPolicy::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// What best-fit and first-fit do with a document longer than a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LongDocs {
+    /// Consecutive pieces of `L` tokens, each a full row; the rest (if
+    /// any) packed as a document.
+    Split,
+    /// Its first `L` tokens, a full row; the rest is left out (counted).
+    Truncate,
+    /// Left out (counted).
+    Drop,
+}
+
+impl LongDocs {
+    /// The names the command and Python take.
+    pub const NAMES: [&'static str; 3] = ["split", "truncate", "drop"];
+}
+
+impl fmt::Display for LongDocs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LongDocs::Split => "split",
+            LongDocs::Truncate => "truncate",
+            LongDocs::Drop => "drop",
+        })
+    }
+}
+
+impl FromStr for LongDocs {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "split" => Ok(LongDocs::Split),
+            "truncate" => Ok(LongDocs::Truncate),
+            "drop" => Ok(LongDocs::Drop),
+            _ => Err(format!(
+                "unknown long-document policy {s:?}: expected one of {}",
+                LongDocs::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// The packing settings: row length, policy, window, long documents, and
+/// the token field packed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pack {
+    /// Tokens per row (`L`).
+    pub length: usize,
+    /// Documents held in open rows at most (best-fit, first-fit).
+    pub window: usize,
+    /// How documents are put into rows.
+    pub policy: PackPolicy,
+    /// What is done with a document longer than `length`.
+    pub long_docs: LongDocs,
+    /// The ragged integer field holding each document's tokens.
+    pub field: String,
+}
+
+impl Pack {
+    fn with(policy: PackPolicy, length: usize) -> Self {
+        Pack {
+            length,
+            window: DEFAULT_PACK_WINDOW,
+            policy,
+            long_docs: LongDocs::Split,
+            field: "input_ids".to_string(),
+        }
+    }
+
+    /// Best-fit packing into rows of `length` tokens.
+    pub fn best_fit(length: usize) -> Self {
+        Pack::with(PackPolicy::BestFit, length)
+    }
+
+    /// First-fit packing into rows of `length` tokens.
+    pub fn first_fit(length: usize) -> Self {
+        Pack::with(PackPolicy::FirstFit, length)
+    }
+
+    /// Concatenate-then-split into rows of `length` tokens.
+    pub fn concat(length: usize) -> Self {
+        Pack::with(PackPolicy::Concat, length)
+    }
+
+    /// `policy` packing into rows of `length` tokens.
+    pub fn new(policy: PackPolicy, length: usize) -> Self {
+        Pack::with(policy, length)
+    }
+
+    /// Hold at most `documents` documents in open rows (default
+    /// [`DEFAULT_PACK_WINDOW`]).
+    pub fn window(mut self, documents: usize) -> Self {
+        self.window = documents;
+        self
+    }
+
+    /// What to do with a document longer than a row (default `Split`).
+    pub fn long_docs(mut self, long: LongDocs) -> Self {
+        self.long_docs = long;
+        self
+    }
+
+    /// Pack the tokens of `field` (default `input_ids`).
+    pub fn field(mut self, field: &str) -> Self {
+        self.field = field.to_string();
+        self
+    }
+
+    /// Every setting in range, or what is not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.length == 0 || self.length > MAX_PACK_LENGTH {
+            return Err(format!(
+                "pack length must be in 1..={MAX_PACK_LENGTH} tokens, got {}",
+                self.length
+            ));
+        }
+        if self.window == 0 {
+            return Err("pack window must be >= 1 document".into());
+        }
+        if self.field.is_empty() {
+            return Err("pack field must be named".into());
+        }
+        Ok(())
+    }
+
+    /// The schema of a packed batch: `input_ids`, `segment_ids`,
+    /// `position_ids` (`i32 [L]`), `cu_seqlens` (ragged `i32`, see
+    /// [`PackedRows::into_batch`]) and `max_seqlen` (`i32 []`).
+    pub fn output_schema(&self) -> Schema {
+        packed_schema(self.length)
+    }
+}
+
+fn packed_schema(length: usize) -> Schema {
+    Schema::builder()
+        .field("input_ids", DType::I32, [length])
+        .field("segment_ids", DType::I32, [length])
+        .field("position_ids", DType::I32, [length])
+        .ragged("cu_seqlens", DType::I32, Ragged::Offsets)
+        .field("max_seqlen", DType::I32, [])
+        .build()
+        .expect("the packed schema is valid")
+}
+
+/// A piece of a document in a packed row: the document, the piece's first
+/// token in it and its length, and the document's length as packed (after
+/// truncation) — all its tokens are delivered once pieces covering
+/// `[0, doc_tokens)` are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The row of its batch.
+    pub row: u32,
+    /// The document.
+    pub origin: Origin,
+    /// Its first token's index in the document.
+    pub start: u64,
+    /// Its tokens.
+    pub len: u32,
+    /// The document's tokens as packed.
+    pub doc_tokens: u64,
+}
+
+/// What a packer did, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PackStats {
+    /// Documents taken (pieces of a resumed document count once).
+    pub documents: u64,
+    /// Real tokens in the rows.
+    pub tokens: u64,
+    /// Rows made (padding rows of a pass's last batch included).
+    pub rows: u64,
+    /// Padding tokens (room left in rows, and padding rows).
+    pub padding_tokens: u64,
+    /// Documents of at most `L` tokens cut between rows (`concat` only).
+    pub documents_cut: u64,
+    /// Documents longer than `L` split into pieces.
+    pub long_split: u64,
+    /// Documents longer than `L` truncated.
+    pub long_truncated: u64,
+    /// Documents longer than `L` dropped.
+    pub long_dropped: u64,
+    /// Tokens left out by truncating or dropping.
+    pub tokens_left_out: u64,
+    /// Documents with no token (nothing to pack).
+    pub empty_documents: u64,
+}
+
+impl PackStats {
+    /// Real tokens / (rows × `length`): 1.0 is no padding at all.
+    pub fn fill(&self, length: usize) -> f64 {
+        let room = self.rows * length as u64;
+        if room == 0 {
+            0.0
+        } else {
+            self.tokens as f64 / room as f64
+        }
+    }
+
+    /// Both, summed.
+    pub fn add(&mut self, o: &PackStats) {
+        self.documents += o.documents;
+        self.tokens += o.tokens;
+        self.rows += o.rows;
+        self.padding_tokens += o.padding_tokens;
+        self.documents_cut += o.documents_cut;
+        self.long_split += o.long_split;
+        self.long_truncated += o.long_truncated;
+        self.long_dropped += o.long_dropped;
+        self.tokens_left_out += o.tokens_left_out;
+        self.empty_documents += o.empty_documents;
+    }
+}
+
+/// A row being filled or made: its tokens and its segments (`row` unset).
+#[derive(Debug, Default)]
+pub struct PackedRow {
+    tokens: Vec<i32>,
+    segments: Vec<Segment>,
+}
+
+impl PackedRow {
+    /// Its real tokens.
+    pub fn tokens(&self) -> &[i32] {
+        &self.tokens
+    }
+}
+
+/// `B` rows for one batch (a pass's last batch may hold padding rows).
+#[derive(Debug)]
+pub struct PackedRows {
+    rows: Vec<PackedRow>,
+    /// Rows added as padding (no token).
+    pub padding_rows: usize,
+}
+
+impl PackedRows {
+    /// The rows.
+    pub fn rows(&self) -> &[PackedRow] {
+        &self.rows
+    }
+
+    /// The packed batch, `B` rows of `length` tokens:
+    /// - `input_ids`, `segment_ids`, `position_ids`: `i32 [B, L]`; segment
+    ///   ids number a row's documents 1, 2, … and are 0 on padding;
+    ///   positions restart at 0 per document (0 on padding);
+    /// - `cu_seqlens` (ragged `i32`, values concatenated): the offsets of
+    ///   every segment in the flattened `[B × L]` tokens, starting with 0
+    ///   and ending with `B × L` — a row's padding tail is a segment of its
+    ///   own, so the offsets cover every position, as flash-attention's
+    ///   varlen kernels take them; row 0 holds the leading 0 and each row
+    ///   the ends of its segments;
+    /// - `max_seqlen` (`i32 []`, every row the same): the longest segment;
+    /// - [`Batch::segments`]: the provenance of every document piece.
+    pub fn into_batch(self, length: usize) -> Result<Batch> {
+        let b = self.rows.len();
+        let mut input_ids = vec![0i32; b * length];
+        let mut segment_ids = vec![0i32; b * length];
+        let mut position_ids = vec![0i32; b * length];
+        let mut cu = Vec::with_capacity(b * 4 + 1);
+        let mut cu_offsets = Vec::with_capacity(b + 1);
+        let mut segments = Vec::new();
+        let mut origins = Vec::with_capacity(b);
+        let mut max_seqlen = 0usize;
+        cu_offsets.push(0);
+        cu.push(0i32);
+        let mut last_origin = self
+            .rows
+            .iter()
+            .find_map(|r| r.segments.first().map(|s| s.origin));
+        for (i, row) in self.rows.into_iter().enumerate() {
+            let base = i * length;
+            input_ids[base..base + row.tokens.len()].copy_from_slice(&row.tokens);
+            let mut at = 0usize;
+            for (k, seg) in row.segments.iter().enumerate() {
+                let n = seg.len as usize;
+                segment_ids[base + at..base + at + n].fill(k as i32 + 1);
+                for (p, slot) in position_ids[base + at..base + at + n]
+                    .iter_mut()
+                    .enumerate()
+                {
+                    *slot = p as i32;
+                }
+                at += n;
+                max_seqlen = max_seqlen.max(n);
+                cu.push(i32::try_from(base + at).map_err(|_| too_large(b, length))?);
+                segments.push(Segment { row: i as u32, ..*seg });
+            }
+            if at < length {
+                max_seqlen = max_seqlen.max(length - at);
+                cu.push(i32::try_from(base + length).map_err(|_| too_large(b, length))?);
+            }
+            cu_offsets.push(cu.len());
+            if let Some(s) = row.segments.first() {
+                last_origin = Some(s.origin);
+            }
+            // A padding row names the last document before it: rows need an
+            // origin each; its segments say it holds none.
+            origins.push(last_origin.ok_or_else(|| {
+                Error::Schema("a packed batch of padding rows only".to_string())
+            })?);
+        }
+        let shape = [b, length];
+        let field = |v: Vec<i32>, shape: &[usize]| -> Result<BatchField> {
+            Ok(BatchField {
+                data: <i32 as crate::batch::Element>::aligned_copy(&v, shape)
+                    .map_err(|e| Error::Schema(e.to_string()))?,
+                offsets: None,
+                lengths: None,
+            })
+        };
+        let total = cu.len();
+        let fields = vec![
+            field(input_ids, &shape)?,
+            field(segment_ids, &shape)?,
+            field(position_ids, &shape)?,
+            BatchField {
+                offsets: Some(cu_offsets),
+                ..field(cu, &[total])?
+            },
+            field(vec![max_seqlen as i32; b], &[b])?,
+        ];
+        let batch = Batch::from_parts(&packed_schema(length), fields, origins)?;
+        Ok(batch.with_segments(segments))
+    }
+}
+
+fn too_large(b: usize, length: usize) -> Error {
+    Error::Schema(format!(
+        "a packed batch of {b} rows × {length} tokens has more positions than i32 counts"
+    ))
+}
+
+/// An open row of best-fit or first-fit.
+struct Open {
+    row: PackedRow,
+    room: usize,
+}
+
+/// Packs documents into rows, `rows_per_batch` rows a batch. Deterministic:
+/// the same documents pushed in the same order give the same batches.
+pub struct Packer {
+    pack: Pack,
+    rows_per_batch: usize,
+    /// Open rows by id (ids grow: oldest first).
+    open: BTreeMap<u64, Open>,
+    /// Best-fit's index: (room, id) of every open row.
+    by_room: BTreeSet<(usize, u64)>,
+    next_id: u64,
+    /// Document pieces in open rows.
+    held: usize,
+    /// Rows made, waiting for a batch.
+    made: VecDeque<PackedRow>,
+    /// Concat's row being filled.
+    filling: PackedRow,
+    stats: PackStats,
+}
+
+impl fmt::Debug for Packer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Packer")
+            .field("pack", &self.pack)
+            .field("rows_per_batch", &self.rows_per_batch)
+            .field("open_rows", &self.open.len())
+            .field("held", &self.held)
+            .finish()
+    }
+}
+
+impl Packer {
+    /// A packer of `pack`'s rows, `rows_per_batch` (`B`) to a batch.
+    pub fn new(pack: Pack, rows_per_batch: usize) -> std::result::Result<Self, String> {
+        pack.check()?;
+        if rows_per_batch == 0 {
+            return Err("packing needs at least 1 row per batch".into());
+        }
+        Ok(Packer {
+            pack,
+            rows_per_batch,
+            open: BTreeMap::new(),
+            by_room: BTreeSet::new(),
+            next_id: 0,
+            held: 0,
+            made: VecDeque::new(),
+            filling: PackedRow::default(),
+            stats: PackStats::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn pack(&self) -> &Pack {
+        &self.pack
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> PackStats {
+        self.stats
+    }
+
+    /// Document pieces waiting in open rows.
+    pub fn held(&self) -> usize {
+        self.held + self.filling.segments.len()
+    }
+
+    /// Take the document `origin` of `tokens`. `delivered`: its token
+    /// ranges already delivered before a resume (left out).
+    pub fn push(&mut self, origin: Origin, tokens: &[i32], delivered: Option<&RecordRanges>) {
+        let length = self.pack.length;
+        let n = tokens.len();
+        if n == 0 {
+            self.stats.empty_documents += 1;
+            return;
+        }
+        let concat = self.pack.policy == PackPolicy::Concat;
+        let doc_tokens = if !concat && n > length {
+            match self.pack.long_docs {
+                LongDocs::Split => n,
+                LongDocs::Truncate => length,
+                LongDocs::Drop => 0,
+            }
+        } else {
+            n
+        };
+        let whole = delivered.is_none_or(|d| d.ranges().is_empty());
+        if whole {
+            self.stats.documents += 1;
+            if !concat && n > length {
+                match self.pack.long_docs {
+                    LongDocs::Split => self.stats.long_split += 1,
+                    LongDocs::Truncate => {
+                        self.stats.long_truncated += 1;
+                        self.stats.tokens_left_out += (n - length) as u64;
+                    }
+                    LongDocs::Drop => {
+                        self.stats.long_dropped += 1;
+                        self.stats.tokens_left_out += n as u64;
+                    }
+                }
+            }
+        }
+        if doc_tokens == 0 {
+            return;
+        }
+        // The ranges still to deliver.
+        let todo: Vec<[u64; 2]> = match delivered {
+            Some(d) if !d.ranges().is_empty() => {
+                let mut out = Vec::new();
+                let mut at = 0u64;
+                for &[s, e] in d.ranges() {
+                    let (s, e) = (s.min(doc_tokens as u64), e.min(doc_tokens as u64));
+                    if s > at {
+                        out.push([at, s]);
+                    }
+                    at = at.max(e);
+                }
+                if at < doc_tokens as u64 {
+                    out.push([at, doc_tokens as u64]);
+                }
+                out
+            }
+            _ => vec![[0, doc_tokens as u64]],
+        };
+        for [s, e] in todo {
+            let (s, e) = (s as usize, e as usize);
+            if concat {
+                self.concat(origin, &tokens[s..e], s, doc_tokens, whole);
+            } else {
+                // Pieces of `length` from the start of the document (the cut
+                // points do not depend on what was delivered).
+                let mut at = s;
+                while at < e {
+                    let piece_end = ((at / length + 1) * length).min(e);
+                    let seg = Segment {
+                        row: 0,
+                        origin,
+                        start: at as u64,
+                        len: (piece_end - at) as u32,
+                        doc_tokens: doc_tokens as u64,
+                    };
+                    self.place(seg, &tokens[at..piece_end]);
+                    at = piece_end;
+                }
+            }
+        }
+    }
+
+    /// Concat: append to the row being filled, cutting where it ends.
+    fn concat(&mut self, origin: Origin, tokens: &[i32], first: usize, doc: usize, whole: bool) {
+        let length = self.pack.length;
+        let mut at = 0;
+        let mut cut = false;
+        while at < tokens.len() {
+            let room = length - self.filling.tokens.len();
+            let n = room.min(tokens.len() - at);
+            self.filling.tokens.extend_from_slice(&tokens[at..at + n]);
+            self.filling.segments.push(Segment {
+                row: 0,
+                origin,
+                start: (first + at) as u64,
+                len: n as u32,
+                doc_tokens: doc as u64,
+            });
+            at += n;
+            if self.filling.tokens.len() == length {
+                let row = std::mem::take(&mut self.filling);
+                self.emit(row);
+                cut |= at < tokens.len();
+            }
+        }
+        if cut && whole && doc <= length {
+            self.stats.documents_cut += 1;
+        }
+    }
+
+    /// Best-fit / first-fit: put one piece (at most a row) into a row.
+    fn place(&mut self, seg: Segment, tokens: &[i32]) {
+        let length = self.pack.length;
+        let n = tokens.len();
+        if n == length {
+            self.emit(PackedRow {
+                tokens: tokens.to_vec(),
+                segments: vec![seg],
+            });
+            return;
+        }
+        let target = match self.pack.policy {
+            PackPolicy::BestFit => self.by_room.range((n, 0)..).next().map(|&(_, id)| id),
+            _ => self
+                .open
+                .iter()
+                .find(|(_, o)| o.room >= n)
+                .map(|(&id, _)| id),
+        };
+        let id = match target {
+            Some(id) => id,
+            None => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.open.insert(
+                    id,
+                    Open {
+                        row: PackedRow {
+                            tokens: Vec::with_capacity(length),
+                            segments: Vec::new(),
+                        },
+                        room: length,
+                    },
+                );
+                self.by_room.insert((length, id));
+                id
+            }
+        };
+        let open = self.open.get_mut(&id).expect("an open row");
+        self.by_room.remove(&(open.room, id));
+        open.row.tokens.extend_from_slice(tokens);
+        open.row.segments.push(seg);
+        open.room -= n;
+        self.held += 1;
+        if open.room == 0 {
+            self.close(id);
+        } else {
+            self.by_room.insert((open.room, id));
+        }
+        // The window is full: the fullest rows go (the oldest first among equals).
+        while self.held > self.pack.window {
+            let Some(&(_, id)) = self.by_room.iter().next() else {
+                break;
+            };
+            self.close(id);
+        }
+    }
+
+    /// Open row `id` is made.
+    fn close(&mut self, id: u64) {
+        let open = self.open.remove(&id).expect("an open row");
+        self.by_room.remove(&(open.room, id));
+        self.held -= open.row.segments.len();
+        self.emit(open.row);
+    }
+
+    fn emit(&mut self, row: PackedRow) {
+        let n = row.tokens.len();
+        self.stats.rows += 1;
+        self.stats.tokens += n as u64;
+        self.stats.padding_tokens += (self.pack.length - n) as u64;
+        self.made.push_back(row);
+    }
+
+    /// The next batch of `B` made rows, if there are that many.
+    pub fn pop(&mut self) -> Option<PackedRows> {
+        if self.made.len() < self.rows_per_batch {
+            return None;
+        }
+        Some(PackedRows {
+            rows: self.made.drain(..self.rows_per_batch).collect(),
+            padding_rows: 0,
+        })
+    }
+
+    /// The end of a pass: every open row made (oldest first), and the
+    /// batches of every made row — the last one filled up with padding
+    /// rows to `B`. The packer is empty after.
+    pub fn finish(&mut self) -> Vec<PackedRows> {
+        let ids: Vec<u64> = self.open.keys().copied().collect();
+        for id in ids {
+            self.close(id);
+        }
+        if !self.filling.tokens.is_empty() {
+            let row = std::mem::take(&mut self.filling);
+            self.emit(row);
+        }
+        let mut out = Vec::new();
+        while let Some(b) = self.pop() {
+            out.push(b);
+        }
+        if !self.made.is_empty() {
+            let mut rows: Vec<PackedRow> = self.made.drain(..).collect();
+            let padding_rows = self.rows_per_batch - rows.len();
+            for _ in 0..padding_rows {
+                rows.push(PackedRow::default());
+            }
+            self.stats.rows += padding_rows as u64;
+            self.stats.padding_tokens += (padding_rows * self.pack.length) as u64;
+            out.push(PackedRows { rows, padding_rows });
+        }
+        out
+    }
+}
+
+/// The token ranges delivered of each partly delivered document, shared
+/// with a resumed packer.
+pub type Delivered = Arc<BTreeMap<Origin, RecordRanges>>;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+//! The packer's promises: every token of every document once, in order;
+//! no document of at most `L` tokens cut (best-fit, first-fit); ids,
+//! positions and `cu_seqlens` agreeing; the window bound; determinism;
+//! a resume that leaves out exactly what was delivered.
+
+use std::collections::BTreeMap;
+
+use ndarray::Ix2;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::SourceId;
+
+/// `docs` documents of seeded lengths (1..=max, a few longer than `long`),
+/// document `k`'s token `t` = k * 100_000 + t.
+fn corpus(seed: u64, docs: usize, max: usize, long: usize) -> Vec<(Origin, Vec<i32>)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let src = SourceId::intern("pack-corpus.jsonl");
+    (0..docs)
+        .map(|k| {
+            let n = if rng.gen_ratio(1, 20) {
+                rng.gen_range(long..long * 3)
+            } else {
+                rng.gen_range(0..=max)
+            };
+            let tokens = (0..n).map(|t| (k * 100_000 + t) as i32).collect();
+            (Origin::new(src, k as u64), tokens)
+        })
+        .collect()
+}
+
+fn run(pack: Pack, b: usize, docs: &[(Origin, Vec<i32>)]) -> (Vec<Batch>, PackStats) {
+    let length = pack.length;
+    let mut p = Packer::new(pack, b).unwrap();
+    let mut out = Vec::new();
+    for (o, t) in docs {
+        p.push(*o, t, None);
+        while let Some(rows) = p.pop() {
+            out.push(rows.into_batch(length).unwrap());
+        }
+    }
+    for rows in p.finish() {
+        out.push(rows.into_batch(length).unwrap());
+    }
+    (out, p.stats())
+}
+
+/// Each document's tokens put together from the segments of `batches`,
+/// checking no token comes twice.
+fn reassemble(batches: &[Batch], length: usize) -> BTreeMap<Origin, Vec<(u64, Vec<i32>)>> {
+    let mut docs: BTreeMap<Origin, Vec<(u64, Vec<i32>)>> = BTreeMap::new();
+    for b in batches {
+        let ids = b.view::<i32, Ix2>("input_ids").unwrap();
+        let mut at = vec![0usize; b.len()];
+        for s in b.segments().unwrap() {
+            let r = s.row as usize;
+            let toks = ids.row(r).to_vec()[at[r]..at[r] + s.len as usize].to_vec();
+            at[r] += s.len as usize;
+            assert!(at[r] <= length);
+            docs.entry(s.origin).or_default().push((s.start, toks));
+        }
+    }
+    docs
+}
+
+fn assert_exactly_once(docs: &[(Origin, Vec<i32>)], got: &BTreeMap<Origin, Vec<(u64, Vec<i32>)>>) {
+    for (o, tokens) in docs {
+        if tokens.is_empty() {
+            assert!(!got.contains_key(o), "empty document {o:?} delivered");
+            continue;
+        }
+        let mut pieces = got.get(o).cloned().unwrap_or_else(|| panic!("{o:?} lost"));
+        pieces.sort();
+        let mut joined = Vec::new();
+        for (start, toks) in pieces {
+            assert_eq!(start as usize, joined.len(), "{o:?}: a gap or a token twice");
+            joined.extend(toks);
+        }
+        assert_eq!(&joined, tokens, "{o:?}: tokens differ");
+    }
+    assert_eq!(got.len(), docs.iter().filter(|(_, t)| !t.is_empty()).count());
+}
+
+#[test]
+fn every_token_of_every_document_comes_once_in_order_under_each_policy() {
+    for seed in 0..12 {
+        let docs = corpus(seed, 400, 300, 600);
+        for pack in [Pack::best_fit(256).window(50), Pack::first_fit(256).window(50), Pack::concat(256)] {
+            let (batches, stats) = run(pack.clone(), 4, &docs);
+            let got = reassemble(&batches, 256);
+            assert_exactly_once(&docs, &got);
+            let tokens: usize = docs.iter().map(|(_, t)| t.len()).sum();
+            assert_eq!(stats.tokens as usize, tokens, "{pack:?}");
+            assert!(batches.iter().all(|b| b.len() == 4));
+        }
+    }
+}
+
+#[test]
+fn best_fit_and_first_fit_never_cut_a_document_that_fits_a_row() {
+    for seed in 0..12 {
+        let docs = corpus(seed, 400, 256, 600);
+        for pack in [Pack::best_fit(256).window(30), Pack::first_fit(256).window(30)] {
+            let (batches, stats) = run(pack, 3, &docs);
+            let got = reassemble(&batches, 256);
+            for (o, t) in &docs {
+                if !t.is_empty() && t.len() <= 256 {
+                    assert_eq!(got[o].len(), 1, "{o:?} of {} tokens cut", t.len());
+                }
+            }
+            assert_eq!(stats.documents_cut, 0);
+        }
+        // Concat does cut (and says how many).
+        let (_, stats) = run(Pack::concat(256), 3, &docs);
+        assert!(stats.documents_cut > 0);
+    }
+}
+
+#[test]
+fn segment_ids_positions_and_cu_seqlens_agree() {
+    let docs = corpus(3, 300, 200, 500);
+    for pack in [Pack::best_fit(128).window(20), Pack::concat(128)] {
+        let (batches, _) = run(pack, 5, &docs);
+        for b in &batches {
+            let seg = b.view::<i32, Ix2>("segment_ids").unwrap();
+            let pos = b.view::<i32, Ix2>("position_ids").unwrap();
+            let cu = b.i32("cu_seqlens").unwrap();
+            let cu: Vec<i32> = cu.iter().copied().collect();
+            // Runs of equal segment ids (padding its own run) are the
+            // cu_seqlens; positions count within each run of a document.
+            let mut expect = vec![0i32];
+            let mut max = 0;
+            for r in 0..b.len() {
+                let row = seg.row(r);
+                let mut start = 0;
+                for i in 1..=128 {
+                    if i == 128 || row[i] != row[start] {
+                        expect.push((r * 128 + i) as i32);
+                        max = max.max(i - start);
+                        for k in start..i {
+                            let p = if row[start] == 0 { 0 } else { (k - start) as i32 };
+                            assert_eq!(pos[[r, k]], p);
+                        }
+                        start = i;
+                    }
+                }
+                // Segment ids count 1, 2, … then padding 0 at the end only.
+                let ids: Vec<i32> = row.iter().copied().collect();
+                let mut dedup = ids.clone();
+                dedup.dedup();
+                let real: Vec<i32> = dedup.iter().copied().filter(|&x| x != 0).collect();
+                assert_eq!(real, (1..=real.len() as i32).collect::<Vec<_>>());
+                if let Some(z) = ids.iter().position(|&x| x == 0) {
+                    assert!(ids[z..].iter().all(|&x| x == 0));
+                }
+            }
+            assert_eq!(cu, expect);
+            let m = b.view::<i32, ndarray::Ix1>("max_seqlen").unwrap();
+            assert!(m.iter().all(|&x| x as usize == max));
+            // Segments of a row sum to its real tokens.
+            for s in b.segments().unwrap() {
+                assert!(s.len > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_window_bounds_the_documents_held() {
+    let docs = corpus(5, 2000, 100, 300);
+    for w in [1, 7, 64] {
+        let mut p = Packer::new(Pack::best_fit(512).window(w), 2).unwrap();
+        for (o, t) in &docs {
+            p.push(*o, t, None);
+            assert!(p.held() <= w, "{} held, window {w}", p.held());
+            while p.pop().is_some() {}
+        }
+    }
+}
+
+#[test]
+fn the_same_documents_give_the_same_batches() {
+    let docs = corpus(9, 500, 400, 900);
+    for pack in [Pack::best_fit(512), Pack::first_fit(512).window(40), Pack::concat(512)] {
+        let (a, sa) = run(pack.clone(), 4, &docs);
+        let (b, sb) = run(pack, 4, &docs);
+        assert_eq!(a, b);
+        assert_eq!(sa, sb);
+    }
+}
+
+#[test]
+fn best_fit_fills_rows_better_than_first_fit_and_a_tiny_window() {
+    let docs = corpus(11, 3000, 700, 5000);
+    let (_, best) = run(Pack::best_fit(1024).window(500), 8, &docs);
+    let (_, tiny) = run(Pack::best_fit(1024).window(2), 8, &docs);
+    assert!(best.fill(1024) > tiny.fill(1024), "{} vs {}", best.fill(1024), tiny.fill(1024));
+}
+
+#[test]
+fn long_documents_are_split_truncated_or_dropped_as_asked() {
+    let src = SourceId::intern("long.jsonl");
+    let doc: Vec<i32> = (0..25).collect();
+    let o = Origin::new(src, 0);
+    for (long, rows, tokens) in [(LongDocs::Split, 3, 25), (LongDocs::Truncate, 1, 10), (LongDocs::Drop, 0, 0)] {
+        let mut p = Packer::new(Pack::best_fit(10).long_docs(long), 1).unwrap();
+        p.push(o, &doc, None);
+        let out: Vec<Batch> = p.finish().into_iter().map(|r| r.into_batch(10).unwrap()).collect();
+        assert_eq!(out.len(), rows, "{long}");
+        let s = p.stats();
+        assert_eq!(s.tokens, tokens, "{long}");
+        assert_eq!(s.tokens_left_out, 25 - tokens, "{long}");
+        if long == LongDocs::Split {
+            // Pieces [0, 10), [10, 20), [20, 25): the cut points are multiples of L.
+            let starts: Vec<u64> = out.iter().map(|b| b.segments().unwrap()[0].start).collect();
+            assert_eq!(starts, [0, 10, 20]);
+            assert_eq!(s.long_split, 1);
+        }
+    }
+}
+
+#[test]
+fn a_resumed_packer_delivers_exactly_what_was_not_delivered() {
+    for seed in 0..10 {
+        let docs = corpus(seed, 300, 200, 400);
+        for pack in [Pack::best_fit(128).window(40), Pack::concat(128)] {
+            let (batches, _) = run(pack.clone(), 3, &docs);
+            let cut = batches.len() / 2;
+            // What the consumer had: the first `cut` batches.
+            let mut taken: BTreeMap<Origin, Vec<[u64; 2]>> = BTreeMap::new();
+            let mut doc_len = BTreeMap::new();
+            for b in &batches[..cut] {
+                for s in b.segments().unwrap() {
+                    taken.entry(s.origin).or_default().push([s.start, s.start + s.len as u64]);
+                    doc_len.insert(s.origin, s.doc_tokens);
+                }
+            }
+            // Whole documents are left out; partly delivered ones come with their ranges.
+            let mut p = Packer::new(pack, 3).unwrap();
+            let mut second = Vec::new();
+            for (o, t) in &docs {
+                let ranges = taken.get(o).map(|r| RecordRanges::from_ranges(r.iter().copied()));
+                if let Some(r) = &ranges {
+                    if r.ranges() == [[0, doc_len[o]]] {
+                        continue;
+                    }
+                }
+                p.push(*o, t, ranges.as_ref());
+                while let Some(rows) = p.pop() {
+                    second.push(rows.into_batch(128).unwrap());
+                }
+            }
+            second.extend(p.finish().into_iter().map(|r| r.into_batch(128).unwrap()));
+            let mut all = batches[..cut].to_vec();
+            all.extend(second);
+            assert_exactly_once(&docs, &reassemble(&all, 128));
+        }
+    }
+}
+
+#[test]
+fn bad_settings_are_refused_naming_them() {
+    assert!(Packer::new(Pack::best_fit(0), 1).unwrap_err().contains("pack length"));
+    assert!(Packer::new(Pack::best_fit(8).window(0), 1).unwrap_err().contains("window"));
+    assert!(Packer::new(Pack::best_fit(8), 0).unwrap_err().contains("row per batch"));
+    assert!("fits".parse::<PackPolicy>().unwrap_err().contains("best-fit, first-fit, concat"));
+    assert!("cut".parse::<LongDocs>().unwrap_err().contains("split, truncate, drop"));
+}
