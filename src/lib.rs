@@ -96,6 +96,8 @@ pub mod reader;
 pub mod remote;
 pub mod shuffle;
 pub mod synthetic;
+#[cfg(feature = "tokenize")]
+pub mod tokenize;
 pub mod transform;
 
 // For the workspace's other crates (the actor pipeline reads its stages'
