@@ -1087,7 +1087,9 @@ impl Checkpoint {
         for (&s, docs) in &p.pieces {
             for (k, d) in docs.iter().enumerate() {
                 let field = format!("passes[{i}].pieces.{s}[{k}]");
-                d.delivered.check_sorted().or_else(|what| bad(field.clone(), what))?;
+                d.delivered
+                    .check_sorted()
+                    .or_else(|what| bad(field.clone(), what))?;
                 let end = d.delivered.0.last().map_or(0, |r| r[1]);
                 if d.delivered.0.is_empty() || end > d.tokens {
                     return bad(
@@ -1101,7 +1103,10 @@ impl Checkpoint {
                 if d.delivered.0 == [[0, d.tokens]] {
                     return bad(
                         field,
-                        format!("record {}: every token delivered, so it belongs in `records`", d.record),
+                        format!(
+                            "record {}: every token delivered, so it belongs in `records`",
+                            d.record
+                        ),
                     );
                 }
             }
@@ -1141,8 +1146,8 @@ impl Checkpoint {
 
     fn check_refs(&self) -> CheckpointResult<()> {
         let n = self.sources.len();
-        let indices = (self.passes.iter())
-            .flat_map(|p| p.records.keys().chain(p.pieces.keys()).copied());
+        let indices =
+            (self.passes.iter()).flat_map(|p| p.records.keys().chain(p.pieces.keys()).copied());
         for index in indices {
             if index as usize >= n {
                 return Err(CheckpointError::BadSourceIndex { index, sources: n });

@@ -562,7 +562,15 @@ impl PipelineConfig {
             0
         };
         let making = 4 * self.in_flight_batches() * batch * record_bytes;
+        // Packing: the open rows (at most one per document held) and the
+        // rows made waiting for a batch, L i32 tokens and their segments each;
+        // the packed batches in the queue (4 i32 fields of L per row).
+        let packing = self.pack.as_ref().map_or(0, |p| {
+            let row = 4 * p.length + 32;
+            (p.window + batch) * row + batches * batch * 4 * 4 * p.length
+        });
         (chunks
+            + packing
             + pool
             + drain
             + batches * batch * record_bytes

@@ -159,9 +159,9 @@ pub use crate::trainer::{SimulatedDevice, TrainStep};
 pub use feedline::batch_policy::BatchPolicy;
 pub use feedline::checkpoint::{Checkpoint, CheckpointError};
 pub use feedline::feed_queue::FeedMode;
-pub use feedline::pack::{LongDocs, Pack, PackPolicy, PackStats};
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};
+pub use feedline::pack::{LongDocs, Pack, PackPolicy, PackStats};
 pub use feedline::plan::{Equalize, Shard, ShardBy};
 #[cfg(feature = "tokenize")]
 pub use feedline::tokenize::{Tokenize, Tokenizer};

@@ -271,7 +271,8 @@ impl Progress {
                         false
                     }
                     Some((tokens, had)) => {
-                        let r = RecordRanges::from_ranges(had.ranges().iter().copied().chain([range]));
+                        let r =
+                            RecordRanges::from_ranges(had.ranges().iter().copied().chain([range]));
                         if r.ranges() == [[0, tokens]] {
                             true
                         } else {
@@ -281,7 +282,10 @@ impl Progress {
                     }
                 };
                 if whole {
-                    p.records.entry(s.origin.source).or_default().insert(s.origin.record);
+                    p.records
+                        .entry(s.origin.source)
+                        .or_default()
+                        .insert(s.origin.record);
                 }
             }
             return;
@@ -351,11 +355,14 @@ impl Progress {
                     .map(|s| (*s).clone());
                 let mut pieces: BTreeMap<u32, Vec<DocPieces>> = BTreeMap::new();
                 for (o, (tokens, delivered)) in &t.pieces {
-                    pieces.entry(table.index(o.source)).or_default().push(DocPieces {
-                        record: o.record,
-                        tokens: *tokens,
-                        delivered: delivered.clone(),
-                    });
+                    pieces
+                        .entry(table.index(o.source))
+                        .or_default()
+                        .push(DocPieces {
+                            record: o.record,
+                            tokens: *tokens,
+                            delivered: delivered.clone(),
+                        });
                 }
                 PassProgress {
                     pieces,
@@ -489,7 +496,7 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         "output_schema": t.output_schema,
         "batch": t.batch.is_some(),
     });
-    SettingsFingerprint::new()
+    let fingerprint = SettingsFingerprint::new()
         .with("seed", config.seed)
         .with("shuffle", config.shuffle)
         .with("min_pool", config.min_pool)
@@ -504,7 +511,13 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         .with("equalize", equalize)
         .with("format", &config.format)
         .with("sets", sets)
-        .with("transforms", transforms)
+        .with("transforms", transforms);
+    // Packing changes the batches; only recorded when on, so checkpoints
+    // taken before it existed still compare equal.
+    match &config.pack {
+        Some(p) => fingerprint.with("pack", p),
+        None => fingerprint,
+    }
 }
 
 /// The settings as a version-1 checkpoint recorded them: the same names,

@@ -210,7 +210,9 @@ impl StageSettings {
                 lanes,
                 schema: schema.clone(),
                 pack: match (&config.pack, &config.batch) {
-                    (Some(p), feedline::batch_policy::BatchPolicy::Fixed(rows)) => Some((p.clone(), *rows)),
+                    (Some(p), feedline::batch_policy::BatchPolicy::Fixed(rows)) => {
+                        Some((p.clone(), *rows))
+                    }
                     _ => None,
                 },
             },
