@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use feedline::pack::Pack;
-use feedline::tokenize::{TokenizeError, Tokenize, Tokenizer};
+use feedline::tokenize::{Tokenize, TokenizeError, Tokenizer};
 use feedline_actors::ndarray::Ix2;
 use feedline_actors::Loader;
 
@@ -42,9 +42,12 @@ fn texts() -> Vec<String> {
 }
 
 fn stage() -> Tokenize {
-    Tokenize::new(Tokenizer::from_file(fixture("tokenizer.json")).unwrap(), "text")
-        .add_eos(true)
-        .unwrap()
+    Tokenize::new(
+        Tokenizer::from_file(fixture("tokenizer.json")).unwrap(),
+        "text",
+    )
+    .add_eos(true)
+    .unwrap()
 }
 
 #[test]
@@ -54,7 +57,11 @@ fn the_ids_are_python_tokenizers_ids_with_eos() {
     let texts = texts();
     assert_eq!(texts.len(), expect.len());
     for (k, (t, ids)) in texts.iter().zip(&expect).enumerate() {
-        assert_eq!(&stage.ids(t.as_bytes()).unwrap(), ids, "document {k}: {t:?}");
+        assert_eq!(
+            &stage.ids(t.as_bytes()).unwrap(),
+            ids,
+            "document {k}: {t:?}"
+        );
     }
 }
 
@@ -62,7 +69,10 @@ fn the_ids_are_python_tokenizers_ids_with_eos() {
 fn through_the_loader_every_document_is_packed_once_as_python_tokenizes_it() {
     let expect = python_ids();
     let source = std::fs::canonicalize(fixture("docs.jsonl")).unwrap();
-    for (pack, det) in [(Pack::best_fit(64).window(8), true), (Pack::concat(64), false)] {
+    for (pack, det) in [
+        (Pack::best_fit(64).window(8), true),
+        (Pack::concat(64), false),
+    ] {
         let loader = Loader::builder()
             .files([fixture("docs.jsonl")])
             .batch(2)
@@ -83,12 +93,16 @@ fn through_the_loader_every_document_is_packed_once_as_python_tokenizes_it() {
                 assert_eq!(Path::new(&*s.origin.source.name()), source.as_path());
                 let a: &mut usize = at.entry(s.row).or_default();
                 let row = ids.row(s.row as usize).to_vec();
-                docs.entry(s.origin.record).or_default().push((s.start, row[*a..*a + s.len as usize].to_vec()));
+                docs.entry(s.origin.record)
+                    .or_default()
+                    .push((s.start, row[*a..*a + s.len as usize].to_vec()));
                 *a += s.len as usize;
             }
         }
         for (k, ids) in expect.iter().enumerate() {
-            let mut pieces = docs.remove(&(k as u64)).unwrap_or_else(|| panic!("{pack:?}: document {k} lost"));
+            let mut pieces = docs
+                .remove(&(k as u64))
+                .unwrap_or_else(|| panic!("{pack:?}: document {k} lost"));
             pieces.sort();
             let joined: Vec<i32> = pieces.into_iter().flat_map(|(_, t)| t).collect();
             assert_eq!(&joined, ids, "{pack:?}: document {k}");
@@ -100,18 +114,36 @@ fn through_the_loader_every_document_is_packed_once_as_python_tokenizes_it() {
 #[test]
 fn errors_name_the_file_the_token_or_the_text() {
     let e = Tokenizer::from_file("no/such/tokenizer.json").unwrap_err();
-    assert!(matches!(e, TokenizeError::Load { .. }) && e.to_string().contains("no/such/tokenizer.json"), "{e}");
+    assert!(
+        matches!(e, TokenizeError::Load { .. }) && e.to_string().contains("no/such/tokenizer.json"),
+        "{e}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"model\": 3}").unwrap();
     let e = Tokenizer::from_file(&bad).unwrap_err().to_string();
-    assert!(e.contains("bad.json") && e.contains("not a tokenizer.json"), "{e}");
+    assert!(
+        e.contains("bad.json") && e.contains("not a tokenizer.json"),
+        "{e}"
+    );
     let tok = Tokenizer::from_file(fixture("tokenizer.json")).unwrap();
-    let e = Tokenize::new(tok.clone(), "text").add_bos(true).unwrap_err().to_string();
-    assert!(e.contains("BOS") && e.contains("<s>") && e.contains("tokenizer.json"), "{e}");
-    let e = Tokenize::new(tok.clone(), "text").eos_token("</s>").unwrap_err().to_string();
+    let e = Tokenize::new(tok.clone(), "text")
+        .add_bos(true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("BOS") && e.contains("<s>") && e.contains("tokenizer.json"),
+        "{e}"
+    );
+    let e = Tokenize::new(tok.clone(), "text")
+        .eos_token("</s>")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("</s>"), "{e}");
-    let e = Tokenize::new(tok.clone(), "text").ids(&[0x66, 0xff, 0x6e]).unwrap_err().to_string();
+    let e = Tokenize::new(tok.clone(), "text")
+        .ids(&[0x66, 0xff, 0x6e])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not UTF-8") && e.contains("`text`"), "{e}");
     assert!(Tokenize::new(tok, "").check().is_err());
 }
