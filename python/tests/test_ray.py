@@ -10,6 +10,7 @@ feedline.ray.read's rows against feedline.Loader's."""
 import json
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -161,6 +162,25 @@ def test_workers_run_each_rank_side_by_side(cluster, data):
         svc.shutdown()
 
 
+def test_backpressure_bounds_the_batches_made_ahead(cluster, data):
+    """Per open group a worker makes at most prefetch batches ahead of the
+    rank's pending take, plus the one waiting for room: a rank that stops
+    taking stops the workers."""
+    svc = service(data, workers=1, world_size=1, batch_size=2, interleave=2, prefetch=1,
+                  deterministic=True)
+    try:
+        loader = svc.loader(0)
+        got = [next(loader) for _ in range(3)]
+        time.sleep(2.0)
+        made = sum(w["batches"] for w in svc.stats()["workers"])
+        assert len(got) < made <= len(got) + 2 * (1 + 1 + 1), made
+        time.sleep(1.0)
+        assert sum(w["batches"] for w in svc.stats()["workers"]) == made
+        loader.close()
+    finally:
+        svc.shutdown()
+
+
 # ------------------------------------------------------------------ faults
 
 
@@ -262,8 +282,11 @@ def test_elastic_resume_under_another_world_size(cluster, data):
     svc = service(data, workers=2, world_size=2, deterministic=True)
     try:
         ls = [svc.loader(r) for r in range(2)]
-        first = [[next(ls[r]) for _ in range(4 + 3 * r)] for r in range(2)]
+        first = [[next(ls[r]) for _ in range(20 - 8 * r)] for r in range(2)]
         states = [l.state_dict() for l in ls]
+        # some groups done, some partly read, some not begun: each kind is dealt anew
+        assert any(s["done"] for s in states) and all(s["active"] for s in states)
+        assert any(s["next_group"] < len(s["group_list"]) for s in states)
         for l in ls:
             l.close()
     finally:
