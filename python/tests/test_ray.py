@@ -192,7 +192,7 @@ def _kill_mid_pass(data, want, deterministic, which):
         for _ in range(6):
             for r in range(2):
                 got[r].append(next(loaders[r]))
-        victim = svc._worker_handles()[which]
+        victim = svc.worker_actors()[which]
         ray.kill(victim, no_restart=True)
         for r in range(2):
             got[r].extend(list(loaders[r]))
@@ -222,6 +222,51 @@ def test_a_killed_worker_actor_loses_nothing_and_repeats_nothing(cluster, data, 
         finally:
             svc.shutdown()
         assert got == [[b.origins for b in ref[r][0]] for r in range(2)]
+
+
+def test_a_lost_node_loses_nothing(cluster, data):
+    """A node that dies with its worker actor and the batches in its object
+    store: the groups go on on the other node's worker (the replacement asks
+    for a resource no node has left: it is not waited for)."""
+    _, want = data
+    doomed = cluster.add_node(num_cpus=1, resources={"spot": 1}, object_store_memory=80 * MB)
+    spare = cluster.add_node(num_cpus=1, resources={"spot": 1}, object_store_memory=80 * MB)
+    cluster.wait_for_nodes()
+    svc = service(data, workers=2, world_size=1, resources_per_worker={"CPU": 0.25, "spot": 1},
+                  deterministic=True)
+    try:
+        placed = {w["node_id"]: w["index"] for w in svc.stats()["workers"]}
+        assert set(placed) == {doomed.node_id, spare.node_id}
+        victim = svc.worker_actors()[placed[doomed.node_id]]
+        loader = svc.loader(0)
+        got = [next(loader) for _ in range(6)]
+        cluster.remove_node(doomed, allow_graceful=False)
+        # the node's processes go when they see their raylet gone: wait for it
+        end = time.monotonic() + 60
+        with pytest.raises(ray.exceptions.RayActorError):
+            while time.monotonic() < end:
+                ray.get(victim.ready.remote(), timeout=10)
+                time.sleep(0.2)
+        got += list(loader)
+        for b in got:
+            check_batch(b, want)
+        assert_exactly_once([got], want)
+        st = svc.stats()
+        assert st["workers_replaced"] == 1 and loader.stats()["worker_failures"] >= 1
+        assert sum(1 for w in st["workers"] if "error" in w) == 1
+    finally:
+        svc.shutdown()
+        cluster.remove_node(spare)
+        end = time.monotonic() + 60
+        while any(n["Alive"] and n["NodeID"] in (doomed.node_id, spare.node_id) for n in ray.nodes()):
+            assert time.monotonic() < end
+            time.sleep(0.2)
+    ref_svc = service(data, workers=1, world_size=1, deterministic=True)
+    try:
+        ref = run_ranks(ref_svc, 1, want)[0][0]
+    finally:
+        ref_svc.shutdown()
+    assert [b.origins for b in got] == [b.origins for b in ref]
 
 
 # ------------------------------------------------------------------ rank restart

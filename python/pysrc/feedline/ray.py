@@ -339,6 +339,8 @@ class _Coordinator:
         self.worker_cls = ray.remote(_Worker)
         self.workers = [self._start(i) for i in range(config["workers"])]
         self.load = [0] * config["workers"]
+        self.ready = [True] * config["workers"]
+        self.replacing = [False] * config["workers"]
         self.replaced = 0
         self.counts = {}
         self.ranks = {}
@@ -363,35 +365,66 @@ class _Coordinator:
         return self.worker_cls.options(max_concurrency=conc, **o).remote(index)
 
     def assign(self):
-        with self.lock:
-            i = min(range(len(self.load)), key=lambda j: (self.load[j], j))
-            self.load[i] += 1
-            return i, self.workers[i]
+        """The least loaded worker that is up (a replacement still being
+        placed is passed over while another worker is up)."""
+        end = time.monotonic() + self.config["start_timeout_s"]
+        while True:
+            with self.lock:
+                up = [j for j in range(len(self.load)) if self.ready[j]]
+                if up:
+                    i = min(up, key=lambda j: (self.load[j], j))
+                    self.load[i] += 1
+                    return i, self.workers[i]
+            if time.monotonic() > end:
+                raise RuntimeError(f"no worker actor is up: replacements not placed within "
+                                   f"{self.config['start_timeout_s']} s (resources_per_worker "
+                                   f"{self.config['resources_per_worker']!r})")
+            time.sleep(0.05)
 
-    def release(self, i):
+    def release(self, i, actor_id):
         with self.lock:
-            self.load[i] = max(0, self.load[i] - 1)
+            if self.workers[i]._actor_id.hex() == actor_id:
+                self.load[i] = max(0, self.load[i] - 1)
 
     def worker(self, i):
         return self.workers[i]
 
     def replace(self, i, dead_actor_id):
-        """A rank saw worker i die: start a replacement (once, whoever asks first)."""
+        """A rank saw worker i fail: if it is dead, start a replacement with
+        the same resources (once, whoever asks first). Not waited for: the
+        ranks go on with the workers that are up (a worker on a lost node
+        may have no place to come back to)."""
         import ray
         with self.lock:
             current = self.workers[i]
-            if current._actor_id.hex() == dead_actor_id:
-                try:
-                    ray.get(current.ready.remote(), timeout=30)
-                    alive = True
-                except Exception:  # noqa: BLE001 - any failure: it is gone
-                    alive = False
-                if not alive:
-                    self.workers[i] = self._start(i)
-                    self.replaced += 1
-            w = self.workers[i]
-        ray.get(w.ready.remote())
-        return w
+            if current._actor_id.hex() != dead_actor_id or self.replacing[i]:
+                return
+            self.replacing[i] = True
+        try:
+            ray.get(current.ready.remote(), timeout=30)
+            alive = True
+        except Exception:  # noqa: BLE001 - any failure: it is gone
+            alive = False
+        with self.lock:
+            self.replacing[i] = False
+            if alive:
+                return
+            new = self._start(i)
+            self.workers[i] = new
+            self.ready[i] = False
+            self.load[i] = 0
+            self.replaced += 1
+        threading.Thread(target=self._await_ready, args=(i, new), daemon=True).start()
+
+    def _await_ready(self, i, w):
+        import ray
+        try:
+            ray.get(w.ready.remote())
+        except Exception:  # noqa: BLE001 - it died too: the next failure replaces it
+            return
+        with self.lock:
+            if self.workers[i] is w:
+                self.ready[i] = True
 
     def group_counts(self, pass_):
         """Batches of each group of pass `pass_` (feedline's len() of a
@@ -421,7 +454,12 @@ class _Coordinator:
     def stats(self):
         import ray
         workers = []
+        with self.lock:
+            ready = list(self.ready)
         for i, w in enumerate(list(self.workers)):
+            if not ready[i]:
+                workers.append({"index": i, "error": "starting (a replacement not yet placed)"})
+                continue
             try:
                 workers.append(ray.get(w.report.remote(), timeout=30))
             except Exception as e:  # noqa: BLE001 - a dead worker is reported as such
@@ -554,7 +592,12 @@ class Service:
         if not ray.is_initialized():
             ray.init()
         coord_cls = ray.remote(_Coordinator)
-        self._coordinator = coord_cls.options(num_cpus=0, max_concurrency=64).remote(self._config)
+        # On the driver's node: the service lives and dies with the driver,
+        # never with a CPU node that is lost.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._coordinator = coord_cls.options(num_cpus=0, max_concurrency=64,
+                                              scheduling_strategy=here).remote(self._config)
         err = ray.get(self._coordinator.start_error.remote())  # once the workers are up, or not
         if err is not None:
             ray.kill(self._coordinator)
@@ -614,7 +657,8 @@ class Service:
         finally:
             ray.kill(self._coordinator)
 
-    def _worker_handles(self):
+    def worker_actors(self):
+        """The worker actors' handles now (replacements included)."""
         ray = _ray()
         return [ray.get(self._coordinator.worker.remote(i)) for i in range(self._config["workers"])]
 
@@ -823,7 +867,7 @@ class ServiceLoader:
         if cur.worker is not None:
             if close:
                 cur.worker.close.remote(cur.key)
-            self._coord.release.remote(cur.slot)
+            self._coord.release.remote(cur.slot, cur.worker._actor_id.hex())
         cur.worker = None
         cur.pending = None
 
@@ -839,13 +883,14 @@ class ServiceLoader:
                 kind, item = ray.get(cur.pending)
                 self._stats["wait_s"] += time.perf_counter() - t0
                 return kind, item
-            except ray.exceptions.RayActorError:
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
+                # The worker died (its node too, maybe: then the batch it had
+                # made is lost with the node's object store). The group goes
+                # on from the state after the last batch taken from it.
                 self._stats["worker_failures"] += 1
                 dead = cur.worker
+                self._release(cur)  # close: the worker may live on (an object lost alone)
                 ray.get(self._coord.replace.remote(cur.slot, dead._actor_id.hex()))
-                self._coord.release.remote(cur.slot)
-                cur.worker = None
-                cur.pending = None
         raise feedline.FeedlineError(f"group {cur.group}: its worker died 20 times in a row")
 
     def _equal_target(self):
