@@ -520,8 +520,9 @@ class Service:
     this many groups (default min(len(files), 64)); the batches depend on it,
     not on `workers`. interleave: groups a rank reads side by side (default
     4: a rank gets at most interleave workers' throughput). prefetch:
-    batches made ahead per open group. In flight per rank, at most
-    interleave x (prefetch + 1) batches. equalize: None, "drop" or "pad".
+    batches queued ahead per open group: a rank that stops taking stops the
+    workers after at most interleave x (prefetch + 2) batches made ahead of
+    it. equalize: None, "drop" or "pad".
     resume: a rank's state_dict(), or a list of them (one per old rank);
     under another world_size every old rank's state is needed.
     loader_options: other feedline.Loader keywords for each group's loader
