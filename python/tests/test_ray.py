@@ -322,6 +322,33 @@ def test_load_state_through_loader_keyword_and_non_deterministic(cluster, data, 
         svc.shutdown()
 
 
+def test_load_state_dict_and_set_epoch(cluster, data):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+    try:
+        ref = run_ranks(svc, 2, want, passes=3)
+        l0 = svc.loader(0)
+        head = [next(l0) for _ in range(5)]
+        st = l0.state_dict()
+        l1 = svc.loader(0)
+        l1.set_epoch(0)  # the pass it runs anyway: nothing changes
+        assert next(l1).origins == ref[0][0][0].origins
+        l1.load_state_dict(st)  # from batch 5 of pass 0 on
+        assert [b.origins for b in head + list(l1)] == [b.origins for b in ref[0][0]]
+        l1.set_epoch(2)  # skips pass 1: a fresh loader's pass 2
+        assert [b.origins for b in l1] == [b.origins for b in ref[0][2]]
+        l0.set_epoch(1)  # gives up the rest of pass 0
+        assert [b.origins for b in l0] == [b.origins for b in ref[0][1]]
+        with pytest.raises(ValueError, match="no state of rank 1"):
+            svc.loader(1).load_state_dict(st)
+        with pytest.raises(ValueError, match="epoch must be >= 0"):
+            l0.set_epoch(-1)
+        l0.close()
+        l1.close()
+    finally:
+        svc.shutdown()
+
+
 def test_elastic_resume_under_another_world_size(cluster, data):
     _, want = data
     svc = service(data, workers=2, world_size=2, deterministic=True)

@@ -362,7 +362,9 @@ class _Coordinator:
         o = self.config["actor_options"]
         c = self.config
         conc = max(16, 2 * c["world_size"] * c["interleave"] + 8)
-        return self.worker_cls.options(max_concurrency=conc, **o).remote(index)
+        self.started_actors = getattr(self, "started_actors", 0) + 1
+        name = f"feedline-worker-{c['service_id']}-{index}-{self.started_actors}"
+        return self.worker_cls.options(max_concurrency=conc, name=name, **o).remote(index)
 
     def assign(self):
         """The least loaded worker that is up (a replacement still being
@@ -586,6 +588,7 @@ class Service:
             "groups": groups, "interleave": interleave, "prefetch": prefetch,
             "actor_options": actor_options, "loader_options": opts,
             "resources_per_worker": dict(resources_per_worker),
+            "service_id": uuid.uuid4().hex[:12],
             "start_timeout_s": start_timeout_s,
         }
         self._resume = _check_resume(resume, self._config)
@@ -1040,6 +1043,37 @@ class ServiceLoader:
             return self._targets()[0]
         finally:
             self._pass, self._len_next = saved, False
+
+    def load_state_dict(self, state):
+        """Go on from `state` (this rank's state_dict(), or every old rank's
+        for an elastic resume) as Service(..., resume=state) would; the
+        groups open now are closed."""
+        self._check_open()
+        start = _check_resume(state, self._c)
+        if start["mode"] == "same" and self.rank not in start["states"]:
+            raise ValueError(f"load_state_dict: no state of rank {self.rank} among ranks "
+                             f"{sorted(start['states'])}")
+        for cur in self._active:
+            self._release(cur)
+        if start["mode"] == "same":
+            self._restore(start["states"][self.rank])
+        else:
+            self._begin_elastic(start)
+
+    def set_epoch(self, epoch):
+        """The next loop runs pass `epoch` from its start, as a fresh loader's
+        pass `epoch` (as DistributedSampler.set_epoch); free when it is the
+        pass the next loop runs anyway; a pass in progress is given up."""
+        self._check_open()
+        epoch = _check_int("epoch", epoch, 0)
+        upcoming = self._pass + 1 if self._finished else self._pass
+        fresh = not self._finished and self._delivered == 0 and not self._done and \
+            all(c.taken == 0 for c in self._active) and self._elastic_left is None
+        if epoch == upcoming and (self._finished or fresh):
+            return
+        for cur in self._active:
+            self._release(cur)
+        self._begin(epoch)
 
     def state_dict(self):
         """The position after the batches taken: a picklable, JSON-serialisable
