@@ -20,6 +20,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import feedline  # noqa: E402
 import feedline.ray as fray  # noqa: E402
+from helpers import write_tar, write_tfrecord  # noqa: E402
 
 MB = 1024 * 1024
 FILES = 12
@@ -567,3 +568,51 @@ def test_read_refuses_bad_settings(cluster, data):
         fray.read(paths, transform="no-such-transform")
     with pytest.raises(ValueError, match="set by read"):
         fray.read(paths, shuffle=3)
+
+
+# ------------------------------------------------------------------ other formats
+
+
+def other_format(tmp_path, fmt):
+    """6 files of 15 + 4f records, labels unique; the label's field name."""
+    paths, nxt = [], 0
+    for f in range(6):
+        ys = list(range(nxt, nxt + 15 + 4 * f))
+        nxt += len(ys)
+        if fmt == "tfrecord":
+            paths.append(write_tfrecord(tmp_path / f"p{f}.tfrecord", ys))
+        elif fmt == "tar":
+            paths.append(write_tar(tmp_path / f"p{f}.tar", ys))
+        else:
+            p = tmp_path / f"p{f}.jsonl"
+            p.write_text("".join('{"y": %d, "v": [%d.5, 1.0]}\n' % (y, y) for y in ys))
+            paths.append(str(p))
+    return paths, nxt, ("cls" if fmt == "tar" else "y")
+
+
+def label_list(v):
+    return [int(x.decode() if isinstance(x, bytes) else x) for x in (v.tolist() if hasattr(v, "tolist") else v)]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "tar", "jsonl"])
+def test_other_formats_exactly_once_and_read_equals_loader(cluster, tmp_path, fmt):
+    paths, total, label = other_format(tmp_path, fmt)
+    with feedline.Loader(paths, batch_size=5, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True) as l:
+        truth = {tuple(o): y for b in l for o, y in zip(b.origins, label_list(b[label]))}
+    assert sorted(truth.values()) == list(range(total))
+    svc = fray.Service(files=paths, batch_size=5, shuffle=9, seed=1, workers=2, world_size=2,
+                       resources_per_worker={"CPU": 0.25})
+    try:
+        seen = []
+        for r in range(2):
+            for b in svc.loader(r):
+                for o, y in zip(b.origins, label_list(b[label])):
+                    assert truth[o] == y
+                    seen.append(o)
+        assert len(seen) == len(set(seen)) and set(seen) == set(truth)
+    finally:
+        svc.shutdown()
+    rows = fray.read(paths, provenance=True, rows_per_block=6).take_all()
+    got = {(r["_file"], int(r["_record"])): label_list([r[label]])[0] for r in rows}
+    assert len(rows) == total and got == truth
