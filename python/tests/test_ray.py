@@ -132,6 +132,26 @@ def test_every_record_exactly_once_per_pass(cluster, data, world, workers):
         svc.shutdown()
 
 
+@pytest.mark.parametrize("nfiles, world, groups", [(3, 4, None), (12, 2, 16)])
+def test_more_groups_than_files_share_files_by_record(cluster, data, nfiles, world, groups):
+    """Fewer files than groups (by default: fewer than ranks): every group
+    reads every file and keeps its share of the records."""
+    paths, want = data
+    want = {k: v for k, v in want.items() if k[0] in paths[:nfiles]}
+    svc = service(data, files=paths[:nfiles], workers=2, world_size=world, groups=groups,
+                  deterministic=True)
+    try:
+        assert svc.groups == (groups or world)
+        out = run_ranks(svc, world, want, passes=2)
+        for p in range(2):
+            assert_exactly_once([out[r][p] for r in range(world)], want)
+        for r in range(world):
+            with svc.loader(r) as l:
+                assert len(l) == len(out[r][0])
+    finally:
+        svc.shutdown()
+
+
 def test_deterministic_batches_equal_across_worker_counts(cluster, data):
     _, want = data
     runs = []
@@ -469,12 +489,12 @@ def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
 @pytest.mark.parametrize("kw, msg", [
     (dict(workers=0), "workers must be >= 1"),
     (dict(world_size=0), "world_size must be >= 1"),
-    (dict(world_size=13), "need at least as many file groups"),
+    (dict(world_size=3, groups=2), "need at least as many groups, not groups=2"),
     (dict(batch_size=0), "batch_size must be >= 1"),
     (dict(equalize="even"), "equalize must be"),
     (dict(resources_per_worker=4), "resources_per_worker must be a dict"),
     (dict(resources_per_worker={"CPU": -1}), "non-negative number"),
-    (dict(groups=13), "more than the 12 files"),
+    (dict(groups=0), "groups must be >= 1"),
     (dict(interleave=0), "interleave must be >= 1"),
     (dict(deterministic="yes"), "deterministic must be True or False"),
     (dict(rank=0), "set by the Service itself"),

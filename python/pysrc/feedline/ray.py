@@ -89,19 +89,33 @@ def _group_seed(seed, pass_, group):
     return int(s) & ((1 << 63) - 1)
 
 
+def _spec_seed(seed, pass_, group, spec):
+    """A group's Loader seed. Groups that share files by record share one
+    seed: feedline's record shares are drawn from it, and must be the same
+    draw in every group for each record to fall in exactly one."""
+    return _group_seed(seed, pass_, group if spec[2] == 1 else 1 << 20)
+
+
 def pass_plan(files, seed, pass_, groups, shuffle=True):
-    """The file groups of pass `pass_`: the files in the order of a
-    permutation drawn from (seed, pass) (kept as given when `shuffle` is
-    false), cut into `groups` contiguous groups of nearly equal size. Each
-    group is one feedline.Loader with seed _group_seed(seed, pass, group):
-    the batches are a function of these arguments (and the Loader settings)
-    only -- not of the worker count, the ranks' timing or the placement."""
+    """The groups of pass `pass_`, as (files, shard, shards): the files in
+    the order of a permutation drawn from (seed, pass) (kept as given when
+    `shuffle` is false), cut into `groups` contiguous groups of nearly equal
+    size (shard 0 of 1: the whole files); with more groups than files,
+    every group reads every file and keeps its share of the records
+    (feedline's sharding by record: shard g of `groups`). Each group is one
+    feedline.Loader(files, rank=shard, world_size=shards) with seed
+    _spec_seed(seed, pass, group, spec): the batches are a function of these
+    arguments (and the Loader settings) only -- not of the worker count,
+    the ranks' timing or the placement."""
     n = len(files)
     if shuffle:
         order = np.random.default_rng([seed, pass_, 0x51]).permutation(n)
     else:
         order = np.arange(n)
-    return [[files[i] for i in part] for part in np.array_split(order, groups)]
+    if groups > n:
+        every = [files[i] for i in order]
+        return [(every, g, groups) for g in range(groups)]
+    return [([files[i] for i in part], 0, 1) for part in np.array_split(order, groups)]
 
 
 def _rank_groups(groups, rank, world_size):
@@ -186,7 +200,7 @@ class _Group:
     feedline.Loader (and its state after each) into a queue of at most
     `prefetch` batches; take() hands them out in order."""
 
-    def __init__(self, key, files, opts, state, prefetch, stats):
+    def __init__(self, key, spec, opts, state, prefetch, stats):
         self.key = key
         self.cv = threading.Condition()
         self.queue = []
@@ -195,17 +209,18 @@ class _Group:
         self.error = None
         self.closed = False
         self.stats = stats
-        self.thread = threading.Thread(target=self._run, args=(files, opts, state), daemon=True,
+        self.thread = threading.Thread(target=self._run, args=(spec, opts, state), daemon=True,
                                        name=f"feedline-ray-group-{key[:8]}")
         self.thread.start()
 
-    def _run(self, files, opts, state):
+    def _run(self, spec, opts, state):
         loader = None
         try:
             kw = dict(opts)
             if state is not None:
                 kw["resume"] = state
-            loader = feedline.Loader(files, passes=1, rank=0, world_size=1, **kw)
+            files, shard, shards = spec
+            loader = feedline.Loader(files, passes=1, rank=shard, world_size=shards, **kw)
             it = iter(loader)
             while True:
                 t0 = time.perf_counter()
@@ -277,11 +292,11 @@ class _Worker:
         return {"index": self.index, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid()}
 
-    def open(self, key, files, opts, state, prefetch):
+    def open(self, key, spec, opts, state, prefetch):
         with self.lock:
             if key in self.gone:
                 return False
-            self.groups[key] = _Group(key, files, opts, state, prefetch, self.stats)
+            self.groups[key] = _Group(key, spec, opts, state, prefetch, self.stats)
             self.opened.notify_all()
         return True
 
@@ -438,10 +453,14 @@ class _Coordinator:
         c = self.config
         plan = pass_plan(c["files"], c["seed"], pass_, c["groups"], c["shuffle"] > 0)
         counts = []
-        for files in plan:
+        for g, (files, shard, shards) in enumerate(plan):
+            # the group's own settings (its record shares, when it shares
+            # files, are drawn from its seed), without its transform
             kw = {k: v for k, v in c["loader_options"].items() if k in ("schema", "on_error", "max_bad")}
-            with feedline.Loader(files, batch_size=c["batch_size"], shuffle=0, passes=1, readers=1,
-                                 rank=0, world_size=1, drop_last=c["drop_last"], **kw) as l:
+            seed = _spec_seed(c["seed"], pass_, g, (files, shard, shards))
+            with feedline.Loader(files, batch_size=c["batch_size"], shuffle=c["shuffle"], seed=seed,
+                                 deterministic=c["deterministic"], passes=1, readers=1,
+                                 rank=shard, world_size=shards, drop_last=c["drop_last"], **kw) as l:
                 counts.append(len(l))
         with self.lock:
             self.counts[pass_] = counts
@@ -545,13 +564,10 @@ class Service:
         prefetch = _check_int("prefetch", prefetch, 1)
         readers = _check_int("readers", readers, 1)
         if groups is None:
-            groups = min(len(files), 64)
+            groups = max(min(len(files), 64), world_size)
         groups = _check_int("groups", groups, 1)
-        if groups > len(files):
-            raise ValueError(f"groups={groups} is more than the {len(files)} files: each group needs a file")
         if groups < world_size:
-            raise ValueError(f"world_size={world_size} ranks need at least as many file groups, but "
-                             f"{len(files)} files make {groups} group(s): give more files or groups=")
+            raise ValueError(f"world_size={world_size} ranks need at least as many groups, not groups={groups}")
         if equalize not in (None, "drop", "pad"):
             raise ValueError(f"equalize must be None, 'drop' or 'pad', not {equalize!r}")
         if not isinstance(deterministic, bool):
@@ -863,7 +879,8 @@ class ServiceLoader:
         cur.slot, cur.worker = ray.get(self._coord.assign.remote())
         cur.key = uuid.uuid4().hex
         cur.worker.open.remote(cur.key, self._plan[cur.group],
-                               dict(self._c["loader_options"], seed=_group_seed(self._c["seed"], self._pass, cur.group)),
+                               dict(self._c["loader_options"], seed=_spec_seed(self._c["seed"], self._pass, cur.group,
+                                                                               self._plan[cur.group])),
                                cur.state, self._c["prefetch"])
         cur.pending = cur.worker.take.remote(cur.key)
 
