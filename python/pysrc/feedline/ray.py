@@ -538,8 +538,10 @@ class Service:
     the actors live as long as the process that made the Service.
 
     files: paths, globs or URLs. groups: the files of each pass are cut into
-    this many groups (default min(len(files), 64)); the batches depend on it,
-    not on `workers`. interleave: groups a rank reads side by side (default
+    this many groups (default max(min(len(files), 64), world_size); more
+    groups than files share the files by record); the batches depend on it,
+    not on `workers`. service.worker_actors() gives the worker actors'
+    handles (named feedline-worker-<service>-<index>-<n>). interleave: groups a rank reads side by side (default
     4: a rank gets at most interleave workers' throughput). prefetch:
     batches queued ahead per open group: a rank that stops taking stops the
     workers after at most interleave x (prefetch + 2) batches made ahead of
