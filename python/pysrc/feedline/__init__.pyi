@@ -1,5 +1,5 @@
 """The package feedline: the native module's classes (feedline._native),
-and feedline.torch / feedline.jax on first use."""
+and feedline.torch / feedline.jax / feedline.ray on first use."""
 
 from types import ModuleType
 
@@ -13,7 +13,8 @@ from feedline._native import (
     __version__ as __version__,
 )
 
-__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray", "EpochIterator", "torch", "jax"]
+__all__ = ["Loader", "Batch", "Feed", "FeedlineError", "FeedArray", "EpochIterator", "torch", "jax", "ray"]
 
 torch: ModuleType
 jax: ModuleType
+ray: ModuleType

@@ -1,0 +1,1228 @@
+"""feedline on Ray: feedline's readers and transforms run in Ray actors on
+CPU nodes and feed trainer ranks through Ray's object store, every record
+exactly once per pass, deterministic, resumable; and a Ray Data source.
+
+    import ray, feedline.ray
+    service = feedline.ray.Service(files=[...], batch_size=256, shuffle=10_000, seed=7,
+                                   transform="imagenet-train", deterministic=True,
+                                   workers=8, resources_per_worker={"CPU": 4}, world_size=4)
+    loader = service.loader(rank)            # in each trainer rank (a Ray task/actor, or not)
+    for epoch in range(3):
+        for batch in loader: ...             # batch["jpg"]: numpy, batch.origins: (file, record)
+    state = loader.state_dict()              # Service(..., resume=[states]) goes on from there
+
+    ds = feedline.ray.read(files, transform="imagenet-eval")   # a ray.data.Dataset
+
+Ray is imported when a Service is made or read() is called: `import
+feedline.ray` alone does not import it. docs/ray.md has the design: the pass
+plan (files cut into a fixed number of file groups, each made by an ordinary
+feedline.Loader in a worker actor), what is guaranteed, and the numbers.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+
+import numpy as np
+
+import feedline
+
+__all__ = ["Service", "ServiceLoader", "RayBatch", "read", "pass_plan"]
+
+STATE_FORMAT = "feedline.ray/1"
+
+# Loader keywords the Service sets itself (per group); the rest of
+# loader_options goes to every group's feedline.Loader as given.
+_RESERVED = {"files", "batch_size", "shuffle", "seed", "passes", "deterministic", "drop_last",
+             "rank", "world_size", "resume", "equalize", "transform", "workers", "readers",
+             "schema"}
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("feedline.ray needs Ray: pip install 'feedline[ray]' (or ray[data])") from e
+    return ray
+
+
+# ------------------------------------------------------------------ the pass plan
+
+
+def _expand(files):
+    if isinstance(files, (str, bytes)) or hasattr(files, "__fspath__"):
+        files = [files]
+    try:
+        items = list(files)
+    except TypeError:
+        raise ValueError(f"files must be a path, a glob or a list of them, not {type(files).__name__}") from None
+    out = []
+    for f in items:
+        if not isinstance(f, str) and not hasattr(f, "__fspath__"):
+            raise ValueError(f"files: {f!r} is not a path")
+        f = str(f)
+        if any(c in f for c in "*?["):
+            if "://" in f:
+                raise ValueError(f"files: the remote glob {f!r} cannot be listed here: give the objects' URLs")
+            hits = sorted(_glob.glob(f))
+            if not hits:
+                raise ValueError(f"files: the glob {f!r} matches nothing")
+            out.extend(hits)
+        else:
+            out.append(f)
+    if not out:
+        raise ValueError("files: no files given")
+    if len(set(out)) != len(out):
+        dup = next(f for f in out if out.count(f) > 1)
+        raise ValueError(f"files: {dup!r} is given twice")
+    return out
+
+
+def _group_seed(seed, pass_, group):
+    s = np.random.SeedSequence([seed, pass_, group, 0xFEED]).generate_state(1, dtype=np.uint64)[0]
+    return int(s) & ((1 << 63) - 1)
+
+
+def _spec_seed(seed, pass_, group, spec):
+    """A group's Loader seed. Groups that share files by record share one
+    seed: feedline's record shares are drawn from it, and must be the same
+    draw in every group for each record to fall in exactly one."""
+    return _group_seed(seed, pass_, group if spec[2] == 1 else 1 << 20)
+
+
+def pass_plan(files, seed, pass_, groups, shuffle=True):
+    """The groups of pass `pass_`, as (files, shard, shards): the files in
+    the order of a permutation drawn from (seed, pass) (kept as given when
+    `shuffle` is false), cut into `groups` contiguous groups of nearly equal
+    size (shard 0 of 1: the whole files); with more groups than files,
+    every group reads every file and keeps its share of the records
+    (feedline's sharding by record: shard g of `groups`). Each group is one
+    feedline.Loader(files, rank=shard, world_size=shards) with seed
+    _spec_seed(seed, pass, group, spec): the batches are a function of these
+    arguments (and the Loader settings) only -- not of the worker count,
+    the ranks' timing or the placement."""
+    n = len(files)
+    if shuffle:
+        order = np.random.default_rng([seed, pass_, 0x51]).permutation(n)
+    else:
+        order = np.arange(n)
+    if groups > n:
+        every = [files[i] for i in order]
+        return [(every, g, groups) for g in range(groups)]
+    return [([files[i] for i in part], 0, 1) for part in np.array_split(order, groups)]
+
+
+def _rank_groups(groups, rank, world_size):
+    return [g for g in range(groups) if g % world_size == rank]
+
+
+# ------------------------------------------------------------------ batches
+
+
+class RayBatch(Mapping):
+    """A batch from a Service: field name -> numpy array (read-only, in
+    Ray's object store: no copy on the node that holds it) or list of
+    bytes. `origins` is the (file, record) of every instance; `group` and
+    `index` say which group's batch it is; `padded` is True for a batch
+    that equalize="pad" repeats."""
+
+    __slots__ = ("_fields", "_offsets", "_lengths", "origins", "pass_", "seq", "group", "index",
+                 "padded")
+
+    def __init__(self, fields, offsets, lengths, origins, pass_, seq, group, index, padded=False):
+        self._fields = fields
+        self._offsets = offsets
+        self._lengths = lengths
+        self.origins = origins
+        self.pass_ = pass_
+        self.seq = seq
+        self.group = group
+        self.index = index
+        self.padded = padded
+
+    @property
+    def size(self):
+        return len(self.origins)
+
+    def __getitem__(self, key):
+        return self._fields[key]
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self):
+        return len(self._fields)
+
+    def offsets(self, name):
+        """Ragged field, offsets layout: batch + 1 offsets (None otherwise)."""
+        if name not in self._fields:
+            raise KeyError(name)
+        return self._offsets.get(name)
+
+    def lengths(self, name):
+        """Ragged field, padded layout: each instance's length (None otherwise)."""
+        if name not in self._fields:
+            raise KeyError(name)
+        return self._lengths.get(name)
+
+    def __repr__(self):
+        return (f"RayBatch(pass={self.pass_}, seq={self.seq}, group={self.group}, index={self.index}, "
+                f"size={self.size}, fields={list(self._fields)}{', padded' if self.padded else ''})")
+
+
+def _export(batch):
+    """A feedline.Batch as plain picklable parts (numpy base arrays viewing
+    the batch: Ray's serialiser copies them once into the object store)."""
+    fields, offsets, lengths = {}, {}, {}
+    for name in batch:
+        v = batch[name]
+        fields[name] = np.asarray(v) if isinstance(v, np.ndarray) else v
+        o = batch.offsets(name)
+        if o is not None:
+            offsets[name] = np.asarray(o)
+        ln = batch.lengths(name)
+        if ln is not None:
+            lengths[name] = np.asarray(ln)
+    return fields, offsets, lengths
+
+
+# ------------------------------------------------------------------ worker actor
+
+
+class _Group:
+    """One group's pipeline in a worker: a thread takes batches from a
+    feedline.Loader (and its state after each) into a queue of at most
+    `prefetch` batches; take() hands them out in order."""
+
+    def __init__(self, key, spec, opts, state, prefetch, stats):
+        self.key = key
+        self.cv = threading.Condition()
+        self.queue = []
+        self.prefetch = prefetch
+        self.done = False
+        self.error = None
+        self.closed = False
+        self.stats = stats
+        self.thread = threading.Thread(target=self._run, args=(spec, opts, state), daemon=True,
+                                       name=f"feedline-ray-group-{key[:8]}")
+        self.thread.start()
+
+    def _run(self, spec, opts, state):
+        loader = None
+        try:
+            kw = dict(opts)
+            if state is not None:
+                kw["resume"] = state
+            files, shard, shards = spec
+            loader = feedline.Loader(files, passes=1, rank=shard, world_size=shards, **kw)
+            it = iter(loader)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                st = loader.state_dict()
+                fields, offsets, lengths = _export(b)
+                item = (fields, offsets, lengths, b.origins, b.seq, st)
+                made = time.perf_counter()
+                nbytes = sum(v.nbytes for v in fields.values() if isinstance(v, np.ndarray))
+                with self.cv:
+                    self.stats["busy_s"] += made - t0
+                    self.stats["batches"] += 1
+                    self.stats["records"] += b.size
+                    self.stats["bytes"] += nbytes
+                    while len(self.queue) >= self.prefetch and not self.closed:
+                        self.cv.wait()
+                    self.stats["blocked_s"] += time.perf_counter() - made
+                    if self.closed:
+                        return
+                    self.queue.append(item)
+                    self.cv.notify_all()
+        except BaseException as e:  # noqa: BLE001 - handed to the rank by take()
+            with self.cv:
+                self.error = f"{type(e).__name__}: {e}"
+                self.error_type = type(e).__name__
+        finally:
+            if loader is not None:
+                loader.close()
+            with self.cv:
+                self.done = True
+                self.cv.notify_all()
+
+    def take(self):
+        with self.cv:
+            while not self.queue and not self.done:
+                self.cv.wait()
+            if self.queue:
+                item = self.queue.pop(0)
+                self.cv.notify_all()
+                return ("batch", item)
+            if self.error is not None:
+                return ("error", (self.error_type, self.error))
+            return ("end", None)
+
+    def close(self):
+        with self.cv:
+            self.closed = True
+            self.queue.clear()
+            self.cv.notify_all()
+
+
+class _Worker:
+    """A worker actor: runs the groups the ranks open on it."""
+
+    def __init__(self, index):
+        self.index = index
+        self.groups = {}
+        self.gone = set()  # keys closed (maybe before their open() ran: a threaded actor keeps no call order)
+        self.lock = threading.Lock()
+        self.opened = threading.Condition(self.lock)
+        self.stats = {"batches": 0, "records": 0, "bytes": 0, "busy_s": 0.0, "blocked_s": 0.0}
+        self.started = time.monotonic()
+
+    def ready(self):
+        import ray
+        return {"index": self.index, "node_id": ray.get_runtime_context().get_node_id(),
+                "pid": os.getpid()}
+
+    def open(self, key, spec, opts, state, prefetch):
+        with self.lock:
+            if key in self.gone:
+                return False
+            self.groups[key] = _Group(key, spec, opts, state, prefetch, self.stats)
+            self.opened.notify_all()
+        return True
+
+    def take(self, key):
+        # open() and take() are sent one after the other, but a threaded
+        # actor may run them in either order: wait for the open.
+        with self.lock:
+            end = time.monotonic() + 300
+            while key not in self.groups and key not in self.gone and time.monotonic() < end:
+                self.opened.wait(1.0)
+            g = self.groups.get(key)
+        if g is None:
+            return ("error", ("RuntimeError", f"group {key} was never opened on worker {self.index}"))
+        kind, item = g.take()
+        if kind != "batch":
+            with self.lock:
+                self.groups.pop(key, None)
+        return (kind, item)
+
+    def close(self, key):
+        with self.lock:
+            g = self.groups.pop(key, None)
+            self.gone.add(key)
+            self.opened.notify_all()
+        if g is not None:
+            g.close()
+        return True
+
+    def report(self):
+        import ray
+        up = time.monotonic() - self.started
+        s = dict(self.stats)
+        with self.lock:
+            s["groups_open"] = len(self.groups)
+        s["index"] = self.index
+        s["node_id"] = ray.get_runtime_context().get_node_id()
+        s["uptime_s"] = up
+        s["records_per_s"] = s["records"] / up if up > 0 else 0.0
+        s["busy_fraction"] = s["busy_s"] / up if up > 0 else 0.0
+        return s
+
+
+# ------------------------------------------------------------------ coordinator actor
+
+
+class _Coordinator:
+    """Holds the worker actors (and replaces dead ones), places groups on
+    the least loaded worker, counts batches per group for len() and
+    equalize, and gathers the ranks' statistics."""
+
+    def __init__(self, config):
+        import ray
+        self.config = config
+        self.lock = threading.Lock()
+        self.worker_cls = ray.remote(_Worker)
+        self.workers = [self._start(i) for i in range(config["workers"])]
+        self.load = [0] * config["workers"]
+        self.ready = [True] * config["workers"]
+        self.replacing = [False] * config["workers"]
+        self.replaced = 0
+        self.counts = {}
+        self.ranks = {}
+        self.error = None
+        try:
+            ray.get([w.ready.remote() for w in self.workers], timeout=config["start_timeout_s"])
+        except ray.exceptions.GetTimeoutError:
+            for w in self.workers:
+                ray.kill(w)
+            self.error = (f"the {config['workers']} worker actor(s) were not all placed within "
+                          f"{config['start_timeout_s']} s: resources_per_worker asks for "
+                          f"{config['resources_per_worker']!r} each; the cluster has "
+                          f"{ray.cluster_resources()!r}")
+
+    def start_error(self):
+        return self.error
+
+    def _start(self, index):
+        o = self.config["actor_options"]
+        c = self.config
+        conc = max(16, 2 * c["world_size"] * c["interleave"] + 8)
+        self.started_actors = getattr(self, "started_actors", 0) + 1
+        name = f"feedline-worker-{c['service_id']}-{index}-{self.started_actors}"
+        return self.worker_cls.options(max_concurrency=conc, name=name, **o).remote(index)
+
+    def assign(self):
+        """The least loaded worker that is up (a replacement still being
+        placed is passed over while another worker is up)."""
+        end = time.monotonic() + self.config["start_timeout_s"]
+        while True:
+            with self.lock:
+                up = [j for j in range(len(self.load)) if self.ready[j]]
+                if up:
+                    i = min(up, key=lambda j: (self.load[j], j))
+                    self.load[i] += 1
+                    return i, self.workers[i]
+            if time.monotonic() > end:
+                raise RuntimeError(f"no worker actor is up: replacements not placed within "
+                                   f"{self.config['start_timeout_s']} s (resources_per_worker "
+                                   f"{self.config['resources_per_worker']!r})")
+            time.sleep(0.05)
+
+    def release(self, i, actor_id):
+        with self.lock:
+            if self.workers[i]._actor_id.hex() == actor_id:
+                self.load[i] = max(0, self.load[i] - 1)
+
+    def worker(self, i):
+        return self.workers[i]
+
+    def replace(self, i, dead_actor_id):
+        """A rank saw worker i fail: if it is dead, start a replacement with
+        the same resources (once, whoever asks first). Not waited for: the
+        ranks go on with the workers that are up (a worker on a lost node
+        may have no place to come back to)."""
+        import ray
+        with self.lock:
+            current = self.workers[i]
+            if current._actor_id.hex() != dead_actor_id or self.replacing[i]:
+                return
+            self.replacing[i] = True
+        try:
+            ray.get(current.ready.remote(), timeout=30)
+            alive = True
+        except Exception:  # noqa: BLE001 - any failure: it is gone
+            alive = False
+        with self.lock:
+            self.replacing[i] = False
+            if alive:
+                return
+            new = self._start(i)
+            self.workers[i] = new
+            self.ready[i] = False
+            self.load[i] = 0
+            self.replaced += 1
+        threading.Thread(target=self._await_ready, args=(i, new), daemon=True).start()
+
+    def _await_ready(self, i, w):
+        import ray
+        try:
+            ray.get(w.ready.remote())
+        except Exception:  # noqa: BLE001 - it died too: the next failure replaces it
+            return
+        with self.lock:
+            if self.workers[i] is w:
+                self.ready[i] = True
+
+    def group_counts(self, pass_):
+        """Batches of each group of pass `pass_` (feedline's len() of a
+        Loader over the group's files: record counts from headers or by
+        framing, kept per file)."""
+        with self.lock:
+            if pass_ in self.counts:
+                return self.counts[pass_]
+        c = self.config
+        plan = pass_plan(c["files"], c["seed"], pass_, c["groups"], c["shuffle"] > 0)
+        counts = []
+        for g, (files, shard, shards) in enumerate(plan):
+            # the group's own settings (its record shares, when it shares
+            # files, are drawn from its seed), without its transform
+            kw = {k: v for k, v in c["loader_options"].items() if k in ("schema", "on_error", "max_bad")}
+            seed = _spec_seed(c["seed"], pass_, g, (files, shard, shards))
+            with feedline.Loader(files, batch_size=c["batch_size"], shuffle=c["shuffle"], seed=seed,
+                                 deterministic=c["deterministic"], passes=1, readers=1,
+                                 rank=shard, world_size=shards, drop_last=c["drop_last"], **kw) as l:
+                counts.append(len(l))
+        with self.lock:
+            self.counts[pass_] = counts
+            for p in [p for p in self.counts if p < pass_ - 2]:
+                del self.counts[p]
+        return counts
+
+    def rank_report(self, rank, stats):
+        with self.lock:
+            self.ranks[rank] = stats
+
+    def stats(self):
+        import ray
+        workers = []
+        with self.lock:
+            ready = list(self.ready)
+        for i, w in enumerate(list(self.workers)):
+            if not ready[i]:
+                workers.append({"index": i, "error": "starting (a replacement not yet placed)"})
+                continue
+            try:
+                workers.append(ray.get(w.report.remote(), timeout=30))
+            except Exception as e:  # noqa: BLE001 - a dead worker is reported as such
+                workers.append({"index": i, "error": f"{type(e).__name__}: {e}"})
+        with self.lock:
+            ranks = {r: dict(s) for r, s in self.ranks.items()}
+            replaced = self.replaced
+        return {"workers": workers, "ranks": ranks, "workers_replaced": replaced}
+
+    def shutdown(self):
+        import ray
+        for w in self.workers:
+            ray.kill(w)
+        return True
+
+
+# ------------------------------------------------------------------ the service
+
+
+def _check_int(name, v, lo):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, not {type(v).__name__}")
+    if v < lo:
+        raise ValueError(f"{name} must be >= {lo}, not {v}")
+    return int(v)
+
+
+def _actor_options(resources):
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"resources_per_worker must be a dict such as {{'CPU': 4}}, not {type(resources).__name__}")
+    opts, custom = {}, {}
+    for k, v in resources.items():
+        if not isinstance(k, str):
+            raise ValueError(f"resources_per_worker: the key {k!r} is not a resource name")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
+            raise ValueError(f"resources_per_worker[{k!r}] must be a non-negative number, not {v!r}")
+        if k == "CPU":
+            opts["num_cpus"] = v
+        elif k == "GPU":
+            opts["num_gpus"] = v
+        elif k == "memory":
+            opts["memory"] = v
+        else:
+            custom[k] = v
+    opts.setdefault("num_cpus", 1)
+    if custom:
+        opts["resources"] = custom
+    return opts
+
+
+class Service:
+    """feedline's pipelines in `workers` Ray actors, feeding `world_size`
+    trainer ranks (service.loader(rank)). Picklable: send it to the Ray
+    tasks or actors that train. Made on the driver (it starts the actors);
+    the actors live as long as the process that made the Service.
+
+    files: paths, globs or URLs. groups: the files of each pass are cut into
+    this many groups (default max(min(len(files), 64), world_size); more
+    groups than files share the files by record); the batches depend on it,
+    not on `workers`. service.worker_actors() gives the worker actors'
+    handles (named feedline-worker-<service>-<index>-<n>). interleave: groups a rank reads side by side (default
+    4: a rank gets at most interleave workers' throughput). prefetch:
+    batches queued ahead per open group: a rank that stops taking stops the
+    workers after at most interleave x (prefetch + 2) batches made ahead of
+    it. equalize: None, "drop" or "pad".
+    resume: a rank's state_dict(), or a list of them (one per old rank);
+    under another world_size every old rank's state is needed.
+    loader_options: other feedline.Loader keywords for each group's loader
+    (on_error, max_bad, max_pixels, capacity, batches_in_flight, map, ...)."""
+
+    def __init__(self, files, batch_size=256, shuffle=10_000, seed=0, transform=None,
+                 deterministic=False, workers=1, resources_per_worker=None, world_size=1,
+                 equalize=None, resume=None, drop_last=False, groups=None, interleave=4,
+                 prefetch=2, readers=2, threads_per_worker=None, schema=None, start_timeout_s=300,
+                 **loader_options):
+        files = _expand(files)
+        batch_size = _check_int("batch_size", batch_size, 1)
+        shuffle = _check_int("shuffle", shuffle, 0)
+        seed = _check_int("seed", seed, 0)
+        workers = _check_int("workers", workers, 1)
+        world_size = _check_int("world_size", world_size, 1)
+        interleave = _check_int("interleave", interleave, 1)
+        prefetch = _check_int("prefetch", prefetch, 1)
+        readers = _check_int("readers", readers, 1)
+        if groups is None:
+            groups = max(min(len(files), 64), world_size)
+        groups = _check_int("groups", groups, 1)
+        if groups < world_size:
+            raise ValueError(f"world_size={world_size} ranks need at least as many groups, not groups={groups}")
+        if equalize not in (None, "drop", "pad"):
+            raise ValueError(f"equalize must be None, 'drop' or 'pad', not {equalize!r}")
+        if not isinstance(deterministic, bool):
+            raise ValueError(f"deterministic must be True or False, not {deterministic!r}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last must be True or False, not {drop_last!r}")
+        if transform is not None and not isinstance(transform, str):
+            raise ValueError(f"transform must be a spec string such as 'imagenet-train', not {transform!r}")
+        if isinstance(start_timeout_s, bool) or not isinstance(start_timeout_s, (int, float)) \
+                or not start_timeout_s > 0:
+            raise ValueError(f"start_timeout_s must be a positive number of seconds, not {start_timeout_s!r}")
+        if resources_per_worker is None:
+            resources_per_worker = {"CPU": 1}
+        actor_options = _actor_options(resources_per_worker)
+        bad = sorted(set(loader_options) & _RESERVED)
+        if bad:
+            raise ValueError(f"{bad[0]!r} is set by the Service itself")
+        if threads_per_worker is None:
+            threads_per_worker = max(1, int(math.ceil(actor_options.get("num_cpus", 1) or 1)))
+        threads_per_worker = _check_int("threads_per_worker", threads_per_worker, 1)
+        opts = dict(loader_options)
+        opts.update(batch_size=batch_size, shuffle=shuffle, deterministic=deterministic,
+                    drop_last=drop_last, readers=readers)
+        if transform is not None:
+            opts.update(transform=transform, workers=threads_per_worker)
+        elif "map" in opts:
+            opts.update(workers=threads_per_worker)
+        if schema is not None:
+            opts["schema"] = schema
+        self._config = {
+            "files": files, "batch_size": batch_size, "shuffle": shuffle, "seed": seed,
+            "transform": transform, "deterministic": deterministic, "workers": workers,
+            "world_size": world_size, "equalize": equalize, "drop_last": drop_last,
+            "groups": groups, "interleave": interleave, "prefetch": prefetch,
+            "actor_options": actor_options, "loader_options": opts,
+            "resources_per_worker": dict(resources_per_worker),
+            "service_id": uuid.uuid4().hex[:12],
+            "start_timeout_s": start_timeout_s,
+        }
+        self._resume = _check_resume(resume, self._config)
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init()
+        coord_cls = ray.remote(_Coordinator)
+        # On the driver's node: the service lives and dies with the driver,
+        # never with a CPU node that is lost.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._coordinator = coord_cls.options(num_cpus=0, max_concurrency=64,
+                                              scheduling_strategy=here).remote(self._config)
+        err = ray.get(self._coordinator.start_error.remote())  # once the workers are up, or not
+        if err is not None:
+            ray.kill(self._coordinator)
+            raise ValueError(err)
+
+    @property
+    def world_size(self):
+        return self._config["world_size"]
+
+    @property
+    def workers(self):
+        return self._config["workers"]
+
+    @property
+    def groups(self):
+        return self._config["groups"]
+
+    def loader(self, rank, state=None):
+        """The iterable of rank `rank`: epochs by iteration, state_dict(), len().
+        `state` (a state_dict() of this rank) starts it there instead of
+        where Service(resume=...) says."""
+        rank = _check_int("rank", rank, 0)
+        if rank >= self._config["world_size"]:
+            raise ValueError(f"rank {rank} is out of range for world_size={self._config['world_size']}")
+        if state is not None:
+            start = _check_resume(state, self._config)
+        else:
+            start = self._resume
+        return ServiceLoader(self._config, self._coordinator, rank, start)
+
+    def stats(self):
+        """Per worker (node, batches, records, records_per_s, busy/blocked
+        seconds) and per rank (batches, records, records_per_s, wait_s), and
+        the bottleneck: "workers" when the ranks wait for batches more than
+        the workers wait for room, else "ranks"."""
+        ray = _ray()
+        s = ray.get(self._coordinator.stats.remote())
+        ranks = s["ranks"]
+        live = [w for w in s["workers"] if "error" not in w]
+        rank_wait = sum(r["wait_s"] for r in ranks.values()) / max(1, len(ranks))
+        rank_time = sum(r["elapsed_s"] for r in ranks.values()) / max(1, len(ranks))
+        worker_blocked = sum(w["blocked_s"] for w in live) / max(1, len(live))
+        worker_up = sum(w["uptime_s"] for w in live) / max(1, len(live))
+        wait_frac = rank_wait / rank_time if rank_time > 0 else 0.0
+        blocked_frac = worker_blocked / worker_up if worker_up > 0 else 0.0
+        s["bottleneck"] = "workers" if wait_frac >= blocked_frac else "ranks"
+        s["rank_wait_fraction"] = wait_frac
+        s["worker_blocked_fraction"] = blocked_frac
+        s["records_per_s"] = sum(r["records_per_s"] for r in ranks.values())
+        return s
+
+    def shutdown(self):
+        """Kill the worker actors and the coordinator."""
+        ray = _ray()
+        try:
+            ray.get(self._coordinator.shutdown.remote())
+        finally:
+            ray.kill(self._coordinator)
+
+    def worker_actors(self):
+        """The worker actors' handles now (replacements included)."""
+        ray = _ray()
+        return [ray.get(self._coordinator.worker.remote(i)) for i in range(self._config["workers"])]
+
+    def __reduce__(self):
+        return (_rebuild_service, (self._config, self._resume, self._coordinator))
+
+
+def _rebuild_service(config, resume, coordinator):
+    s = Service.__new__(Service)
+    s._config = config
+    s._resume = resume
+    s._coordinator = coordinator
+    return s
+
+
+def _fingerprint(config):
+    c = config
+    return {"files": list(c["files"]), "batch_size": c["batch_size"], "shuffle": c["shuffle"],
+            "seed": c["seed"], "transform": c["transform"], "deterministic": c["deterministic"],
+            "drop_last": c["drop_last"], "groups": c["groups"], "equalize": c["equalize"]}
+
+
+def _check_resume(resume, config):
+    """The old ranks' states by rank, checked against these settings."""
+    if resume is None:
+        return None
+    states = [resume] if isinstance(resume, Mapping) else resume
+    try:
+        states = list(states)
+    except TypeError:
+        raise ValueError("resume must be a state_dict() or a list of them") from None
+    if not states:
+        raise ValueError("resume: an empty list")
+    fp = _fingerprint(config)
+    by_rank = {}
+    for s in states:
+        if not isinstance(s, Mapping) or s.get("format") != STATE_FORMAT:
+            raise ValueError(f"resume: not a feedline.ray state_dict() (format {STATE_FORMAT!r})")
+        for k, v in fp.items():
+            if s["settings"].get(k) != v:
+                old = s["settings"].get(k)
+                if k == "files":
+                    raise ValueError("resume: the file set changed since the state was taken")
+                raise ValueError(f"resume: setting {k!r} changed since the state was taken: {old!r} -> {v!r}")
+        r = s["rank"]
+        if r in by_rank:
+            raise ValueError(f"resume: two states of rank {r}")
+        by_rank[r] = s
+    old_world = {s["world_size"] for s in states}
+    if len(old_world) != 1:
+        raise ValueError(f"resume: states of different world sizes {sorted(old_world)}")
+    old_world = old_world.pop()
+    if old_world == config["world_size"] and config["interleave"] != states[0]["interleave"]:
+        raise ValueError(f"resume: setting 'interleave' changed since the state was taken: "
+                         f"{states[0]['interleave']!r} -> {config['interleave']!r}")
+    if old_world == config["world_size"]:
+        return {"mode": "same", "states": by_rank}
+    if sorted(by_rank) != list(range(old_world)):
+        missing = sorted(set(range(old_world)) - set(by_rank))
+        raise ValueError(f"resume under another world_size ({old_world} -> {config['world_size']}) needs "
+                         f"every old rank's state: missing rank(s) {missing}")
+    passes = {s["pass"] for s in states}
+    if len(passes) != 1:
+        raise ValueError(f"resume under another world_size: the old ranks' states are in different passes "
+                         f"{sorted(passes)}; take them at the same point of the same pass")
+    p = passes.pop()
+    merged = {}
+    for s in states:
+        for g in s["done"]:
+            merged[int(g)] = None
+        for g, taken, st in s["active"]:
+            merged[int(g)] = (taken, st)
+    return {"mode": "elastic", "pass": p, "groups": merged}
+
+
+# ------------------------------------------------------------------ a rank's loader
+
+
+class _Cursor:
+    __slots__ = ("group", "taken", "state", "key", "slot", "worker", "pending")
+
+    def __init__(self, group, taken=0, state=None):
+        self.group = group
+        self.taken = taken
+        self.state = state
+        self.key = None
+        self.slot = None
+        self.worker = None
+        self.pending = None
+
+
+class ServiceLoader:
+    """A rank's batches from a Service: `for batch in loader` runs the next
+    pass (a loop left early goes on with the same pass when iterated again),
+    len() is this rank's batches of a whole pass, state_dict() the position
+    after the batches taken."""
+
+    def __init__(self, config, coordinator, rank, start):
+        self._c = config
+        self._coord = coordinator
+        self.rank = rank
+        self.world_size = config["world_size"]
+        self._closed = False
+        self._stats = {"batches": 0, "records": 0, "bytes": 0, "wait_s": 0.0, "padded": 0,
+                       "worker_failures": 0}
+        self._t0 = time.monotonic()
+        self._last_report = 0.0
+        self._pass = None
+        self._group_list = []
+        self._elastic_todo = None
+        first_pass = 0
+        if start is not None and start["mode"] == "same" and rank in start["states"]:
+            s = start["states"][rank]
+            self._restore(s)
+            first_pass = None
+        elif start is not None and start["mode"] == "elastic":
+            self._begin_elastic(start)
+            first_pass = None
+        if first_pass is not None:
+            self._begin(0)
+
+    # ---- pass bookkeeping
+
+    def _begin(self, p):
+        c = self._c
+        self._pass = p
+        self._plan = pass_plan(c["files"], c["seed"], p, c["groups"], c["shuffle"] > 0)
+        self._group_list = _rank_groups(c["groups"], self.rank, self.world_size)
+        self._next_group = 0
+        self._active = []
+        self._pos = 0
+        self._done = []
+        self._delivered = 0
+        self._target = None
+        self._first = None
+        self._finished = False
+        self._elastic = {}
+        self._elastic_left = None
+        self._fill()
+
+    def _restore(self, s):
+        c = self._c
+        self._pass = s["pass"]
+        self._plan = pass_plan(c["files"], c["seed"], self._pass, c["groups"], c["shuffle"] > 0)
+        self._group_list = list(s["group_list"])
+        self._next_group = s["next_group"]
+        self._active = [_Cursor(int(g), taken, st) for g, taken, st in s["active"]]
+        self._pos = s["pos"]
+        self._done = list(s["done"])
+        self._delivered = s["delivered"]
+        self._target = None
+        self._first = None
+        self._finished = s["finished"]
+        self._restored_target = s.get("target")
+        self._elastic = {}
+        self._elastic_left = None
+        if self._finished:
+            self._begin(self._pass + 1)
+
+    def _begin_elastic(self, start):
+        c = self._c
+        p = start["pass"]
+        self._pass = p
+        self._plan = pass_plan(c["files"], c["seed"], p, c["groups"], c["shuffle"] > 0)
+        merged = start["groups"]
+        mine = _rank_groups(c["groups"], self.rank, self.world_size)
+        partial = [g for g in mine if g in merged and merged[g] is not None]
+        fresh = [g for g in mine if g not in merged]
+        self._group_list = partial + fresh
+        self._next_group = 0
+        self._active = []
+        self._pos = 0
+        self._done = [g for g in mine if g in merged and merged[g] is None]
+        self._delivered = 0
+        self._target = None
+        self._first = None
+        self._finished = False
+        self._elastic = {g: merged[g] for g in partial}
+        # what is left of each group in this pass, for len() and equalize
+        self._elastic_left = {g: (0 if v is None else v[0]) for g, v in merged.items()}
+        self._elastic_done = {g for g, v in merged.items() if v is None}
+        self._fill()
+
+    def _fill(self):
+        """Open groups from the rank's list until `interleave` are open."""
+        elastic = getattr(self, "_elastic", None) or {}
+        while len(self._active) < self._c["interleave"] and self._next_group < len(self._group_list):
+            g = self._group_list[self._next_group]
+            self._next_group += 1
+            if g in elastic:
+                taken, st = elastic.pop(g)
+                self._active.append(_Cursor(g, taken, st))
+            else:
+                self._active.append(_Cursor(g))
+
+    def _open(self, cur):
+        ray = _ray()
+        cur.slot, cur.worker = ray.get(self._coord.assign.remote())
+        cur.key = uuid.uuid4().hex
+        cur.worker.open.remote(cur.key, self._plan[cur.group],
+                               dict(self._c["loader_options"], seed=_spec_seed(self._c["seed"], self._pass, cur.group,
+                                                                               self._plan[cur.group])),
+                               cur.state, self._c["prefetch"])
+        cur.pending = cur.worker.take.remote(cur.key)
+
+    def _release(self, cur, close=True):
+        if cur.worker is not None:
+            if close:
+                cur.worker.close.remote(cur.key)
+            self._coord.release.remote(cur.slot, cur.worker._actor_id.hex())
+        cur.worker = None
+        cur.pending = None
+
+    def _get(self, cur):
+        """The next item of `cur`'s group; a dead worker is replaced and the
+        group goes on from the state after its last batch taken."""
+        ray = _ray()
+        for attempt in range(20):
+            if cur.pending is None:
+                self._open(cur)
+            t0 = time.perf_counter()
+            try:
+                kind, item = ray.get(cur.pending)
+                self._stats["wait_s"] += time.perf_counter() - t0
+                return kind, item
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
+                # The worker died (its node too, maybe: then the batch it had
+                # made is lost with the node's object store). The group goes
+                # on from the state after the last batch taken from it.
+                self._stats["worker_failures"] += 1
+                dead = cur.worker
+                self._release(cur)  # close: the worker may live on (an object lost alone)
+                ray.get(self._coord.replace.remote(cur.slot, dead._actor_id.hex()))
+        raise feedline.FeedlineError(f"group {cur.group}: its worker died 20 times in a row")
+
+    def _equal_target(self):
+        if self._c["equalize"] is None:
+            return None
+        if getattr(self, "_restored_target", None) is not None:
+            t = self._restored_target
+            self._restored_target = None
+            self._target = t
+        if self._target is None:
+            self._target = self._targets()[0]
+        return self._target
+
+    def _targets(self):
+        ray = _ray()
+        counts = list(ray.get(self._coord.group_counts.remote(self._pass)))
+        if self._elastic_left is not None and not getattr(self, "_len_next", False):
+            for g, taken in self._elastic_left.items():
+                counts[g] = 0 if g in self._elastic_done else max(0, counts[g] - taken)
+        per_rank = [sum(counts[g] for g in _rank_groups(self._c["groups"], r, self.world_size))
+                    for r in range(self.world_size)]
+        eq = self._c["equalize"]
+        if eq == "drop":
+            t = min(per_rank)
+        elif eq == "pad":
+            t = max(per_rank)
+        else:
+            t = per_rank[self.rank]
+        return t, per_rank
+
+    def _step(self):
+        """The next batch of the pass in progress, or None at its end."""
+        if self._finished:
+            return None
+        target = self._equal_target()
+        if target is not None and self._delivered >= target:
+            return self._end()
+        while self._active:
+            self._pos %= len(self._active)
+            cur = self._active[self._pos]
+            kind, item = self._get(cur)
+            if kind == "end":
+                self._release(cur, close=False)
+                self._done.append(cur.group)
+                del self._active[self._pos]
+                if self._next_group < len(self._group_list):
+                    g = self._group_list[self._next_group]
+                    self._next_group += 1
+                    elastic = getattr(self, "_elastic", None) or {}
+                    if g in elastic:
+                        taken, st = elastic.pop(g)
+                        self._active.insert(self._pos, _Cursor(g, taken, st))
+                    else:
+                        self._active.insert(self._pos, _Cursor(g))
+                continue
+            if kind == "error":
+                etype, msg = item
+                self.close()
+                if etype == "ValueError":
+                    raise ValueError(f"group {cur.group} of pass {self._pass}: {msg}")
+                raise feedline.FeedlineError(f"group {cur.group} of pass {self._pass}: {msg}")
+            fields, offsets, lengths, origins, seq, st = item
+            cur.pending = cur.worker.take.remote(cur.key)  # the next one is made meanwhile
+            index = cur.taken
+            cur.taken += 1
+            cur.state = st
+            self._pos += 1
+            b = RayBatch(fields, offsets, lengths, [tuple(o) for o in origins], self._pass,
+                         self._delivered, cur.group, index)
+            self._delivered += 1
+            if self._first is None:
+                self._first = b
+            self._count(b)
+            return b
+        # every group ended
+        if target is not None and self._delivered < target:
+            if self._first is None:
+                raise feedline.FeedlineError(f"rank {self.rank} has no batch to repeat for equalize='pad'")
+            f = self._first
+            b = RayBatch(f._fields, f._offsets, f._lengths, f.origins, self._pass, self._delivered,
+                         f.group, f.index, padded=True)
+            self._delivered += 1
+            self._stats["padded"] += 1
+            self._count(b)
+            return b
+        return self._end()
+
+    def _end(self):
+        for cur in self._active:
+            self._release(cur)
+        self._active = []
+        self._finished = True
+        self._report(force=True)
+        return None
+
+    def _count(self, b):
+        s = self._stats
+        s["batches"] += 1
+        s["records"] += b.size
+        s["bytes"] += sum(v.nbytes for v in b._fields.values() if isinstance(v, np.ndarray))
+        self._report()
+
+    def _report(self, force=False):
+        now = time.monotonic()
+        if force or now - self._last_report > 1.0:
+            self._last_report = now
+            el = now - self._t0
+            s = dict(self._stats, elapsed_s=el, records_per_s=self._stats["records"] / el if el > 0 else 0.0,
+                     **{"pass": self._pass})
+            self._coord.rank_report.remote(self.rank, s)
+
+    # ---- the Loader API
+
+    def __iter__(self):
+        self._check_open()
+        if self._finished:
+            self._begin(self._pass + 1)
+        return self._epoch(self._pass)
+
+    def _epoch(self, p):
+        while True:
+            if self._closed or self._pass != p:
+                return
+            b = self._step()
+            if b is None:
+                return
+            yield b
+
+    def __next__(self):
+        self._check_open()
+        if self._finished:
+            self._begin(self._pass + 1)
+        b = self._step()
+        if b is None:
+            raise StopIteration
+        return b
+
+    def __len__(self):
+        """Batches this rank gets in a whole pass (the pass in progress or next)."""
+        self._check_open()
+        if not self._finished:
+            return self._targets()[0]
+        saved = self._pass
+        self._pass, self._len_next = saved + 1, True
+        try:
+            return self._targets()[0]
+        finally:
+            self._pass, self._len_next = saved, False
+
+    def load_state_dict(self, state):
+        """Go on from `state` (this rank's state_dict(), or every old rank's
+        for an elastic resume) as Service(..., resume=state) would; the
+        groups open now are closed."""
+        self._check_open()
+        start = _check_resume(state, self._c)
+        if start["mode"] == "same" and self.rank not in start["states"]:
+            raise ValueError(f"load_state_dict: no state of rank {self.rank} among ranks "
+                             f"{sorted(start['states'])}")
+        for cur in self._active:
+            self._release(cur)
+        if start["mode"] == "same":
+            self._restore(start["states"][self.rank])
+        else:
+            self._begin_elastic(start)
+
+    def set_epoch(self, epoch):
+        """The next loop runs pass `epoch` from its start, as a fresh loader's
+        pass `epoch` (as DistributedSampler.set_epoch); free when it is the
+        pass the next loop runs anyway; a pass in progress is given up."""
+        self._check_open()
+        epoch = _check_int("epoch", epoch, 0)
+        upcoming = self._pass + 1 if self._finished else self._pass
+        fresh = not self._finished and self._delivered == 0 and not self._done and \
+            all(c.taken == 0 for c in self._active) and self._elastic_left is None
+        if epoch == upcoming and (self._finished or fresh):
+            return
+        for cur in self._active:
+            self._release(cur)
+        self._begin(epoch)
+
+    def state_dict(self):
+        """The position after the batches taken: a picklable, JSON-serialisable
+        dict (per open group, its feedline Loader's state after the last
+        batch taken from it)."""
+        self._check_open()
+        return {
+            "format": STATE_FORMAT,
+            "settings": _fingerprint(self._c),
+            "interleave": self._c["interleave"],
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "pass": self._pass,
+            "group_list": list(self._group_list),
+            "next_group": self._next_group,
+            "active": [[c.group, c.taken, c.state] for c in self._active],
+            "pos": self._pos,
+            "done": list(self._done),
+            "delivered": self._delivered,
+            "target": self._target,
+            "finished": self._finished,
+        }
+
+    def stats(self):
+        el = time.monotonic() - self._t0
+        return dict(self._stats, elapsed_s=el, records_per_s=self._stats["records"] / el if el > 0 else 0.0)
+
+    def _check_open(self):
+        if self._closed:
+            raise feedline.FeedlineError("this loader is closed")
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self):
+        if not self._closed:
+            for cur in self._active:
+                try:
+                    self._release(cur)
+                except Exception:  # noqa: BLE001 - Ray may be gone at exit
+                    pass
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ------------------------------------------------------------------ Ray Data source
+
+
+def read(files, schema=None, transform=None, *, rows_per_block=1024, files_per_task=1,
+         provenance=False, threads=1, **loader_options):
+    """A ray.data.Dataset of the records of `files`, read (and transformed) by
+    feedline's readers in Ray Data's read tasks: one task per
+    `files_per_task` files, each a feedline.Loader over them in file order
+    (no shuffle, deterministic), its rows put into blocks of at most
+    `rows_per_block` rows. provenance=True adds the columns "_file" and
+    "_record". Fixed-shape fields only (ragged and bytes fields of more than
+    one value per row are refused)."""
+    ray = _ray()
+    from ray.data import Datasource, ReadTask
+    from ray.data.block import BlockMetadata
+
+    files = _expand(files)
+    rows_per_block = _check_int("rows_per_block", rows_per_block, 1)
+    files_per_task = _check_int("files_per_task", files_per_task, 1)
+    threads = _check_int("threads", threads, 1)
+    if transform is not None and not isinstance(transform, str):
+        raise ValueError(f"transform must be a spec string such as 'imagenet-eval', not {transform!r}")
+    bad = sorted(set(loader_options) & _RESERVED)
+    if bad:
+        raise ValueError(f"{bad[0]!r} is set by read() itself")
+    opts = dict(loader_options)
+    if schema is not None:
+        opts["schema"] = schema
+    if transform is not None:
+        opts.update(transform=transform, workers=threads)
+    # A bad setting fails here, not in a read task.
+    with feedline.Loader(files[:1], batch_size=1, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True, **opts) as probe:
+        pass
+    chunks = [files[i:i + files_per_task] for i in range(0, len(files), files_per_task)]
+
+    def make(chunk):
+        def read_fn():
+            from ray.data.block import BlockAccessor
+            with feedline.Loader(chunk, batch_size=rows_per_block, shuffle=0, passes=1, readers=1,
+                                 rank=0, world_size=1, deterministic=True, **opts) as l:
+                for b in l:
+                    cols = {}
+                    for name in b:
+                        v = b[name]
+                        if b.offsets(name) is not None or b.lengths(name) is not None:
+                            raise ValueError(f"feedline.ray.read: the ragged field {name!r} has no block form here")
+                        cols[name] = np.array(v) if isinstance(v, np.ndarray) else np.array(v, dtype=object)
+                    if provenance:
+                        o = b.origins
+                        cols["_file"] = np.array([f for f, _ in o], dtype=object)
+                        cols["_record"] = np.array([r for _, r in o], dtype=np.int64)
+                    yield BlockAccessor.batch_to_block(cols)
+        return read_fn
+
+    class _Source(Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, **kw):
+            tasks = []
+            for chunk in chunks:
+                meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=list(chunk),
+                                     exec_stats=None)
+                try:
+                    tasks.append(ReadTask(make(chunk), meta, per_task_row_limit=per_task_row_limit))
+                except TypeError:
+                    tasks.append(ReadTask(make(chunk), meta))
+            return tasks
+
+        def get_name(self):
+            return "feedline"
+
+    del probe
+    return ray.data.read_datasource(_Source(), override_num_blocks=len(chunks))

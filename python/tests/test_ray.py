@@ -1,0 +1,638 @@
+"""feedline.ray on a local 3-node Ray cluster (ray.cluster_utils.Cluster,
+one process tree per node, each with its own CPUs and a custom resource):
+every record exactly once per pass by (file, record) provenance for 2 and 4
+ranks x 1, 2, 3 workers; deterministic batches equal across worker counts;
+a worker actor killed with ray.kill mid-pass; a rank restarted from its
+state_dict() (also under another world size); equalize; placement by custom
+resources; ranks as Ray tasks; every bad setting a ValueError; and
+feedline.ray.read's rows against feedline.Loader's."""
+
+import json
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import feedline  # noqa: E402
+import feedline.ray as fray  # noqa: E402
+from helpers import write_tar, write_tfrecord  # noqa: E402
+
+MB = 1024 * 1024
+FILES = 12
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"head": 1}, "object_store_memory": 120 * MB,
+        "include_dashboard": False})
+    for i in range(2):
+        c.add_node(num_cpus=2, resources={"prep": 1, f"prep{i}": 1}, object_store_memory=120 * MB)
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """FILES .npz files of 20 + 3f rows each; y = a global id, x = [id, f, record]."""
+    d = tmp_path_factory.mktemp("raydata")
+    paths, want = [], {}
+    nxt = 0
+    for f in range(FILES):
+        n = 20 + 3 * f
+        ids = np.arange(nxt, nxt + n, dtype=np.int64)
+        nxt += n
+        x = np.stack([ids, np.full(n, f), np.arange(n)], axis=1).astype(np.float32)
+        p = str(d / f"part{f:02d}.npz")
+        np.savez(p, x=x, y=ids)
+        paths.append(p)
+        for r in range(n):
+            want[(p, r)] = int(ids[r])
+    return paths, want
+
+
+def service(data, **kw):
+    paths, _ = data
+    s = dict(files=paths, batch_size=8, shuffle=16, seed=5, resources_per_worker={"CPU": 0.25},
+             readers=1)
+    s.update(kw)
+    return fray.Service(**s)
+
+
+def check_batch(b, want):
+    """The batch's rows are the records its provenance names."""
+    assert b.size == len(b["y"]) == len(b.origins)
+    for (f, r), y, x in zip(b.origins, b["y"].tolist(), b["x"].tolist()):
+        assert want[(f, r)] == y, (f, r)
+        assert x[0] == y and x[2] == r
+
+
+def run_ranks(svc, world, want, passes=1, threads=True):
+    """Every rank's batches of `passes` passes, ranks side by side in threads."""
+    out = {}
+
+    def one(rank):
+        loader = svc.loader(rank)
+        out[rank] = [list(loader) for _ in range(passes)]
+        loader.close()
+
+    if threads:
+        ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    else:
+        for r in range(world):
+            one(r)
+    assert sorted(out) == list(range(world))
+    for r in out:
+        for p in out[r]:
+            for b in p:
+                check_batch(b, want)
+    return out
+
+
+def origins_of(batches):
+    return [o for b in batches if not b.padded for o in b.origins]
+
+
+def assert_exactly_once(per_rank_batches, want):
+    got = [o for bs in per_rank_batches for o in origins_of(bs)]
+    assert len(got) == len(set(got)), "a record came twice"
+    assert set(got) == set(want), f"missing {len(set(want) - set(got))}, extra {len(set(got) - set(want))}"
+
+
+# ------------------------------------------------------------------ exactly once
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_every_record_exactly_once_per_pass(cluster, data, world, workers):
+    _, want = data
+    svc = service(data, workers=workers, world_size=world, deterministic=False)
+    try:
+        out = run_ranks(svc, world, want, passes=2)
+        for p in range(2):
+            assert_exactly_once([out[r][p] for r in range(world)], want)
+            for r in range(world):
+                assert all(b.pass_ == p for b in out[r][p])
+                assert [b.seq for b in out[r][p]] == list(range(len(out[r][p])))
+        # the two passes are in different orders
+        assert origins_of(out[0][0]) != origins_of(out[0][1])
+    finally:
+        svc.shutdown()
+
+
+@pytest.mark.parametrize("nfiles, world, groups", [(3, 4, None), (12, 2, 16)])
+def test_more_groups_than_files_share_files_by_record(cluster, data, nfiles, world, groups):
+    """Fewer files than groups (by default: fewer than ranks): every group
+    reads every file and keeps its share of the records."""
+    paths, want = data
+    want = {k: v for k, v in want.items() if k[0] in paths[:nfiles]}
+    svc = service(data, files=paths[:nfiles], workers=2, world_size=world, groups=groups,
+                  deterministic=True)
+    try:
+        assert svc.groups == (groups or world)
+        out = run_ranks(svc, world, want, passes=2)
+        for p in range(2):
+            assert_exactly_once([out[r][p] for r in range(world)], want)
+        for r in range(world):
+            with svc.loader(r) as l:
+                assert len(l) == len(out[r][0])
+    finally:
+        svc.shutdown()
+
+
+def test_deterministic_batches_equal_across_worker_counts(cluster, data):
+    _, want = data
+    runs = []
+    for workers in (1, 2, 3):
+        svc = service(data, workers=workers, world_size=2, deterministic=True)
+        try:
+            out = run_ranks(svc, 2, want, passes=2)
+        finally:
+            svc.shutdown()
+        runs.append({r: [[b.origins for b in p] for p in out[r]] for r in out})
+        for p in range(2):
+            assert_exactly_once([out[r][p] for r in range(2)], want)
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_workers_run_each_rank_side_by_side(cluster, data):
+    """With interleave=4 a rank's batches come from 4 groups in turn, the
+    groups spread over the workers (least loaded first)."""
+    svc = service(data, workers=3, world_size=1, interleave=4, deterministic=True, groups=12)
+    try:
+        loader = svc.loader(0)
+        first = [next(loader).group for _ in range(8)]
+        assert first == [0, 1, 2, 3] * 2
+        st = svc.stats()
+        busy = [w for w in st["workers"] if w["batches"] > 0]
+        assert len(busy) == 3, st["workers"]
+        loader.close()
+    finally:
+        svc.shutdown()
+
+
+def test_backpressure_bounds_the_batches_made_ahead(cluster, data):
+    """Per open group a worker makes at most prefetch batches ahead of the
+    rank's pending take, plus the one waiting for room: a rank that stops
+    taking stops the workers."""
+    svc = service(data, workers=1, world_size=1, batch_size=2, interleave=2, prefetch=1,
+                  deterministic=True)
+    try:
+        loader = svc.loader(0)
+        got = [next(loader) for _ in range(3)]
+        time.sleep(2.0)
+        made = sum(w["batches"] for w in svc.stats()["workers"])
+        assert len(got) < made <= len(got) + 2 * (1 + 1 + 1), made
+        time.sleep(1.0)
+        assert sum(w["batches"] for w in svc.stats()["workers"]) == made
+        loader.close()
+    finally:
+        svc.shutdown()
+
+
+# ------------------------------------------------------------------ faults
+
+
+def _kill_mid_pass(data, want, deterministic, which):
+    svc = service(data, workers=2, world_size=2, deterministic=deterministic, prefetch=1)
+    try:
+        loaders = [svc.loader(r) for r in range(2)]
+        got = [[], []]
+        for _ in range(6):
+            for r in range(2):
+                got[r].append(next(loaders[r]))
+        victim = svc.worker_actors()[which]
+        ray.kill(victim, no_restart=True)
+        for r in range(2):
+            got[r].extend(list(loaders[r]))
+        st = svc.stats()
+        assert st["workers_replaced"] == 1
+        assert sum(l.stats()["worker_failures"] for l in loaders) >= 1
+        for bs in got:
+            for b in bs:
+                check_batch(b, want)
+        assert_exactly_once(got, want)
+        # the next pass runs as usual on the replacement
+        nxt = [list(l) for l in loaders]
+        assert_exactly_once(nxt, want)
+        return [[b.origins for b in bs] for bs in got]
+    finally:
+        svc.shutdown()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_killed_worker_actor_loses_nothing_and_repeats_nothing(cluster, data, deterministic):
+    _, want = data
+    got = _kill_mid_pass(data, want, deterministic, which=0)
+    if deterministic:
+        svc = service(data, workers=2, world_size=2, deterministic=True, prefetch=1)
+        try:
+            ref = run_ranks(svc, 2, want)
+        finally:
+            svc.shutdown()
+        assert got == [[b.origins for b in ref[r][0]] for r in range(2)]
+
+
+def test_a_lost_node_loses_nothing(cluster, data):
+    """A node that dies with its worker actor and the batches in its object
+    store: the groups go on on the other node's worker (the replacement asks
+    for a resource no node has left: it is not waited for)."""
+    _, want = data
+    doomed = cluster.add_node(num_cpus=1, resources={"spot": 1}, object_store_memory=80 * MB)
+    spare = cluster.add_node(num_cpus=1, resources={"spot": 1}, object_store_memory=80 * MB)
+    cluster.wait_for_nodes()
+    svc = service(data, workers=2, world_size=1, resources_per_worker={"CPU": 0.25, "spot": 1},
+                  deterministic=True)
+    try:
+        placed = {w["node_id"]: w["index"] for w in svc.stats()["workers"]}
+        assert set(placed) == {doomed.node_id, spare.node_id}
+        victim = svc.worker_actors()[placed[doomed.node_id]]
+        loader = svc.loader(0)
+        got = [next(loader) for _ in range(6)]
+        cluster.remove_node(doomed, allow_graceful=False)
+        # the node's processes go when they see their raylet gone: wait for it
+        end = time.monotonic() + 60
+        with pytest.raises(ray.exceptions.RayActorError):
+            while time.monotonic() < end:
+                ray.get(victim.ready.remote(), timeout=10)
+                time.sleep(0.2)
+        got += list(loader)
+        for b in got:
+            check_batch(b, want)
+        assert_exactly_once([got], want)
+        st = svc.stats()
+        assert st["workers_replaced"] == 1 and loader.stats()["worker_failures"] >= 1
+        assert sum(1 for w in st["workers"] if "error" in w) == 1
+    finally:
+        svc.shutdown()
+        cluster.remove_node(spare)
+        end = time.monotonic() + 60
+        while any(n["Alive"] and n["NodeID"] in (doomed.node_id, spare.node_id) for n in ray.nodes()):
+            assert time.monotonic() < end
+            time.sleep(0.2)
+    ref_svc = service(data, workers=1, world_size=1, deterministic=True)
+    try:
+        ref = run_ranks(ref_svc, 1, want)[0][0]
+    finally:
+        ref_svc.shutdown()
+    assert [b.origins for b in got] == [b.origins for b in ref]
+
+
+# ------------------------------------------------------------------ rank restart
+
+
+@pytest.mark.parametrize("stop_after", [1, 7, 40])
+def test_a_restarted_rank_goes_on_from_its_state_dict(cluster, data, stop_after):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+    try:
+        ref = run_ranks(svc, 2, want, passes=2)
+    finally:
+        svc.shutdown()
+    n0 = len(ref[0][0])
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+    try:
+        loader = svc.loader(0)
+        first = [next(loader) for _ in range(min(stop_after, n0))]
+        state = loader.state_dict()
+        loader.close()
+    finally:
+        svc.shutdown()
+    state = json.loads(json.dumps(state))  # JSON (as in a ray.train.Checkpoint)
+    state = pickle.loads(pickle.dumps(state))
+    svc = service(data, workers=3, world_size=2, deterministic=True, resume=[state])
+    try:
+        loader = svc.loader(0)
+        rest = list(loader)
+        nxt = list(loader)
+        loader.close()
+    finally:
+        svc.shutdown()
+    whole = first + rest
+    # exactly once with rank 1's uninterrupted batches, and the same batches as the uninterrupted run
+    assert_exactly_once([whole, ref[1][0]], want)
+    assert [b.origins for b in whole] == [b.origins for b in ref[0][0]]
+    assert [b.origins for b in nxt] == [b.origins for b in ref[0][1]]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_load_state_through_loader_keyword_and_non_deterministic(cluster, data, deterministic):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=deterministic)
+    try:
+        l0 = svc.loader(0)
+        first = [next(l0) for _ in range(5)]
+        st = l0.state_dict()
+        l0.close()
+        rest = list(svc.loader(0, state=st))
+        other = list(svc.loader(1))
+        assert_exactly_once([first + rest, other], want)
+    finally:
+        svc.shutdown()
+
+
+def test_load_state_dict_and_set_epoch(cluster, data):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+    try:
+        ref = run_ranks(svc, 2, want, passes=3)
+        l0 = svc.loader(0)
+        head = [next(l0) for _ in range(5)]
+        st = l0.state_dict()
+        l1 = svc.loader(0)
+        l1.set_epoch(0)  # the pass it runs anyway: nothing changes
+        assert next(l1).origins == ref[0][0][0].origins
+        l1.load_state_dict(st)  # from batch 5 of pass 0 on
+        assert [b.origins for b in head + list(l1)] == [b.origins for b in ref[0][0]]
+        l1.set_epoch(2)  # skips pass 1: a fresh loader's pass 2
+        assert [b.origins for b in l1] == [b.origins for b in ref[0][2]]
+        l0.set_epoch(1)  # gives up the rest of pass 0
+        assert [b.origins for b in l0] == [b.origins for b in ref[0][1]]
+        with pytest.raises(ValueError, match="no state of rank 1"):
+            svc.loader(1).load_state_dict(st)
+        with pytest.raises(ValueError, match="epoch must be >= 0"):
+            l0.set_epoch(-1)
+        l0.close()
+        l1.close()
+    finally:
+        svc.shutdown()
+
+
+def test_elastic_resume_under_another_world_size(cluster, data):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+    try:
+        ls = [svc.loader(r) for r in range(2)]
+        first = [[next(ls[r]) for _ in range(20 - 8 * r)] for r in range(2)]
+        states = [l.state_dict() for l in ls]
+        # some groups done, some partly read, some not begun: each kind is dealt anew
+        assert any(s["done"] for s in states) and all(s["active"] for s in states)
+        assert any(s["next_group"] < len(s["group_list"]) for s in states)
+        for l in ls:
+            l.close()
+    finally:
+        svc.shutdown()
+    svc = service(data, workers=1, world_size=3, deterministic=True, resume=states)
+    try:
+        rest = run_ranks(svc, 3, want, passes=2)
+    finally:
+        svc.shutdown()
+    assert_exactly_once(first + [rest[r][0] for r in range(3)], want)
+    assert_exactly_once([rest[r][1] for r in range(3)], want)
+
+
+# ------------------------------------------------------------------ equalize, len, placement, tasks
+
+
+@pytest.mark.parametrize("how", ["drop", "pad"])
+def test_equalize_gives_every_rank_the_same_batch_count(cluster, data, how):
+    _, want = data
+    svc = service(data, workers=2, world_size=4, equalize=how, deterministic=True)
+    try:
+        counts = svc.loader(0)._targets()[1]
+        assert len(set(counts)) > 1  # the ranks' shares differ: equalize has work to do
+        out = run_ranks(svc, 4, want, passes=1)
+        target = min(counts) if how == "drop" else max(counts)
+        assert {len(out[r][0]) for r in range(4)} == {target}
+        for r in range(4):
+            with svc.loader(r) as l:
+                assert len(l) == target
+        got = [o for r in range(4) for o in origins_of(out[r][0])]
+        assert len(got) == len(set(got))
+        if how == "pad":
+            assert set(got) == set(want)
+            pads = [b for r in range(4) for b in out[r][0] if b.padded]
+            assert len(pads) == sum(max(counts) - c for c in counts)
+        else:
+            assert not any(b.padded for r in range(4) for b in out[r][0])
+    finally:
+        svc.shutdown()
+
+
+@pytest.mark.parametrize("world, drop_last", [(1, False), (3, False), (2, True)])
+def test_len_is_the_batches_a_pass_delivers(cluster, data, world, drop_last):
+    _, want = data
+    svc = service(data, workers=2, world_size=world, drop_last=drop_last)
+    try:
+        for r in range(world):
+            loader = svc.loader(r)
+            n = len(loader)
+            got = list(loader)
+            assert len(got) == n
+            assert len(loader) == len(list(loader))
+            if drop_last:
+                assert all(b.size == 8 for b in got)
+    finally:
+        svc.shutdown()
+
+
+def test_workers_are_placed_by_their_custom_resource(cluster, data):
+    _, want = data
+    prep_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("prep")}
+    assert len(prep_nodes) == 2
+    for res, nodes in (({"CPU": 0.25, "prep": 0.1}, prep_nodes),
+                       ({"CPU": 0.25, "prep1": 0.1}, None),
+                       ({"CPU": 0.25, "head": 0.1}, None)):
+        svc = service(data, workers=3, world_size=2, resources_per_worker=res)
+        try:
+            run_ranks(svc, 2, want)
+            st = svc.stats()
+            placed = {w["node_id"] for w in st["workers"]}
+            key = next(k for k in res if k != "CPU")
+            allowed = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(key)}
+            assert placed <= allowed, (res, placed, allowed)
+            if nodes is not None:
+                assert placed <= nodes
+            if key != "prep":
+                assert len(placed) == 1
+            assert sum(w["records"] for w in st["workers"]) == len(want)
+            assert st["bottleneck"] in ("workers", "ranks")
+            assert set(st["ranks"]) == {0, 1}
+            assert sum(r["records"] for r in st["ranks"].values()) == len(want)
+        finally:
+            svc.shutdown()
+
+
+def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
+    _, want = data
+    svc = service(data, workers=2, world_size=2, deterministic=True)
+
+    @ray.remote(num_cpus=0.1, resources={"prep": 0.01})
+    def rank_task(s, rank):
+        return [b.origins for b in s.loader(rank)]
+
+    try:
+        got = ray.get([rank_task.remote(svc, r) for r in range(2)])
+        flat = [o for bs in got for b in bs for o in b]
+        assert len(flat) == len(set(flat)) and set(flat) == set(want)
+        local = run_ranks(svc, 2, want)
+        assert got == [[b.origins for b in local[r][0]] for r in range(2)]
+    finally:
+        svc.shutdown()
+
+
+# ------------------------------------------------------------------ bad settings
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(workers=0), "workers must be >= 1"),
+    (dict(world_size=0), "world_size must be >= 1"),
+    (dict(world_size=3, groups=2), "need at least as many groups, not groups=2"),
+    (dict(batch_size=0), "batch_size must be >= 1"),
+    (dict(equalize="even"), "equalize must be"),
+    (dict(resources_per_worker=4), "resources_per_worker must be a dict"),
+    (dict(resources_per_worker={"CPU": -1}), "non-negative number"),
+    (dict(groups=0), "groups must be >= 1"),
+    (dict(interleave=0), "interleave must be >= 1"),
+    (dict(deterministic="yes"), "deterministic must be True or False"),
+    (dict(rank=0), "set by the Service itself"),
+    (dict(files=[]), "no files given"),
+    (dict(files="/nonexistent/dir/*.npz"), "matches nothing"),
+    (dict(transform=3), "transform must be a spec string"),
+])
+def test_bad_settings_are_value_errors(cluster, data, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        service(data, **kw)
+
+
+def test_workers_that_cannot_be_placed_are_a_value_error(cluster, data):
+    with pytest.raises(ValueError, match=r"not all placed within 3 s: .*'nosuch'"):
+        service(data, resources_per_worker={"CPU": 0.25, "nosuch": 1}, start_timeout_s=3)
+
+
+def test_bad_rank_and_bad_resume_are_value_errors(cluster, data, tmp_path):
+    paths, _ = data
+    svc = service(data, workers=1, world_size=2)
+    try:
+        with pytest.raises(ValueError, match="rank 2 is out of range"):
+            svc.loader(2)
+        with pytest.raises(ValueError, match="rank must be >= 0"):
+            svc.loader(-1)
+        l0 = svc.loader(0)
+        next(l0)
+        st = l0.state_dict()
+        l0.close()
+        with pytest.raises(feedline.FeedlineError, match="closed"):
+            next(l0)
+    finally:
+        svc.shutdown()
+    with pytest.raises(ValueError, match="file set changed"):
+        fray.Service(files=paths[:-1], batch_size=8, shuffle=16, seed=5, world_size=2, resume=[st])
+    with pytest.raises(ValueError, match="'seed' changed"):
+        service(data, seed=6, world_size=2, resume=[st])
+    with pytest.raises(ValueError, match="every old rank's state"):
+        service(data, world_size=3, resume=[st])
+    with pytest.raises(ValueError, match="not a feedline.ray state_dict"):
+        service(data, world_size=2, resume=[{"pass": 0}])
+    with pytest.raises(ValueError, match="two states of rank 0"):
+        service(data, world_size=2, resume=[st, st])
+
+
+def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
+    paths, _ = data
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip file at all")
+    svc = fray.Service(files=paths[:3] + [str(bad)], batch_size=8, shuffle=0, workers=1,
+                       world_size=1, resources_per_worker={"CPU": 0.25}, groups=4)
+    try:
+        with pytest.raises((feedline.FeedlineError, ValueError), match="bad.npz"):
+            list(svc.loader(0))
+    finally:
+        svc.shutdown()
+
+
+# ------------------------------------------------------------------ the Ray Data source
+
+
+def test_read_rows_equal_the_loaders(cluster, data):
+    paths, want = data
+    ds = fray.read(paths, provenance=True, rows_per_block=10, files_per_task=5)
+    rows = ds.take_all()
+    with feedline.Loader(paths, batch_size=10, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True) as l:
+        ref = {}
+        for b in l:
+            for o, y, x in zip(b.origins, b["y"].tolist(), b["x"].tolist()):
+                ref[tuple(o)] = (y, x)
+    got = {}
+    for row in rows:
+        k = (row["_file"], int(row["_record"]))
+        assert k not in got
+        got[k] = (int(row["y"]), np.asarray(row["x"]).tolist())
+    assert got == ref
+    assert len(got) == len(want)
+    # in file order within each task, as the loader reads them
+    ordered = fray.read(paths[:5], rows_per_block=7, files_per_task=5).take_all()
+    with feedline.Loader(paths[:5], batch_size=7, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True) as l:
+        assert [int(r["y"]) for r in ordered] == [y for b in l for y in b["y"].tolist()]
+
+
+def test_read_refuses_bad_settings(cluster, data):
+    paths, _ = data
+    with pytest.raises(ValueError, match="rows_per_block must be >= 1"):
+        fray.read(paths, rows_per_block=0)
+    with pytest.raises(ValueError, match="transform"):
+        fray.read(paths, transform="no-such-transform")
+    with pytest.raises(ValueError, match="set by read"):
+        fray.read(paths, shuffle=3)
+
+
+# ------------------------------------------------------------------ other formats
+
+
+def other_format(tmp_path, fmt):
+    """6 files of 15 + 4f records, labels unique; the label's field name."""
+    paths, nxt = [], 0
+    for f in range(6):
+        ys = list(range(nxt, nxt + 15 + 4 * f))
+        nxt += len(ys)
+        if fmt == "tfrecord":
+            paths.append(write_tfrecord(tmp_path / f"p{f}.tfrecord", ys))
+        elif fmt == "tar":
+            paths.append(write_tar(tmp_path / f"p{f}.tar", ys))
+        else:
+            p = tmp_path / f"p{f}.jsonl"
+            p.write_text("".join('{"y": %d, "v": [%d.5, 1.0]}\n' % (y, y) for y in ys))
+            paths.append(str(p))
+    return paths, nxt, ("cls" if fmt == "tar" else "y")
+
+
+def label_list(v):
+    return [int(x.decode() if isinstance(x, bytes) else x) for x in (v.tolist() if hasattr(v, "tolist") else v)]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "tar", "jsonl"])
+def test_other_formats_exactly_once_and_read_equals_loader(cluster, tmp_path, fmt):
+    paths, total, label = other_format(tmp_path, fmt)
+    with feedline.Loader(paths, batch_size=5, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True) as l:
+        truth = {tuple(o): y for b in l for o, y in zip(b.origins, label_list(b[label]))}
+    assert sorted(truth.values()) == list(range(total))
+    svc = fray.Service(files=paths, batch_size=5, shuffle=9, seed=1, workers=2, world_size=2,
+                       resources_per_worker={"CPU": 0.25})
+    try:
+        seen = []
+        for r in range(2):
+            for b in svc.loader(r):
+                for o, y in zip(b.origins, label_list(b[label])):
+                    assert truth[o] == y
+                    seen.append(o)
+        assert len(seen) == len(set(seen)) and set(seen) == set(truth)
+    finally:
+        svc.shutdown()
+    rows = fray.read(paths, provenance=True, rows_per_block=6).take_all()
+    got = {(r["_file"], int(r["_record"])): label_list([r[label]])[0] for r in rows}
+    assert len(rows) == total and got == truth
