@@ -76,6 +76,10 @@ class Batch(Mapping[str, _Value]):
     @property
     def origins(self) -> list[tuple[str, int]]:
         """(source, record index) of every instance, in batch order."""
+    @property
+    def segments(self) -> Optional[list[tuple[int, str, int, int, int, int]]]:
+        """A packed batch's document pieces (pack=): (row, source, record,
+        start, length, doc_tokens), row by row, in order; None when not packed."""
     def __getitem__(self, key: str, /) -> _Value: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[str]: ...
@@ -158,6 +162,15 @@ class Loader(Iterator[Batch]):
         batches_in_flight: Optional[int] = None,
         equalize: Optional[Literal["drop", "pad"]] = None,
         max_pixels: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        text_field: Optional[str] = None,
+        add_eos: bool = False,
+        add_bos: bool = False,
+        pack: Optional[int] = None,
+        pack_window: Optional[int] = None,
+        pack_policy: Optional[Literal["best-fit", "first-fit", "concat"]] = None,
+        long_docs: Optional[Literal["split", "truncate", "drop"]] = None,
+        pack_field: Optional[str] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -183,7 +196,17 @@ class Loader(Iterator[Batch]):
         max_pixels: with transform=, the most pixels (width x height) an image may
         have (default: PIL's 178956970); a larger one is a bad record naming its
         size, refused before it is decoded. Each worker may hold about 14 bytes
-        per pixel of it."""
+        per pixel of it.
+        tokenizer: a Hugging Face tokenizer.json applied to `text_field` (default
+        "text") on `workers` threads, giving int32 `input_ids` per document (the
+        ids Python's tokenizers gives), with EOS/BOS if add_eos/add_bos.
+        pack: L, pack each pass's documents into batches of batch_size rows of L
+        tokens (input_ids, segment_ids, position_ids, cu_seqlens, max_seqlen;
+        batch.segments the provenance); pack_policy "best-fit" (default),
+        "first-fit" or "concat"; pack_window documents in open rows (default
+        1000); long_docs "split" (default), "truncate" or "drop"; pack_field the
+        token field (default "input_ids"). stats()["packing"] has the fill.
+        Not with equalize= or drop_last=True."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
