@@ -333,7 +333,7 @@ pub struct Batch {
     pub(crate) padded: usize,
     /// A packed batch's document pieces (see [`crate::pack`]); `None` for
     /// a batch of instances.
-    pub(crate) segments: Option<Arc<[Segment]>>,
+    pub(crate) segments: Option<Arc<Vec<Segment>>>,
 }
 
 impl Drop for Batch {
@@ -675,7 +675,7 @@ impl Batch {
     /// The same batch, packed from the document pieces `segments` (see
     /// [`crate::pack`]).
     pub fn with_segments(mut self, segments: Vec<Segment>) -> Self {
-        self.segments = Some(segments.into());
+        self.segments = Some(Arc::new(segments));
         self
     }
 
@@ -683,7 +683,7 @@ impl Batch {
     /// which document, which tokens of it; `None` for a batch of
     /// instances, whose [`origins`](Self::origins) say it all.
     pub fn segments(&self) -> Option<&[Segment]> {
-        self.segments.as_deref()
+        self.segments.as_deref().map(Vec::as_slice)
     }
 
     /// Payload bytes of all fields.

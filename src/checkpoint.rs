@@ -1461,6 +1461,7 @@ mod tests {
                 seqs: RecordRanges::from_records(0..17),
                 records,
                 snapshot: None,
+                pieces: BTreeMap::new(),
             }],
         }
     }
@@ -1737,6 +1738,48 @@ mod tests {
                     c.passes[0].records.insert(0, RecordRanges(vec![[7, 7]]));
                 }),
                 "`passes[0].records.0`",
+                "empty or reversed",
+            ),
+            (
+                Box::new(|c| {
+                    c.passes[0].pieces.insert(
+                        0,
+                        vec![DocPieces {
+                            record: 3,
+                            tokens: 10,
+                            delivered: RecordRanges(vec![[4, 12]]),
+                        }],
+                    );
+                }),
+                "`passes[0].pieces.0[0]`",
+                "of a document of 10 tokens",
+            ),
+            (
+                Box::new(|c| {
+                    c.passes[0].pieces.insert(
+                        0,
+                        vec![DocPieces {
+                            record: 3,
+                            tokens: 10,
+                            delivered: RecordRanges(vec![[0, 10]]),
+                        }],
+                    );
+                }),
+                "`passes[0].pieces.0[0]`",
+                "belongs in `records`",
+            ),
+            (
+                Box::new(|c| {
+                    c.passes[0].pieces.insert(
+                        0,
+                        vec![DocPieces {
+                            record: 3,
+                            tokens: 10,
+                            delivered: RecordRanges(vec![[5, 2]]),
+                        }],
+                    );
+                }),
+                "`passes[0].pieces.0[0]`",
                 "empty or reversed",
             ),
             (

@@ -366,6 +366,14 @@ impl TransformArgs {
             t.instance = Some(std::sync::Arc::new(image));
             t.workers = self.workers.unwrap_or(t.workers);
         }
+        #[cfg(not(feature = "tokenize"))]
+        if let Some(path) = &self.tokenizer {
+            return Err(CliError::usage(format!(
+                "--tokenizer {}: tokenizing is not compiled in: enable the `tokenize` feature",
+                path.display()
+            )));
+        }
+        #[cfg(feature = "tokenize")]
         if let Some(path) = &self.tokenizer {
             use feedline::tokenize::{Tokenize, Tokenizer};
             let bad =

@@ -182,6 +182,10 @@ impl PyBatch {
     }
 }
 
+/// A packed batch's piece as Python sees it: (row, source, record, start,
+/// length, doc_tokens).
+type SegmentTuple = (u32, String, u64, u64, u32, u64);
+
 #[pymethods]
 impl PyBatch {
     fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
@@ -325,7 +329,7 @@ impl PyBatch {
     /// its tokens `[start, start + length)` (of `doc_tokens` as packed) in
     /// row `row`, in order; `None` for a batch that is not packed.
     #[getter]
-    fn segments(&self) -> Option<Vec<(u32, String, u64, u64, u32, u64)>> {
+    fn segments(&self) -> Option<Vec<SegmentTuple>> {
         self.batch.segments().map(|segs| {
             segs.iter()
                 .map(|s| {
