@@ -617,6 +617,24 @@ pub struct PassProgress {
     /// instead of drawing the pass again from its start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<DrawSnapshot>,
+    /// Packing ([`crate::pack`]): the documents partly delivered — some of
+    /// their pieces in consumed batches, not all — per source index; a
+    /// resume by record delivers the rest of each. (A document delivered
+    /// whole is in `records`.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pieces: BTreeMap<u32, Vec<DocPieces>>,
+}
+
+/// A document partly delivered by packing: its record, its tokens as
+/// packed, the token ranges of it delivered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocPieces {
+    /// The record (the document) in its source.
+    pub record: u64,
+    /// Its tokens as packed (after truncation).
+    pub tokens: u64,
+    /// The token ranges delivered: sorted, within `[0, tokens)`, not all of it.
+    pub delivered: RecordRanges,
 }
 
 /// A chunk of the shuffle pool by reference: the `chunk`-th chunk of the
@@ -1066,6 +1084,33 @@ impl Checkpoint {
                 "consumed records, but `batches` is 0".into(),
             );
         }
+        for (&s, docs) in &p.pieces {
+            for (k, d) in docs.iter().enumerate() {
+                let field = format!("passes[{i}].pieces.{s}[{k}]");
+                d.delivered
+                    .check_sorted()
+                    .or_else(|what| bad(field.clone(), what))?;
+                let end = d.delivered.0.last().map_or(0, |r| r[1]);
+                if d.delivered.0.is_empty() || end > d.tokens {
+                    return bad(
+                        field,
+                        format!(
+                            "delivered token ranges {:?} of a document of {} tokens: expected some, within it",
+                            d.delivered.0, d.tokens
+                        ),
+                    );
+                }
+                if d.delivered.0 == [[0, d.tokens]] {
+                    return bad(
+                        field,
+                        format!(
+                            "record {}: every token delivered, so it belongs in `records`",
+                            d.record
+                        ),
+                    );
+                }
+            }
+        }
         let Some(s) = &p.snapshot else {
             return Ok(());
         };
@@ -1101,7 +1146,8 @@ impl Checkpoint {
 
     fn check_refs(&self) -> CheckpointResult<()> {
         let n = self.sources.len();
-        let indices = self.passes.iter().flat_map(|p| p.records.keys().copied());
+        let indices =
+            (self.passes.iter()).flat_map(|p| p.records.keys().chain(p.pieces.keys()).copied());
         for index in indices {
             if index as usize >= n {
                 return Err(CheckpointError::BadSourceIndex { index, sources: n });

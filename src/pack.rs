@@ -387,7 +387,10 @@ impl PackedRows {
                 at += n;
                 max_seqlen = max_seqlen.max(n);
                 cu.push(i32::try_from(base + at).map_err(|_| too_large(b, length))?);
-                segments.push(Segment { row: i as u32, ..*seg });
+                segments.push(Segment {
+                    row: i as u32,
+                    ..*seg
+                });
             }
             if at < length {
                 max_seqlen = max_seqlen.max(length - at);
@@ -399,9 +402,11 @@ impl PackedRows {
             }
             // A padding row names the last document before it: rows need an
             // origin each; its segments say it holds none.
-            origins.push(last_origin.ok_or_else(|| {
-                Error::Schema("a packed batch of padding rows only".to_string())
-            })?);
+            origins.push(
+                last_origin.ok_or_else(|| {
+                    Error::Schema("a packed batch of padding rows only".to_string())
+                })?,
+            );
         }
         let shape = [b, length];
         let field = |v: Vec<i32>, shape: &[usize]| -> Result<BatchField> {

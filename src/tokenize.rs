@@ -83,11 +83,10 @@ impl Tokenizer {
             path: shown.clone(),
             what: e.to_string(),
         })?;
-        let inner =
-            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizeError::Load {
-                path: shown.clone(),
-                what: format!("not a tokenizer.json the tokenizers crate reads: {e}"),
-            })?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizeError::Load {
+            path: shown.clone(),
+            what: format!("not a tokenizer.json the tokenizers crate reads: {e}"),
+        })?;
         let digest = Sha256::digest(&bytes)
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -164,7 +163,10 @@ impl Tokenize {
     /// [`EOS_NAMES`]; [`eos_token`](Self::eos_token) names another).
     pub fn add_eos(mut self, on: bool) -> Result<Self, TokenizeError> {
         self.eos = if on {
-            Some(self.tokenizer.special(None, &EOS_NAMES, "EOS", "eos_token")?)
+            Some(
+                self.tokenizer
+                    .special(None, &EOS_NAMES, "EOS", "eos_token")?,
+            )
         } else {
             None
         };
@@ -173,7 +175,10 @@ impl Tokenize {
 
     /// Append token `name` to every document.
     pub fn eos_token(mut self, name: &str) -> Result<Self, TokenizeError> {
-        self.eos = Some(self.tokenizer.special(Some(name), &[], "EOS", "eos_token")?);
+        self.eos = Some(
+            self.tokenizer
+                .special(Some(name), &[], "EOS", "eos_token")?,
+        );
         Ok(self)
     }
 
@@ -181,7 +186,10 @@ impl Tokenize {
     /// [`BOS_NAMES`]).
     pub fn add_bos(mut self, on: bool) -> Result<Self, TokenizeError> {
         self.bos = if on {
-            Some(self.tokenizer.special(None, &BOS_NAMES, "BOS", "bos_token")?)
+            Some(
+                self.tokenizer
+                    .special(None, &BOS_NAMES, "BOS", "bos_token")?,
+            )
         } else {
             None
         };

@@ -25,6 +25,7 @@
 //! flight and waits for them.
 
 mod in_order;
+mod packing;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use crate::recorder::MakerRecorder;
 use crate::settings::BatchMakerSettings;
 use crate::stats::SkippedRecord;
 use in_order::InOrder;
+pub(crate) use packing::PackStage;
 
 /// Where the batch maker reports.
 pub(crate) struct MakerLinks {
@@ -90,6 +92,9 @@ pub(crate) struct BatchMaker {
     making: usize,
     /// Released items waiting for room in their lanes.
     out: VecDeque<(usize, QueueItem)>,
+    /// Packing: the made batches' documents packed into rows before they
+    /// go out.
+    packing: Option<PackStage>,
     /// A pop of the order queue waits for an order.
     popping: bool,
     /// Since when nothing is held and a pop waits (idle time).
@@ -129,6 +134,7 @@ impl BatchMaker {
             release: InOrder::default(),
             making: 0,
             out: VecDeque::new(),
+            packing: None,
             popping: false,
             idle_since: None,
             waiting_room: false,
@@ -136,6 +142,34 @@ impl BatchMaker {
             closed: false,
             failed: false,
         }
+    }
+
+    /// Pack the made batches' documents (see [`PackStage`]).
+    pub(crate) fn with_packing(mut self, packing: Option<PackStage>) -> Self {
+        self.packing = packing;
+        self
+    }
+
+    /// `batch` (of `pass`, number `seq`, for `lane`) goes out — or, when
+    /// packing, its documents into the packer and what that made out.
+    fn out_batch(
+        &mut self,
+        lane: usize,
+        pass: u64,
+        seq: u64,
+        batch: Arc<Batch>,
+    ) -> Result<(), PipelineError> {
+        match &mut self.packing {
+            Some(p) => {
+                for (lane, d) in p.documents(pass, &batch, self.settings.lanes)? {
+                    self.out.push_back((lane, Item::Batch(d)));
+                }
+            }
+            None => self
+                .out
+                .push_back((lane, Item::Batch(Delivered { pass, seq, batch }))),
+        }
+        Ok(())
     }
 
     /// Batches held now: taken and not yet in the feed queue.
@@ -331,9 +365,7 @@ impl BatchMaker {
                 let padded = padded.min(t.batch.len());
                 let batch = t.batch.with_padded_rows(padded)?;
                 self.recorder.batch_made(batch.len());
-                let batch = Arc::new(batch);
-                self.out
-                    .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
+                self.out_batch(lane, pass, seq, Arc::new(batch))?;
             }
             Release::Ready {
                 lane,
@@ -342,11 +374,15 @@ impl BatchMaker {
                 batch,
             } => {
                 self.recorder.batch_made(batch.len());
-                self.out
-                    .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
+                self.out_batch(lane, pass, seq, batch)?;
             }
             Release::PassEnd { pass, records } => {
                 self.bad.judge_pass(pass, records)?;
+                if let Some(p) = &mut self.packing {
+                    for (lane, d) in p.pass_end(pass, self.settings.lanes)? {
+                        self.out.push_back((lane, Item::Batch(d)));
+                    }
+                }
                 for lane in 0..self.settings.lanes.count() {
                     self.out.push_back((lane, Item::EndOfPass(pass)));
                 }

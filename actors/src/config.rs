@@ -8,6 +8,7 @@
 use feedline::batch_policy::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
+use feedline::pack::Pack;
 use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::transform::Transforms;
 use feedline::Schema;
@@ -218,6 +219,12 @@ pub struct PipelineConfig {
     /// [`in_flight_batches`](Self::in_flight_batches) decides from the
     /// transform workers and the batch size.
     pub batches_in_flight: Option<usize>,
+    /// Sequence packing ([`feedline::pack`]): each pass's documents (the
+    /// ragged token field `Pack::field` of the transforms' output, e.g.
+    /// [`LoaderBuilder::tokenize`](crate::LoaderBuilder::tokenize)'s) packed
+    /// into batches of `batch` rows of `Pack::length` tokens by the batch
+    /// maker, after the draw; `None`: batches of instances.
+    pub pack: Option<Pack>,
     /// Bad-record policy.
     pub error_policy: ErrorPolicy,
     /// This process's data-parallel shard.
@@ -285,6 +292,7 @@ impl Default for PipelineConfig {
             feed: FeedMode::Shared,
             capacity: 4,
             batches_in_flight: None,
+            pack: None,
             error_policy: ErrorPolicy::Fail,
             shard: Shard {
                 rank: 0,
@@ -420,6 +428,24 @@ impl PipelineConfig {
                 return bad(format!("max_bad_fraction must be within 0..=1, not {f}"));
             }
         }
+        if let Some(p) = &self.pack {
+            p.check().map_err(PipelineError::Config)?;
+            if !matches!(self.batch, BatchPolicy::Fixed(_)) {
+                return bad("packing needs a fixed batch size (the rows of a packed batch)".into());
+            }
+            if self.equalize != Equalize::Off {
+                return bad(format!(
+                    "equalize {:?} with packing is not supported: ranks' packed row counts are known only at the end of a pass",
+                    self.equalize
+                ));
+            }
+            if self.drop_last {
+                return bad("drop_last with packing: a pass's last packed batch is filled with padding rows (segment ids 0), not dropped".into());
+            }
+            if self.push.is_some() {
+                return bad("packing reads files: push mode does not pack".into());
+            }
+        }
         if self.equalize != Equalize::Off && !matches!(self.batch, BatchPolicy::Fixed(_)) {
             return bad("equalizing ranks needs a fixed batch size".into());
         }
@@ -536,7 +562,15 @@ impl PipelineConfig {
             0
         };
         let making = 4 * self.in_flight_batches() * batch * record_bytes;
+        // Packing: the open rows (at most one per document held) and the
+        // rows made waiting for a batch, L i32 tokens and their segments each;
+        // the packed batches in the queue (4 i32 fields of L per row).
+        let packing = self.pack.as_ref().map_or(0, |p| {
+            let row = 4 * p.length + 32;
+            (p.window + batch) * row + batches * batch * 4 * 4 * p.length
+        });
         (chunks
+            + packing
             + pool
             + drain
             + batches * batch * record_bytes

@@ -151,8 +151,8 @@ pub use crate::progress::{CheckpointBase, DrawSnapshots, Progress};
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::resume_plan::ResumePlan;
 pub use crate::stats::{
-    Bottleneck, DeviceSnapshot, SkippedRecord, StageSnapshot, Stats, StatsSnapshot,
-    MAX_SKIPPED_LISTED,
+    Bottleneck, DeviceSnapshot, PackingSnapshot, SkippedRecord, StageSnapshot, Stats,
+    StatsSnapshot, MAX_SKIPPED_LISTED,
 };
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
@@ -161,7 +161,10 @@ pub use feedline::checkpoint::{Checkpoint, CheckpointError};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};
+pub use feedline::pack::{LongDocs, Pack, PackPolicy, PackStats};
 pub use feedline::plan::{Equalize, Shard, ShardBy};
+#[cfg(feature = "tokenize")]
+pub use feedline::tokenize::{Tokenize, Tokenizer};
 pub use feedline::{
     Batch, BatchField, DType, Dim, Element, Field, Origin, Ragged, Record, Schema, SchemaBuilder,
     Values,

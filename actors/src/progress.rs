@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use feedline::batch_policy::BatchPolicy;
 use feedline::checkpoint::{
-    Checkpoint, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
+    Checkpoint, DocPieces, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
     SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
 use feedline::plan::{expand_inputs, Equalize, ShardBy};
-use feedline::SourceId;
+use feedline::{Origin, SourceId};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
@@ -133,6 +133,10 @@ pub(crate) struct PassTaken {
     pub records: HashMap<SourceId, RecordSet>,
     /// The snapshot of the draw this pass was resumed from, if any.
     pub snapshot: Option<Arc<DrawSnapshot>>,
+    /// Packing: the documents partly delivered — their tokens as packed
+    /// and the token ranges delivered; a document moves to `records`
+    /// once its ranges cover it.
+    pub pieces: BTreeMap<Origin, (u64, RecordRanges)>,
 }
 
 impl RangeSet {
@@ -256,6 +260,36 @@ impl Progress {
         });
         p.batches += 1;
         p.seqs.insert(d.seq);
+        if let Some(segments) = d.batch.segments() {
+            for s in segments {
+                let range = [s.start, s.start + u64::from(s.len)];
+                let whole = match p.pieces.remove(&s.origin) {
+                    None if range == [0, s.doc_tokens] => true,
+                    None => {
+                        let r = RecordRanges::from_ranges([range]);
+                        p.pieces.insert(s.origin, (s.doc_tokens, r));
+                        false
+                    }
+                    Some((tokens, had)) => {
+                        let r =
+                            RecordRanges::from_ranges(had.ranges().iter().copied().chain([range]));
+                        if r.ranges() == [[0, tokens]] {
+                            true
+                        } else {
+                            p.pieces.insert(s.origin, (tokens, r));
+                            false
+                        }
+                    }
+                };
+                if whole {
+                    p.records
+                        .entry(s.origin.source)
+                        .or_default()
+                        .insert(s.origin.record);
+                }
+            }
+            return;
+        }
         let mut last: Option<(SourceId, &mut RecordSet)> = None;
         for o in d.batch.origins() {
             match &mut last {
@@ -319,7 +353,19 @@ impl Progress {
                     .flatten()
                     .filter(|s| s.seq > 0)
                     .map(|s| (*s).clone());
+                let mut pieces: BTreeMap<u32, Vec<DocPieces>> = BTreeMap::new();
+                for (o, (tokens, delivered)) in &t.pieces {
+                    pieces
+                        .entry(table.index(o.source))
+                        .or_default()
+                        .push(DocPieces {
+                            record: o.record,
+                            tokens: *tokens,
+                            delivered: delivered.clone(),
+                        });
+                }
                 PassProgress {
+                    pieces,
                     snapshot,
                     pass: p,
                     complete: t.complete,
@@ -450,7 +496,7 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         "output_schema": t.output_schema,
         "batch": t.batch.is_some(),
     });
-    SettingsFingerprint::new()
+    let fingerprint = SettingsFingerprint::new()
         .with("seed", config.seed)
         .with("shuffle", config.shuffle)
         .with("min_pool", config.min_pool)
@@ -465,7 +511,13 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         .with("equalize", equalize)
         .with("format", &config.format)
         .with("sets", sets)
-        .with("transforms", transforms)
+        .with("transforms", transforms);
+    // Packing changes the batches; only recorded when on, so checkpoints
+    // taken before it existed still compare equal.
+    match &config.pack {
+        Some(p) => fingerprint.with("pack", p),
+        None => fingerprint,
+    }
 }
 
 /// The settings as a version-1 checkpoint recorded them: the same names,

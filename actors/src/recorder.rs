@@ -47,6 +47,11 @@ impl Recorders {
         ShuffleRecorder { c: self.c.clone() }
     }
 
+    /// For the packer: what it did, in the statistics.
+    pub fn packing(&self) -> PackRecorder {
+        PackRecorder { c: self.c.clone() }
+    }
+
     /// For the batch maker, whose busy time is spread over `workers`.
     pub fn maker(&self, workers: usize) -> MakerRecorder {
         self.c.maker_workers.store(workers.max(1) as u64, Relaxed);
@@ -194,6 +199,17 @@ impl ShuffleRecorder {
 
 /// What the batch maker records.
 #[derive(Clone)]
+pub(crate) struct PackRecorder {
+    c: Arc<Counters>,
+}
+
+impl PackRecorder {
+    /// The packer's counts so far (all passes), rows of `length`.
+    pub fn packed(&self, length: usize, counts: feedline::pack::PackStats) {
+        *self.c.packing.lock() = Some(crate::stats::PackingSnapshot::new(length, counts));
+    }
+}
+
 pub(crate) struct MakerRecorder {
     c: Arc<Counters>,
 }

@@ -46,7 +46,7 @@ use std::sync::Arc;
 
 use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
 use feedline::plan::Equalize;
-use feedline::{Chunk, SourceId};
+use feedline::{Chunk, Origin, SourceId};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
@@ -118,6 +118,9 @@ pub struct ResumePlan {
     snapshot: Option<Arc<DrawSnapshot>>,
     /// The snapshot's field in its checkpoint (`passes[0].snapshot`).
     snapshot_field: String,
+    /// Packing, per pass resumed by record: the token ranges delivered of
+    /// each document partly delivered.
+    delivered: BTreeMap<u64, feedline::pack::Delivered>,
 }
 
 impl ResumePlan {
@@ -202,6 +205,7 @@ impl ResumePlan {
         // Per pass from `first_pass` on: what every checkpoint took.
         let mut taken: BTreeMap<u64, PassTaken> = BTreeMap::new();
         let mut rules = BTreeMap::new();
+        let mut delivered: BTreeMap<u64, feedline::pack::Delivered> = BTreeMap::new();
         let mut passes: BTreeMap<u64, Vec<(&Checkpoint, &PassProgress)>> = BTreeMap::new();
         for cp in checkpoints {
             for p in cp.passes.iter().filter(|p| p.pass >= first_pass) {
@@ -216,10 +220,38 @@ impl ResumePlan {
                     records.entry(SourceId::intern(name)).or_default().push(r);
                 }
             }
-            let records: HashMap<SourceId, RecordRanges> = records
+            // Documents partly delivered by packing, merged over the
+            // checkpoints; one that the ranks delivered all of between them
+            // is a consumed record.
+            let mut pieces: BTreeMap<Origin, (u64, RecordRanges)> = BTreeMap::new();
+            for (cp, p) in parts {
+                for (&s, docs) in &p.pieces {
+                    let source = SourceId::intern(&cp.sources[s as usize]);
+                    for d in docs {
+                        let e = pieces
+                            .entry(Origin::new(source, d.record))
+                            .or_insert_with(|| (d.tokens, RecordRanges::default()));
+                        e.1 = RecordRanges::union([&e.1, &d.delivered]);
+                    }
+                }
+            }
+            let mut whole: HashMap<SourceId, Vec<u64>> = HashMap::new();
+            pieces.retain(|o, (tokens, r)| {
+                let all = r.ranges() == [[0, *tokens]];
+                if all {
+                    whole.entry(o.source).or_default().push(o.record);
+                }
+                !all
+            });
+            let mut records: HashMap<SourceId, RecordRanges> = records
                 .into_iter()
                 .map(|(s, rs)| (s, RecordRanges::union(rs)))
                 .collect();
+            for (source, recs) in whole {
+                let done = RecordRanges::from_records(recs);
+                let r = records.entry(source).or_default();
+                *r = RecordRanges::union([&*r, &done]);
+            }
             let seqs = RecordRanges::union(parts.iter().map(|(_, p)| &p.seqs));
             // A snapshot of the draw counts if every batch before it was
             // consumed (by batch number, one checkpoint).
@@ -241,8 +273,15 @@ impl ResumePlan {
                     .iter()
                     .map(|(&s, r)| (s, RecordSet::of(r)))
                     .collect(),
+                pieces: pieces.clone(),
             };
             taken.insert(pass, t);
+            if !by_seq && !pieces.is_empty() {
+                delivered.insert(
+                    pass,
+                    Arc::new(pieces.iter().map(|(o, (_, r))| (*o, r.clone())).collect()),
+                );
+            }
             rules.insert(
                 pass,
                 if by_seq {
@@ -282,6 +321,7 @@ impl ResumePlan {
             spread: BTreeMap::new(),
             snapshot,
             snapshot_field,
+            delivered,
         })
     }
 
@@ -305,6 +345,7 @@ impl ResumePlan {
             spread: BTreeMap::new(),
             snapshot: None,
             snapshot_field: String::new(),
+            delivered: BTreeMap::new(),
         }
     }
 
@@ -568,17 +609,22 @@ pub(crate) struct ResumeParts {
     pub readers: ReaderResume,
     /// The shuffle stage's.
     pub shuffle: ShuffleResume,
+    /// The batch maker's (packing).
+    pub maker: MakerResume,
     /// The consumers' (the loader's iterators, `Pop` consumers, trainers).
     pub consumers: ConsumerResume,
 }
 
 impl ResumePlan {
-    /// The part of each stage.
-    pub(crate) fn parts(self: &Arc<Self>) -> ResumeParts {
+    /// The part of each stage. With `packing`, consumed batch numbers are
+    /// the packed batches': the batch maker leaves them out after packing,
+    /// and the shuffle stage, whose batches are of documents, none.
+    pub(crate) fn parts(self: &Arc<Self>, packing: bool) -> ResumeParts {
         ResumeParts {
             file_queue: FileQueueResume(self.clone()),
             readers: ReaderResume(self.clone()),
-            shuffle: ShuffleResume(self.clone()),
+            shuffle: ShuffleResume(self.clone(), !packing),
+            maker: MakerResume(self.clone()),
             consumers: ConsumerResume(self.clone()),
         }
     }
@@ -667,7 +713,7 @@ impl ReaderResume {
 /// The shuffle stage's part of a resume: where its draw starts and the
 /// consumed batches it leaves out (after the draw, before they are made).
 #[derive(Clone, Debug)]
-pub(crate) struct ShuffleResume(Arc<ResumePlan>);
+pub(crate) struct ShuffleResume(Arc<ResumePlan>, bool);
 
 impl ShuffleResume {
     /// The pass the run starts with.
@@ -677,12 +723,31 @@ impl ShuffleResume {
 
     /// True when batch `seq` of `pass` was consumed before: left out.
     pub fn skips_batch(&self, pass: u64, seq: u64) -> bool {
-        self.0.skips_batch(pass, seq)
+        self.1 && self.0.skips_batch(pass, seq)
     }
 
     /// The snapshot of the draw the first pass starts from, if any.
     pub fn snapshot(&self) -> Option<&DrawSnapshot> {
         self.0.snapshot.as_deref()
+    }
+}
+
+/// The batch maker's part of a resume, when it packs: the packed batches
+/// consumed before (left out after packing, by batch number), and the
+/// documents partly delivered (their rest packed, by record).
+#[derive(Clone, Debug)]
+pub(crate) struct MakerResume(Arc<ResumePlan>);
+
+impl MakerResume {
+    /// True when packed batch `seq` of `pass` was consumed before: left out.
+    pub fn skips_batch(&self, pass: u64, seq: u64) -> bool {
+        self.0.skips_batch(pass, seq)
+    }
+
+    /// The token ranges delivered of each document partly delivered in
+    /// `pass` (resumed by record).
+    pub fn delivered(&self, pass: u64) -> Option<feedline::pack::Delivered> {
+        self.0.delivered.get(&pass).cloned()
     }
 }
 
@@ -732,6 +797,7 @@ mod tests {
             spread: BTreeMap::new(),
             snapshot: None,
             snapshot_field: String::new(),
+            delivered: BTreeMap::new(),
         };
         // Consumed records a stride keeps: every 3rd from 1 of 0..10 and
         // 12..15 within 4..14 is 4, 7, 13.

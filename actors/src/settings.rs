@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use feedline::feed_queue::Lanes;
 use feedline::format::{OpenOptions, RecordReader, Registry};
+use feedline::pack::Pack;
 use feedline::plan::Equalize;
 use feedline::remote::cache::RemoteCache;
 use feedline::shuffle::ShuffleConfig;
@@ -99,6 +100,8 @@ pub(crate) struct BatchMakerSettings {
     pub lanes: Lanes,
     /// The rows' schema, to collate them when there are no transforms.
     pub schema: Schema,
+    /// Packing, and the rows of a packed batch.
+    pub pack: Option<(Pack, usize)>,
 }
 
 /// What the supervisor needs.
@@ -144,12 +147,15 @@ pub(crate) struct StageSettings {
 /// True when the draw of `config` can be snapshot for checkpoints: it then
 /// depends only on the pool, its random stream and the chunks read next —
 /// deterministic mode, one file set, no push source, no record transform,
-/// no equalize quota, no bad-record fraction judged per pass.
+/// no equalize quota, no bad-record fraction judged per pass, no packing
+/// (the packer's window is not in the snapshot: a packed pass is drawn again
+/// from its start).
 pub(crate) fn snapshots_possible(config: &PipelineConfig) -> bool {
     config.deterministic
         && config.sets.len() <= 1
         && config.push.is_none()
         && config.transforms.records.is_none()
+        && config.pack.is_none()
         && config.equalize == Equalize::Off
         && !matches!(
             config.error_policy,
@@ -203,6 +209,12 @@ impl StageSettings {
                 in_flight: config.in_flight_batches(),
                 lanes,
                 schema: schema.clone(),
+                pack: match (&config.pack, &config.batch) {
+                    (Some(p), feedline::batch_policy::BatchPolicy::Fixed(rows)) => {
+                        Some((p.clone(), *rows))
+                    }
+                    _ => None,
+                },
             },
             supervisor: SupervisorSettings {
                 stall_timeout: config.stall_timeout,

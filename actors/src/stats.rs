@@ -3,6 +3,7 @@
 //! a stall diagnosis, the list of skipped records — and the verdict of where
 //! time went: which stage limits the devices. Nothing here writes a counter.
 
+use feedline::pack::PackStats;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,6 +159,8 @@ pub(crate) struct Counters {
     pub waiting_peak: AtomicU64,
     /// The readers' remote requests (objects on S3, GCS, HTTP).
     pub remote: Arc<feedline::remote::RemoteCounters>,
+    /// Packing: the row length and what the packer did (every pass).
+    pub packing: Mutex<Option<PackingSnapshot>>,
 }
 
 impl Counters {
@@ -186,6 +189,7 @@ impl Counters {
             bad_by_pass: Mutex::new(Default::default()),
             waiting_peak: AtomicU64::new(0),
             remote: feedline::remote::RemoteCounters::new(),
+            packing: Mutex::new(None),
         }
     }
 
@@ -337,10 +341,35 @@ impl Stats {
             remote_bytes: remote.bytes,
             remote_cache_hits: remote.cache_hits,
             remote_cache_bytes: remote.cache_bytes,
+            packing: *i.packing.lock(),
             bottleneck: Bottleneck::Devices,
         };
         snap.bottleneck = snap.judge();
         snap
+    }
+}
+
+/// What the packer did: its counts ([`PackStats`]) and the row length,
+/// with the fill they make.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PackingSnapshot {
+    /// Tokens per row.
+    pub length: usize,
+    /// The counts.
+    #[serde(flatten)]
+    pub counts: PackStats,
+    /// Real tokens / (rows × length).
+    pub fill: f64,
+}
+
+impl PackingSnapshot {
+    /// The snapshot of `counts` for rows of `length`.
+    pub fn new(length: usize, counts: PackStats) -> Self {
+        PackingSnapshot {
+            length,
+            counts,
+            fill: counts.fill(length),
+        }
     }
 }
 
@@ -411,6 +440,9 @@ impl std::fmt::Display for Bottleneck {
 /// A point-in-time copy of the statistics.
 #[derive(Clone, Debug, Serialize)]
 pub struct StatsSnapshot {
+    /// Packing ([`feedline::pack`]): what the packer did, summed over the
+    /// passes; `None` without packing.
+    pub packing: Option<PackingSnapshot>,
     /// Seconds since the pipeline started.
     pub elapsed_s: f64,
     /// The reader pool (fractions per reader).

@@ -206,7 +206,73 @@ pub struct PipelineArgs {
     #[command(flatten)]
     pub transform: TransformArgs,
     #[command(flatten)]
+    pub pack: PackArgs,
+    #[command(flatten)]
     pub cache: RemoteCacheArgs,
+}
+
+/// Sequence packing (`--pack L`): each pass's documents packed into
+/// batches of --batch rows of L tokens.
+#[derive(Args, Clone, Debug)]
+pub struct PackArgs {
+    /// Pack each pass's documents (the ragged token field --pack-field,
+    /// e.g. --tokenizer's `input_ids`) into rows of exactly L tokens, --batch
+    /// rows a batch: `input_ids`, `segment_ids` (1, 2, … per document of a
+    /// row, 0 on padding), `position_ids` (from 0 per document),
+    /// `cu_seqlens`, `max_seqlen`. 1..=16777216.
+    #[arg(long, value_name = "L", value_parser = count(1, feedline::pack::MAX_PACK_LENGTH as u64))]
+    pub pack: Option<usize>,
+    /// How documents go into rows: best-fit (the open row each fills most
+    /// tightly), first-fit (the oldest it fits), concat (concatenate, then
+    /// cut where rows end); needs --pack.
+    #[arg(long, value_name = "POLICY", value_parser = clap::builder::PossibleValuesParser::new(feedline::pack::PackPolicy::NAMES))]
+    pub pack_policy: Option<String>,
+    /// Documents held in open rows at most (best-fit, first-fit),
+    /// 1..=10000000 (default 1000); needs --pack.
+    #[arg(long, value_name = "W", value_parser = count(1, 10_000_000))]
+    pub pack_window: Option<usize>,
+    /// A document longer than L: split (pieces of L tokens, the rest packed),
+    /// truncate (its first L tokens) or drop; needs --pack.
+    #[arg(long, value_name = "HOW", value_parser = clap::builder::PossibleValuesParser::new(feedline::pack::LongDocs::NAMES))]
+    pub long_docs: Option<String>,
+    /// The ragged token field packed (default: input_ids); needs --pack.
+    #[arg(long, value_name = "FIELD")]
+    pub pack_field: Option<String>,
+}
+
+impl PackArgs {
+    /// The packing these flags ask for, if any.
+    pub fn pack(&self) -> CliResult<Option<feedline::pack::Pack>> {
+        let Some(length) = self.pack else {
+            let given = [
+                self.pack_policy.as_ref().map(|_| "--pack-policy"),
+                self.pack_window.map(|_| "--pack-window"),
+                self.long_docs.as_ref().map(|_| "--long-docs"),
+                self.pack_field.as_ref().map(|_| "--pack-field"),
+            ];
+            if let Some(flag) = given.into_iter().flatten().next() {
+                return Err(CliError::usage(format!(
+                    "{flag} applies only with --pack L (packing)"
+                )));
+            }
+            return Ok(None);
+        };
+        let policy = match &self.pack_policy {
+            Some(p) => p.parse().map_err(CliError::usage)?,
+            None => feedline::pack::PackPolicy::BestFit,
+        };
+        let mut pack = feedline::pack::Pack::new(policy, length);
+        if let Some(w) = self.pack_window {
+            pack = pack.window(w);
+        }
+        if let Some(l) = &self.long_docs {
+            pack = pack.long_docs(l.parse().map_err(CliError::usage)?);
+        }
+        if let Some(f) = &self.pack_field {
+            pack = pack.field(f);
+        }
+        Ok(Some(pack))
+    }
 }
 
 /// The built-in image transforms (`--transform`), shared by `run`, `bench`
@@ -236,16 +302,45 @@ pub struct TransformArgs {
     /// stated memory bound counts; needs --transform.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
     pub max_pixels: Option<u64>,
+    /// Tokenize the text field --text-field of every document with this
+    /// Hugging Face tokenizer.json, on the transform workers, into a ragged
+    /// i32 field `input_ids` (the ids Python's tokenizers gives with
+    /// `encode(text).ids`); instead of --transform.
+    #[arg(long, value_name = "TOKENIZER_JSON", conflicts_with = "transform")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// The text field --tokenizer reads (default: text).
+    #[arg(long, value_name = "FIELD")]
+    pub text_field: Option<String>,
+    /// Append the tokenizer's EOS token (<|endoftext|>, </s>, <eos>, …) to
+    /// every document; needs --tokenizer.
+    #[arg(long)]
+    pub add_eos: bool,
+    /// Put the tokenizer's BOS token (<s>, <bos>, …) first in every
+    /// document; needs --tokenizer.
+    #[arg(long)]
+    pub add_bos: bool,
 }
 
 impl TransformArgs {
     /// The image transform these flags ask for, if any (a spec that does
     /// not parse is refused with where and what).
     pub fn image_transform(&self) -> CliResult<Option<feedline_vision::ImageTransform>> {
-        if let (Some(n), None) = (self.workers, &self.transform) {
+        if let (Some(n), None, None) = (self.workers, &self.transform, &self.tokenizer) {
             return Err(CliError::usage(format!(
-                "--workers {n} applies only with --transform (the transform workers): give --transform SPEC"
+                "--workers {n} applies only with --transform or --tokenizer (the transform workers): give --transform SPEC"
             )));
+        }
+        if self.tokenizer.is_none() {
+            let given = [
+                self.text_field.as_ref().map(|_| "--text-field"),
+                self.add_eos.then_some("--add-eos"),
+                self.add_bos.then_some("--add-bos"),
+            ];
+            if let Some(flag) = given.into_iter().flatten().next() {
+                return Err(CliError::usage(format!(
+                    "{flag} applies only with --tokenizer TOKENIZER_JSON"
+                )));
+            }
         }
         if let (Some(n), None) = (self.max_pixels, &self.transform) {
             return Err(CliError::usage(format!(
@@ -269,6 +364,20 @@ impl TransformArgs {
         let mut t = feedline::transform::Transforms::default();
         if let Some(image) = self.image_transform()? {
             t.instance = Some(std::sync::Arc::new(image));
+            t.workers = self.workers.unwrap_or(t.workers);
+        }
+        if let Some(path) = &self.tokenizer {
+            use feedline::tokenize::{Tokenize, Tokenizer};
+            let bad =
+                |e: feedline::tokenize::TokenizeError| CliError::usage(format!("--tokenizer: {e}"));
+            let field = self.text_field.as_deref().unwrap_or("text");
+            let stage = Tokenize::new(Tokenizer::from_file(path).map_err(bad)?, field)
+                .add_eos(self.add_eos)
+                .map_err(bad)?
+                .add_bos(self.add_bos)
+                .map_err(bad)?;
+            stage.check().map_err(bad)?;
+            t.instance = Some(std::sync::Arc::new(stage));
             t.workers = self.workers.unwrap_or(t.workers);
         }
         Ok(t)
@@ -362,6 +471,7 @@ impl PipelineArgs {
                 EqualizeArg::Pad => Equalize::Pad,
             },
             transforms: self.transform.transforms()?,
+            pack: self.pack.pack()?,
             remote_cache: self.cache.cache(),
             ..defaults
         })

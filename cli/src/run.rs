@@ -775,5 +775,22 @@ fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {
     if s.reader_restarts > 0 {
         writeln!(out, "readers replaced: {}", s.reader_restarts)?;
     }
+    if let Some(p) = &s.packing {
+        let c = &p.counts;
+        writeln!(
+            out,
+            "packing (L = {}): fill {:.2}% ({} tokens in {} rows, {} padding tokens), {} documents, {} of at most L cut, {} longer split, {} truncated, {} dropped",
+            p.length,
+            100.0 * p.fill,
+            c.tokens,
+            c.rows,
+            c.padding_tokens,
+            c.documents,
+            c.documents_cut,
+            c.long_split,
+            c.long_truncated,
+            c.long_dropped
+        )?;
+    }
     writeln!(out, "{}", s.summary_line())
 }

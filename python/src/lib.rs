@@ -714,6 +714,52 @@ fn passes_arg(passes: Option<u64>) -> PyResult<(u64, bool)> {
 }
 
 /// `equalize=`: None, "drop" or "pad".
+/// The packing of `pack=` and its settings (each refused without it).
+fn pack_arg(
+    pack: Option<usize>,
+    window: Option<usize>,
+    policy: Option<&str>,
+    long_docs: Option<&str>,
+    field: Option<String>,
+) -> PyResult<Option<feedline_actors::Pack>> {
+    let Some(length) = pack else {
+        let given = [
+            window.map(|_| "pack_window"),
+            policy.map(|_| "pack_policy"),
+            long_docs.map(|_| "long_docs"),
+            field.as_ref().map(|_| "pack_field"),
+        ];
+        if let Some(name) = given.into_iter().flatten().next() {
+            return Err(PyValueError::new_err(format!(
+                "{name} is a setting of pack=L (packing): give pack="
+            )));
+        }
+        return Ok(None);
+    };
+    let policy = match policy {
+        Some(p) => p
+            .parse()
+            .map_err(|e: String| PyValueError::new_err(format!("pack_policy: {e}")))?,
+        None => feedline_actors::PackPolicy::BestFit,
+    };
+    let mut p = feedline_actors::Pack::new(policy, length);
+    if let Some(w) = window {
+        p = p.window(w);
+    }
+    if let Some(l) = long_docs {
+        p = p.long_docs(
+            l.parse()
+                .map_err(|e: String| PyValueError::new_err(format!("long_docs: {e}")))?,
+        );
+    }
+    if let Some(f) = field {
+        p = p.field(&f);
+    }
+    p.check()
+        .map_err(|e| PyValueError::new_err(format!("pack={length}: {e}")))?;
+    Ok(Some(p))
+}
+
 fn equalize_arg(equalize: Option<&str>) -> PyResult<Equalize> {
     match equalize {
         None | Some("off") => Ok(Equalize::Off),
@@ -828,7 +874,9 @@ impl PyLoader {
     #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=None, readers=2,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
-        resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None))]
+        resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
+        tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
+        pack_policy=None, long_docs=None, pack_field=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -854,6 +902,15 @@ impl PyLoader {
         batches_in_flight: Option<usize>,
         equalize: Option<&str>,
         max_pixels: Option<u64>,
+        tokenizer: Option<std::path::PathBuf>,
+        text_field: Option<String>,
+        add_eos: bool,
+        add_bos: bool,
+        pack: Option<usize>,
+        pack_window: Option<usize>,
+        pack_policy: Option<&str>,
+        long_docs: Option<&str>,
+        pack_field: Option<String>,
     ) -> PyResult<Self> {
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes)?;
@@ -881,7 +938,45 @@ impl PyLoader {
             Some(s) => Some(schema::parse_schema(py, &s)?),
             None => None,
         };
-        match (map.filter(|m| !m.is_none()), transform) {
+        if let Some(p) = pack_arg(pack, pack_window, pack_policy, long_docs, pack_field)? {
+            b = b.pack(p);
+        }
+        let map = map.filter(|m| !m.is_none());
+        let tokenized = tokenizer.is_some();
+        if let Some(path) = tokenizer {
+            if map.is_some() || transform.is_some() {
+                return Err(PyValueError::new_err(
+                    "give tokenizer= or map=/transform=, not both (the tokenizer is the instance transform)",
+                ));
+            }
+            if max_pixels.is_some() || map_schema.is_some() {
+                return Err(PyValueError::new_err(
+                    "max_pixels and map_schema are settings of transform= and map=, not of tokenizer=",
+                ));
+            }
+            let bad = |e: feedline_actors::feedline::tokenize::TokenizeError| {
+                PyValueError::new_err(format!("tokenizer={}: {e}", path.display()))
+            };
+            let field = text_field.as_deref().unwrap_or("text");
+            let stage = feedline_actors::Tokenize::new(
+                feedline_actors::Tokenizer::from_file(&path).map_err(bad)?,
+                field,
+            )
+            .add_eos(add_eos)
+            .map_err(bad)?
+            .add_bos(add_bos)
+            .map_err(bad)?;
+            stage.check().map_err(bad)?;
+            b = b.tokenize_with(stage);
+            if let Some(w) = workers {
+                b = b.workers(w);
+            }
+        } else if text_field.is_some() || add_eos || add_bos {
+            return Err(PyValueError::new_err(
+                "text_field, add_eos and add_bos are settings of tokenizer=: give tokenizer=\"tokenizer.json\"",
+            ));
+        }
+        match (map, transform) {
             (Some(_), Some(t)) => {
                 return Err(PyValueError::new_err(format!(
                     "give map= or transform={t:?}, not both (a Python map after the built-in \
@@ -931,7 +1026,7 @@ impl PyLoader {
                     b = b.workers(w);
                 }
             }
-            (None, None) if map_schema.is_some() || workers.is_some() => {
+            (None, None) if map_schema.is_some() || (workers.is_some() && !tokenized) => {
                 return Err(PyValueError::new_err(
                     "map_schema and workers are settings of map= (workers also of transform=): \
                      give a map or a transform",

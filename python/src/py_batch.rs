@@ -320,6 +320,27 @@ impl PyBatch {
             .map(|o| (o.source.to_string(), o.record))
             .collect()
     }
+    /// A packed batch's document pieces, row by row: `(row, source,
+    /// record, start, length, doc_tokens)` — document `record` of `source`,
+    /// its tokens `[start, start + length)` (of `doc_tokens` as packed) in
+    /// row `row`, in order; `None` for a batch that is not packed.
+    #[getter]
+    fn segments(&self) -> Option<Vec<(u32, String, u64, u64, u32, u64)>> {
+        self.batch.segments().map(|segs| {
+            segs.iter()
+                .map(|s| {
+                    (
+                        s.row,
+                        s.origin.source.to_string(),
+                        s.origin.record,
+                        s.start,
+                        s.len,
+                        s.doc_tokens,
+                    )
+                })
+                .collect()
+        })
+    }
     /// Instances in the batch.
     #[getter]
     fn size(&self) -> usize {

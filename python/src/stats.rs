@@ -57,6 +57,23 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     consumer.set_item("idle", if total > 0.0 { wait / total } else { 0.0 })?;
     stages.set_item("consumer", consumer)?;
     d.set_item("stages", stages)?;
+    if let Some(p) = &s.packing {
+        let c = &p.counts;
+        let pk = PyDict::new(py);
+        pk.set_item("length", p.length)?;
+        pk.set_item("fill", p.fill)?;
+        pk.set_item("documents", c.documents)?;
+        pk.set_item("tokens", c.tokens)?;
+        pk.set_item("rows", c.rows)?;
+        pk.set_item("padding_tokens", c.padding_tokens)?;
+        pk.set_item("documents_cut", c.documents_cut)?;
+        pk.set_item("long_split", c.long_split)?;
+        pk.set_item("long_truncated", c.long_truncated)?;
+        pk.set_item("long_dropped", c.long_dropped)?;
+        pk.set_item("tokens_left_out", c.tokens_left_out)?;
+        pk.set_item("empty_documents", c.empty_documents)?;
+        d.set_item("packing", pk)?;
+    }
     let queue = PyDict::new(py);
     queue.set_item("depth", s.feed_queue_depth)?;
     queue.set_item("mean_depth", s.feed_queue_mean_depth)?;

@@ -74,19 +74,30 @@ fn assert_exactly_once(docs: &[(Origin, Vec<i32>)], got: &BTreeMap<Origin, Vec<(
         pieces.sort();
         let mut joined = Vec::new();
         for (start, toks) in pieces {
-            assert_eq!(start as usize, joined.len(), "{o:?}: a gap or a token twice");
+            assert_eq!(
+                start as usize,
+                joined.len(),
+                "{o:?}: a gap or a token twice"
+            );
             joined.extend(toks);
         }
         assert_eq!(&joined, tokens, "{o:?}: tokens differ");
     }
-    assert_eq!(got.len(), docs.iter().filter(|(_, t)| !t.is_empty()).count());
+    assert_eq!(
+        got.len(),
+        docs.iter().filter(|(_, t)| !t.is_empty()).count()
+    );
 }
 
 #[test]
 fn every_token_of_every_document_comes_once_in_order_under_each_policy() {
     for seed in 0..12 {
         let docs = corpus(seed, 400, 300, 600);
-        for pack in [Pack::best_fit(256).window(50), Pack::first_fit(256).window(50), Pack::concat(256)] {
+        for pack in [
+            Pack::best_fit(256).window(50),
+            Pack::first_fit(256).window(50),
+            Pack::concat(256),
+        ] {
             let (batches, stats) = run(pack.clone(), 4, &docs);
             let got = reassemble(&batches, 256);
             assert_exactly_once(&docs, &got);
@@ -101,7 +112,10 @@ fn every_token_of_every_document_comes_once_in_order_under_each_policy() {
 fn best_fit_and_first_fit_never_cut_a_document_that_fits_a_row() {
     for seed in 0..12 {
         let docs = corpus(seed, 400, 256, 600);
-        for pack in [Pack::best_fit(256).window(30), Pack::first_fit(256).window(30)] {
+        for pack in [
+            Pack::best_fit(256).window(30),
+            Pack::first_fit(256).window(30),
+        ] {
             let (batches, stats) = run(pack, 3, &docs);
             let got = reassemble(&batches, 256);
             for (o, t) in &docs {
@@ -139,7 +153,11 @@ fn segment_ids_positions_and_cu_seqlens_agree() {
                         expect.push((r * 128 + i) as i32);
                         max = max.max(i - start);
                         for k in start..i {
-                            let p = if row[start] == 0 { 0 } else { (k - start) as i32 };
+                            let p = if row[start] == 0 {
+                                0
+                            } else {
+                                (k - start) as i32
+                            };
                             assert_eq!(pos[[r, k]], p);
                         }
                         start = i;
@@ -182,7 +200,11 @@ fn the_window_bounds_the_documents_held() {
 #[test]
 fn the_same_documents_give_the_same_batches() {
     let docs = corpus(9, 500, 400, 900);
-    for pack in [Pack::best_fit(512), Pack::first_fit(512).window(40), Pack::concat(512)] {
+    for pack in [
+        Pack::best_fit(512),
+        Pack::first_fit(512).window(40),
+        Pack::concat(512),
+    ] {
         let (a, sa) = run(pack.clone(), 4, &docs);
         let (b, sb) = run(pack, 4, &docs);
         assert_eq!(a, b);
@@ -195,7 +217,12 @@ fn best_fit_fills_rows_better_than_first_fit_and_a_tiny_window() {
     let docs = corpus(11, 3000, 700, 5000);
     let (_, best) = run(Pack::best_fit(1024).window(500), 8, &docs);
     let (_, tiny) = run(Pack::best_fit(1024).window(2), 8, &docs);
-    assert!(best.fill(1024) > tiny.fill(1024), "{} vs {}", best.fill(1024), tiny.fill(1024));
+    assert!(
+        best.fill(1024) > tiny.fill(1024),
+        "{} vs {}",
+        best.fill(1024),
+        tiny.fill(1024)
+    );
 }
 
 #[test]
@@ -203,10 +230,18 @@ fn long_documents_are_split_truncated_or_dropped_as_asked() {
     let src = SourceId::intern("long.jsonl");
     let doc: Vec<i32> = (0..25).collect();
     let o = Origin::new(src, 0);
-    for (long, rows, tokens) in [(LongDocs::Split, 3, 25), (LongDocs::Truncate, 1, 10), (LongDocs::Drop, 0, 0)] {
+    for (long, rows, tokens) in [
+        (LongDocs::Split, 3, 25),
+        (LongDocs::Truncate, 1, 10),
+        (LongDocs::Drop, 0, 0),
+    ] {
         let mut p = Packer::new(Pack::best_fit(10).long_docs(long), 1).unwrap();
         p.push(o, &doc, None);
-        let out: Vec<Batch> = p.finish().into_iter().map(|r| r.into_batch(10).unwrap()).collect();
+        let out: Vec<Batch> = p
+            .finish()
+            .into_iter()
+            .map(|r| r.into_batch(10).unwrap())
+            .collect();
         assert_eq!(out.len(), rows, "{long}");
         let s = p.stats();
         assert_eq!(s.tokens, tokens, "{long}");
@@ -232,7 +267,10 @@ fn a_resumed_packer_delivers_exactly_what_was_not_delivered() {
             let mut doc_len = BTreeMap::new();
             for b in &batches[..cut] {
                 for s in b.segments().unwrap() {
-                    taken.entry(s.origin).or_default().push([s.start, s.start + s.len as u64]);
+                    taken
+                        .entry(s.origin)
+                        .or_default()
+                        .push([s.start, s.start + s.len as u64]);
                     doc_len.insert(s.origin, s.doc_tokens);
                 }
             }
@@ -240,7 +278,9 @@ fn a_resumed_packer_delivers_exactly_what_was_not_delivered() {
             let mut p = Packer::new(pack, 3).unwrap();
             let mut second = Vec::new();
             for (o, t) in &docs {
-                let ranges = taken.get(o).map(|r| RecordRanges::from_ranges(r.iter().copied()));
+                let ranges = taken
+                    .get(o)
+                    .map(|r| RecordRanges::from_ranges(r.iter().copied()));
                 if let Some(r) = &ranges {
                     if r.ranges() == [[0, doc_len[o]]] {
                         continue;
@@ -261,9 +301,21 @@ fn a_resumed_packer_delivers_exactly_what_was_not_delivered() {
 
 #[test]
 fn bad_settings_are_refused_naming_them() {
-    assert!(Packer::new(Pack::best_fit(0), 1).unwrap_err().contains("pack length"));
-    assert!(Packer::new(Pack::best_fit(8).window(0), 1).unwrap_err().contains("window"));
-    assert!(Packer::new(Pack::best_fit(8), 0).unwrap_err().contains("row per batch"));
-    assert!("fits".parse::<PackPolicy>().unwrap_err().contains("best-fit, first-fit, concat"));
-    assert!("cut".parse::<LongDocs>().unwrap_err().contains("split, truncate, drop"));
+    assert!(Packer::new(Pack::best_fit(0), 1)
+        .unwrap_err()
+        .contains("pack length"));
+    assert!(Packer::new(Pack::best_fit(8).window(0), 1)
+        .unwrap_err()
+        .contains("window"));
+    assert!(Packer::new(Pack::best_fit(8), 0)
+        .unwrap_err()
+        .contains("row per batch"));
+    assert!("fits"
+        .parse::<PackPolicy>()
+        .unwrap_err()
+        .contains("best-fit, first-fit, concat"));
+    assert!("cut"
+        .parse::<LongDocs>()
+        .unwrap_err()
+        .contains("split, truncate, drop"));
 }

@@ -274,6 +274,44 @@ impl LoaderBuilder {
         self
     }
 
+    /// Tokenize the text field `text_field` with `tokenizer` into a ragged
+    /// `i32` field `input_ids` (one document per instance), on the
+    /// transform workers (see [`feedline::tokenize`]); instead of a
+    /// [`transform`](Self::transform).
+    ///
+    /// ```no_run
+    /// use feedline_actors::{Loader, Pack, Tokenizer};
+    /// let loader = Loader::builder()
+    ///     .files(["docs.jsonl"])
+    ///     .batch(8)
+    ///     .tokenize(Tokenizer::from_file("tokenizer.json").unwrap(), "text")
+    ///     .pack(Pack::best_fit(4096).window(1000))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    #[cfg(feature = "tokenize")]
+    pub fn tokenize(self, tokenizer: feedline::tokenize::Tokenizer, text_field: &str) -> Self {
+        self.tokenize_with(feedline::tokenize::Tokenize::new(tokenizer, text_field))
+    }
+
+    /// Tokenize as `stage` says (BOS/EOS per document: [`feedline::tokenize::Tokenize`]).
+    #[cfg(feature = "tokenize")]
+    pub fn tokenize_with(mut self, stage: feedline::tokenize::Tokenize) -> Self {
+        self.config.transforms.instance = Some(Arc::new(stage));
+        self
+    }
+
+    /// Pack each pass's documents into batches of [`batch`](Self::batch)
+    /// rows of `pack.length` tokens (see [`feedline::pack`]): best-fit,
+    /// first-fit or concatenate-then-split, after the draw, in the batch
+    /// maker. Each batch has `input_ids`, `segment_ids`, `position_ids`,
+    /// `cu_seqlens` and `max_seqlen`, and [`Batch::segments`](feedline::Batch::segments)
+    /// says where every piece came from.
+    pub fn pack(mut self, pack: feedline::pack::Pack) -> Self {
+        self.config.pack = Some(pack);
+        self
+    }
+
     /// Transform workers: threads of their own, apart from the readers (default 2).
     pub fn workers(mut self, n: usize) -> Self {
         self.config.transforms.workers = n;

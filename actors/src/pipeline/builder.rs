@@ -23,7 +23,7 @@ use super::prepare::{prepare, Prepared};
 use super::StartOptions;
 use crate::arbiters::Arbiters;
 use crate::bad_records::BadRecords;
-use crate::batch_maker::{BatchMaker, MakerLinks};
+use crate::batch_maker::{BatchMaker, MakerLinks, PackStage};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::feed_queue_actor::FeedQueueActor;
@@ -120,13 +120,33 @@ pub(crate) fn build<S: TrainStep>(
         .as_ref()
         .and_then(|t| t.output_schema())
         .unwrap_or_else(|| schema.clone());
+    let packing = config.pack.is_some();
+    // A packed pass is drawn again from its start (the packer's window is
+    // not in a snapshot of the draw).
+    if packing {
+        resume = resume.map(|r| Arc::new(r.without_snapshot()));
+    }
+    let batch_schema = match &config.pack {
+        Some(p) => {
+            // The documents' schema, when it is known before the first batch.
+            let docs = match &transformer {
+                Some(t) => t.output_schema(),
+                None => Some(schema.clone()),
+            };
+            if let Some(docs) = &docs {
+                check_pack_field(p, docs, transformer.is_some())?;
+            }
+            p.output_schema()
+        }
+        None => batch_schema,
+    };
     let lanes = config.feed.lanes(config.devices);
     let first_pass = resume.as_ref().map_or(0, |r| r.first_pass());
     let settings = StageSettings::derive(&config, &schema, lanes, first_pass);
     // A deterministic resume with a snapshot of the draw: the pool made
     // again now; if it cannot be, the pass is drawn again from its start.
     let restored = {
-        let part = resume.as_ref().map(|r| r.parts().shuffle);
+        let part = resume.as_ref().map(|r| r.parts(packing).shuffle);
         match RestoredDraw::of(
             &settings.shuffle,
             &settings.reader,
@@ -141,7 +161,7 @@ pub(crate) fn build<S: TrainStep>(
             }
         }
     };
-    let parts = resume.as_ref().map(|r| r.parts());
+    let parts = resume.as_ref().map(|r| r.parts(packing));
     let config = Arc::new(config);
     let arbiters = Arbiters::default();
     let queue = BatchQueue::new(lanes, config.capacity)?;
@@ -195,6 +215,15 @@ pub(crate) fn build<S: TrainStep>(
         let workers = transformer.as_ref().map_or(0, |t| t.workers());
         let recorder = recorders.maker(workers);
         let guard = guard.named("batch maker");
+        let packing = match &settings.pack {
+            Some((pack, rows)) => Some(PackStage::new(
+                pack.clone(),
+                *rows,
+                parts.as_ref().map(|p| p.maker.clone()),
+                recorders.packing(),
+            )?),
+            None => None,
+        };
         BatchMaker::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
             BatchMaker::new(
                 settings,
@@ -206,6 +235,7 @@ pub(crate) fn build<S: TrainStep>(
                 recorder,
                 guard,
             )
+            .with_packing(packing)
         })
     };
     let shuffle = {
@@ -332,6 +362,32 @@ pub(crate) fn build<S: TrainStep>(
         resume: parts.map(|p| p.consumers),
         snapshots,
     })
+}
+
+/// The documents' token field is there, ragged and of integers, for
+/// `pack` (when the batches' schema is known before the first batch).
+fn check_pack_field(
+    pack: &feedline::pack::Pack,
+    docs: &Schema,
+    transformed: bool,
+) -> Result<(), PipelineError> {
+    let Ok(f) = docs.field(&pack.field) else {
+        return Err(PipelineError::Config(format!(
+            "packing: no field `{}` to pack in the {} (fields: {}); tokenize a text field first or name the token field",
+            pack.field,
+            if transformed { "transform's output" } else { "instances" },
+            docs.field_names()
+        )));
+    };
+    let ints = matches!(f.dtype, feedline::DType::I32 | feedline::DType::I64);
+    if !ints || !f.is_ragged() || f.shape.len() != 1 || f.ragged != feedline::Ragged::Offsets {
+        return Err(PipelineError::Config(format!(
+            "packing: field `{}` is {}, expected a ragged list of token ids (i32 or i64 [?], offsets layout)",
+            pack.field,
+            f.describe()
+        )));
+    }
+    Ok(())
 }
 
 /// Starts reader `id`'s incarnations: on the reader's own arbiter, or on a

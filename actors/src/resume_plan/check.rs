@@ -95,13 +95,20 @@ pub(super) fn against_settings(
         for (i, p) in cp.passes.iter().enumerate() {
             let field = |f: &str| format!("{}passes[{i}].{f}", which(k, n));
             let records: u128 = p.records.values().map(|r| r.count() as u128).sum();
+            // A packed batch of b rows holds up to b × L documents (of a
+            // token each), and may hold pieces of documents only.
+            let per_batch = |b: usize| match &config.pack {
+                Some(pack) => b as u128 * pack.length as u128,
+                None => b as u128,
+            };
             if let BatchPolicy::Fixed(b) = config.batch {
-                if records > p.batches as u128 * b as u128 {
+                if records > p.batches as u128 * per_batch(b) {
                     return Err(invalid(
                         field("batches"),
                         format!(
-                            "is {}, too few for the pass's {records} consumed records in batches of {b}",
-                            p.batches
+                            "is {}, too few for the pass's {records} consumed records in batches of {}",
+                            p.batches,
+                            per_batch(b)
                         ),
                     ));
                 }
@@ -109,6 +116,7 @@ pub(super) fn against_settings(
             // Every batch holds a record of its own, unless user code may
             // drop rows or padding repeats them.
             if config.transforms.is_empty()
+                && config.pack.is_none()
                 && config.equalize == Equalize::Off
                 && (p.batches as u128) > records
             {
