@@ -27,16 +27,20 @@
 //! 5. the whole pipeline through feedline's loader (read JSON Lines, shuffle,
 //!    tokenize on the transform workers, pack best-fit L = 4,096): tokens/s
 //!    of the whole job, each document's pieces once, and the packing stats.
+//!
+//! Every timing line says the machine's load average: on a shared machine
+//! the figures are of the cores this run got.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use feedline::pack::{LongDocs, Pack, PackPolicy, PackStats, PackedRows, Packer};
+use feedline::pack::{LongDocs, Pack, PackPolicy, PackStats, Packer};
 use feedline::tokenize::{Tokenize, Tokenizer};
-use feedline::{Origin, SourceId};
+use feedline::{Batch, Origin, SourceId};
 use feedline_actors::Loader;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -260,28 +264,32 @@ impl Check {
     }
 
     /// Check one packed batch: every segment's tokens equal its document's
-    /// tokens at that place; note its pieces.
+    /// tokens at that place (`doc` names a segment's document); note its
+    /// pieces. Its real tokens, counted from `segment_ids`.
     fn batch(
         &mut self,
-        rows: PackedRows,
-        length: usize,
-        index: &HashMap<Origin, usize>,
+        batch: &Batch,
+        doc: impl Fn(&Origin) -> Option<usize>,
         docs: &[Vec<i32>],
-    ) -> Result<(), AnyError> {
-        let batch = rows.into_batch(length)?;
+    ) -> Result<u64, AnyError> {
         let input_ids = batch.view::<i32, ndarray::Ix2>("input_ids")?;
+        let real = batch
+            .view::<i32, ndarray::Ix2>("segment_ids")?
+            .iter()
+            .filter(|&&s| s != 0)
+            .count() as u64;
         let segments = batch.segments().ok_or("a packed batch without segments")?;
         let mut at = vec![0usize; batch.len()];
+        let mut in_segments = 0u64;
         for seg in segments {
-            let &d = index
-                .get(&seg.origin)
+            let d = doc(&seg.origin)
                 .ok_or_else(|| format!("a segment of an unknown document {:?}", seg.origin))?;
-            let doc = &docs[d];
-            if seg.doc_tokens != doc.len() as u64 {
+            let tokens = &docs[d];
+            if seg.doc_tokens != tokens.len() as u64 {
                 return Err(format!(
                     "document {d}: doc_tokens {} != its {} tokens",
                     seg.doc_tokens,
-                    doc.len()
+                    tokens.len()
                 )
                 .into());
             }
@@ -292,14 +300,20 @@ impl Check {
                 .ok_or("input_ids rows are not contiguous")?
                 .get(at[r]..at[r] + n)
                 .ok_or("a segment past its row's end")?;
-            if doc.get(s..s + n) != Some(got) {
+            if tokens.get(s..s + n) != Some(got) {
                 return Err(format!("document {d}: tokens {s}..{} differ", s + n).into());
             }
             at[r] += n;
-            self.tokens += n as u64;
+            in_segments += n as u64;
             self.pieces[d].push((seg.start, seg.len));
         }
-        Ok(())
+        if real != in_segments {
+            return Err(
+                format!("{real} tokens with a segment id, {in_segments} in the segments").into(),
+            );
+        }
+        self.tokens += real;
+        Ok(real)
     }
 
     /// Every document once (its pieces cover it exactly); the documents of
@@ -340,14 +354,15 @@ fn pack_checked(
     let length = pack.length;
     let mut packer = Packer::new(pack, b)?;
     let mut check = Check::new(docs.len());
+    let doc = |o: &Origin| index.get(o).copied();
     for &d in order {
         packer.push(origins[d], &docs[d], None);
         while let Some(rows) = packer.pop() {
-            check.batch(rows, length, index, docs)?;
+            check.batch(&rows.into_batch(length)?, doc, docs)?;
         }
     }
     for rows in packer.finish() {
-        check.batch(rows, length, index, docs)?;
+        check.batch(&rows.into_batch(length)?, doc, docs)?;
     }
     let stats = packer.stats();
     let (cut, tokens) = check.finish(docs, length)?;
@@ -390,6 +405,19 @@ fn pack_timed(
     Ok((secs, packer.stats().tokens))
 }
 
+/// The 1-minute load average (Linux), for the timings' context: the
+/// figures are of a machine perhaps shared.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| {
+            l.split_whitespace()
+                .next()
+                .map(|x| format!("load average {x}"))
+        })
+        .unwrap_or_else(|| "load average unknown".into())
+}
+
 fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -411,6 +439,12 @@ fn main() -> Result<(), AnyError> {
     std::fs::create_dir_all(&dir)?;
     let b = a.batch as usize;
     let window = a.window as usize;
+
+    println!(
+        "{} cores available, {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load()
+    );
 
     // 1. The corpus.
     let root = a.registry.clone().unwrap_or_else(registry_src);
@@ -443,9 +477,10 @@ fn main() -> Result<(), AnyError> {
     bpe.save(&json, false)?;
     println!(
         "tokenizer: a byte-level BPE of {} tokens (with <|endoftext|>) trained in {train_s:.1} s \
-         on {} threads, saved as {}",
+         on {} threads ({}), saved as {}",
         bpe.get_vocab_size(true),
         rayon::current_num_threads(),
+        load(),
         json.display()
     );
     drop(bpe);
@@ -465,13 +500,14 @@ fn main() -> Result<(), AnyError> {
     lens.sort_unstable();
     println!(
         "tokens: {} (EOS included; {:.2} bytes a token), a document {:.0} on average, median {}, \
-         longest {}; tokenized in {tok_s:.1} s on {} threads",
+         longest {}; tokenized in {tok_s:.1} s on {} threads ({})",
         thousands(total),
         bytes as f64 / (total - docs.len() as u64) as f64,
         total as f64 / docs.len() as f64,
         lens[lens.len() / 2],
         lens[lens.len() - 1],
-        rayon::current_num_threads()
+        rayon::current_num_threads(),
+        load()
     );
     let index: HashMap<Origin, usize> = origins.iter().enumerate().map(|(i, &o)| (o, i)).collect();
     let mut order: Vec<usize> = (0..docs.len()).collect();
@@ -547,35 +583,117 @@ fn main() -> Result<(), AnyError> {
     println!();
     println!(
         "packer alone, one thread, best-fit L = {THROUGHPUT_LENGTH} W = {window}, {b} rows a batch \
-         (push, pop, finish, batch layout; {} tokens, {} runs): best {:.1} M tokens/s ({:.3} s), \
-         median {:.1} M tokens/s ({:.3} s)",
+         (push, pop, finish, batch layout; {} tokens, {} documents, {} runs): best {:.1} M \
+         tokens/s ({:.3} s, {} documents/s), median {:.1} M tokens/s ({:.3} s); {}",
         thousands(packed),
+        thousands(docs.len() as u64),
         runs.len(),
         packed as f64 / best / 1e6,
         best,
+        thousands((docs.len() as f64 / best) as u64),
         packed as f64 / median / 1e6,
-        median
+        median,
+        load()
     );
 
     // 5. The whole pipeline.
     if a.no_pipeline {
         return Ok(());
     }
-    pipeline(&a, &shards, &json, &docs, &origins, &index)
+    pipeline(&a, &shards, &json, &docs, &origins)
 }
 
 /// The whole job through feedline's loader: read the shards, shuffle,
-/// tokenize on the transform workers, pack best-fit.
+/// tokenize on the transform workers (the same stage), pack best-fit at
+/// L = 4,096; every document's pieces checked once, its tokens equal to the
+/// ones tokenized above.
 fn pipeline(
     a: &Args,
     shards: &[String],
     json: &Path,
     docs: &[Vec<i32>],
-    _origins: &[Origin],
-    index: &HashMap<Origin, usize>,
+    origins: &[Origin],
 ) -> Result<(), AnyError> {
-    let _ = (a, shards, json, docs, index, Loader::builder());
+    const READERS: usize = 2;
+    const WORKERS: usize = 2;
+    const SHUFFLE: usize = 10_000;
+    let length = THROUGHPUT_LENGTH;
+    let window = a.window as usize;
+    let b = a.batch as usize;
+    // Documents by (file name, record): the loader names its files as it likes.
+    let file_name = |o: &Origin| {
+        Path::new(&*o.source.name())
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+    };
+    let index: HashMap<(String, u64), usize> = origins
+        .iter()
+        .enumerate()
+        .map(|(i, o)| ((file_name(o).unwrap_or_default(), o.record), i))
+        .collect();
+    let doc = |o: &Origin| index.get(&(file_name(o)?, o.record)).copied();
+    let stage = Tokenize::new(Tokenizer::from_file(json)?, "text").add_eos(true)?;
+    let t0 = Instant::now();
+    let mut loader = Loader::builder()
+        .files(shards.to_vec())
+        .batch(b)
+        .shuffle(SHUFFLE)
+        .seed(a.seed)
+        .passes(1)
+        .readers(READERS)
+        .workers(WORKERS)
+        // What `.tokenize_with(stage)` does; that method is behind
+        // feedline-actors' own `tokenize` feature, which this package's
+        // `tokenize` does not turn on (a dev-dependency's feature).
+        .transform(Arc::new(stage))
+        .pack(Pack::best_fit(length).window(window))
+        .shard_from_env(false)
+        .build()?;
+    let mut check = Check::new(docs.len());
+    let mut batches = 0u64;
+    for d in loader.iter() {
+        let d = d?;
+        check.batch(&d.batch, doc, docs)?;
+        batches += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let tokens = check.tokens;
+    let (cut, _) = check.finish(docs, length)?;
+    let total: u64 = docs.iter().map(|d| d.len() as u64).sum();
+    if tokens != total {
+        return Err(format!("the loader gave {tokens} tokens of {total}").into());
+    }
     println!();
-    println!("whole pipeline: not yet (the loader's packing has not landed)");
+    println!(
+        "whole pipeline (feedline's loader: {} JSON Lines shards read by {READERS} readers, shuffle \
+         {SHUFFLE}, tokenized by {WORKERS} transform workers, EOS added, packed best-fit L = \
+         {length} W = {window}, {b} rows a batch, 1 pass): {} batches, {} real tokens (segment \
+         ids != 0), every one of {} documents once with the same tokens as above, {cut} \
+         documents ≤ L cut, in {secs:.1} s: {:.2} M tokens/s ({})",
+        shards.len(),
+        thousands(batches),
+        thousands(tokens),
+        thousands(docs.len() as u64),
+        tokens as f64 / secs / 1e6,
+        load()
+    );
+    let stats = loader.stats();
+    println!(
+        "loader.stats(): bottleneck {}; readers busy {:.0} %, batch maker (tokenizing workers \
+         included) busy {:.0} % over {} workers",
+        stats.bottleneck,
+        100.0 * stats.readers.busy,
+        100.0 * stats.batch_maker.busy,
+        stats.batch_maker_workers
+    );
+    match stats.packing {
+        Some(p) => println!(
+            "loader.stats().packing: fill {:.2} % (L = {}), {:?}",
+            100.0 * p.fill,
+            p.length,
+            p.counts
+        ),
+        None => println!("loader.stats().packing: None"),
+    }
     Ok(())
 }
