@@ -34,6 +34,8 @@ fn every_example_help_says_what_it_does() {
         ("peers_adapter", "peers' benchmark harness"),
         ("numpy", "Load images and labels saved by numpy"),
         ("jsonl_tokens", "Batch token sequences read from JSON Lines"),
+        #[cfg(feature = "tokenize")]
+        ("packing", "Sequence packing"),
     ] {
         let o = run(name, &["--help"]);
         assert!(o.status.success(), "{name}");

@@ -279,3 +279,32 @@ fn remote_trains_from_its_own_http_server_and_shows_readers_hiding_latency() {
         "{out}"
     );
 }
+
+/// The packing example on a small slice of the registry's sources: a BPE
+/// trained, the table of every policy and L (each configuration checked
+/// exactly once by the example itself), and the whole pipeline through the
+/// loader, every document once.
+#[cfg(feature = "tokenize")]
+#[test]
+fn packing_trains_a_bpe_packs_every_policy_and_runs_the_loader() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        "packing",
+        &[
+            "--max-docs",
+            "150",
+            "--vocab",
+            "400",
+            "--repeats",
+            "1",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    assert!(dir.path().join("tokenizer.json").exists(), "{out}");
+    for policy in ["best-fit", "first-fit", "concat"] {
+        assert!(out.contains(&format!("| 4,096 | {policy} |")), "{out}");
+    }
+    assert!(out.contains("every one of 150 documents once"), "{out}");
+    assert!(out.contains("loader.stats().packing: fill"), "{out}");
+}
