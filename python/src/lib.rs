@@ -1178,9 +1178,17 @@ impl PyLoader {
 
     /// Batches this rank gets in the epoch in progress (or the next one) —
     /// with `passes=N`, in one of its passes — from every input's record
-    /// count (see `counting`); TypeError for a push-mode loader.
+    /// count (see `counting`); TypeError for a push-mode loader and a
+    /// packing one.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.check_process()?;
+        if let Some(p) = &self.config.pack {
+            return Err(PyTypeError::new_err(format!(
+                "len() of a packing loader (pack={}): its batches per pass depend on every \
+                 document's token count and the packing, known only as the pass runs",
+                p.length
+            )));
+        }
         self.counts.start();
         let counted = loop {
             if let Some(c) = py.allow_threads(|| self.counts.wait(WAIT_SLICE)) {

@@ -210,3 +210,9 @@ def test_a_text_that_is_not_text_is_a_bad_record_naming_it(tmp_path, data):
         with feedline.Loader(files=[str(p)], tokenizer=tok_path, pack=16, batch_size=2,
                              schema={"text": ("bytes", []), "id": ("i64", [])}) as ld:
             list(ld)
+
+
+def test_len_of_a_packing_loader_is_a_type_error_saying_why(data):
+    with loader(data) as ld:
+        with pytest.raises(TypeError, match="packing loader"):
+            len(ld)
