@@ -23,8 +23,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, ShapeError};
 
 use crate::error::{Error, Result};
-use crate::pack::Segment;
-use crate::provenance::Origin;
+use crate::provenance::{Origin, Segment};
 use crate::schema::{DType, Schema};
 use crate::values::BytesList;
 

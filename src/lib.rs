@@ -82,7 +82,7 @@ pub use batch::{Array, Batch, BatchField, Element, DATA_ALIGN};
 pub use chunk::{Chunk, Column, RowRef};
 pub use collate::{collate, collate_chunks, collate_rows};
 pub use error::{Error, Feature, Result};
-pub use provenance::{Location, Origin, SourceId};
+pub use provenance::{Location, Origin, Segment, SourceId};
 pub use record::{Instance, Record};
 pub use schema::{DType, Dim, Field, Ragged, Schema, SchemaBuilder};
 pub use values::{BytesList, Tensor, Values};

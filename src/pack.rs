@@ -51,6 +51,7 @@ use crate::batch::{Batch, BatchField};
 use crate::checkpoint::RecordRanges;
 use crate::error::{Error, Result};
 use crate::provenance::Origin;
+pub use crate::provenance::Segment;
 use crate::schema::{DType, Ragged, Schema};
 
 /// The default window of best-fit and first-fit: documents held in open rows.
@@ -244,24 +245,6 @@ fn packed_schema(length: usize) -> Schema {
         .field("max_seqlen", DType::I32, [])
         .build()
         .expect("the packed schema is valid")
-}
-
-/// A piece of a document in a packed row: the document, the piece's first
-/// token in it and its length, and the document's length as packed (after
-/// truncation) — all its tokens are delivered once pieces covering
-/// `[0, doc_tokens)` are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
-    /// The row of its batch.
-    pub row: u32,
-    /// The document.
-    pub origin: Origin,
-    /// Its first token's index in the document.
-    pub start: u64,
-    /// Its tokens.
-    pub len: u32,
-    /// The document's tokens as packed.
-    pub doc_tokens: u64,
 }
 
 /// What a packer did, summed.

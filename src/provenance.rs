@@ -1,7 +1,8 @@
 //! Provenance: where an instance came from. [`SourceId`] (an interned
 //! file path or generator name), [`Origin`] (a source and a record index)
 //! and [`Location`] (an origin plus the byte offset of the record's frame,
-//! as errors report it).
+//! as errors report it), and [`Segment`] (a piece of a document in a
+//! packed row: its origin and which of its tokens).
 //!
 //! This module depends on nothing else in the crate, so that the error type
 //! and the data model can both use it.
@@ -118,4 +119,22 @@ impl fmt::Display for Location {
         }
         Ok(())
     }
+}
+
+/// A piece of a document in a packed row ([`crate::pack`]): the document, the piece's first
+/// token in it and its length, and the document's length as packed (after
+/// truncation) — all its tokens are delivered once pieces covering
+/// `[0, doc_tokens)` are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The row of its batch.
+    pub row: u32,
+    /// The document.
+    pub origin: Origin,
+    /// Its first token's index in the document.
+    pub start: u64,
+    /// Its tokens.
+    pub len: u32,
+    /// The document's tokens as packed.
+    pub doc_tokens: u64,
 }
