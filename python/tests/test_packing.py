@@ -216,3 +216,20 @@ def test_len_of_a_packing_loader_is_a_type_error_saying_why(data):
     with loader(data) as ld:
         with pytest.raises(TypeError, match="packing loader"):
             len(ld)
+
+
+def test_feedline_torch_gives_the_packed_fields_as_tensors(data):
+    torch = pytest.importorskip("torch")
+    import feedline.torch as ft
+
+    paths, tok_path, expect = data
+    with ft.DataLoader(files=paths, batch_size=4, shuffle=50, seed=3, rank=0, world_size=1,
+                       pin_memory=False, tokenizer=tok_path, text_field="text", add_eos=True,
+                       pack=256, pack_window=30) as loader:
+        tokens = 0
+        for b in loader:
+            assert b["input_ids"].shape == (4, 256) and b["input_ids"].dtype == torch.int32
+            cu = b["cu_seqlens"]
+            assert cu.dim() == 1 and int(cu[0]) == 0 and int(cu[-1]) == 4 * 256
+            tokens += int((b["segment_ids"] != 0).sum())
+    assert tokens == sum(len(v) for v in expect.values())

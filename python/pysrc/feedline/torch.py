@@ -293,7 +293,8 @@ class DataLoader:
         return self.loader._epoch(convert=self._convert, post=self._post)
 
     def __len__(self) -> int:
-        """Batches in the epoch (TypeError only for pushed data)."""
+        """Batches in the epoch (a TypeError for pushed data and for a packing
+        loader, whose batches are known only as the pass runs)."""
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
