@@ -86,13 +86,27 @@ impl PackStage {
         let origins = batch.origins();
         // Padding rows (equalize) are not documents; equalize is refused with packing.
         let docs = batch.len() - batch.padded_rows();
+        let strided = || {
+            config(format!(
+                "packing: field `{}` is not a contiguous list of token ids within its offsets (a batch map made it so?)",
+                self.pack.field
+            ))
+        };
         let mut wide: Vec<i32> = Vec::new();
         for (i, origin) in origins.iter().enumerate().take(docs) {
             let (s, e) = (offsets[i], offsets[i + 1]);
             let tokens: &[i32] = match &field.data {
-                Array::I32(a) => &a.as_slice().expect("a batch's data is contiguous")[s..e],
+                Array::I32(a) => a
+                    .as_slice()
+                    .ok_or_else(strided)?
+                    .get(s..e)
+                    .ok_or_else(strided)?,
                 Array::I64(a) => {
-                    let v = &a.as_slice().expect("a batch's data is contiguous")[s..e];
+                    let v = a
+                        .as_slice()
+                        .ok_or_else(strided)?
+                        .get(s..e)
+                        .ok_or_else(strided)?;
                     wide.clear();
                     for &t in v {
                         wide.push(i32::try_from(t).map_err(|_| {
