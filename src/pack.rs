@@ -532,46 +532,54 @@ impl Packer {
         if doc_tokens == 0 {
             return;
         }
-        // The ranges still to deliver.
-        let todo: Vec<[u64; 2]> = match delivered {
-            Some(d) if !d.ranges().is_empty() => {
-                let mut out = Vec::new();
-                let mut at = 0u64;
-                for &[s, e] in d.ranges() {
-                    let (s, e) = (s.min(doc_tokens as u64), e.min(doc_tokens as u64));
-                    if s > at {
-                        out.push([at, s]);
-                    }
-                    at = at.max(e);
-                }
-                if at < doc_tokens as u64 {
-                    out.push([at, doc_tokens as u64]);
-                }
-                out
-            }
-            _ => vec![[0, doc_tokens as u64]],
+        // The ranges still to deliver: the whole document but on a resume
+        // (no allocation per document on the common path).
+        let Some(d) = delivered.filter(|d| !d.ranges().is_empty()) else {
+            self.deliver(origin, tokens, 0, doc_tokens, doc_tokens, whole);
+            return;
         };
-        for [s, e] in todo {
-            let (s, e) = (s as usize, e as usize);
-            if concat {
-                self.concat(origin, &tokens[s..e], s, doc_tokens, whole);
-            } else {
-                // Pieces of `length` from the start of the document (the cut
-                // points do not depend on what was delivered).
-                let mut at = s;
-                while at < e {
-                    let piece_end = ((at / length + 1) * length).min(e);
-                    let seg = Segment {
-                        row: 0,
-                        origin,
-                        start: at as u64,
-                        len: (piece_end - at) as u32,
-                        doc_tokens: doc_tokens as u64,
-                    };
-                    self.place(seg, &tokens[at..piece_end]);
-                    at = piece_end;
-                }
+        let mut at = 0;
+        for &[s, e] in d.ranges() {
+            let (s, e) = ((s as usize).min(doc_tokens), (e as usize).min(doc_tokens));
+            if s > at {
+                self.deliver(origin, tokens, at, s, doc_tokens, whole);
             }
+            at = at.max(e);
+        }
+        if at < doc_tokens {
+            self.deliver(origin, tokens, at, doc_tokens, doc_tokens, whole);
+        }
+    }
+
+    /// Tokens `[s, e)` of document `origin` (of `doc_tokens` as packed) into rows.
+    fn deliver(
+        &mut self,
+        origin: Origin,
+        tokens: &[i32],
+        s: usize,
+        e: usize,
+        doc_tokens: usize,
+        whole: bool,
+    ) {
+        if self.pack.policy == PackPolicy::Concat {
+            self.concat(origin, &tokens[s..e], s, doc_tokens, whole);
+            return;
+        }
+        // Pieces of `length` from the start of the document (the cut points
+        // do not depend on what was delivered).
+        let length = self.pack.length;
+        let mut at = s;
+        while at < e {
+            let piece_end = ((at / length + 1) * length).min(e);
+            let seg = Segment {
+                row: 0,
+                origin,
+                start: at as u64,
+                len: (piece_end - at) as u32,
+                doc_tokens: doc_tokens as u64,
+            };
+            self.place(seg, &tokens[at..piece_end]);
+            at = piece_end;
         }
     }
 
