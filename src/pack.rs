@@ -50,12 +50,18 @@ use serde::{Deserialize, Serialize};
 use crate::batch::{Batch, BatchField};
 use crate::checkpoint::RecordRanges;
 use crate::error::{Error, Result};
-use crate::provenance::Origin;
+use crate::plan::Equalize;
 pub use crate::provenance::Segment;
+use crate::provenance::{Origin, SourceId};
 use crate::schema::{DType, Ragged, Schema};
 
 /// The default window of best-fit and first-fit: documents held in open rows.
 pub const DEFAULT_PACK_WINDOW: usize = 1000;
+
+/// Rows of room at least that equalize `Pad` leaves the largest rank
+/// ([`Pack::equalized_rows`]): one placement changes the rows a pass
+/// surely needs by at most 2.
+const PAD_SLACK_ROWS: u64 = 2;
 
 /// The longest row this build packs (tokens).
 pub const MAX_PACK_LENGTH: usize = 1 << 24;
@@ -228,6 +234,45 @@ impl Pack {
         Ok(())
     }
 
+    /// The tokens a document of `n` tokens puts into rows: all of them
+    /// (concat, or split), at most `L` (truncate), or none when longer than
+    /// `L` (drop).
+    pub fn packed_tokens(&self, n: usize) -> usize {
+        if self.policy == PackPolicy::Concat || n <= self.length {
+            return n;
+        }
+        match self.long_docs {
+            LongDocs::Split => n,
+            LongDocs::Truncate => self.length,
+            LongDocs::Drop => 0,
+        }
+    }
+
+    /// The packed rows every rank delivers in a pass when ranks are
+    /// equalized (`how`), from the tokens each rank's documents put into
+    /// rows ([`packed_tokens`](Self::packed_tokens), summed):
+    /// - `Drop`: the fewest any rank surely makes, `min ⌈T / L⌉` — no rank
+    ///   makes fewer rows than its tokens fill; the rows past it are left out;
+    /// - `Pad`: `m + max(2, ⌈m / 100⌉)` for the largest `m = max ⌈T / L⌉`:
+    ///   room for best-fit and first-fit to keep documents whole at 99 %
+    ///   fill; a rank that would need more rows fills its open rows in
+    ///   order from then on (cutting documents, as concat does), and every
+    ///   rank is padded to it with padding rows.
+    ///
+    /// `None` without equalizing.
+    pub fn equalized_rows(&self, tokens_per_rank: &[u64], how: Equalize) -> Option<u64> {
+        let l = self.length.max(1) as u64;
+        let rows = tokens_per_rank.iter().map(|t| t.div_ceil(l));
+        match how {
+            Equalize::Off => None,
+            Equalize::Drop => Some(rows.min().unwrap_or(0)),
+            Equalize::Pad => {
+                let m = rows.max().unwrap_or(0);
+                Some(m + (m.div_ceil(100)).max(PAD_SLACK_ROWS))
+            }
+        }
+    }
+
     /// The schema of a packed batch: `input_ids`, `segment_ids`,
     /// `position_ids` (`i32 [L]`), `cu_seqlens` (ragged `i32`, see
     /// [`PackedRows::into_batch`]) and `max_seqlen` (`i32 []`).
@@ -270,6 +315,15 @@ pub struct PackStats {
     pub tokens_left_out: u64,
     /// Documents with no token (nothing to pack).
     pub empty_documents: u64,
+    /// Padding rows added to equalize ranks (`Pad`; in `rows`).
+    #[serde(default)]
+    pub equalize_padding_rows: u64,
+    /// Rows left out to equalize ranks (`Drop`; not in `rows`).
+    #[serde(default)]
+    pub equalize_dropped_rows: u64,
+    /// The tokens of those rows (not in `tokens`).
+    #[serde(default)]
+    pub equalize_dropped_tokens: u64,
 }
 
 impl PackStats {
@@ -295,6 +349,9 @@ impl PackStats {
         self.long_dropped += o.long_dropped;
         self.tokens_left_out += o.tokens_left_out;
         self.empty_documents += o.empty_documents;
+        self.equalize_padding_rows += o.equalize_padding_rows;
+        self.equalize_dropped_rows += o.equalize_dropped_rows;
+        self.equalize_dropped_tokens += o.equalize_dropped_tokens;
     }
 }
 
@@ -312,12 +369,15 @@ impl PackedRow {
     }
 }
 
-/// `B` rows for one batch (a pass's last batch may hold padding rows).
+/// `B` rows for one batch (a pass's last batches may hold padding rows).
 #[derive(Debug)]
 pub struct PackedRows {
     rows: Vec<PackedRow>,
-    /// Rows added as padding (no token).
+    /// Rows added as padding (no token), the last ones.
     pub padding_rows: usize,
+    /// The origin padding rows are named by when no row before them in
+    /// the batch holds a document.
+    origin_hint: Option<Origin>,
 }
 
 impl PackedRows {
@@ -337,7 +397,8 @@ impl PackedRows {
     ///   varlen kernels take them; row 0 holds the leading 0 and each row
     ///   the ends of its segments;
     /// - `max_seqlen` (`i32 []`, every row the same): the longest segment;
-    /// - [`Batch::segments`]: the provenance of every document piece.
+    /// - [`Batch::segments`]: the provenance of every document piece;
+    /// - [`Batch::padded_rows`]: the padding rows (segment ids 0), the last.
     pub fn into_batch(self, length: usize) -> Result<Batch> {
         let b = self.rows.len();
         let mut input_ids = vec![0i32; b * length];
@@ -350,10 +411,12 @@ impl PackedRows {
         let mut max_seqlen = 0usize;
         cu_offsets.push(0);
         cu.push(0i32);
+        let padding_rows = self.padding_rows;
         let mut last_origin = self
             .rows
             .iter()
-            .find_map(|r| r.segments.first().map(|s| s.origin));
+            .find_map(|r| r.segments.first().map(|s| s.origin))
+            .or(self.origin_hint);
         for (i, row) in self.rows.into_iter().enumerate() {
             let base = i * length;
             input_ids[base..base + row.tokens.len()].copy_from_slice(&row.tokens);
@@ -383,12 +446,11 @@ impl PackedRows {
             if let Some(s) = row.segments.first() {
                 last_origin = Some(s.origin);
             }
-            // A padding row names the last document before it: rows need an
-            // origin each; its segments say it holds none.
+            // A padding row names the last document before it (rows need an
+            // origin each; its segments say it holds none), or `<padding>`
+            // when the rank had none.
             origins.push(
-                last_origin.ok_or_else(|| {
-                    Error::Schema("a packed batch of padding rows only".to_string())
-                })?,
+                last_origin.unwrap_or_else(|| Origin::new(SourceId::intern(PADDING_SOURCE), 0)),
             );
         }
         let shape = [b, length];
@@ -412,14 +474,61 @@ impl PackedRows {
             field(vec![max_seqlen as i32; b], &[b])?,
         ];
         let batch = Batch::from_parts(&packed_schema(length), fields, origins)?;
-        Ok(batch.with_segments(segments))
+        Ok(batch
+            .with_segments(segments)
+            .with_padded_rows(padding_rows)?)
     }
 }
+
+/// The source padding rows are named by when their rank had no document.
+pub const PADDING_SOURCE: &str = "<padding>";
 
 fn too_large(b: usize, length: usize) -> Error {
     Error::Schema(format!(
         "a packed batch of {b} rows × {length} tokens has more positions than i32 counts"
     ))
+}
+
+/// This rank's packed rows in a pass when ranks are equalized
+/// ([`Pack::equalized_rows`]): exactly `rows` rows are delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowQuota {
+    /// The rows every rank delivers in the pass.
+    pub rows: u64,
+    /// The tokens this rank's documents put into rows in the pass, as
+    /// counted before it ([`Pack::packed_tokens`], summed).
+    pub tokens: u64,
+    /// `Drop`: the rows past `rows` are left out; `Pad`: the rows are
+    /// budgeted to fit in `rows` and padding rows added up to it.
+    pub how: Equalize,
+}
+
+/// Equalized rows that cannot be delivered: the tokens packed in the pass
+/// are not the tokens counted before it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// More rows than every rank delivers (`Pad`).
+    #[error("equalize pad: this rank's documents need more than the {rows} packed rows every rank delivers: {counted} tokens were counted before the pass, {packed} packed so far — each document's tokens must be the same in the count and in the pass (a transform whose output length changes with the pass?)")]
+    Over {
+        /// The equalized rows.
+        rows: u64,
+        /// The tokens counted.
+        counted: u64,
+        /// The tokens packed.
+        packed: u64,
+    },
+    /// Fewer rows than every rank delivers (`Drop`).
+    #[error("equalize drop: this rank's documents made {made} packed rows, fewer than the {rows} every rank delivers: {counted} tokens were counted before the pass, {packed} packed — each document's tokens must be the same in the count and in the pass (a transform whose output length changes with the pass?)")]
+    Under {
+        /// The equalized rows.
+        rows: u64,
+        /// The rows made.
+        made: u64,
+        /// The tokens counted.
+        counted: u64,
+        /// The tokens packed.
+        packed: u64,
+    },
 }
 
 /// An open row of best-fit or first-fit.
@@ -442,9 +551,26 @@ pub struct Packer {
     held: usize,
     /// Rows made, waiting for a batch.
     made: VecDeque<PackedRow>,
-    /// Concat's row being filled.
+    /// Concat's row being filled (and, filling in order, the open row
+    /// being filled).
     filling: PackedRow,
     stats: PackStats,
+    /// Equalized ranks: the rows this pass delivers.
+    quota: Option<RowQuota>,
+    /// Tokens put into rows (for the quota's budget).
+    placed: u64,
+    /// Room left in the open rows (best-fit, first-fit).
+    open_room: u64,
+    /// Rows made within the quota (all rows without one).
+    kept_rows: u64,
+    /// The quota's budget ran short: the open rows are filled in order,
+    /// documents cut where rows end (as concat does).
+    in_order: bool,
+    /// The open rows to fill in order after `filling`.
+    fill_queue: VecDeque<PackedRow>,
+    quota_error: Option<QuotaError>,
+    /// The last document taken (what padding rows are named by).
+    last_origin: Option<Origin>,
 }
 
 impl fmt::Debug for Packer {
@@ -475,7 +601,31 @@ impl Packer {
             made: VecDeque::new(),
             filling: PackedRow::default(),
             stats: PackStats::default(),
+            quota: None,
+            placed: 0,
+            open_room: 0,
+            kept_rows: 0,
+            in_order: false,
+            fill_queue: VecDeque::new(),
+            quota_error: None,
+            last_origin: None,
         })
+    }
+
+    /// Deliver exactly `quota.rows` rows (equalized ranks); set before the
+    /// first document. With `Pad`, best-fit and first-fit keep documents
+    /// whole while the rows left can surely hold the tokens still to come,
+    /// and fill their open rows in order from then on.
+    pub fn set_quota(&mut self, quota: Option<RowQuota>) {
+        self.quota = quota.filter(|q| q.how != Equalize::Off);
+    }
+
+    /// The quota could not be kept (see [`QuotaError`]).
+    pub fn check_quota(&self) -> std::result::Result<(), QuotaError> {
+        match &self.quota_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     /// The settings.
@@ -502,16 +652,9 @@ impl Packer {
             self.stats.empty_documents += 1;
             return;
         }
+        self.last_origin = Some(origin);
         let concat = self.pack.policy == PackPolicy::Concat;
-        let doc_tokens = if !concat && n > length {
-            match self.pack.long_docs {
-                LongDocs::Split => n,
-                LongDocs::Truncate => length,
-                LongDocs::Drop => 0,
-            }
-        } else {
-            n
-        };
+        let doc_tokens = self.pack.packed_tokens(n);
         let whole = delivered.is_none_or(|d| d.ranges().is_empty());
         if whole {
             self.stats.documents += 1;
@@ -561,16 +704,20 @@ impl Packer {
         doc_tokens: usize,
         whole: bool,
     ) {
-        if self.pack.policy == PackPolicy::Concat {
-            self.concat(origin, &tokens[s..e], s, doc_tokens, whole);
-            return;
-        }
         // Pieces of `length` from the start of the document (the cut points
-        // do not depend on what was delivered).
+        // do not depend on what was delivered); concat, or filling in
+        // order, takes the rest as it comes.
+        let concat = self.pack.policy == PackPolicy::Concat;
         let length = self.pack.length;
         let mut at = s;
         while at < e {
+            if concat || self.fills_in_order() {
+                self.placed += (e - at) as u64;
+                self.concat(origin, &tokens[at..e], at, doc_tokens, whole);
+                return;
+            }
             let piece_end = ((at / length + 1) * length).min(e);
+            self.placed += (piece_end - at) as u64;
             let seg = Segment {
                 row: 0,
                 origin,
@@ -581,6 +728,48 @@ impl Packer {
             self.place(seg, &tokens[at..piece_end]);
             at = piece_end;
         }
+    }
+
+    /// Equalize `Pad`: true once best-fit or first-fit must fill their
+    /// open rows in order to stay within the quota. The rows the pass
+    /// surely needs from here — rows made, open rows, and new rows for
+    /// the tokens to come (`placed` counts the piece being delivered)
+    /// beyond the open rows' room — change by at most
+    /// [`PAD_SLACK_ROWS`] with one piece placed (a new row, and one closed
+    /// to keep the window), so packing whole goes on while that much is
+    /// left; filling in order then makes exactly that many.
+    fn fills_in_order(&mut self) -> bool {
+        if self.in_order {
+            return true;
+        }
+        let Some(q) = self.quota.filter(|q| q.how == Equalize::Pad) else {
+            return false;
+        };
+        let to_come = q.tokens.saturating_sub(self.placed);
+        let needed = self.kept_rows
+            + self.open.len() as u64
+            + to_come
+                .saturating_sub(self.open_room)
+                .div_ceil(self.pack.length as u64);
+        if needed + PAD_SLACK_ROWS <= q.rows {
+            return false;
+        }
+        log::debug!(
+            "equalize pad: {} rows of {} made or open and {to_come} tokens to come: the open rows are filled in order from here",
+            self.kept_rows + self.open.len() as u64,
+            q.rows
+        );
+        let mut rows: VecDeque<PackedRow> = std::mem::take(&mut self.open)
+            .into_values()
+            .map(|o| o.row)
+            .collect();
+        self.by_room.clear();
+        self.held = 0;
+        self.open_room = 0;
+        self.filling = rows.pop_front().unwrap_or_default();
+        self.fill_queue = rows;
+        self.in_order = true;
+        true
     }
 
     /// Concat: append to the row being filled, cutting where it ends.
@@ -601,7 +790,8 @@ impl Packer {
             });
             at += n;
             if self.filling.tokens.len() == length {
-                let row = std::mem::take(&mut self.filling);
+                let next = self.fill_queue.pop_front().unwrap_or_default();
+                let row = std::mem::replace(&mut self.filling, next);
                 self.emit(row);
                 cut |= at < tokens.len();
             }
@@ -646,6 +836,7 @@ impl Packer {
                     },
                 );
                 self.by_room.insert((length, id));
+                self.open_room += length as u64;
                 id
             }
         };
@@ -654,6 +845,7 @@ impl Packer {
         open.row.tokens.extend_from_slice(tokens);
         open.row.segments.push(seg);
         open.room -= n;
+        self.open_room -= n as u64;
         self.held += 1;
         if open.room == 0 {
             self.close(id);
@@ -673,12 +865,26 @@ impl Packer {
     fn close(&mut self, id: u64) {
         let open = self.open.remove(&id).expect("an open row");
         self.by_room.remove(&(open.room, id));
+        self.open_room -= open.room as u64;
         self.held -= open.row.segments.len();
         self.emit(open.row);
     }
 
     fn emit(&mut self, row: PackedRow) {
         let n = row.tokens.len();
+        if let Some(q) = self.quota.filter(|q| self.kept_rows >= q.rows) {
+            if q.how == Equalize::Drop {
+                self.stats.equalize_dropped_rows += 1;
+                self.stats.equalize_dropped_tokens += n as u64;
+                return;
+            }
+            self.quota_error.get_or_insert(QuotaError::Over {
+                rows: q.rows,
+                counted: q.tokens,
+                packed: self.placed,
+            });
+        }
+        self.kept_rows += 1;
         self.stats.rows += 1;
         self.stats.tokens += n as u64;
         self.stats.padding_tokens += (self.pack.length - n) as u64;
@@ -690,15 +896,31 @@ impl Packer {
         if self.made.len() < self.rows_per_batch {
             return None;
         }
-        Some(PackedRows {
-            rows: self.made.drain(..self.rows_per_batch).collect(),
-            padding_rows: 0,
-        })
+        let rows: Vec<PackedRow> = self.made.drain(..self.rows_per_batch).collect();
+        Some(self.batch_of(rows))
     }
 
-    /// The end of a pass: every open row made (oldest first), and the
-    /// batches of every made row — the last one filled up with padding
-    /// rows to `B`. The packer is empty after.
+    /// `rows` as a batch: its padding rows (the last ones) counted.
+    fn batch_of(&self, rows: Vec<PackedRow>) -> PackedRows {
+        let padding_rows = rows.iter().filter(|r| r.segments.is_empty()).count();
+        PackedRows {
+            rows,
+            padding_rows,
+            origin_hint: self.last_origin,
+        }
+    }
+
+    /// A padding row (no token) into the made rows.
+    fn pad_row(&mut self) {
+        self.stats.rows += 1;
+        self.stats.padding_tokens += self.pack.length as u64;
+        self.made.push_back(PackedRow::default());
+    }
+
+    /// The end of a pass: every open row made (oldest first), padding
+    /// rows up to a `Pad` quota, and the batches of every made row — the
+    /// last one filled up with padding rows to `B`. The packer is empty
+    /// after, its quota unset (its error, if any, kept).
     pub fn finish(&mut self) -> Vec<PackedRows> {
         let ids: Vec<u64> = self.open.keys().copied().collect();
         for id in ids {
@@ -708,20 +930,40 @@ impl Packer {
             let row = std::mem::take(&mut self.filling);
             self.emit(row);
         }
+        while let Some(row) = self.fill_queue.pop_front() {
+            self.emit(row);
+        }
+        if let Some(q) = self.quota.filter(|q| self.kept_rows < q.rows) {
+            if q.how == Equalize::Pad {
+                for _ in self.kept_rows..q.rows {
+                    self.stats.equalize_padding_rows += 1;
+                    self.pad_row();
+                }
+                self.kept_rows = q.rows;
+            } else {
+                self.quota_error.get_or_insert(QuotaError::Under {
+                    rows: q.rows,
+                    made: self.kept_rows,
+                    counted: q.tokens,
+                    packed: self.placed,
+                });
+            }
+        }
         let mut out = Vec::new();
         while let Some(b) = self.pop() {
             out.push(b);
         }
         if !self.made.is_empty() {
-            let mut rows: Vec<PackedRow> = self.made.drain(..).collect();
-            let padding_rows = self.rows_per_batch - rows.len();
-            for _ in 0..padding_rows {
-                rows.push(PackedRow::default());
+            while self.made.len() < self.rows_per_batch {
+                self.pad_row();
             }
-            self.stats.rows += padding_rows as u64;
-            self.stats.padding_tokens += (padding_rows * self.pack.length) as u64;
-            out.push(PackedRows { rows, padding_rows });
+            let rows: Vec<PackedRow> = self.made.drain(..).collect();
+            out.push(self.batch_of(rows));
         }
+        self.quota = None;
+        self.placed = 0;
+        self.kept_rows = 0;
+        self.in_order = false;
         out
     }
 }

@@ -319,3 +319,230 @@ fn bad_settings_are_refused_naming_them() {
         .unwrap_err()
         .contains("split, truncate, drop"));
 }
+
+/// Each rank's documents packed under the quota `how` of all ranks' tokens.
+fn run_ranks(
+    pack: &Pack,
+    b: usize,
+    ranks: &[Vec<(Origin, Vec<i32>)>],
+    how: Equalize,
+) -> Vec<(Vec<Batch>, PackStats, std::result::Result<(), QuotaError>)> {
+    let tokens: Vec<u64> = ranks
+        .iter()
+        .map(|docs| {
+            docs.iter()
+                .map(|(_, t)| pack.packed_tokens(t.len()) as u64)
+                .sum()
+        })
+        .collect();
+    let rows = pack.equalized_rows(&tokens, how).unwrap();
+    ranks
+        .iter()
+        .zip(&tokens)
+        .map(|(docs, &t)| {
+            let mut p = Packer::new(pack.clone(), b).unwrap();
+            p.set_quota(Some(RowQuota {
+                rows,
+                tokens: t,
+                how,
+            }));
+            let mut out = Vec::new();
+            for (o, toks) in docs {
+                p.push(*o, toks, None);
+                while let Some(r) = p.pop() {
+                    out.push(r.into_batch(pack.length).unwrap());
+                }
+            }
+            for r in p.finish() {
+                out.push(r.into_batch(pack.length).unwrap());
+            }
+            (out, p.stats(), p.check_quota())
+        })
+        .collect()
+}
+
+/// Rows holding tokens, and padding rows (all segment ids 0, masked out).
+fn rows_of(batches: &[Batch]) -> (usize, usize) {
+    let (mut real, mut padding) = (0, 0);
+    for b in batches {
+        let seg = b.view::<i32, Ix2>("segment_ids").unwrap();
+        let mask = b.mask();
+        for r in 0..b.len() {
+            let empty = seg.row(r).iter().all(|&s| s == 0);
+            assert_eq!(
+                mask[r], !empty,
+                "row {r}: the mask and the segment ids disagree"
+            );
+            if empty {
+                padding += 1;
+            } else {
+                real += 1;
+            }
+        }
+        assert_eq!(b.padded_rows(), b.mask().iter().filter(|m| !**m).count());
+    }
+    (real, padding)
+}
+
+/// Ranks of unequal sizes (some far smaller, one empty at times).
+fn ranks(seed: u64) -> Vec<Vec<(Origin, Vec<i32>)>> {
+    let sizes = [
+        300,
+        40 + (seed as usize * 37) % 250,
+        180,
+        (seed as usize) % 3,
+    ];
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(r, &n)| {
+            let mut docs = corpus(seed * 10 + r as u64, n, 300, 600);
+            // Each rank's own documents (distinct origins per rank).
+            let src = SourceId::intern(&format!("rank-{r}.jsonl"));
+            for (o, _) in &mut docs {
+                *o = Origin::new(src, o.record);
+            }
+            docs
+        })
+        .collect()
+}
+
+#[test]
+fn equalized_ranks_pad_to_the_same_rows_and_deliver_every_document_once() {
+    for seed in 0..16 {
+        let ranks = ranks(seed);
+        for pack in [
+            Pack::best_fit(256).window(40),
+            Pack::first_fit(256).window(40),
+            Pack::concat(256),
+        ] {
+            let got = run_ranks(&pack, 4, &ranks, Equalize::Pad);
+            let lens: Vec<usize> = got
+                .iter()
+                .map(|(b, _, _)| b.iter().map(|b| b.len()).sum())
+                .collect();
+            assert!(
+                lens.iter().all(|&n| n == lens[0]),
+                "{pack:?}: rows per rank {lens:?}"
+            );
+            for ((batches, stats, check), docs) in got.iter().zip(&ranks) {
+                check.clone().unwrap();
+                assert!(batches.iter().all(|b| b.len() == 4));
+                assert_exactly_once(docs, &reassemble(batches, 256));
+                let (real, padding) = rows_of(batches);
+                assert_eq!(real + padding, lens[0]);
+                assert!(stats.equalize_padding_rows as usize <= padding);
+                if docs.is_empty() {
+                    assert!(batches.iter().all(|b| b
+                        .origins()
+                        .iter()
+                        .all(|o| &*o.source.name() == PADDING_SOURCE)));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn equalized_ranks_drop_to_the_same_rows_each_row_full_of_real_tokens() {
+    for seed in 0..16 {
+        let ranks = ranks(seed);
+        for pack in [
+            Pack::best_fit(256).window(40),
+            Pack::first_fit(256).window(40),
+            Pack::concat(256),
+        ] {
+            let got = run_ranks(&pack, 4, &ranks, Equalize::Drop);
+            let tokens: Vec<u64> = ranks
+                .iter()
+                .map(|d| d.iter().map(|(_, t)| t.len() as u64).sum())
+                .collect();
+            let k = pack.equalized_rows(&tokens, Equalize::Drop).unwrap() as usize;
+            for ((batches, stats, check), docs) in got.iter().zip(&ranks) {
+                check.clone().unwrap();
+                let (real, padding) = rows_of(batches);
+                assert_eq!(real, k, "{pack:?}: rows with tokens");
+                assert!(padding < 4, "only the last batch's filler");
+                // What is delivered is each document's tokens, once, in place.
+                let got = reassemble(batches, 256);
+                let by_origin: BTreeMap<Origin, &Vec<i32>> =
+                    docs.iter().map(|(o, t)| (*o, t)).collect();
+                for (o, pieces) in &got {
+                    for (start, toks) in pieces {
+                        let s = *start as usize;
+                        assert_eq!(&by_origin[o][s..s + toks.len()], &toks[..], "{o:?}");
+                    }
+                }
+                let delivered: u64 = got.values().flatten().map(|(_, t)| t.len() as u64).sum();
+                let all: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
+                assert_eq!(delivered + stats.equalize_dropped_tokens, all);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_generous_pad_quota_changes_nothing_but_adds_padding_rows() {
+    let docs = corpus(3, 400, 256, 600);
+    let pack = Pack::best_fit(256).window(30);
+    let (plain, stats) = run(pack.clone(), 4, &docs);
+    let tokens: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
+    let mut p = Packer::new(pack, 4).unwrap();
+    let rows = stats.rows + 40;
+    p.set_quota(Some(RowQuota {
+        rows,
+        tokens,
+        how: Equalize::Pad,
+    }));
+    let mut out = Vec::new();
+    for (o, t) in &docs {
+        p.push(*o, t, None);
+        while let Some(r) = p.pop() {
+            out.push(r.into_batch(256).unwrap());
+        }
+    }
+    out.extend(p.finish().into_iter().map(|r| r.into_batch(256).unwrap()));
+    p.check_quota().unwrap();
+    assert_eq!(p.stats().documents_cut, 0);
+    let ids = |b: &[Batch]| -> Vec<Vec<i32>> {
+        b.iter()
+            .flat_map(|b| {
+                let v = b.view::<i32, Ix2>("input_ids").unwrap();
+                v.rows().into_iter().map(|r| r.to_vec()).collect::<Vec<_>>()
+            })
+            .filter(|r| r.iter().any(|&t| t != 0))
+            .collect()
+    };
+    assert_eq!(ids(&plain), ids(&out));
+    assert_eq!(
+        out.iter().map(|b| b.len() as u64).sum::<u64>(),
+        rows.div_ceil(4) * 4
+    );
+}
+
+#[test]
+fn a_quota_counted_from_other_tokens_is_an_error_not_a_wrong_count() {
+    let docs = corpus(5, 200, 256, 600);
+    let tokens: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
+    for (how, told) in [(Equalize::Pad, tokens / 2), (Equalize::Drop, tokens * 2)] {
+        let pack = Pack::best_fit(256).window(30);
+        let rows = pack.equalized_rows(&[told], how).unwrap();
+        let mut p = Packer::new(pack, 4).unwrap();
+        p.set_quota(Some(RowQuota {
+            rows,
+            tokens: told,
+            how,
+        }));
+        for (o, t) in &docs {
+            p.push(*o, t, None);
+            while p.pop().is_some() {}
+        }
+        let _ = p.finish();
+        let e = p.check_quota().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("{told} tokens were counted")),
+            "{e}"
+        );
+    }
+}
