@@ -433,12 +433,6 @@ impl PipelineConfig {
             if !matches!(self.batch, BatchPolicy::Fixed(_)) {
                 return bad("packing needs a fixed batch size (the rows of a packed batch)".into());
             }
-            if self.equalize != Equalize::Off {
-                return bad(format!(
-                    "equalize {:?} with packing is not supported: ranks' packed row counts are known only at the end of a pass",
-                    self.equalize
-                ));
-            }
             if self.drop_last {
                 return bad("drop_last with packing: a pass's last packed batch is filled with padding rows (segment ids 0), not dropped".into());
             }

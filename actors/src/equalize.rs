@@ -4,6 +4,9 @@
 //! resume left ([`EqualizeRanks::quota`]) — and this rank's share of them
 //! (keep, drop, pad). The file queue tells the shuffle stage the share of
 //! each pass; the shuffle stage applies it to its draw (`shuffle_batch/quota.rs`).
+//! With packing, ranks are equalized in packed rows instead ([`packed`]).
+
+mod packed;
 
 use feedline::plan::{equalized_counts, Equalize, EqualizedCount, PassPlan};
 
@@ -11,6 +14,7 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::resume_plan::FileQueueResume;
 use crate::stall::within_stall_timeout;
+pub(crate) use packed::{count_tokens, PackedRanks};
 
 /// Equalizing ranks: records per file (by `FileTask::file_index`), the
 /// batch size, drop_last and how.

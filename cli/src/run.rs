@@ -791,6 +791,13 @@ fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {
             c.long_truncated,
             c.long_dropped
         )?;
+        if c.equalize_padding_rows + c.equalize_dropped_rows > 0 {
+            writeln!(
+                out,
+                "packed rows equalized: {} padding rows added, {} rows dropped ({} tokens)",
+                c.equalize_padding_rows, c.equalize_dropped_rows, c.equalize_dropped_tokens
+            )?;
+        }
     }
     writeln!(out, "{}", s.summary_line())
 }

@@ -89,6 +89,50 @@ fn run_packs_the_tokenized_documents_and_says_the_fill() {
 }
 
 #[test]
+fn equalized_ranks_get_as_many_packed_rows_and_pad_delivers_every_token_once() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    for how in ["pad", "drop"] {
+        let ranks: Vec<serde_json::Value> = (0..2)
+            .map(|rank| {
+                let rank = rank.to_string();
+                let o = feedline(&[
+                    "run",
+                    &docs,
+                    "--tokenizer",
+                    &tok,
+                    "--add-eos",
+                    "--pack",
+                    "64",
+                    "--batch",
+                    "2",
+                    "--equalize",
+                    how,
+                    "--world-size",
+                    "2",
+                    "--rank",
+                    &rank,
+                    "--json",
+                ]);
+                assert_no_panic(&o);
+                assert_eq!(code(&o), 0, "{how} rank {rank}: {}", stderr(&o));
+                let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+                v["packing"].clone()
+            })
+            .collect();
+        assert_eq!(ranks[0]["rows"], ranks[1]["rows"], "{how}: {ranks:?}");
+        let tokens: u64 = ranks.iter().map(|p| p["tokens"].as_u64().unwrap()).sum();
+        let dropped: u64 = ranks
+            .iter()
+            .map(|p| p["equalize_dropped_tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(tokens + dropped, python_tokens(), "{how}: {ranks:?}");
+        if how == "pad" {
+            assert_eq!(dropped, 0);
+        }
+    }
+}
+
+#[test]
 fn flags_that_need_another_are_refused_naming_it() {
     let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
     for (args, says) in [
@@ -113,21 +157,6 @@ fn flags_that_need_another_are_refused_naming_it() {
         (
             vec!["--tokenizer", "/no/such/tok.json"],
             "/no/such/tok.json",
-        ),
-        (
-            vec![
-                "--tokenizer",
-                &tok,
-                "--pack",
-                "64",
-                "--equalize",
-                "drop",
-                "--world-size",
-                "2",
-                "--rank",
-                "0",
-            ],
-            "equalize",
         ),
         (
             vec!["--tokenizer", &tok, "--text-field", "body", "--pack", "64"],

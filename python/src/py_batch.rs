@@ -345,6 +345,21 @@ impl PyBatch {
                 .collect()
         })
     }
+    /// Rows at the end of the batch that are padding — instances repeated
+    /// (`equalize="pad"`), or packed rows holding no token — which a loss
+    /// or metric should not count.
+    #[getter]
+    fn padded_rows(&self) -> usize {
+        self.batch.padded_rows()
+    }
+    /// One flag per row (a numpy bool array): True for a real instance or
+    /// packed row, False for padding (see `padded_rows`) — multiply a
+    /// per-row loss or metric by it.
+    #[getter]
+    fn mask(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let flags: Vec<bool> = self.batch.mask().to_vec();
+        Ok(numpy(py)?.call_method1("array", (flags, "bool"))?.unbind())
+    }
     /// Instances in the batch.
     #[getter]
     fn size(&self) -> usize {

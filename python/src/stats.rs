@@ -72,6 +72,9 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
         pk.set_item("long_dropped", c.long_dropped)?;
         pk.set_item("tokens_left_out", c.tokens_left_out)?;
         pk.set_item("empty_documents", c.empty_documents)?;
+        pk.set_item("equalize_padding_rows", c.equalize_padding_rows)?;
+        pk.set_item("equalize_dropped_rows", c.equalize_dropped_rows)?;
+        pk.set_item("equalize_dropped_tokens", c.equalize_dropped_tokens)?;
         d.set_item("packing", pk)?;
     }
     let queue = PyDict::new(py);

@@ -197,8 +197,6 @@ def test_bad_settings_are_refused_naming_them(data, tmp_path):
     tok.save(str(plain))
     with pytest.raises(ValueError, match="EOS"):
         feedline.Loader(files=paths, tokenizer=str(plain), add_eos=True)
-    with pytest.raises(Exception, match="equalize"):
-        feedline.Loader(files=paths, tokenizer=tok_path, pack=64, equalize="drop", rank=0, world_size=2)
 
 
 def test_a_text_that_is_not_text_is_a_bad_record_naming_it(tmp_path, data):
@@ -233,3 +231,53 @@ def test_feedline_torch_gives_the_packed_fields_as_tensors(data):
             assert cu.dim() == 1 and int(cu[0]) == 0 and int(cu[-1]) == 4 * 256
             tokens += int((b["segment_ids"] != 0).sum())
     assert tokens == sum(len(v) for v in expect.values())
+
+
+@pytest.mark.parametrize("how", ["drop", "pad"])
+@pytest.mark.parametrize("policy", ["best-fit", "concat"])
+@pytest.mark.parametrize("det", [True, False])
+def test_equalized_ranks_get_as_many_packed_rows_and_pad_gives_every_document_once(data, how, policy, det):
+    _, _, expect = data
+    ranks = []
+    for rank in range(2):
+        with loader(data, pack_policy=policy, equalize=how, rank=rank, world_size=2,
+                    deterministic=det) as ld:
+            ranks.append((list(ld), ld.stats()["packing"]))
+    real_rows = []
+    for batches, stats in ranks:
+        rows = {0: 0, 1: 0}
+        for b in batches:
+            seg = np.asarray(b["segment_ids"])
+            empty = (seg == 0).all(axis=1)
+            assert b.mask.tolist() == (~empty).tolist()
+            assert b.padded_rows == int(empty.sum())
+            rows[b.pass_] += int((~empty).sum())
+        real_rows.append(rows)
+    for p in (0, 1):
+        counts = [sum(1 for b in bs if b.pass_ == p) for bs, _ in ranks]
+        assert counts[0] == counts[1] > 0, counts
+    everything = [b for bs, _ in ranks for b in bs]
+    if how == "pad":
+        got = reassemble(everything, 256)
+        for p in (0, 1):
+            for (source, record), ids in expect.items():
+                assert got.pop((p, source, record)) == ids, f"pass {p}: {source}#{record}"
+        assert not got
+        assert all(s["equalize_dropped_rows"] == 0 for _, s in ranks)
+    else:
+        # Drop: as many rows holding documents on each rank; each piece its
+        # document's tokens, none twice.
+        assert real_rows[0] == real_rows[1], real_rows
+        seen = set()
+        for b in everything:
+            ids = np.asarray(b["input_ids"])
+            at = {}
+            for row, source, record, start, n, _ in b.segments:
+                a = at.get(row, 0)
+                assert ids[row, a:a + n].tolist() == expect[(source, record)][start:start + n]
+                for t in range(start, start + n):
+                    assert (b.pass_, source, record, t) not in seen
+                    seen.add((b.pass_, source, record, t))
+                at[row] = a + n
+        dropped = sum(s["equalize_dropped_tokens"] for _, s in ranks)
+        assert len(seen) + dropped == 2 * sum(len(v) for v in expect.values())

@@ -13,6 +13,7 @@ use feedline::feed_queue::Lanes;
 use feedline::pack::{Delivered as DeliveredPieces, Pack, Packer};
 use feedline::{Array, Batch};
 
+use crate::equalize::PackedRanks;
 use crate::error::PipelineError;
 use crate::messages::Delivered;
 use crate::recorder::PackRecorder;
@@ -24,6 +25,8 @@ pub(crate) struct PackStage {
     rows: usize,
     packer: Packer,
     resume: Option<MakerResume>,
+    /// Equalized ranks: the packed rows every rank delivers in a pass.
+    ranks: Option<Arc<PackedRanks>>,
     recorder: PackRecorder,
     /// The pass being packed and its next packed batch's number.
     pass: Option<u64>,
@@ -39,11 +42,13 @@ fn config(e: String) -> PipelineError {
 }
 
 impl PackStage {
-    /// Packing by `pack` into batches of `rows` rows.
+    /// Packing by `pack` into batches of `rows` rows (as many rows per
+    /// pass as every other rank, with `ranks`).
     pub fn new(
         pack: Pack,
         rows: usize,
         resume: Option<MakerResume>,
+        ranks: Option<Arc<PackedRanks>>,
         recorder: PackRecorder,
     ) -> Result<Self, PipelineError> {
         let packer = Packer::new(pack.clone(), rows).map_err(config)?;
@@ -52,6 +57,7 @@ impl PackStage {
             rows,
             packer,
             resume,
+            ranks,
             recorder,
             pass: None,
             next_seq: 0,
@@ -65,7 +71,15 @@ impl PackStage {
             self.pass = Some(pass);
             self.next_seq = 0;
             self.delivered = self.resume.as_ref().and_then(|r| r.delivered(pass));
+            self.packer
+                .set_quota(self.ranks.as_ref().map(|r| r.quota(pass)));
         }
+    }
+
+    fn check_quota(&self) -> Result<(), PipelineError> {
+        self.packer
+            .check_quota()
+            .map_err(|e| config(format!("pass {:?}: {e}", self.pass)))
     }
 
     /// The documents of `batch` (of `pass`) packed: the packed batches made.
@@ -84,7 +98,8 @@ impl PackStage {
             ))
         })?;
         let origins = batch.origins();
-        // Padding rows (equalize) are not documents; equalize is refused with packing.
+        // Padding rows (equalize of records) are not documents; with packing
+        // ranks are equalized in packed rows, after this.
         let docs = batch.len() - batch.padded_rows();
         let strided = || {
             config(format!(
@@ -135,6 +150,7 @@ impl PackStage {
         while let Some(rows) = self.packer.pop() {
             self.out(pass, rows, lanes, &mut out)?;
         }
+        self.check_quota()?;
         self.record();
         Ok(out)
     }
@@ -150,6 +166,7 @@ impl PackStage {
         for rows in self.packer.finish() {
             self.out(pass, rows, lanes, &mut out)?;
         }
+        self.check_quota()?;
         self.record();
         // The next pass starts with a fresh packer (its counts kept).
         self.before.add(&self.packer.stats());

@@ -111,6 +111,7 @@ pub(crate) fn build<S: TrainStep>(
         plans,
         batcher,
         equalize,
+        packed_ranks,
         mut resume,
     } = prepare(config, resume)?;
     let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
@@ -220,6 +221,7 @@ pub(crate) fn build<S: TrainStep>(
                 pack.clone(),
                 *rows,
                 parts.as_ref().map(|p| p.maker.clone()),
+                packed_ranks,
                 recorders.packing(),
             )?),
             None => None,

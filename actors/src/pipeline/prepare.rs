@@ -11,7 +11,7 @@ use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::Schema;
 
 use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
-use crate::equalize::{count_records, EqualizeRanks};
+use crate::equalize::{count_records, count_tokens, EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
 use crate::resume_plan::ResumePlan;
 use crate::stall::within_stall_timeout;
@@ -28,6 +28,8 @@ pub(crate) struct Prepared {
     pub batcher: Batcher,
     /// Equalizing ranks: every file's records.
     pub equalize: Option<EqualizeRanks>,
+    /// Equalizing ranks in packed rows: every document's tokens.
+    pub packed_ranks: Option<Arc<PackedRanks>>,
     /// The resume, rebalanced between the new ranks when elastic.
     pub resume: Option<Arc<ResumePlan>>,
 }
@@ -57,7 +59,28 @@ pub(crate) fn prepare(
     let elastic = (resume.as_ref())
         .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
         .cloned();
-    let counted = if elastic.is_some() || config.equalize != Equalize::Off {
+    // With packing, ranks are equalized in packed rows: every document's
+    // tokens counted (not the records).
+    let packed_ranks = match (&config.pack, config.equalize) {
+        (Some(pack), how) if how != Equalize::Off && plans[0].get_shard().world_size > 1 => {
+            if plans.len() > 1 {
+                return Err(PipelineError::Config(format!(
+                    "equalize {how:?} with packing takes one file set, not {}",
+                    plans.len()
+                )));
+            }
+            if let Some(r) = resume.as_ref().filter(|r| r.by_record() || r.elastic()) {
+                return Err(PipelineError::Config(format!(
+                    "equalize {how:?} with packing resumes only in deterministic mode on the same shard (rank and world size): this checkpoint goes on {}, and the packed rows left are not counted that way",
+                    if r.elastic() { "on another shard" } else { "by record (shuffled mode)" }
+                )));
+            }
+            Some(Arc::new(count_tokens(&config, &schema, &plans[0], pack)?))
+        }
+        _ => None,
+    };
+    let records_equalized = config.equalize != Equalize::Off && config.pack.is_none();
+    let counted = if elastic.is_some() || records_equalized {
         let t0 = std::time::Instant::now();
         match count_records(&config, resume.is_some()) {
             Ok(c) => {
@@ -69,7 +92,7 @@ pub(crate) fn prepare(
                 Some(c)
             }
             // Without equalize the counts only rebalance: go on without.
-            Err(e) if config.equalize == Equalize::Off => {
+            Err(e) if !records_equalized => {
                 log::warn!(
                     "elastic resume: counting the files' records failed ({e}); what is left is not rebalanced: each new rank reads what is left of its own files"
                 );
@@ -96,6 +119,7 @@ pub(crate) fn prepare(
     }
     let equalize = match (config.equalize, fixed_batch) {
         (Equalize::Off, _) | (_, None) => None,
+        _ if config.pack.is_some() => None,
         (how, Some(batch)) => {
             let (counts, sources) = counted.unwrap_or_default();
             Some(EqualizeRanks {
@@ -114,6 +138,7 @@ pub(crate) fn prepare(
         plans,
         batcher,
         equalize,
+        packed_ranks,
         resume,
     })
 }

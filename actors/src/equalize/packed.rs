@@ -1,0 +1,192 @@
+//! Equal packed rows per rank (equalize with packing), the arithmetic in
+//! one place: every document's tokens counted once at start-up
+//! ([`count_tokens`]: each file read and transformed as a pass makes it,
+//! the packed field's length per record), each rank's tokens in a pass
+//! (its file tasks, by the pass plan), and the rows every rank delivers
+//! ([`Pack::equalized_rows`]). The batch maker's packing step keeps this
+//! rank's [`RowQuota`] of each pass ([`PackedRanks::quota`]). The row
+//! count depends only on the tokens, not on the order documents arrive
+//! in, so it holds in shuffled mode as in deterministic mode.
+
+use std::sync::Arc;
+
+use feedline::pack::{Pack, RowQuota};
+use feedline::plan::{Equalize, FileTask, PassPlan};
+use feedline::transform::BatchTransformer;
+use feedline::{Array, Batch, Chunk, RowRef, Schema};
+
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+use crate::stall::within_stall_timeout;
+
+/// Rows read and transformed at a time while counting.
+const COUNT_CHUNK_ROWS: usize = 256;
+/// Payload bytes read at a time while counting.
+const COUNT_CHUNK_BYTES: usize = 4 << 20;
+
+/// Every rank's packed rows: the tokens of every record, and how to
+/// equalize.
+pub(crate) struct PackedRanks {
+    /// Per file (`FileTask::file_index`), the tokens each record puts into
+    /// rows (0: no document — empty, left out, or failed).
+    tokens: Vec<Vec<u32>>,
+    plan: PassPlan,
+    pack: Pack,
+    how: Equalize,
+}
+
+impl PackedRanks {
+    /// This rank's quota of `pass`: the rows every rank delivers, and the
+    /// tokens its own documents hold.
+    pub fn quota(&self, pass: u64) -> RowQuota {
+        let shard = self.plan.get_shard();
+        let per_rank: Vec<u64> = (0..shard.world_size)
+            .map(|r| {
+                self.plan.for_rank(r).map_or(0, |p| {
+                    p.tasks(pass).iter().map(|t| self.task_tokens(t)).sum()
+                })
+            })
+            .collect();
+        let rows = self.pack.equalized_rows(&per_rank, self.how).unwrap_or(0);
+        log::info!(
+            "pass {pass}: the ranks' documents hold {per_rank:?} tokens; every rank delivers {rows} packed rows of {} (equalize {:?})",
+            self.pack.length,
+            self.how
+        );
+        RowQuota {
+            rows,
+            tokens: per_rank.get(shard.rank).copied().unwrap_or(0),
+            how: self.how,
+        }
+    }
+
+    fn task_tokens(&self, t: &FileTask) -> u64 {
+        let Some(lens) = self.tokens.get(t.file_index) else {
+            return 0;
+        };
+        lens.iter()
+            .enumerate()
+            .skip(t.start_record as usize)
+            .filter(|(i, _)| t.stride.keeps(*i as u64))
+            .map(|(_, &n)| u64::from(n))
+            .sum()
+    }
+}
+
+/// Count the tokens of every document of `plan`'s files (in
+/// `config.files` order): each file read (within the stall timeout to
+/// open it), its records through the record stage and the instance and
+/// batch maps as pass 0 makes them, and the packed field's length per
+/// record as `pack` puts it into rows. A record that fails is no
+/// document (as the pipeline skips it; a failing pass fails either way).
+pub(crate) fn count_tokens(
+    config: &PipelineConfig,
+    schema: &Schema,
+    plan: &PassPlan,
+    pack: &Pack,
+) -> Result<PackedRanks, PipelineError> {
+    let t0 = std::time::Instant::now();
+    let transformer = BatchTransformer::new(&config.transforms, schema, config.seed)?;
+    let mut tokens = Vec::with_capacity(plan.files().len());
+    let (mut documents, mut total) = (0u64, 0u64);
+    for f in plan.files() {
+        let (registry, format, open, file) = (
+            config.registry.clone(),
+            config.format.clone(),
+            config.open.clone(),
+            f.clone(),
+        );
+        let mut reader = within_stall_timeout(
+            config.stall_timeout,
+            f,
+            "opening it to count its tokens",
+            move || registry.open(&file, format.as_deref(), &open),
+        )??;
+        let mut lens: Vec<u32> = Vec::new();
+        loop {
+            let mut chunk = Chunk::with_budget(schema, COUNT_CHUNK_ROWS, COUNT_CHUNK_BYTES);
+            let read = reader.read_chunk(&mut chunk, COUNT_CHUNK_ROWS, COUNT_CHUNK_BYTES);
+            let chunk = match &config.transforms.records {
+                Some(stage) if !chunk.is_empty() => stage.apply(chunk)?.chunk,
+                _ => chunk,
+            };
+            if !chunk.is_empty() {
+                let batch = made(chunk, schema, transformer.as_ref())?;
+                for (origin, n) in batch_tokens(&batch, pack)? {
+                    let i = origin as usize;
+                    if lens.len() <= i {
+                        lens.resize(i + 1, 0);
+                    }
+                    let n = pack.packed_tokens(n);
+                    lens[i] = u32::try_from(n).map_err(|_| {
+                        PipelineError::Config(format!(
+                            "{f}: record {origin}: a document of {n} tokens is more than equalizing packed rows counts"
+                        ))
+                    })?;
+                    documents += 1;
+                    total += n as u64;
+                }
+            }
+            match read {
+                Ok(0) => break,
+                Ok(_) => {}
+                // A bad record is no document; the pass judges it.
+                Err(_) if reader.can_continue() => {}
+                Err(_) => break,
+            }
+        }
+        tokens.push(lens);
+    }
+    log::info!(
+        "equalize with packing: counted {total} tokens in {documents} documents of {} files in {:?}",
+        plan.files().len(),
+        t0.elapsed()
+    );
+    Ok(PackedRanks {
+        tokens,
+        plan: plan.clone(),
+        pack: pack.clone(),
+        how: config.equalize,
+    })
+}
+
+/// The batch of `chunk`'s rows as the pipeline makes it (its failed rows
+/// left out).
+fn made(
+    chunk: Chunk,
+    schema: &Schema,
+    transformer: Option<&BatchTransformer>,
+) -> Result<Batch, PipelineError> {
+    let chunk = Arc::new(chunk);
+    let rows: Vec<RowRef> = (0..chunk.len())
+        .map(|i| RowRef::new(chunk.clone(), i))
+        .collect();
+    Ok(match transformer {
+        Some(t) => t.run(&rows, 0)?.batch,
+        None => feedline::collate_rows(schema, &rows)?,
+    })
+}
+
+/// Each row's record and its document's tokens (the packed field's length).
+fn batch_tokens(batch: &Batch, pack: &Pack) -> Result<Vec<(u64, usize)>, PipelineError> {
+    let field = batch.field(&pack.field)?;
+    let offsets = field.offsets.as_deref().ok_or_else(|| {
+        PipelineError::Config(format!(
+            "packing: field `{}` is not laid out as offsets",
+            pack.field
+        ))
+    })?;
+    if !matches!(field.data, Array::I32(_) | Array::I64(_)) {
+        return Err(PipelineError::Config(format!(
+            "packing: field `{}` is {}, expected i32 or i64 token ids",
+            pack.field,
+            field.data.dtype()
+        )));
+    }
+    Ok(batch
+        .origins()
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.record, offsets[i + 1] - offsets[i]))
+        .collect())
+}
