@@ -74,6 +74,13 @@ class Batch(Mapping[str, _Value]):
     def size(self) -> int:
         """Instances in the batch."""
     @property
+    def padded_rows(self) -> int:
+        """Rows at the end of the batch that are padding (equalize="pad":
+        repeated instances, or packed rows holding no token)."""
+    @property
+    def mask(self) -> npt.NDArray[np.bool_]:
+        """One flag per row: True for a real instance or packed row, False for padding."""
+    @property
     def origins(self) -> list[tuple[str, int]]:
         """(source, record index) of every instance, in batch order."""
     @property
