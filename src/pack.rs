@@ -474,9 +474,7 @@ impl PackedRows {
             field(vec![max_seqlen as i32; b], &[b])?,
         ];
         let batch = Batch::from_parts(&packed_schema(length), fields, origins)?;
-        Ok(batch
-            .with_segments(segments)
-            .with_padded_rows(padding_rows)?)
+        batch.with_segments(segments).with_padded_rows(padding_rows)
     }
 }
 
