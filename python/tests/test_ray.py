@@ -3,12 +3,15 @@ one process tree per node, each with its own CPUs and a custom resource):
 every record exactly once per pass by (file, record) provenance for 2 and 4
 ranks x 1, 2, 3 workers; deterministic batches equal across worker counts;
 a worker actor killed with ray.kill mid-pass; a rank restarted from its
-state_dict() (also under another world size); equalize; placement by custom
+state_dict() (also under another world size); a TorchTrainer stopped and
+resumed from its ray.train.Checkpoint; equalize; placement by custom
 resources; ranks as Ray tasks; every bad setting a ValueError; and
 feedline.ray.read's rows against feedline.Loader's."""
 
 import json
+import os
 import pickle
+import tempfile
 import threading
 import time
 
@@ -325,6 +328,73 @@ def test_a_restarted_rank_goes_on_from_its_state_dict(cluster, data, stop_after)
     assert_exactly_once([whole, ref[1][0]], want)
     assert [b.origins for b in whole] == [b.origins for b in ref[0][0]]
     assert [b.origins for b in nxt] == [b.origins for b in ref[0][1]]
+
+
+# ------------------------------------------------------------------ Ray Train
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_torch_trainer_resumes_from_a_ray_train_checkpoint_exactly_once(cluster, data, tmp_path, deterministic):
+    """docs/ray.md's TorchTrainer loop, on CPU: two ranks stop after 3
+    batches and report each loader's state_dict() in a ray.train.Checkpoint;
+    a second TorchTrainer run goes on from that checkpoint: every record
+    exactly once across both runs and both ranks."""
+    pytest.importorskip("torch")
+    import ray.train
+    from ray.train.torch import TorchTrainer
+    paths, want = data
+
+    # Nested: Ray pickles it by value (the test module is not importable on workers).
+    def _train_loop(config):
+        import ray.train
+        ctx = ray.train.get_context()
+        rank = ctx.get_world_rank()
+        service = config["service"]
+        state = None
+        # Ray Train restores the run's latest checkpoint itself after a failure;
+        # a new run goes on from the one it is given.
+        ckpt = ray.train.get_checkpoint() or config.get("resume")
+        if ckpt:
+            with ckpt.as_directory() as d:
+                with open(os.path.join(d, f"loader-{rank}.json")) as f:
+                    state = json.load(f)
+        loader = service.loader(rank, state=state)
+        seen = []
+        stop = config["stop"]
+        for i, batch in enumerate(loader):
+            seen.extend((o[0], int(o[1])) for o in batch.origins)
+            if stop is not None and i + 1 == stop:
+                break
+        with open(os.path.join(config["out"], f"{config['run']}-rank{rank}.json"), "w") as f:
+            json.dump(seen, f)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, f"loader-{rank}.json"), "w") as f:
+                json.dump(loader.state_dict(), f)
+            ray.train.report({"batches": len(seen)}, checkpoint=ray.train.Checkpoint.from_directory(d))
+        loader.close()
+
+    svc = service(data, workers=2, world_size=2, deterministic=deterministic)
+    try:
+        def fit(run, stop, resume=None):
+            cfg = {"service": svc, "stop": stop, "out": str(tmp_path), "run": run, "resume": resume}
+            trainer = TorchTrainer(
+                _train_loop, train_loop_config=cfg,
+                scaling_config=ray.train.ScalingConfig(num_workers=2, use_gpu=False,
+                                                       resources_per_worker={"CPU": 0.25}),
+                run_config=ray.train.RunConfig(storage_path=str(tmp_path / "runs"), name=f"feedline-{run}"))
+            return trainer.fit()
+        first = fit("first", 3)
+        assert first.checkpoint is not None
+        fit("second", None, resume=first.checkpoint)
+    finally:
+        svc.shutdown()
+    got = []
+    for run in ("first", "second"):
+        for rank in range(2):
+            with open(tmp_path / f"{run}-rank{rank}.json") as f:
+                got.extend(tuple(o) for o in json.load(f))
+    assert len(got) == len(set(got)), "a record came twice"
+    assert set(got) == set(want)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
