@@ -233,7 +233,8 @@ pub struct PipelineConfig {
     pub shard_by: ShardBy,
     /// Give every rank the same number of batches per pass (drop or pad),
     /// since unequal batch counts hang distributed training. Needs a fixed
-    /// batch size; records are counted once at start-up.
+    /// batch size; records are counted once at start-up — with packing,
+    /// every document's tokens, and ranks get as many packed rows.
     pub equalize: Equalize,
     /// Readers that may fail (panic, or stall) on one file before the pass fails.
     pub max_attempts: u32,

@@ -119,9 +119,11 @@ pub enum OnError {
 pub enum EqualizeArg {
     /// Each rank delivers what it has.
     Off,
-    /// Every rank keeps as many instances as the smallest.
+    /// Every rank keeps as many instances as the smallest (with --pack: as
+    /// many packed rows as the smallest rank's tokens fill; the rest dropped).
     Drop,
-    /// Every rank repeats its own instances up to the largest.
+    /// Every rank repeats its own instances up to the largest (with --pack:
+    /// padding rows up to the largest rank's rows plus 1 %; every document once).
     Pad,
 }
 

@@ -713,7 +713,6 @@ fn passes_arg(passes: Option<u64>) -> PyResult<(u64, bool)> {
     }
 }
 
-/// `equalize=`: None, "drop" or "pad".
 /// The packing of `pack=` and its settings (each refused without it).
 fn pack_arg(
     pack: Option<usize>,
@@ -760,6 +759,7 @@ fn pack_arg(
     Ok(Some(p))
 }
 
+/// `equalize=`: None, "drop" or "pad" (with `pack=`, in packed rows).
 fn equalize_arg(equalize: Option<&str>) -> PyResult<Equalize> {
     match equalize {
         None | Some("off") => Ok(Equalize::Off),

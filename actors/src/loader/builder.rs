@@ -175,7 +175,7 @@ impl LoaderBuilder {
         error_policy: ErrorPolicy => error_policy;
         /// Shard by file or by record.
         shard_by: ShardBy => shard_by;
-        /// Same batch count on every rank: drop or pad (default off).
+        /// Same batch count on every rank: drop or pad (default off); with packing, in packed rows.
         equalize: Equalize => equalize;
         /// Instances per chunk (default 1024).
         chunk_records: usize => chunk_records;
