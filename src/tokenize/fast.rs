@@ -356,11 +356,15 @@ impl FastBpe {
     /// The ids of `text`, as `encode_fast(text, true)` gives them.
     pub(crate) fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 4);
-        CACHE.with(|cell| match cell.try_borrow_mut() {
+        let done = CACHE.try_with(|cell| match cell.try_borrow_mut() {
             Ok(mut cache) => self.encode_into(text, &mut cache, &mut out),
             // Not reached (nothing re-enters): a cache of its own.
             Err(_) => self.encode_into(text, &mut WordCache::default(), &mut out),
         });
+        if done.is_err() {
+            // The thread's cache is gone (called while the thread exits).
+            self.encode_into(text, &mut WordCache::default(), &mut out);
+        }
         out
     }
 
