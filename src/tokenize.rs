@@ -10,6 +10,14 @@
 //! gives in Python (special tokens added by the tokenizer's own
 //! post-processor, as Python's default does), then the BOS/EOS asked for.
 //!
+//! Two paths give them. A GPT-2-style byte-level BPE (`ByteLevel`
+//! pre-tokenizer and `BPE` model, what `ByteLevelBPETokenizer` trains) is
+//! tokenized by this crate's own fast path (`src/tokenize/fast.rs`: several
+//! times the crate's speed, the same ids);
+//! any other shape by the `tokenizers` crate's `encode_fast`. Which one a
+//! tokenizer gets is decided once at load ([`Tokenizer::has_fast_path`];
+//! the reason for the crate's path is logged at debug level).
+//!
 //! ```no_run
 //! use feedline::tokenize::{Tokenize, Tokenizer};
 //! let tokenizer = Tokenizer::from_file("tokenizer.json").unwrap();
@@ -26,6 +34,8 @@ use crate::format::generator::Sample;
 use crate::schema::{DType, Ragged, Schema};
 use crate::transform::{BoxError, InstanceMap, Row, TransformCtx};
 use crate::Values;
+
+mod fast;
 
 /// Names an EOS token goes by in common tokenizers, tried in order.
 pub const EOS_NAMES: [&str; 5] = ["<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]"];
@@ -64,6 +74,8 @@ pub enum TokenizeError {
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: Arc<tokenizers::Tokenizer>,
+    /// The fast path, where the tokenizer has a shape it reproduces.
+    fast: Option<Arc<fast::FastBpe>>,
     path: String,
     digest: String,
 }
@@ -91,11 +103,40 @@ impl Tokenizer {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect::<String>();
+        let json: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| TokenizeError::Load {
+                path: shown.clone(),
+                what: format!("not JSON: {e}"),
+            })?;
+        let fast = match fast::FastBpe::new(&inner, &json) {
+            Ok(f) => {
+                log::debug!("tokenizer {shown}: byte-level BPE, feedline's fast path");
+                Some(Arc::new(f))
+            }
+            Err(why) => {
+                log::debug!("tokenizer {shown}: the tokenizers crate's path ({why})");
+                None
+            }
+        };
         Ok(Tokenizer {
             inner: Arc::new(inner),
+            fast,
             path: shown,
             digest,
         })
+    }
+
+    /// Whether its ids come from the fast path (a GPT-2-style byte-level
+    /// BPE), not the `tokenizers` crate's `encode_fast`.
+    pub fn has_fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// The same tokenizer without the fast path: every text through the
+    /// `tokenizers` crate (the reference the fast path is compared with).
+    pub fn crate_path_only(mut self) -> Self {
+        self.fast = None;
+        self
     }
 
     /// The file it was loaded from.
@@ -111,6 +152,15 @@ impl Tokenizer {
     /// The ids of `text` (special tokens added as the tokenizer's
     /// post-processor says, as Python's `encode` does by default).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
+        match &self.fast {
+            Some(fast) => Ok(fast.encode(text)),
+            None => self.encode_crate(text),
+        }
+    }
+
+    /// The ids of `text` from the `tokenizers` crate's `encode_fast`,
+    /// whichever path [`encode`](Self::encode) takes.
+    pub fn encode_crate(&self, text: &str) -> Result<Vec<u32>, BoxError> {
         Ok(self.inner.encode_fast(text, true)?.get_ids().to_vec())
     }
 

@@ -36,6 +36,8 @@ fn every_example_help_says_what_it_does() {
         ("jsonl_tokens", "Batch token sequences read from JSON Lines"),
         #[cfg(feature = "tokenize")]
         ("packing", "Sequence packing"),
+        #[cfg(feature = "tokenize")]
+        ("tokenize_speed", "Tokenizing speed per core"),
     ] {
         let o = run(name, &["--help"]);
         assert!(o.status.success(), "{name}");

@@ -308,3 +308,27 @@ fn packing_trains_a_bpe_packs_every_policy_and_runs_the_loader() {
     assert!(out.contains("every one of 150 documents once"), "{out}");
     assert!(out.contains("loader.stats().packing: fill"), "{out}");
 }
+
+/// The tokenizing speed example on the text fixtures: both paths, the fast
+/// one taken, the same ids.
+#[cfg(feature = "tokenize")]
+#[test]
+fn tokenize_speed_compares_both_paths() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/text");
+    let out = run(
+        "tokenize_speed",
+        &[
+            "--tokenizer",
+            &format!("{fixtures}/tokenizer.json"),
+            "--passes",
+            "1",
+            &format!("{fixtures}/docs.jsonl"),
+        ],
+    );
+    assert!(out.contains("fast path: true"), "{out}");
+    assert!(out.contains("feedline fast path pass 0"), "{out}");
+    assert!(
+        out.contains("the ids of every document are the same on both paths"),
+        "{out}"
+    );
+}
