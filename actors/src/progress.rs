@@ -99,7 +99,7 @@ impl RecordSet {
         }
     }
 
-    fn ranges(&self) -> RecordRanges {
+    pub(crate) fn ranges(&self) -> RecordRanges {
         let mut out = self.low.clone();
         let mut push = |s: u64, e: u64| match out.last_mut() {
             Some(last) if last[1] == s => last[1] = e,

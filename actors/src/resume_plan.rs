@@ -749,6 +749,34 @@ impl MakerResume {
     pub fn delivered(&self, pass: u64) -> Option<feedline::pack::Delivered> {
         self.0.delivered.get(&pass).cloned()
     }
+
+    /// What `pass`, resumed by record, had delivered before the stop (for
+    /// equalized packed rows); `None` when it goes on by batch number or
+    /// delivered nothing.
+    pub fn packed_before(&self, pass: u64) -> Option<PackedBefore> {
+        if !self.0.by_record {
+            return None;
+        }
+        let taken = self.0.taken.get(&pass)?;
+        Some(PackedBefore {
+            batches: taken.batches,
+            records: (taken.records.iter())
+                .map(|(s, set)| (*s, set.ranges()))
+                .collect(),
+            delivered: self.delivered(pass),
+        })
+    }
+}
+
+/// What a pass resumed by record had delivered of its packed rows.
+#[derive(Clone, Debug)]
+pub(crate) struct PackedBefore {
+    /// Packed batches consumed.
+    pub batches: u64,
+    /// Documents delivered whole, by source.
+    pub records: HashMap<SourceId, RecordRanges>,
+    /// The token ranges delivered of documents partly delivered.
+    pub delivered: Option<feedline::pack::Delivered>,
 }
 
 /// The consumers' part of a resume: the batch numbers left out, and the

@@ -422,28 +422,62 @@ fn a_deterministic_resume_of_equalized_packing_gives_the_uninterrupted_runs_pack
                 joined.extend(all(b(3).resume(cp).build().unwrap()));
                 assert_eq!(joined, full, "{pack:?} {how:?} stop at {stop}");
             }
-            // Shuffled mode: rows left are not counted by record: refused.
-            let (_, cp) = take(
-                builder(&files, pack.clone(), false, 2, 1)
-                    .shard(1, 3)
-                    .equalize(how)
-                    .build()
-                    .unwrap(),
-                1,
-            );
-            let e = match builder(&files, pack.clone(), false, 2, 1)
-                .shard(1, 3)
-                .equalize(how)
-                .resume(cp)
-                .build()
-            {
-                Ok(_) => panic!("a shuffled resume of equalized packing accepted"),
+            // Another rank (elastic): the rows left are not counted: refused.
+            let mut elastic = builder(&files, pack.clone(), true, 2, 1)
+                .shard(0, 2)
+                .equalize(how);
+            for rank in 0..3 {
+                let old = builder(&files, pack.clone(), true, 2, 1)
+                    .shard(rank, 3)
+                    .equalize(how);
+                elastic = elastic.resume(take(old.build().unwrap(), 1).1);
+            }
+            let e = match elastic.build() {
+                Ok(_) => panic!("an elastic resume of equalized packing accepted"),
                 Err(e) => e.to_string(),
             };
-            assert!(
-                e.contains("deterministic mode") && e.contains("equalize"),
-                "{e}"
-            );
+            assert!(e.contains("same shard") && e.contains("equalize"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_shuffled_resume_of_equalized_packing_keeps_the_rows_equal_and_pad_every_document_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, expect) = corpus(dir.path(), 5, 30, 8);
+    for pack in packs() {
+        for how in [Equalize::Drop, Equalize::Pad] {
+            let b = |rank| {
+                builder(&files, pack.clone(), false, 2, 1)
+                    .shard(rank, 3)
+                    .equalize(how)
+            };
+            let rank0 = all(b(0).build().unwrap());
+            let mut others = rank0.clone();
+            others.extend(all(b(2).build().unwrap()));
+            let per_pass = |g: &[Got], pass| g.iter().filter(|x| x.0 == pass).count();
+            let rows0 = real_rows_checked(&rank0, 64, &expect);
+            for stop in [1, 4, 9] {
+                let (mut mine, cp) = take(b(1).build().unwrap(), stop);
+                mine.extend(all(b(1).resume(cp).build().unwrap()));
+                let what = format!("{pack:?} {how:?} stop at {stop}");
+                for pass in 0..2 {
+                    assert_eq!(
+                        per_pass(&mine, pass),
+                        per_pass(&rank0, pass),
+                        "{what}: pass {pass} batches"
+                    );
+                }
+                let mut union = others.clone();
+                union.extend(mine.iter().cloned());
+                real_rows_checked(&union, 64, &expect);
+                if how == Equalize::Pad {
+                    assert_exactly_once(&union, 64, &expect, 2);
+                } else {
+                    // Rows holding documents: as many as rank 0's, per pass.
+                    assert_eq!(real_rows_checked(&mine, 64, &expect), rows0, "{what}");
+                }
+            }
         }
     }
 }

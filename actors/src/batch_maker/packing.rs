@@ -71,8 +71,10 @@ impl PackStage {
             self.pass = Some(pass);
             self.next_seq = 0;
             self.delivered = self.resume.as_ref().and_then(|r| r.delivered(pass));
-            self.packer
-                .set_quota(self.ranks.as_ref().map(|r| r.quota(pass)));
+            let before = self.resume.as_ref().and_then(|r| r.packed_before(pass));
+            self.packer.set_quota(
+                (self.ranks.as_ref()).map(|r| r.quota(pass, self.rows, before.as_ref())),
+            );
         }
     }
 

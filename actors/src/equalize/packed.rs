@@ -6,17 +6,20 @@
 //! ([`Pack::equalized_rows`]). The batch maker's packing step keeps this
 //! rank's [`RowQuota`] of each pass ([`PackedRanks::quota`]). The row
 //! count depends only on the tokens, not on the order documents arrive
-//! in, so it holds in shuffled mode as in deterministic mode.
+//! in, so it holds in shuffled mode as in deterministic mode; a pass
+//! resumed by record (shuffled, same shard) gets the rows left after the
+//! batches consumed before, for the tokens not delivered before.
 
 use std::sync::Arc;
 
 use feedline::pack::{Pack, RowQuota};
 use feedline::plan::{Equalize, FileTask, PassPlan};
 use feedline::transform::BatchTransformer;
-use feedline::{Array, Batch, Chunk, RowRef, Schema};
+use feedline::{Array, Batch, Chunk, Origin, RowRef, Schema, SourceId};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::resume_plan::PackedBefore;
 use crate::stall::within_stall_timeout;
 
 /// Rows read and transformed at a time while counting.
@@ -30,6 +33,8 @@ pub(crate) struct PackedRanks {
     /// Per file (`FileTask::file_index`), the tokens each record puts into
     /// rows (0: no document — empty, left out, or failed).
     tokens: Vec<Vec<u32>>,
+    /// Per file, its records' source as they name it (`None`: no document).
+    sources: Vec<Option<SourceId>>,
     plan: PassPlan,
     pack: Pack,
     how: Equalize,
@@ -37,8 +42,15 @@ pub(crate) struct PackedRanks {
 
 impl PackedRanks {
     /// This rank's quota of `pass`: the rows every rank delivers, and the
-    /// tokens its own documents hold.
-    pub fn quota(&self, pass: u64) -> RowQuota {
+    /// tokens its own documents hold — on a pass resumed by record, what
+    /// is left of both after what was delivered `before` (batches of
+    /// `rows_per_batch` rows).
+    pub fn quota(
+        &self,
+        pass: u64,
+        rows_per_batch: usize,
+        before: Option<&PackedBefore>,
+    ) -> RowQuota {
         let shard = self.plan.get_shard();
         let per_rank: Vec<u64> = (0..shard.world_size)
             .map(|r| {
@@ -53,11 +65,55 @@ impl PackedRanks {
             self.pack.length,
             self.how
         );
+        let mine = per_rank.get(shard.rank).copied().unwrap_or(0);
+        let Some(before) = before else {
+            return RowQuota {
+                rows,
+                tokens: mine,
+                how: self.how,
+            };
+        };
+        let tokens: u64 = self
+            .plan
+            .tasks(pass)
+            .iter()
+            .map(|t| self.task_tokens_left(t, before))
+            .sum();
+        let rows_before = before.batches * rows_per_batch as u64;
+        log::info!(
+            "pass {pass} resumed: {} packed rows delivered before, {} of {rows} left for {tokens} tokens of {mine}",
+            rows_before,
+            rows.saturating_sub(rows_before)
+        );
         RowQuota {
-            rows,
-            tokens: per_rank.get(shard.rank).copied().unwrap_or(0),
+            rows: rows.saturating_sub(rows_before),
+            tokens,
             how: self.how,
         }
+    }
+
+    /// The tokens of task `t`'s documents not delivered `before`.
+    fn task_tokens_left(&self, t: &FileTask, before: &PackedBefore) -> u64 {
+        let (Some(lens), Some(Some(source))) = (
+            self.tokens.get(t.file_index),
+            self.sources.get(t.file_index),
+        ) else {
+            return 0;
+        };
+        let whole = before.records.get(source);
+        let partly = before.delivered.as_deref();
+        lens.iter()
+            .enumerate()
+            .skip(t.start_record as usize)
+            .filter(|(i, _)| t.stride.keeps(*i as u64))
+            .filter(|(i, _)| !whole.is_some_and(|w| w.contains(*i as u64)))
+            .map(|(i, &n)| {
+                let done: u64 = partly
+                    .and_then(|d| d.get(&Origin::new(*source, i as u64)))
+                    .map_or(0, |r| r.ranges().iter().map(|[s, e]| e - s).sum());
+                u64::from(n).saturating_sub(done)
+            })
+            .sum()
     }
 
     fn task_tokens(&self, t: &FileTask) -> u64 {
@@ -88,6 +144,7 @@ pub(crate) fn count_tokens(
     let t0 = std::time::Instant::now();
     let transformer = BatchTransformer::new(&config.transforms, schema, config.seed)?;
     let mut tokens = Vec::with_capacity(plan.files().len());
+    let mut sources = Vec::with_capacity(plan.files().len());
     let (mut documents, mut total) = (0u64, 0u64);
     for f in plan.files() {
         let (registry, format, open, file) = (
@@ -103,6 +160,7 @@ pub(crate) fn count_tokens(
             move || registry.open(&file, format.as_deref(), &open),
         )??;
         let mut lens: Vec<u32> = Vec::new();
+        let mut source = None;
         loop {
             let mut chunk = Chunk::with_budget(schema, COUNT_CHUNK_ROWS, COUNT_CHUNK_BYTES);
             let read = reader.read_chunk(&mut chunk, COUNT_CHUNK_ROWS, COUNT_CHUNK_BYTES);
@@ -112,6 +170,7 @@ pub(crate) fn count_tokens(
             };
             if !chunk.is_empty() {
                 let batch = made(chunk, schema, transformer.as_ref())?;
+                source = source.or_else(|| batch.origins().first().map(|o| o.source));
                 for (origin, n) in batch_tokens(&batch, pack)? {
                     let i = origin as usize;
                     if lens.len() <= i {
@@ -136,6 +195,7 @@ pub(crate) fn count_tokens(
             }
         }
         tokens.push(lens);
+        sources.push(source);
     }
     log::info!(
         "equalize with packing: counted {total} tokens in {documents} documents of {} files in {:?}",
@@ -144,6 +204,7 @@ pub(crate) fn count_tokens(
     );
     Ok(PackedRanks {
         tokens,
+        sources,
         plan: plan.clone(),
         pack: pack.clone(),
         how: config.equalize,

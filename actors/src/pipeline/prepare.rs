@@ -69,10 +69,9 @@ pub(crate) fn prepare(
                     plans.len()
                 )));
             }
-            if let Some(r) = resume.as_ref().filter(|r| r.by_record() || r.elastic()) {
+            if resume.as_ref().is_some_and(|r| r.elastic()) {
                 return Err(PipelineError::Config(format!(
-                    "equalize {how:?} with packing resumes only in deterministic mode on the same shard (rank and world size): this checkpoint goes on {}, and the packed rows left are not counted that way",
-                    if r.elastic() { "on another shard" } else { "by record (shuffled mode)" }
+                    "equalize {how:?} with packing resumes only on the same shard (rank and world size): this checkpoint goes on on another shard, whose packed rows left are not counted"
                 )));
             }
             Some(Arc::new(count_tokens(&config, &schema, &plans[0], pack)?))
