@@ -515,6 +515,14 @@ pub enum QuotaError {
         /// The tokens packed.
         packed: u64,
     },
+    /// Other tokens than counted.
+    #[error("equalized packed rows: this rank's documents held {packed} tokens in the pass, {counted} were counted before it — each document's tokens must be the same in the count and in the pass (a transform whose output length changes with the pass?)")]
+    Tokens {
+        /// The tokens counted.
+        counted: u64,
+        /// The tokens packed.
+        packed: u64,
+    },
     /// Fewer rows than every rank delivers (`Drop`).
     #[error("equalize drop: this rank's documents made {made} packed rows, fewer than the {rows} every rank delivers: {counted} tokens were counted before the pass, {packed} packed — each document's tokens must be the same in the count and in the pass (a transform whose output length changes with the pass?)")]
     Under {
@@ -930,6 +938,12 @@ impl Packer {
         }
         while let Some(row) = self.fill_queue.pop_front() {
             self.emit(row);
+        }
+        if let Some(q) = self.quota.filter(|q| q.tokens != self.placed) {
+            self.quota_error.get_or_insert(QuotaError::Tokens {
+                counted: q.tokens,
+                packed: self.placed,
+            });
         }
         if let Some(q) = self.quota.filter(|q| self.kept_rows < q.rows) {
             if q.how == Equalize::Pad {
