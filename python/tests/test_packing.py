@@ -281,3 +281,29 @@ def test_equalized_ranks_get_as_many_packed_rows_and_pad_gives_every_document_on
                 at[row] = a + n
         dropped = sum(s["equalize_dropped_tokens"] for _, s in ranks)
         assert len(seen) + dropped == 2 * sum(len(v) for v in expect.values())
+
+
+@pytest.mark.parametrize("det", [True, False])
+def test_a_rank_resumed_from_its_state_dict_keeps_equal_rows_and_pad_every_document_once(data, det):
+    _, _, expect = data
+    kw = dict(pack_policy="best-fit", equalize="pad", world_size=2, deterministic=det)
+    with loader(data, rank=0, **kw) as ld:
+        rank0 = list(ld)
+    with loader(data, rank=1, **kw) as ld:
+        before = []
+        for b in ld:
+            before.append(b)
+            if len(before) == 3:
+                break
+        state = json.loads(json.dumps(ld.state_dict()))
+    with loader(data, rank=1, resume=state, **kw) as ld:
+        after = list(ld)
+        after += list(ld) if after and after[-1].pass_ == 0 else []
+    rank1 = before + after
+    for p in (0, 1):
+        assert sum(1 for b in rank1 if b.pass_ == p) == sum(1 for b in rank0 if b.pass_ == p)
+    got = reassemble(rank0 + rank1, 256)
+    for p in (0, 1):
+        for (source, record), ids in expect.items():
+            assert got.pop((p, source, record)) == ids, f"pass {p}: {source}#{record}"
+    assert not got
