@@ -739,7 +739,7 @@ impl Packer {
     /// Equalize `Pad`: true once best-fit or first-fit must fill their
     /// open rows in order to stay within the quota. The rows the pass
     /// surely needs from here — rows made, open rows, and new rows for
-    /// the tokens to come (`placed` counts the piece being delivered)
+    /// the tokens to come (the piece about to be placed among them)
     /// beyond the open rows' room — change by at most
     /// [`PAD_SLACK_ROWS`] with one piece placed (a new row, and one closed
     /// to keep the window), so packing whole goes on while that much is
