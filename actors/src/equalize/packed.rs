@@ -33,6 +33,8 @@ pub(crate) struct PackedRanks {
     /// Per file (`FileTask::file_index`), the tokens each record puts into
     /// rows (0: no document — empty, left out, or failed).
     tokens: Vec<Vec<u32>>,
+    /// Per file, the sum of `tokens`.
+    totals: Vec<u64>,
     /// Per file, its records' source as they name it (`None`: no document).
     sources: Vec<Option<SourceId>>,
     plan: PassPlan,
@@ -120,6 +122,10 @@ impl PackedRanks {
         let Some(lens) = self.tokens.get(t.file_index) else {
             return 0;
         };
+        if t.start_record == 0 && t.stride.is_all() {
+            // A whole file (sharding by file): its sum, once.
+            return self.totals[t.file_index];
+        }
         lens.iter()
             .enumerate()
             .skip(t.start_record as usize)
@@ -203,6 +209,10 @@ pub(crate) fn count_tokens(
         t0.elapsed()
     );
     Ok(PackedRanks {
+        totals: tokens
+            .iter()
+            .map(|l| l.iter().map(|&n| u64::from(n)).sum())
+            .collect(),
         tokens,
         sources,
         plan: plan.clone(),
