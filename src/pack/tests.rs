@@ -93,11 +93,7 @@ fn assert_exactly_once(docs: &[(Origin, Vec<i32>)], got: &BTreeMap<Origin, Vec<(
 fn every_token_of_every_document_comes_once_in_order_under_each_policy() {
     for seed in 0..12 {
         let docs = corpus(seed, 400, 300, 600);
-        for pack in [
-            Pack::best_fit(256).window(50),
-            Pack::first_fit(256).window(50),
-            Pack::concat(256),
-        ] {
+        for pack in policies(256, 50) {
             let (batches, stats) = run(pack.clone(), 4, &docs);
             let got = reassemble(&batches, 256);
             assert_exactly_once(&docs, &got);
@@ -407,15 +403,20 @@ fn ranks(seed: u64) -> Vec<Vec<(Origin, Vec<i32>)>> {
         .collect()
 }
 
+/// The three policies, rows of `length`, best-fit and first-fit over `window`.
+fn policies(length: usize, window: usize) -> [Pack; 3] {
+    [
+        Pack::best_fit(length).window(window),
+        Pack::first_fit(length).window(window),
+        Pack::concat(length),
+    ]
+}
+
 #[test]
 fn equalized_ranks_pad_to_the_same_rows_and_deliver_every_document_once() {
     for seed in 0..16 {
         let ranks = ranks(seed);
-        for pack in [
-            Pack::best_fit(256).window(40),
-            Pack::first_fit(256).window(40),
-            Pack::concat(256),
-        ] {
+        for pack in policies(256, 40) {
             let got = run_ranks(&pack, 4, &ranks, Equalize::Pad);
             let lens: Vec<usize> = got
                 .iter()
@@ -447,11 +448,7 @@ fn equalized_ranks_pad_to_the_same_rows_and_deliver_every_document_once() {
 fn equalized_ranks_drop_to_the_same_rows_each_row_full_of_real_tokens() {
     for seed in 0..16 {
         let ranks = ranks(seed);
-        for pack in [
-            Pack::best_fit(256).window(40),
-            Pack::first_fit(256).window(40),
-            Pack::concat(256),
-        ] {
+        for pack in policies(256, 40) {
             let got = run_ranks(&pack, 4, &ranks, Equalize::Drop);
             let tokens: Vec<u64> = ranks
                 .iter()
