@@ -3,9 +3,11 @@ files and transform, on a local multi-node Ray cluster (ray.cluster_utils),
 and the object store's throughput for numpy batches of the same size.
 
     python python/examples/bench_ray.py [--files '/tmp/peers/data/jpeg-0000[0-3].tar'] \
-        [--transform imagenet-train] [--batch 64] [--workers 2] [--placement head|prep]
+        [--transform imagenet-train] [--batch 64] [--workers 2] [--placement head|prep] \
+        [--also-ship-output]
 
-Prints one RESULT line per measurement (JSON). --placement head puts the
+Prints one RESULT line per measurement (JSON), with the CPU seconds each
+kind of process used during the Service's run. --placement head puts the
 worker actors on the trainer's node (the rank reads their batches from its
 own node's object store: no transfer); prep puts them on the other two
 nodes (every batch crosses between the nodes' object stores, over TCP on
@@ -41,25 +43,74 @@ def local_run(files, args):
     return n / dt
 
 
-def service_run(files, args):
+def cpu_by_process():
+    """CPU seconds (user + system) of every live process, by pid."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read().replace("\0", " ").strip()
+        except OSError:
+            continue
+        close = stat.rfind(")")
+        fields = stat[close + 2:].split()
+        name = cmd or stat[stat.find("(") + 1:close]
+        out[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_report(before, after, seconds):
+    """The CPU each kind of process used between two cpu_by_process() calls."""
+    kinds = {}
+    for pid, (name, t) in after.items():
+        used = t - before.get(pid, (name, 0.0))[1]
+        if used <= 0:
+            continue
+        if "ray::_Worker" in name:
+            kind = "worker actors"
+        elif "raylet" in name:
+            kind = "raylets"
+        elif "gcs_server" in name:
+            kind = "gcs"
+        elif "ray::" in name or "default_worker" in name:
+            kind = "ray: " + name.split()[0][:40]
+        elif "bench_ray" in name:
+            kind = "driver (rank)"
+        else:
+            kind = "other: " + name.split()[0].rsplit("/", 1)[-1][:30]
+        kinds[kind] = kinds.get(kind, 0.0) + used
+    total = sum(kinds.values())
+    result(what="cpu seconds by process", seconds=round(seconds, 2), total=round(total, 2),
+           **{k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 0.05})
+
+
+def service_run(files, args, ship_pixels=True):
     import feedline.ray as fray
     res = {"CPU": 0.5, args.placement: 0.01}
     svc = fray.Service(files=files, batch_size=args.batch, shuffle=args.shuffle, seed=7,
                        transform=args.transform, deterministic=args.deterministic,
                        workers=args.workers, resources_per_worker=res,
                        threads_per_worker=args.threads, world_size=1,
-                       interleave=args.interleave, prefetch=args.prefetch)
+                       interleave=args.interleave, prefetch=args.prefetch, ship_pixels=ship_pixels)
     try:
+        before = cpu_by_process()
         t0 = time.perf_counter()
         n = 0
         loader = svc.loader(0)
         for b in loader:
             n += b.size
         dt = time.perf_counter() - t0
+        cpu_report(before, cpu_by_process(), dt)
         st = svc.stats()
-        result(what="Service", placement=args.placement, images=n, seconds=round(dt, 2),
+        result(what="Service", placement=args.placement, ship_pixels=ship_pixels, images=n, seconds=round(dt, 2),
                images_per_s=round(n / dt, 1), workers=args.workers, threads_per_worker=args.threads,
                rank_wait_fraction=round(st["rank_wait_fraction"], 3), bottleneck=st["bottleneck"],
+               rank_output_steps_s=round(loader.stats()["output_steps_s"], 2),
                per_worker_images_per_s=[round(w["records"] / dt, 1) for w in st["workers"]])
         loader.close()
     finally:
@@ -120,6 +171,8 @@ def main():
     ap.add_argument("--placement", default="head", choices=["head", "prep"])
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--skip-local", action="store_true")
+    ap.add_argument("--also-ship-output", action="store_true",
+                    help="run the Service a second time with ship_pixels=False")
     args = ap.parse_args()
     files = sorted(glob.glob(args.files))
     if not files:
@@ -141,6 +194,8 @@ def main():
         if not args.skip_local:
             local_run(files, args)
         service_run(files, args)
+        if args.also_ship_output:
+            service_run(files, args, ship_pixels=False)
         if not args.skip_local:
             local_run(files, args)
         import feedline

@@ -17,6 +17,7 @@ mod feed;
 mod logbridge;
 mod map;
 mod npapi;
+mod pixels;
 mod py_batch;
 mod schema;
 mod stats;
@@ -356,6 +357,8 @@ struct PyLoader {
     counts: Arc<counting::Counts>,
     /// Time `next()` held the GIL (`stats()["python"]`).
     gil: stats::GilClock,
+    /// The built-in image transform (`transform=`), for `image_fields`.
+    image_transform: Option<Arc<feedline_vision::ImageTransform>>,
 }
 
 impl PyLoader {
@@ -402,6 +405,7 @@ impl PyLoader {
             builder,
             endless,
             gil: stats::GilClock::default(),
+            image_transform: None,
         }
     }
 
@@ -914,6 +918,7 @@ impl PyLoader {
     ) -> PyResult<Self> {
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes)?;
+        let mut image_transform = None;
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
             .batch(batch_size)
@@ -1004,7 +1009,9 @@ impl PyLoader {
                     Some(n) => image.max_pixels(n),
                     None => image,
                 };
-                b = b.transform(std::sync::Arc::new(image));
+                let image = std::sync::Arc::new(image);
+                image_transform = Some(image.clone());
+                b = b.transform(image);
                 if let Some(w) = workers {
                     b = b.workers(w);
                 }
@@ -1063,7 +1070,8 @@ impl PyLoader {
         };
         let loader = build_interruptibly(py, move || b.build());
         logbridge::flush(py);
-        let loader = Self::new_running(loader?, Some(again), endless, first_pass, resumed);
+        let mut loader = Self::new_running(loader?, Some(again), endless, first_pass, resumed);
+        loader.image_transform = image_transform;
         if from_env && loader.config.shard.world_size > 1 {
             warn_env_shard(py, &loader.config)?;
         }
@@ -1302,6 +1310,19 @@ impl PyLoader {
         }
     }
 
+    /// The fields the built-in image transform (`transform=`) decodes:
+    /// `None` without one, or until they are known (the fields are found on
+    /// the first instance transformed: those of one JPEG or PNG byte string).
+    #[getter]
+    fn image_fields(&self) -> PyResult<Option<Vec<String>>> {
+        self.check_process()?;
+        Ok(self
+            .image_transform
+            .as_ref()
+            .and_then(|t| t.image_fields())
+            .map(<[String]>::to_vec))
+    }
+
     /// This process's data-parallel rank (given, from `RANK`, or 0).
     #[getter]
     fn rank(&self) -> PyResult<usize> {
@@ -1381,6 +1402,8 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FeedlineError", py.get_type::<FeedlineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(logbridge::_flush_logs, m)?)?;
+    m.add_function(wrap_pyfunction!(pixels::_expand_pixels, m)?)?;
+    m.add_function(wrap_pyfunction!(pixels::_pixel_steps, m)?)?;
     let mapping = py.import("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type::<PyBatch>(),))?;
     let ns = PyDict::new(py);

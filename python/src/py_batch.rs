@@ -90,7 +90,7 @@ impl PyBatch {
     }
 
     /// A `FeedArray` viewing field `i`'s buffer.
-    fn view(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+    pub(crate) fn view(&self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
         let holder = Bound::new(
             py,
             FieldBuffer {

@@ -571,6 +571,8 @@ def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
     (dict(files=[]), "no files given"),
     (dict(files="/nonexistent/dir/*.npz"), "matches nothing"),
     (dict(transform=3), "transform must be a spec string"),
+    (dict(ship_pixels="yes"), "ship_pixels must be True or False"),
+    (dict(transform="decode,no-such"), "unknown step 'no-such'"),
 ])
 def test_bad_settings_are_value_errors(cluster, data, kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -623,6 +625,62 @@ def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
         svc.shutdown()
 
 
+# ------------------------------------------------------------------ shipping pixels
+
+PIXEL_SPEC = "decode,random-resized-crop(24x32),flip(0.5),normalize(imagenet),chw"
+
+
+def pixel_run(tar, ship_pixels, resume=None, stop_after=None):
+    """(origins, png bits, cls) of every batch of one rank, the service's
+    worker stats and the rank's stats (and its state after `stop_after`)."""
+    svc = fray.Service(files=[tar], batch_size=4, shuffle=7, seed=3, transform=PIXEL_SPEC,
+                       deterministic=True, workers=2, world_size=1, groups=3,
+                       resources_per_worker={"CPU": 0.25}, ship_pixels=ship_pixels, resume=resume)
+    try:
+        loader = svc.loader(0)
+        out, state = [], None
+        for b in loader:
+            assert b["png"].dtype == np.float32 and b["png"].shape[1:] == (3, 24, 32)
+            out.append((b.origins, np.asarray(b["png"]).view(np.uint32).copy(), b["cls"].tolist()))
+            if stop_after is not None and len(out) == stop_after:
+                state = loader.state_dict()
+                break
+        rank_stats = loader.stats()
+        loader.close()
+        return out, svc.stats()["workers"], rank_stats, state
+    finally:
+        svc.shutdown()
+
+
+def test_shipped_pixels_give_the_transforms_batches_to_the_bit(cluster, tmp_path):
+    """ship_pixels=True (workers ship uint8 pixels, the rank runs normalize
+    and chw) and False (workers ship float32) give the same batches, to the
+    bit; the workers ship a quarter of the image bytes; a resume goes on."""
+    from test_transform import make_png_tar
+    n = 30
+    tar, _ = make_png_tar(tmp_path, n=n)
+    pixels, px_workers, px_rank, _ = pixel_run(tar, True)
+    output, out_workers, out_rank, _ = pixel_run(tar, False)
+    assert len(pixels) == len(output) == 9  # 3 groups of 10 records: 4 + 4 + 2 each
+    for (po, pv, pc), (oo, ov, oc) in zip(pixels, output):
+        assert po == oo and pc == oc
+        assert np.array_equal(pv, ov)
+    assert sorted(r for b in pixels for _, r in b[0]) == list(range(n))
+    image = 24 * 32 * 3
+    label = 8  # int64 cls
+    assert sum(w["bytes"] for w in px_workers) == n * (image + label)
+    assert sum(w["bytes"] for w in out_workers) == n * (4 * image + label)
+    assert px_rank["output_steps_s"] > 0 and out_rank["output_steps_s"] == 0
+    # a resume with pixels shipped goes on to the same batches
+    first, _, _, state = pixel_run(tar, True, stop_after=3)
+    rest, _, _, _ = pixel_run(tar, True, resume=state)
+    assert [b[0] for b in first + rest] == [b[0] for b in pixels]
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(first + rest, pixels))
+    # the groups' checkpoints name the transform the workers ran
+    with pytest.raises(ValueError, match="taken with ship_pixels=True"):
+        pixel_run(tar, False, resume=state)
+
+
 # ------------------------------------------------------------------ the Ray Data source
 
 
@@ -650,8 +708,30 @@ def test_read_rows_equal_the_loaders(cluster, data):
         assert [int(r["y"]) for r in ordered] == [y for b in l for y in b["y"].tolist()]
 
 
+def test_read_columns_and_block_rows(cluster, data, monkeypatch):
+    paths, want = data
+    rows = fray.read(paths[:3], columns=["y"], provenance=True).take_all()
+    assert {k for r in rows for k in r} == {"y", "_file", "_record"}
+    assert {(r["_file"], int(r["_record"])): int(r["y"]) for r in rows} == \
+        {k: v for k, v in want.items() if k[0] in paths[:3]}
+    with pytest.raises(ValueError, match=r"columns \['z'\] are not fields of .*its fields: \['x', 'y'\]"):
+        fray.read(paths[:1], columns=["y", "z"]).take_all()
+    # default rows per block: as many as fill the target by the first row's
+    # bytes (x: 3 float32 + y: int64 = 20 bytes)
+    ctx = ray.data.DataContext.get_current()
+    monkeypatch.setattr(ctx, "target_max_block_size", 100)
+    ds = fray.read(paths[:2]).materialize()
+    sizes = [m.num_rows for bundle in ds.iter_internal_ref_bundles() for m in bundle.metadata]
+    # 20 and 23 rows in blocks of 5 (Ray Data's own split of larger blocks
+    # to the 100-byte target gives other sizes)
+    assert sorted(sizes) == [3] + [5] * 8, sizes
+
+
 def test_read_refuses_bad_settings(cluster, data):
     paths, _ = data
+    for bad in ("y", [], [3]):
+        with pytest.raises(ValueError, match="columns must be a non-empty list of field names"):
+            fray.read(paths, columns=bad)
     with pytest.raises(ValueError, match="rows_per_block must be >= 1"):
         fray.read(paths, rows_per_block=0)
     with pytest.raises(ValueError, match="transform"):

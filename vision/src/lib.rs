@@ -53,7 +53,9 @@ pub use fused::{crop_resize_into, CropResize, KernelReport, KernelSource};
 pub use image::{RgbImage, RgbView};
 pub use jpeg::{JpegColor, JpegInfo, JpegRegion, ReducedWork, DEFAULT_MAX_SCANS};
 pub use ops::{center_crop, crop, flip_horizontal, resize, resized_crop, CropBox, ResizeTo};
-pub use output::{to_array, write_image, Dtype, Element, Layout, Normalize, OutputFormat};
+pub use output::{
+    to_array, write_image, write_pixels, Dtype, Element, Layout, Normalize, OutputFormat,
+};
 pub use png::{PngInfo, PNG_MAX_WIDTH};
 pub use resize::{resize_box, SourceBox};
 pub use rrc::RandomResizedCrop;

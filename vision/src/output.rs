@@ -332,6 +332,39 @@ pub fn write_image<T: Element>(
     Ok(())
 }
 
+/// `u8` RGB pixels (`[height, width, 3]`, row by row) converted to `T` with
+/// `format`, into `out` (`[H, W, 3]` or `[3, H, W]`): the output steps of a
+/// plan applied apart from its pixel steps (see [`Plan::pixels`](crate::Plan::pixels)), to the
+/// bit what the whole plan writes. An error if either length does not fit
+/// the size, or `format` normalises a `u8` output.
+///
+/// ```
+/// use feedline_vision::{write_pixels, Layout, Normalize, OutputFormat};
+/// let pixels = [0u8, 128, 255, 10, 20, 30]; // 1 x 2 RGB
+/// let format = OutputFormat { normalize: Some(Normalize::IMAGENET), layout: Layout::Chw };
+/// let mut out = [0f32; 6];
+/// write_pixels(&pixels, 1, 2, &format, &mut out).unwrap();
+/// assert_eq!(out[0], (0.0 / 255.0 - 0.485) / 0.229); // R of the first pixel
+/// assert_eq!(out[1], (10.0 / 255.0 - 0.485) / 0.229); // R of the second
+/// assert!(write_pixels(&pixels[..5], 1, 2, &format, &mut out).is_err());
+/// ```
+pub fn write_pixels<T: Element>(
+    pixels: &[u8],
+    height: usize,
+    width: usize,
+    format: &OutputFormat,
+    out: &mut [T],
+) -> Result<()> {
+    check_output_len(pixels.len(), [height, width, 3])?;
+    let mut writer = RowWriter::new(out, width, height, format, false)?;
+    if width > 0 {
+        for (y, row) in pixels.chunks_exact(width * 3).enumerate() {
+            writer.write_row(y, row);
+        }
+    }
+    Ok(())
+}
+
 /// An image converted to `T` with `format`, as an owned array (shape
 /// `[H, W, 3]` or `[3, H, W]`).
 pub fn to_array<T: Element>(image: &RgbImage, format: &OutputFormat) -> Result<Array3<T>> {

@@ -126,6 +126,12 @@ impl ImageTransform {
         &self.plan
     }
 
+    /// The image fields, if known: named, or detected already (on the
+    /// first instance transformed).
+    pub fn image_fields(&self) -> Option<&[String]> {
+        self.known_fields()
+    }
+
     /// The image fields, if known (named, or detected already).
     fn known_fields(&self) -> Option<&[String]> {
         match &self.fields {

@@ -229,6 +229,37 @@ impl Plan {
         &self.format
     }
 
+    /// The plan's pixel steps alone: the same geometry (and so the same
+    /// random draws) with the output left as decoded, `u8` `[H, W, 3]`.
+    /// [`write_pixels`](crate::write_pixels) with this plan's
+    /// [`format`](Self::format) then makes, to the bit, what this plan
+    /// makes — so a worker can ship a quarter of the bytes of an `f32`
+    /// output and the output steps run where the batch is used.
+    ///
+    /// ```
+    /// use feedline_vision::{Dtype, Plan};
+    /// let plan = Plan::parse("imagenet-train").unwrap();
+    /// assert!(plan.has_output_steps());
+    /// let pixels = plan.pixels();
+    /// assert_eq!(pixels.dtype(), Dtype::U8);
+    /// assert!(!pixels.has_output_steps());
+    /// assert_eq!(pixels.to_string(), "decode,random-resized-crop(224x224,scale=0.08:1,ratio=0.75:1.3333333333333333),flip(0.5)");
+    /// ```
+    pub fn pixels(&self) -> Plan {
+        Plan {
+            geometry: self.geometry.clone(),
+            dtype: Dtype::U8,
+            format: OutputFormat::default(),
+            work: self.work,
+        }
+    }
+
+    /// Whether the output is other than the pixels as decoded (`f32`,
+    /// normalised, or CHW).
+    pub fn has_output_steps(&self) -> bool {
+        self.dtype != Dtype::U8 || self.format != OutputFormat::default()
+    }
+
     /// The output's shape: fixed, or that of the image.
     pub fn shape(&self) -> OutputShape {
         let mut size: Option<(usize, usize)> = None;

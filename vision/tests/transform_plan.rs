@@ -329,3 +329,81 @@ fn an_output_too_large_for_memory_is_an_error() {
         .unwrap_err();
     assert!(matches!(err, VisionError::OutOfMemory { .. }), "{err}");
 }
+
+/// A plan's pixels with its output steps applied apart (`Plan::pixels` then
+/// `write_pixels`) are, to the bit, the plan's output: for every chain
+/// shape with output steps, the default reduced work (what a pipeline
+/// runs), every fixture image and many seeds.
+#[test]
+fn pixels_then_output_steps_equal_the_plan() {
+    use feedline_vision::{write_pixels, Dtype};
+    let specs = [
+        "imagenet-train",
+        "imagenet-eval",
+        "decode,random-resized-crop(64),flip(0.5),to-f32",
+        "decode,resize(40),center-crop(32),flip(1),chw",
+        "decode,resize(48),normalize(mean=0.5:0.4:0.3,std=0.2:0.3:0.4),hwc",
+    ];
+    for spec in specs {
+        let plan = Plan::parse(spec).unwrap();
+        assert!(plan.has_output_steps(), "{spec}");
+        let pixels = plan.pixels();
+        assert_eq!(pixels.dtype(), Dtype::U8);
+        assert_eq!(Plan::parse(&pixels.to_string()).unwrap(), pixels, "{spec}");
+        for name in image_names() {
+            let bytes = fixture(&name);
+            for seed in 0..12 {
+                let shape = run(&pixels, &bytes, seed).shape();
+                let (h, w) = (shape[0], shape[1]);
+                let raw = run_u8(&pixels, &bytes, seed);
+                match run(&plan, &bytes, seed) {
+                    ImageArray::F32(want) => {
+                        let mut got = vec![0f32; want.len()];
+                        write_pixels(&raw, h, w, plan.format(), &mut got).unwrap();
+                        let want = want.into_raw_vec_and_offset().0;
+                        assert!(
+                            got.iter()
+                                .zip(&want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{spec} {name} seed {seed}"
+                        );
+                    }
+                    ImageArray::U8(want) => {
+                        let mut got = vec![0u8; want.len()];
+                        write_pixels(&raw, h, w, plan.format(), &mut got).unwrap();
+                        assert_eq!(
+                            got,
+                            want.into_raw_vec_and_offset().0,
+                            "{spec} {name} seed {seed}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let plain = Plan::parse("decode,resize(32)").unwrap();
+    assert!(!plain.has_output_steps());
+    assert_eq!(plain.pixels(), plain);
+}
+
+#[test]
+fn write_pixels_checks_its_lengths() {
+    use feedline_vision::write_pixels;
+    let format = imagenet_chw();
+    let mut out = vec![0f32; 2 * 3 * 3];
+    assert!(matches!(
+        write_pixels(&[0u8; 17], 2, 3, &format, &mut out),
+        Err(VisionError::OutputLength { .. })
+    ));
+    assert!(matches!(
+        write_pixels(&[0u8; 18], 2, 3, &format, &mut out[..17]),
+        Err(VisionError::OutputLength { .. })
+    ));
+    let mut bytes = vec![0u8; 18];
+    assert!(
+        write_pixels(&[0u8; 18], 2, 3, &format, &mut bytes).is_err(),
+        "a u8 output cannot be normalised"
+    );
+    write_pixels(&[7u8; 18], 2, 3, &format, &mut out).unwrap();
+    assert_eq!(out[0], (7.0 / 255.0 - 0.485) / 0.229);
+}

@@ -256,6 +256,11 @@ class Loader(Iterator[Batch]):
     @property
     def schema(self) -> dict[str, _FieldSpec]: ...
     @property
+    def image_fields(self) -> Optional[list[str]]:
+        """The fields the built-in image transform (transform=) decodes: None
+        without one, or until they are known (found on the first instance
+        transformed: those of one JPEG or PNG byte string)."""
+    @property
     def rank(self) -> int:
         """The data-parallel rank in force (given, from RANK, or 0)."""
     @property
@@ -273,3 +278,11 @@ class Loader(Iterator[Batch]):
         v: Optional[BaseException] = None,
         tb: Optional[TracebackType] = None,
     ) -> bool: ...
+
+def _pixel_steps(transform: str) -> Optional[str]:
+    """The pixel steps of a built-in transform spec (its output left uint8
+    [H, W, 3]), or None when it has no output steps (feedline.ray)."""
+
+def _expand_pixels(pixels: npt.NDArray[np.uint8], transform: str) -> FeedArray:
+    """The output steps (to-f32, normalize, chw) of `transform` run on the
+    uint8 [n, H, W, 3] pixels its pixel steps made (feedline.ray)."""

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 
 import feedline
+from feedline import _native
 
 __all__ = ["Service", "ServiceLoader", "RayBatch", "read", "pass_plan"]
 
@@ -230,7 +231,9 @@ class _Group:
                     break
                 st = loader.state_dict()
                 fields, offsets, lengths = _export(b)
-                item = (fields, offsets, lengths, b.origins, b.seq, st)
+                # the fields the transform made (the rank runs the output
+                # steps of those shipped as pixels)
+                item = (fields, offsets, lengths, b.origins, b.seq, st, loader.image_fields)
                 made = time.perf_counter()
                 nbytes = sum(v.nbytes for v in fields.values() if isinstance(v, np.ndarray))
                 with self.cv:
@@ -548,6 +551,11 @@ class Service:
     it. equalize: None, "drop" or "pad".
     resume: a rank's state_dict(), or a list of them (one per old rank);
     under another world_size every old rank's state is needed.
+    ship_pixels (default True): when the transform ends in output steps
+    (to-f32, normalize, chw), the workers run its pixel steps and ship
+    uint8 [H, W, 3] images (a quarter of float32's bytes through the object
+    store) and the rank runs the output steps: the same batches, to the bit.
+    False ships the transform's output as made.
     loader_options: other feedline.Loader keywords for each group's loader
     (on_error, max_bad, max_pixels, capacity, batches_in_flight, map, ...)."""
 
@@ -555,7 +563,7 @@ class Service:
                  deterministic=False, workers=1, resources_per_worker=None, world_size=1,
                  equalize=None, resume=None, drop_last=False, groups=None, interleave=4,
                  prefetch=2, readers=2, threads_per_worker=None, schema=None, start_timeout_s=300,
-                 **loader_options):
+                 ship_pixels=True, **loader_options):
         files = _expand(files)
         batch_size = _check_int("batch_size", batch_size, 1)
         shuffle = _check_int("shuffle", shuffle, 0)
@@ -576,8 +584,13 @@ class Service:
             raise ValueError(f"deterministic must be True or False, not {deterministic!r}")
         if not isinstance(drop_last, bool):
             raise ValueError(f"drop_last must be True or False, not {drop_last!r}")
+        if not isinstance(ship_pixels, bool):
+            raise ValueError(f"ship_pixels must be True or False, not {ship_pixels!r}")
         if transform is not None and not isinstance(transform, str):
             raise ValueError(f"transform must be a spec string such as 'imagenet-train', not {transform!r}")
+        # the transform's pixel steps, when the workers ship pixels (None:
+        # they ship the output); a bad spec is a ValueError here
+        pixel_steps = _native._pixel_steps(transform) if transform is not None and ship_pixels else None
         if isinstance(start_timeout_s, bool) or not isinstance(start_timeout_s, (int, float)) \
                 or not start_timeout_s > 0:
             raise ValueError(f"start_timeout_s must be a positive number of seconds, not {start_timeout_s!r}")
@@ -594,7 +607,7 @@ class Service:
         opts.update(batch_size=batch_size, shuffle=shuffle, deterministic=deterministic,
                     drop_last=drop_last, readers=readers)
         if transform is not None:
-            opts.update(transform=transform, workers=threads_per_worker)
+            opts.update(transform=pixel_steps or transform, workers=threads_per_worker)
         elif "map" in opts:
             opts.update(workers=threads_per_worker)
         if schema is not None:
@@ -608,6 +621,7 @@ class Service:
             "resources_per_worker": dict(resources_per_worker),
             "service_id": uuid.uuid4().hex[:12],
             "start_timeout_s": start_timeout_s,
+            "ship_pixels": pixel_steps is not None,
         }
         self._resume = _check_resume(resume, self._config)
         ray = _ray()
@@ -700,7 +714,8 @@ def _fingerprint(config):
     c = config
     return {"files": list(c["files"]), "batch_size": c["batch_size"], "shuffle": c["shuffle"],
             "seed": c["seed"], "transform": c["transform"], "deterministic": c["deterministic"],
-            "drop_last": c["drop_last"], "groups": c["groups"], "equalize": c["equalize"]}
+            "drop_last": c["drop_last"], "groups": c["groups"], "equalize": c["equalize"],
+            "ship_pixels": c.get("ship_pixels", False)}
 
 
 def _check_resume(resume, config):
@@ -720,10 +735,15 @@ def _check_resume(resume, config):
         if not isinstance(s, Mapping) or s.get("format") != STATE_FORMAT:
             raise ValueError(f"resume: not a feedline.ray state_dict() (format {STATE_FORMAT!r})")
         for k, v in fp.items():
-            if s["settings"].get(k) != v:
-                old = s["settings"].get(k)
+            # (a state from before ship_pixels existed was taken shipping the output)
+            old = s["settings"].get(k, False if k == "ship_pixels" else None)
+            if old != v:
                 if k == "files":
                     raise ValueError("resume: the file set changed since the state was taken")
+                if k == "ship_pixels":
+                    raise ValueError(f"resume: the state was taken with ship_pixels={old!r} (its groups' "
+                                     f"checkpoints name the transform the workers ran): give "
+                                     f"ship_pixels={old!r}")
                 raise ValueError(f"resume: setting {k!r} changed since the state was taken: {old!r} -> {v!r}")
         r = s["rank"]
         if r in by_rank:
@@ -785,7 +805,7 @@ class ServiceLoader:
         self.world_size = config["world_size"]
         self._closed = False
         self._stats = {"batches": 0, "records": 0, "bytes": 0, "wait_s": 0.0, "padded": 0,
-                       "worker_failures": 0}
+                       "worker_failures": 0, "output_steps_s": 0.0}
         self._t0 = time.monotonic()
         self._last_report = 0.0
         self._pass = None
@@ -975,8 +995,13 @@ class ServiceLoader:
                 if etype == "ValueError":
                     raise ValueError(f"group {cur.group} of pass {self._pass}: {msg}")
                 raise feedline.FeedlineError(f"group {cur.group} of pass {self._pass}: {msg}")
-            fields, offsets, lengths, origins, seq, st = item
+            fields, offsets, lengths, origins, seq, st, image_fields = item
             cur.pending = cur.worker.take.remote(cur.key)  # the next one is made meanwhile
+            if self._c.get("ship_pixels") and image_fields:
+                t0 = time.perf_counter()
+                for name in image_fields:
+                    fields[name] = _native._expand_pixels(fields[name], self._c["transform"])
+                self._stats["output_steps_s"] += time.perf_counter() - t0
             index = cur.taken
             cur.taken += 1
             cur.state = st
@@ -1154,23 +1179,53 @@ class ServiceLoader:
 # ------------------------------------------------------------------ Ray Data source
 
 
-def read(files, schema=None, transform=None, *, rows_per_block=1024, files_per_task=1,
-         provenance=False, threads=1, **loader_options):
+# Blocks of about this many bytes by default: measured on workload C
+# (python/examples/bench_ray_data.py), 38 MB blocks took 12.2 CPU-s in the
+# read tasks where 77 MB took 13.0-13.7 and 134 MB 15.8-19.8 (Ray Data's
+# own 128 MiB target): larger blocks churn the object store.
+_BLOCK_BYTES = 32 << 20
+
+
+def _block_rows(probe, target_bytes, most=1024):
+    """Rows per block: as many as fit `target_bytes` by the first row's
+    size (its numpy fields), between 1 and `most` (`most` when the first
+    file has no row or the target is not set)."""
+    try:
+        row = next(iter(probe))
+    except StopIteration:
+        return most
+    row_bytes = sum(v.nbytes for v in row.values() if isinstance(v, np.ndarray))
+    if not target_bytes or row_bytes <= 0:
+        return most
+    return max(1, min(most, int(target_bytes // row_bytes)))
+
+
+def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_task=1,
+         provenance=False, threads=1, columns=None, **loader_options):
     """A ray.data.Dataset of the records of `files`, read (and transformed) by
     feedline's readers in Ray Data's read tasks: one task per
     `files_per_task` files, each a feedline.Loader over them in file order
     (no shuffle, deterministic), its rows put into blocks of at most
-    `rows_per_block` rows. provenance=True adds the columns "_file" and
-    "_record". Fixed-shape fields only (ragged and bytes fields of more than
-    one value per row are refused)."""
+    `rows_per_block` rows (default: as many as fill 32 MiB, or Ray Data's
+    target_max_block_size if smaller, by the size of the first row; at most
+    1,024). provenance=True adds the columns "_file" and
+    "_record". columns: the fields to keep (default all; a WebDataset's
+    "__key__" is bytes, which iter_torch_batches cannot convert). Fixed-shape
+    fields only (ragged and bytes fields of more than one value per row are
+    refused)."""
     ray = _ray()
     from ray.data import Datasource, ReadTask
     from ray.data.block import BlockMetadata
 
     files = _expand(files)
-    rows_per_block = _check_int("rows_per_block", rows_per_block, 1)
+    if rows_per_block is not None:
+        rows_per_block = _check_int("rows_per_block", rows_per_block, 1)
     files_per_task = _check_int("files_per_task", files_per_task, 1)
     threads = _check_int("threads", threads, 1)
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns) or not columns:
+            raise ValueError(f"columns must be a non-empty list of field names, not {columns!r}")
+        columns = list(columns)
     if transform is not None and not isinstance(transform, str):
         raise ValueError(f"transform must be a spec string such as 'imagenet-eval', not {transform!r}")
     bad = sorted(set(loader_options) & _RESERVED)
@@ -1184,7 +1239,9 @@ def read(files, schema=None, transform=None, *, rows_per_block=1024, files_per_t
     # A bad setting fails here, not in a read task.
     with feedline.Loader(files[:1], batch_size=1, shuffle=0, passes=1, rank=0, world_size=1,
                          deterministic=True, **opts) as probe:
-        pass
+        if rows_per_block is None:
+            target = ray.data.DataContext.get_current().target_max_block_size
+            rows_per_block = _block_rows(probe, min(target or _BLOCK_BYTES, _BLOCK_BYTES))
     chunks = [files[i:i + files_per_task] for i in range(0, len(files), files_per_task)]
 
     def make(chunk):
@@ -1193,12 +1250,19 @@ def read(files, schema=None, transform=None, *, rows_per_block=1024, files_per_t
             with feedline.Loader(chunk, batch_size=rows_per_block, shuffle=0, passes=1, readers=1,
                                  rank=0, world_size=1, deterministic=True, **opts) as l:
                 for b in l:
+                    if columns is not None:
+                        missing = [c for c in columns if c not in b]
+                        if missing:
+                            raise ValueError(f"feedline.ray.read: columns {missing} are not fields of "
+                                             f"{chunk[0]!r} (its fields: {sorted(b)})")
                     cols = {}
-                    for name in b:
+                    for name in (b if columns is None else columns):
                         v = b[name]
                         if b.offsets(name) is not None or b.lengths(name) is not None:
                             raise ValueError(f"feedline.ray.read: the ragged field {name!r} has no block form here")
-                        cols[name] = np.array(v) if isinstance(v, np.ndarray) else np.array(v, dtype=object)
+                        # no copy: the block views the batch's buffer until Ray
+                        # serialises it into the object store (its one copy)
+                        cols[name] = np.asarray(v) if isinstance(v, np.ndarray) else np.array(v, dtype=object)
                     if provenance:
                         o = b.origins
                         cols["_file"] = np.array([f for f, _ in o], dtype=object)
