@@ -1179,25 +1179,28 @@ class ServiceLoader:
 # ------------------------------------------------------------------ Ray Data source
 
 
-# Blocks of about this many bytes by default: measured on workload C
-# (python/examples/bench_ray_data.py), 38 MB blocks took 12.2 CPU-s in the
-# read tasks where 77 MB took 13.0-13.7 and 134 MB 15.8-19.8 (Ray Data's
-# own 128 MiB target): larger blocks churn the object store.
-_BLOCK_BYTES = 32 << 20
+# Blocks of at most this many bytes by default: measured on workload C
+# (python/examples/bench_ray_data.py), 38 MB blocks (64 rows) took 12.2
+# CPU-s in the read tasks where 77 MB took 13.0-13.7 and 134 MB (Ray
+# Data's own 128 MiB target) 15.8-19.8: large blocks churn the object
+# store. 55-row blocks (32 MiB) cost the consumer 3.5-3.9 CPU-s, 64-row
+# ones 2.2, for batches of 64: a batch across blocks is a copy.
+_BLOCK_BYTES = 64 << 20
 
 
 def _block_rows(probe, target_bytes, most=1024):
-    """Rows per block: as many as fit `target_bytes` by the first row's
-    size (its numpy fields), between 1 and `most` (`most` when the first
-    file has no row or the target is not set)."""
+    """Rows per block: the largest power of two (at most `most`) whose rows
+    fit `target_bytes` by the first row's size (its numpy fields), at least
+    1 (`most` when the first file has no row)."""
     try:
         row = next(iter(probe))
     except StopIteration:
         return most
     row_bytes = sum(v.nbytes for v in row.values() if isinstance(v, np.ndarray))
-    if not target_bytes or row_bytes <= 0:
+    if row_bytes <= 0:
         return most
-    return max(1, min(most, int(target_bytes // row_bytes)))
+    fit = min(most, int(target_bytes // row_bytes))
+    return 1 << (fit.bit_length() - 1) if fit >= 1 else 1
 
 
 def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_task=1,
@@ -1206,9 +1209,11 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
     feedline's readers in Ray Data's read tasks: one task per
     `files_per_task` files, each a feedline.Loader over them in file order
     (no shuffle, deterministic), its rows put into blocks of at most
-    `rows_per_block` rows (default: as many as fill 32 MiB, or Ray Data's
-    target_max_block_size if smaller, by the size of the first row; at most
-    1,024). provenance=True adds the columns "_file" and
+    `rows_per_block` rows (default: the largest power of two of rows, at
+    most 1,024, that fits 64 MiB by the size of the first row; Ray Data
+    cuts blocks larger than its target_max_block_size itself; a batch size
+    that divides it, or that it divides, is cut from blocks with less
+    copying). provenance=True adds the columns "_file" and
     "_record". columns: the fields to keep (default all; a WebDataset's
     "__key__" is bytes, which iter_torch_batches cannot convert). Fixed-shape
     fields only (ragged and bytes fields of more than one value per row are
@@ -1240,8 +1245,7 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
     with feedline.Loader(files[:1], batch_size=1, shuffle=0, passes=1, rank=0, world_size=1,
                          deterministic=True, **opts) as probe:
         if rows_per_block is None:
-            target = ray.data.DataContext.get_current().target_max_block_size
-            rows_per_block = _block_rows(probe, min(target or _BLOCK_BYTES, _BLOCK_BYTES))
+            rows_per_block = _block_rows(probe, _BLOCK_BYTES)
     chunks = [files[i:i + files_per_task] for i in range(0, len(files), files_per_task)]
 
     def make(chunk):
