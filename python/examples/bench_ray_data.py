@@ -4,7 +4,7 @@ CHW: torchvision's v2 transforms, or PIL + numpy where torchvision is not
 installed) on the same JPEGs, in one run on a local 3-node Ray cluster.
 
     python python/examples/bench_ray_data.py [--tars '/tmp/peers/data/jpeg-0000[0-3].tar'] \
-        [--baseline torchvision|pil] [--rows-per-block N] [--rounds 2] [--locality]
+        [--baseline torchvision|pil] [--rows-per-block N] [--rounds 2] [--locality] [--ship-pixels]
 
 Each round prints images/s and the CPU seconds every process of the
 cluster used during it (so images per CPU-second: "per core").
@@ -112,6 +112,8 @@ def main():
     ap.add_argument("--baseline", default="torchvision", choices=["torchvision", "pil"])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--ship-pixels", action="store_true",
+                    help="also feedline.ray.read(ship_pixels=True) + iter_torch_batches(collate_fn=output_steps)")
     ap.add_argument("--locality", action="store_true",
                     help="DataContext.execution_options.locality_with_output = True (tasks on the consumer's node)")
     args = ap.parse_args()
@@ -160,6 +162,21 @@ def main():
             result(what="feedline.ray.read + iter_torch_batches", round=round_, images=n, seconds=round(dt, 2),
                    images_per_s=round(n / dt, 1), cpu_seconds=round(cpu, 2),
                    images_per_cpu_s=round(n / cpu, 1), cpu_seconds_by_process=by_kind)
+            if args.ship_pixels:
+                cpu0 = cpu_seconds()
+                t0 = time.perf_counter()
+                n = 0
+                ds = fray.read(tars, transform="imagenet-train", columns=["jpg", "cls"], ship_pixels=True, **kw)
+                steps = fray.output_steps("imagenet-train", ["jpg"])
+                for b in ds.iter_torch_batches(batch_size=args.batch, collate_fn=steps):
+                    n += len(b["cls"])
+                    assert tuple(b["jpg"].shape[1:]) == (3, 224, 224) and str(b["jpg"].dtype) == "torch.float32"
+                dt = time.perf_counter() - t0
+                cpu, by_kind = used(cpu0, cpu_seconds())
+                result(what="feedline.ray.read(ship_pixels=True) + iter_torch_batches(collate_fn=output_steps)",
+                       round=round_, images=n, seconds=round(dt, 2), images_per_s=round(n / dt, 1),
+                       cpu_seconds=round(cpu, 2), images_per_cpu_s=round(n / cpu, 1),
+                       cpu_seconds_by_process=by_kind)
             if args.skip_baseline:
                 continue
             cpu0 = cpu_seconds()

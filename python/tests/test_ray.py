@@ -730,8 +730,44 @@ def test_read_columns_and_block_rows(cluster, data):
 
 
 
+def test_read_shipping_pixels_gives_the_transforms_tensors_to_the_bit(cluster, tmp_path):
+    """read(ship_pixels=True) + iter_torch_batches(collate_fn=output_steps)
+    gives read()'s tensors of the whole transform, to the bit, in order."""
+    torch = pytest.importorskip("torch")
+    from test_transform import make_png_tar
+    tar, _ = make_png_tar(tmp_path, n=21)
+    whole = list(fray.read([tar], transform=PIXEL_SPEC, columns=["png", "cls"], rows_per_block=8)
+                 .iter_torch_batches(batch_size=4))
+    ds = fray.read([tar], transform=PIXEL_SPEC, columns=["png", "cls"], rows_per_block=8, ship_pixels=True)
+    steps = fray.output_steps(PIXEL_SPEC, ["png"])
+    assert "output_steps" in repr(steps)
+    split = list(ds.iter_torch_batches(batch_size=4, collate_fn=steps))
+    assert len(whole) == len(split) == 6
+    for w, p in zip(whole, split):
+        assert p["png"].dtype == torch.float32 and tuple(p["png"].shape[1:]) == (3, 24, 32)
+        assert torch.equal(w["cls"], p["cls"])
+        assert torch.equal(w["png"].view(torch.int32), p["png"].view(torch.int32))
+    # the Dataset holds the pixels
+    assert ds.take(1)[0]["png"].shape == (24, 32, 3)
+    wrong = fray.output_steps(PIXEL_SPEC, ["jpg"])
+    with pytest.raises(ValueError, match=r"fields \['jpg'\] are not in the batch"):
+        next(iter(ds.iter_torch_batches(batch_size=4, collate_fn=wrong)))
+
+
 def test_read_refuses_bad_settings(cluster, data):
     paths, _ = data
+    with pytest.raises(ValueError, match="ship_pixels must be True or False"):
+        fray.read(paths, ship_pixels=1)
+    for t in (None, "decode,resize(8)"):
+        with pytest.raises(ValueError, match="ship_pixels=True needs a transform that ends in output steps"):
+            fray.read(paths, transform=t, ship_pixels=True)
+    with pytest.raises(ValueError, match="output_steps needs a transform spec that ends in output steps"):
+        fray.output_steps("decode,resize(8)", ["png"])
+    with pytest.raises(ValueError, match="transform="):
+        fray.output_steps("no-such", ["png"])
+    for bad in ("png", [], [1]):
+        with pytest.raises(ValueError, match="fields must be a non-empty list of field names"):
+            fray.output_steps("imagenet-train", bad)
     for bad in ("y", [], [3]):
         with pytest.raises(ValueError, match="columns must be a non-empty list of field names"):
             fray.read(paths, columns=bad)

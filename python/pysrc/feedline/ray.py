@@ -34,7 +34,7 @@ import numpy as np
 import feedline
 from feedline import _native
 
-__all__ = ["Service", "ServiceLoader", "RayBatch", "read", "pass_plan"]
+__all__ = ["Service", "ServiceLoader", "RayBatch", "read", "output_steps", "pass_plan"]
 
 STATE_FORMAT = "feedline.ray/1"
 
@@ -1204,7 +1204,7 @@ def _block_rows(probe, target_bytes, most=1024):
 
 
 def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_task=1,
-         provenance=False, threads=1, columns=None, **loader_options):
+         provenance=False, threads=1, columns=None, ship_pixels=False, **loader_options):
     """A ray.data.Dataset of the records of `files`, read (and transformed) by
     feedline's readers in Ray Data's read tasks: one task per
     `files_per_task` files, each a feedline.Loader over them in file order
@@ -1215,9 +1215,14 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
     that divides it, or that it divides, is cut from blocks with less
     copying). provenance=True adds the columns "_file" and
     "_record". columns: the fields to keep (default all; a WebDataset's
-    "__key__" is bytes, which iter_torch_batches cannot convert). Fixed-shape
-    fields only (ragged and bytes fields of more than one value per row are
-    refused)."""
+    "__key__" is bytes, which iter_torch_batches cannot convert).
+    ship_pixels=True (for a transform that ends in output steps: to-f32,
+    normalize, chw): the read tasks run its pixel steps, the Dataset holds
+    uint8 [H, W, 3] images (a quarter of float32's bytes), and the consumer
+    runs the output steps with
+    ds.iter_torch_batches(collate_fn=feedline.ray.output_steps(transform,
+    fields)): the same tensors, to the bit. Fixed-shape fields only (ragged
+    and bytes fields of more than one value per row are refused)."""
     ray = _ray()
     from ray.data import Datasource, ReadTask
     from ray.data.block import BlockMetadata
@@ -1233,13 +1238,21 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
         columns = list(columns)
     if transform is not None and not isinstance(transform, str):
         raise ValueError(f"transform must be a spec string such as 'imagenet-eval', not {transform!r}")
+    if not isinstance(ship_pixels, bool):
+        raise ValueError(f"ship_pixels must be True or False, not {ship_pixels!r}")
     bad = sorted(set(loader_options) & _RESERVED)
     if bad:
         raise ValueError(f"{bad[0]!r} is set by read() itself")
     opts = dict(loader_options)
     if schema is not None:
         opts["schema"] = schema
-    if transform is not None:
+    if ship_pixels:
+        pixel_steps = _native._pixel_steps(transform) if transform is not None else None
+        if pixel_steps is None:
+            raise ValueError(f"ship_pixels=True needs a transform that ends in output steps (to-f32, "
+                             f"normalize, chw), not transform={transform!r}")
+        opts.update(transform=pixel_steps, workers=threads)
+    elif transform is not None:
         opts.update(transform=transform, workers=threads)
     # A bad setting fails here, not in a read task.
     with feedline.Loader(files[:1], batch_size=1, shuffle=0, passes=1, rank=0, world_size=1,
@@ -1294,3 +1307,39 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
 
     del probe
     return ray.data.read_datasource(_Source(), override_num_blocks=len(chunks))
+
+
+def output_steps(transform, fields):
+    """A collate_fn for ds.iter_torch_batches(collate_fn=...) over a Dataset
+    that read(..., transform=transform, ship_pixels=True) made: runs the
+    transform's output steps (to-f32, normalize, chw; in Rust, the GIL
+    released) on `fields` (uint8 [n, H, W, 3] pixels) and makes every
+    field a torch tensor (Ray then pins and moves them as it does its own).
+    The tensors are those of read(..., transform=transform), to the bit."""
+    from ray.data.collate_fn import NumpyBatchCollateFn
+
+    if not isinstance(transform, str) or _native._pixel_steps(transform) is None:
+        raise ValueError(f"output_steps needs a transform spec that ends in output steps (to-f32, "
+                         f"normalize, chw), not {transform!r}")
+    if isinstance(fields, str) or not fields or not all(isinstance(f, str) for f in fields):
+        raise ValueError(f"fields must be a non-empty list of field names, not {fields!r}")
+    names = list(fields)
+
+    class OutputSteps(NumpyBatchCollateFn):
+        def __call__(self, batch):
+            import torch
+            missing = [f for f in names if f not in batch]
+            if missing:
+                raise ValueError(f"output_steps: fields {missing} are not in the batch "
+                                 f"(its fields: {sorted(batch)})")
+            out = {}
+            for name, v in batch.items():
+                if name in names:
+                    v = _native._expand_pixels(np.ascontiguousarray(v), transform)
+                out[name] = torch.as_tensor(np.asarray(v))
+            return out
+
+        def __repr__(self):
+            return f"feedline.ray.output_steps({transform!r}, {names!r})"
+
+    return OutputSteps()
