@@ -5,7 +5,9 @@ ranks x 1, 2, 3 workers; deterministic batches equal across worker counts;
 a worker actor killed with ray.kill mid-pass; a rank restarted from its
 state_dict() (also under another world size); a TorchTrainer stopped and
 resumed from its ray.train.Checkpoint; equalize; placement by custom
-resources; ranks as Ray tasks; every bad setting a ValueError; pixels
+resources; ranks as Ray tasks; every rank an equal share of the records
+in whole batches but its last (2,400 and 2,403 records, batch 50), and a
+resume amid the rows held back for that; every bad setting a ValueError; pixels
 shipped (the rank running the transform's output steps) against float32
 shipped, to the bit; and feedline.ray.read's rows against
 feedline.Loader's, its columns= and its rows per block."""
@@ -535,11 +537,15 @@ def test_every_rank_gets_whole_batches_and_an_equal_share(cluster, whole_data, c
 
 
 def _states_at_every_batch(loader):
-    batches, states = [], []
+    """Every batch of a pass, the state after each, the rows the loader
+    holds back then and the batches taken from each open group."""
+    batches, states, held, taken = [], [], [], []
     for b in loader:
         batches.append(b)
         states.append(json.loads(json.dumps(loader.state_dict())))
-    return batches, states
+        held.append(sum(t.left() for t in loader._pool))
+        taken.append({c.group: c.taken for c in loader._active})
+    return batches, states, held, taken
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -555,22 +561,25 @@ def test_a_resume_amid_rows_held_back_is_exact(cluster, whole_data, deterministi
     try:
         refs = [_states_at_every_batch(svc.loader(r)) for r in range(2)]
         assert_exactly_once([refs[0][0], refs[1][0]], want)
+        # the groups with a file cut between the ranks (its rows carried in the worker)
+        plan = fray.pass_plan(paths, 5, 0, svc.groups, counts=WHOLE_SIZES + [3], world_size=2)
+        cut = {g for g, parts in enumerate(plan) for _, _, _, ranges in parts
+               if any(rg is not None for rg in ranges)}
+        assert cut
 
         def first(pred):
-            return next((r, i) for r in range(2) for i, (b, s) in enumerate(zip(*refs[r]))
-                        if i + 1 < len(refs[r][0]) and pred(b, s))
+            return next((r, i) for r in range(2) for i in range(len(refs[r][0]) - 1) if pred(r, i))
 
         points = {
             # a group's last batch held back
-            "held": first(lambda b, s: s["pool"]),
-            # right after a batch of several groups' rows, one group's rows still held
-            "after_merged": first(lambda b, s: b.group is None and s["pool"]),
-            # a worker carrying rows of a Loader batch into the next (a file cut
-            # between the ranks): an open group's state skips the rows handed out
-            "carried": first(lambda b, s: any(a[2] and a[2]["skip"] for a in s["active"])),
+            "held": first(lambda r, i: refs[r][2][i] > 0),
+            # right after a batch of several groups' rows, rows still held
+            "after_merged": first(lambda r, i: refs[r][0][i].group is None and refs[r][2][i] > 0),
+            # a group with a cut file open, a batch of it taken
+            "carried": first(lambda r, i: any(refs[r][3][i].get(g, 0) > 0 for g in cut)),
         }
         for name, (r, i) in points.items():
-            ref, states = refs[r]
+            ref, states = refs[r][:2]
             rest = list(svc.loader(r, state=states[i]))
             whole = ref[:i + 1] + rest
             got = [o for b in whole for o in b.origins]
@@ -578,6 +587,11 @@ def test_a_resume_amid_rows_held_back_is_exact(cluster, whole_data, deterministi
             assert all(b.size == 50 for b in whole[:-1]) and len(whole) == len(ref), name
             if deterministic:
                 assert [b.origins for b in whole] == [b.origins for b in ref], name
+        # the states resumed from held rows back: the pool, and a worker's carry
+        r, i = points["after_merged"]
+        assert refs[r][1][i]["pool"]
+        r, i = points["carried"]
+        assert any(a[0] in cut and a[2]["skip"] for a in refs[r][1][i]["active"])
     finally:
         svc.shutdown()
 

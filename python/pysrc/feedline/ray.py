@@ -429,7 +429,8 @@ class _Group:
                     for x in [x for x, seen in skip.items()
                               if (seen is not None and seen < front) or part_of.get(x[0], -1) < front[0]]:
                         del skip[x]
-                    if not self._put((fields, offsets, lengths, origins, seq, st, image_fields), t0):
+                    last = final and not carry  # the group's last batch (the rank holds it back if short)
+                    if not self._put((fields, offsets, lengths, origins, seq, st, image_fields, last), t0):
                         return False
                     seq += 1
                     t0 = time.perf_counter()
@@ -1240,7 +1241,7 @@ class ServiceLoader:
 
     def _unpack(self, item):
         """A worker's batch: its parts, the output steps run on its pixels."""
-        fields, offsets, lengths, origins, seq, st, image_fields = item
+        fields, offsets, lengths, origins, seq, st, image_fields, _ = item
         if self._c.get("ship_pixels") and image_fields:
             t0 = time.perf_counter()
             for name in image_fields:
@@ -1355,6 +1356,11 @@ class ServiceLoader:
             if kind == "error":
                 self._fail(cur, item)
             if kind == "batch" and len(item[3]) < size:
+                if not item[7]:
+                    self.close()
+                    raise feedline.FeedlineError(
+                        f"group {cur.group} of pass {self._pass}: its worker gave a batch of {len(item[3])} "
+                        f"rows, not batch_size={size}, before its last (batch {cur.taken} of the group)")
                 # the group's last batch, short: held back until the rows of
                 # other groups' last batches fill a batch with it
                 data, origins, _ = self._unpack(item)
