@@ -711,6 +711,7 @@ def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
     (dict(transform=3), "transform must be a spec string"),
     (dict(ship_pixels="yes"), "ship_pixels must be True or False"),
     (dict(transform="decode,no-such"), "unknown step 'no-such'"),
+    (dict(pack=16), r"pack=16: .*packed rows .* are not records"),
 ])
 def test_bad_settings_are_value_errors(cluster, data, kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -748,6 +749,8 @@ def test_bad_rank_and_bad_resume_are_value_errors(cluster, data, tmp_path):
         service(data, world_size=2, resume=[{"pass": 0}])
     with pytest.raises(ValueError, match="two states of rank 0"):
         service(data, world_size=2, resume=[st, st])
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/2'"):
+        service(data, world_size=2, resume=[dict(st, format="feedline.ray/1")])
 
 
 def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
