@@ -1,7 +1,8 @@
 //! The checkpoint model (issue 17): what a loader's position mid-pass is
 //! made of, as plain serde values — provenance, not data. It owns the
-//! [`Checkpoint`] record and its JSON form, its atomic save and checked
-//! load, the fingerprints of the inputs and of the order-fixing settings
+//! [`Checkpoint`] record and its JSON form, its atomic save (`save.rs`:
+//! never over a device, a FIFO, a directory or one of the loader's inputs,
+//! [`check_save_path`]) and checked load, the fingerprints of the inputs and of the order-fixing settings
 //! (with errors saying what changed, old vs new), re-reading records by
 //! reference ([`reread`]), and the elastic merge and split of the records
 //! left in a pass among a new number of ranks ([`split_remainder`]).
@@ -15,7 +16,6 @@
 //! an order).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rand::seq::SliceRandom;
@@ -26,6 +26,11 @@ use sha2::{Digest, Sha256};
 
 use crate::format::{OpenOptions, Registry};
 use crate::{Origin, Record, SourceId};
+
+mod save;
+#[doc(hidden)]
+pub use save::save_atomic_with;
+pub use save::{check_save_path, save_atomic, save_atomic_sparing, InputFiles, PathKind};
 
 /// The version of the checkpoint format this build writes. Version 2 adds
 /// the content checksum, the inputs' content fingerprints and settings as
@@ -118,6 +123,42 @@ pub enum CheckpointError {
         record: u64,
         /// The number of records the file has.
         end: u64,
+    },
+    /// The path to save a checkpoint to exists and is not a regular file
+    /// (symbolic links followed): the save, a rename over it, would replace
+    /// it — a device for the whole machine.
+    #[error("{}: that is {kind}, not a regular file; saving a checkpoint there would replace it with a file: give the path of a regular file", path.display())]
+    NotARegularFile {
+        /// The path given.
+        path: PathBuf,
+        /// What is there.
+        kind: PathKind,
+    },
+    /// The path to save a checkpoint to is one of the loader's own input
+    /// files: the next run could not read it.
+    #[error("{}: that is one of this loader's input files ({}); saving a checkpoint there would destroy it: give another path", path.display(), input.display())]
+    IsAnInput {
+        /// The path given.
+        path: PathBuf,
+        /// The input, as the loader was given it.
+        input: PathBuf,
+    },
+    /// The directory of the path to save a checkpoint to does not exist.
+    #[error("{}: cannot save a checkpoint there: the directory {} does not exist", path.display(), dir.display())]
+    MissingDirectory {
+        /// The path given.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// On the way to the path to save a checkpoint to is a file that is not
+    /// a directory.
+    #[error("{}: cannot save a checkpoint there: {} is not a directory", path.display(), dir.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+        /// The file in the way (its directory or an ancestor of it).
+        dir: PathBuf,
     },
     /// Merging or splitting checkpoints: they do not belong together.
     #[error("cannot merge the checkpoints: {0}")]
@@ -1170,8 +1211,18 @@ impl Checkpoint {
     /// Write to `path` atomically: a temporary file in the same directory,
     /// fsynced, renamed over `path`, then the directory fsynced — a crash at
     /// any moment leaves the previous checkpoint or this one, never a torn file.
+    /// Refused first ([`check_save_path`]): a path that exists and is not a
+    /// regular file, one in a missing directory, and one of this
+    /// checkpoint's own input files (each stamped input `stat`ed: a loader's
+    /// `save_checkpoint` knows its inputs once for all its saves).
     pub fn save_atomic(&self, path: &Path) -> CheckpointResult<()> {
-        save_atomic(path, self.to_json().as_bytes())
+        self.save_atomic_sparing(path, &InputFiles::of_fingerprint(&self.inputs))
+    }
+
+    /// [`save_atomic`](Self::save_atomic), refusing the files `inputs` (a
+    /// loader's inputs, found once) rather than this checkpoint's stamped ones.
+    pub fn save_atomic_sparing(&self, path: &Path, inputs: &InputFiles) -> CheckpointResult<()> {
+        save_atomic_sparing(path, self.to_json().as_bytes(), inputs)
     }
 
     /// Read and check the checkpoint at `path`.
@@ -1194,58 +1245,6 @@ fn corrupt(path: &Path, e: &serde_json::Error) -> CheckpointError {
         path: path.into(),
         what,
     }
-}
-
-/// Write `bytes` to `path` atomically (temp file in the same directory,
-/// fsync, rename, fsync of the directory).
-pub fn save_atomic(path: &Path, bytes: &[u8]) -> CheckpointResult<()> {
-    save_atomic_with(path, bytes, |_| Ok(()))
-}
-
-/// [`save_atomic`] with a hook called between the write (the temporary
-/// file complete and fsynced, at the path given to the hook) and the
-/// rename over `path`: tests make a crash happen there (an error from the
-/// hook stops the save, the temporary file removed) and check what a
-/// reader of `path` sees at that moment.
-#[doc(hidden)]
-pub fn save_atomic_with(
-    path: &Path,
-    bytes: &[u8],
-    before_rename: impl FnOnce(&Path) -> std::io::Result<()>,
-) -> CheckpointResult<()> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| CheckpointError::Io { path: p, source }
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| CheckpointError::Io {
-        path: path.into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        drop(f);
-        before_rename(&tmp).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))?;
-        #[cfg(unix)]
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&dir))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Re-read the records `wanted` refers to, each file once: its needed
@@ -1488,6 +1487,47 @@ mod tests {
         assert_eq!(u.ranges(), &[[3, 13]]);
         let v = RecordRanges::from_ranges([[8, 10], [0, 2], [2, 3], [9, 12]]);
         assert_eq!(v.ranges(), &[[0, 3], [8, 12]]);
+    }
+
+    /// `Checkpoint::save_atomic` (the Rust face without a loader) refuses
+    /// its own stamped inputs — by path, and with a `FORMAT:` prefix taken
+    /// off — and a remote one is no local file. Mutation caught:
+    /// `save_atomic` with `InputFiles::new()` in place of the checkpoint's
+    /// stamped files — the input is replaced by the JSON.
+    #[test]
+    fn a_checkpoint_is_never_saved_over_its_own_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.data"));
+        for p in [&a, &b] {
+            std::fs::write(p, "{\"x\": 1}\n").unwrap();
+        }
+        let stamp = |path: String| FileStamp {
+            path,
+            size: 9,
+            mtime_ns: None,
+            content: None,
+        };
+        let mut cp = sample(10);
+        cp.inputs = InputFingerprint {
+            files: vec![
+                stamp(a.display().to_string()),
+                stamp(format!("jsonl:{}", b.display())),
+                stamp("s3://bucket/c.jsonl".into()),
+            ],
+        };
+        for (p, input) in [(&a, a.display().to_string()), (&b, b.display().to_string())] {
+            let e = cp.save_atomic(p).unwrap_err();
+            assert!(matches!(e, CheckpointError::IsAnInput { .. }), "{e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("one of this loader's input files ({input})")),
+                "{e}"
+            );
+            assert_eq!(std::fs::read_to_string(p).unwrap(), "{\"x\": 1}\n");
+        }
+        let other = dir.path().join("cp.json");
+        cp.save_atomic(&other).unwrap();
+        assert_eq!(Checkpoint::load(&other).unwrap(), cp);
     }
 
     #[test]

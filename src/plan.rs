@@ -205,7 +205,7 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// Split `FORMAT:rest` into `(Some("FORMAT"), "rest")`.
-fn split_prefix(spec: &str) -> (Option<&str>, &str) {
+pub(crate) fn split_prefix(spec: &str) -> (Option<&str>, &str) {
     if crate::remote::is_remote(spec) || Path::new(spec).exists() {
         return (None, spec);
     }

@@ -147,7 +147,7 @@ pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::{Pipeline, StartOptions};
-pub use crate::progress::{CheckpointBase, DrawSnapshots, Progress};
+pub use crate::progress::{input_files, CheckpointBase, DrawSnapshots, Progress};
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::resume_plan::ResumePlan;
 pub use crate::stats::{
@@ -157,7 +157,7 @@ pub use crate::stats::{
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
 pub use feedline::batch_policy::BatchPolicy;
-pub use feedline::checkpoint::{Checkpoint, CheckpointError};
+pub use feedline::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};

@@ -28,7 +28,7 @@ use crate::recorder::{DeviceClock, Recorders};
 use crate::resume_plan::ConsumerResume;
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
-use feedline::checkpoint::Checkpoint;
+use feedline::checkpoint::{Checkpoint, InputFiles};
 
 /// A running loader for plain (non-actor) code.
 ///
@@ -72,6 +72,9 @@ pub struct Loader {
     given: Box<PipelineConfig>,
     /// The inputs and settings, stamped at the first checkpoint.
     base: Option<Result<CheckpointBase, PipelineError>>,
+    /// The local files read, which a checkpoint is never saved over: found
+    /// at the first [`save_checkpoint`](Self::save_checkpoint).
+    inputs: Option<Arc<InputFiles>>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -146,6 +149,7 @@ impl Loader {
             progress,
             given,
             base: None,
+            inputs: None,
             stats: running.recorders.stats(),
             _feed: running.feed,
             queue: running.queue,
@@ -289,9 +293,7 @@ impl Loader {
     /// let mut loader = Loader::builder().files(["data/*.jsonl"]).seed(7).build()?;
     /// let first: Vec<_> = loader.iter().take(10).collect();
     /// let cp = loader.checkpoint()?;
-    /// cp.save_atomic(std::path::Path::new("cp.json")).map_err(|e| {
-    ///     feedline_actors::PipelineError::Checkpoint(std::sync::Arc::new(e))
-    /// })?;
+    /// loader.save_checkpoint(std::path::Path::new("cp.json"))?; // the same, in a file
     /// drop(loader);
     /// let rest = Loader::builder().files(["data/*.jsonl"]).seed(7).resume(cp).build()?;
     /// # Ok::<(), feedline_actors::PipelineError>(())
@@ -309,6 +311,32 @@ impl Loader {
         });
         let base = base.as_ref().map_err(Clone::clone)?;
         Ok(self.progress.lock().checkpoint(base))
+    }
+
+    /// Save [`checkpoint`](Self::checkpoint) to `path` atomically (the file
+    /// `feedline run --checkpoint` writes; [`Checkpoint::load`] reads it).
+    /// Refused, with nothing written: a path that exists and is not a
+    /// regular file (a device such as `/dev/null`, a FIFO, a socket, a
+    /// directory, through a symbolic link too), one of this loader's input
+    /// files ([`input_files`](Self::input_files)) and a path in a missing
+    /// directory — [`feedline::checkpoint::check_save_path`]. A previous
+    /// checkpoint at `path` is replaced.
+    pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), PipelineError> {
+        let cp = self.checkpoint()?;
+        let inputs = self.input_files()?;
+        (cp.save_atomic_sparing(path, &inputs)).map_err(|e| PipelineError::Checkpoint(Arc::new(e)))
+    }
+
+    /// The local files this loader reads — its data files and list files
+    /// ([`crate::input_files`]), found at the first call — which a
+    /// checkpoint is never saved over.
+    pub fn input_files(&mut self) -> Result<Arc<InputFiles>, PipelineError> {
+        if let Some(files) = &self.inputs {
+            return Ok(files.clone());
+        }
+        let files = Arc::new(crate::progress::input_files(&self.given)?);
+        self.inputs = Some(files.clone());
+        Ok(files)
     }
 
     /// Stop everything and wait for every thread. Also what `drop` does.

@@ -3,8 +3,9 @@
 //! range sets), the snapshots of the deterministic draw that the shuffle
 //! stage leaves for them ([`DrawSnapshots`]), and what identifies the
 //! pipeline a checkpoint is of — its inputs stamped and its order-fixing
-//! settings ([`CheckpointBase`]). A [`Checkpoint`] is made of these at any
-//! moment; going on from one is `resume_plan`'s.
+//! settings ([`CheckpointBase`]) — and the local files it reads, which a
+//! checkpoint is never saved over ([`input_files`]). A [`Checkpoint`] is
+//! made of these at any moment; going on from one is `resume_plan`'s.
 //!
 //! The [`Loader`](crate::Loader)'s iterators, the [`Pipeline`](crate::Pipeline)'s
 //! `Pop` consumers and trainers keep a [`Progress`]; an actix embedder with
@@ -13,12 +14,13 @@
 //! `feedline run --checkpoint` does.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use feedline::batch_policy::BatchPolicy;
 use feedline::checkpoint::{
-    Checkpoint, DocPieces, DrawSnapshot, FileStamp, InputFingerprint, PassProgress, RecordRanges,
-    SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
+    Checkpoint, DocPieces, DrawSnapshot, FileStamp, InputFiles, InputFingerprint, PassProgress,
+    RecordRanges, SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
 use feedline::plan::{expand_inputs, Equalize, ShardBy};
 use feedline::{Origin, SourceId};
@@ -429,24 +431,17 @@ impl CheckpointBase {
     /// ([`order_settings`]).
     pub fn of(config: &PipelineConfig) -> Result<Self, PipelineError> {
         let mut files = Vec::new();
-        let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
-        for list in lists.filter(|l| !l.is_empty()) {
-            for spec in expand_inputs(list)? {
-                let bare = match config.registry.resolve(&spec, config.format.as_deref()) {
-                    Ok((_, bare, _)) => bare,
-                    Err(_) => std::path::PathBuf::from(&spec),
-                };
-                let stamp = match FileStamp::of(&bare.to_string_lossy()) {
-                    Ok(s) => FileStamp { path: spec, ..s },
-                    Err(_) => FileStamp {
-                        path: spec,
-                        size: 0,
-                        mtime_ns: None,
-                        content: None,
-                    },
-                };
-                files.push(stamp);
-            }
+        for (spec, bare) in data_files(config)? {
+            let stamp = match FileStamp::of(&bare.to_string_lossy()) {
+                Ok(s) => FileStamp { path: spec, ..s },
+                Err(_) => FileStamp {
+                    path: spec,
+                    size: 0,
+                    mtime_ns: None,
+                    content: None,
+                },
+            };
+            files.push(stamp);
         }
         Ok(CheckpointBase {
             inputs: InputFingerprint { files },
@@ -457,6 +452,42 @@ impl CheckpointBase {
             deterministic: config.deterministic,
         })
     }
+}
+
+/// Every data file of `config` (its file sets' too), inputs expanded: the
+/// spec as given and the path its format reads (a `FORMAT:` prefix taken
+/// off as the registry takes it off).
+fn data_files(config: &PipelineConfig) -> Result<Vec<(String, PathBuf)>, PipelineError> {
+    let mut out = Vec::new();
+    let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
+    for list in lists.filter(|l| !l.is_empty()) {
+        for spec in expand_inputs(list)? {
+            let bare = match config.registry.resolve(&spec, config.format.as_deref()) {
+                Ok((_, bare, _)) => bare,
+                Err(_) => PathBuf::from(&spec),
+            };
+            out.push((spec, bare));
+        }
+    }
+    Ok(out)
+}
+
+/// The local files a pipeline of `config` reads, which a checkpoint is
+/// never saved over ([`feedline::checkpoint::check_save_path`]): every data
+/// file (of its file sets too) and every list file given (`@train.list`,
+/// `train.list`), each `stat`ed once here. Remote objects and generators
+/// are no local files. The command adds its `--schema` file.
+pub fn input_files(config: &PipelineConfig) -> Result<InputFiles, PipelineError> {
+    let mut files = InputFiles::of(data_files(config)?.into_iter().map(|(_, bare)| bare));
+    let given = (config.files.iter()).chain(config.sets.iter().flat_map(|s| &s.files));
+    for spec in given.map(|s| s.trim()) {
+        match spec.strip_prefix('@') {
+            Some(list) => files.add(list),
+            None if spec.ends_with(".list") => files.add(spec),
+            None => {}
+        }
+    }
+    Ok(files)
 }
 
 /// The settings that fix the order and the values of the batches, as typed

@@ -1454,4 +1454,105 @@ fn a_peeked_item_is_the_next_one_and_taken_only_when_given() {
             "seed {seed}: the same stream as without peeks"
         );
     }
+
+/// Issue 39: `Loader::save_checkpoint` never replaces one of the loader's
+/// own inputs — a data file reached through a list file, the list file
+/// itself — nor a FIFO, and a path in a missing directory is named with
+/// that directory (not the temporary file's name); nothing at the path is
+/// touched (inode, kind, size). A previous checkpoint is replaced, and
+/// resumes. Mutation caught: `Loader::save_checkpoint` saving with
+/// `InputFiles::new()` — the list file and the data file are replaced by
+/// the JSON.
+#[cfg(unix)]
+#[test]
+fn save_checkpoint_spares_the_inputs_and_names_a_missing_directory() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let files = jsonl_files(d, &[20, 30]);
+    let list = d.join("train.list");
+    std::fs::write(&list, format!("{}\n{}\n", files[0], files[1])).unwrap();
+    let build = || {
+        Loader::builder()
+            .files([format!("@{}", list.display())])
+            .batch(5)
+            .shuffle(8)
+            .seed(3)
+    };
+    let mut loader = build().build().unwrap();
+    let first: Vec<Vec<i64>> = (loader.iter().take(3))
+        .map(|b| {
+            b.unwrap()
+                .batch
+                .i64("id")
+                .unwrap()
+                .iter()
+                .copied()
+                .collect()
+        })
+        .collect();
+    let state = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.ino(), m.file_type(), m.len(), std::fs::read(p).ok())
+    };
+    let data = std::path::PathBuf::from(&files[1]);
+    for (path, input) in [(&data, &data), (&list, &list)] {
+        let before = state(path);
+        let e = loader.save_checkpoint(path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: that is one of this loader's input files ({}); saving a checkpoint there \
+                 would destroy it: give another path",
+                path.display(),
+                input.display()
+            )
+        );
+        assert_eq!(state(path), before);
+    }
+    let fifo = d.join("cp.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success(), "mkfifo");
+    let before = std::fs::symlink_metadata(&fifo).unwrap();
+    let e = loader.save_checkpoint(&fifo).unwrap_err().to_string();
+    assert!(e.contains("that is a FIFO, not a regular file"), "{e}");
+    let after = std::fs::symlink_metadata(&fifo).unwrap();
+    assert_eq!(
+        (before.ino(), before.file_type()),
+        (after.ino(), after.file_type())
+    );
+    let missing = d.join("nonexistent/dir/c.json");
+    let e = loader.save_checkpoint(&missing).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}: cannot save a checkpoint there: the directory {} does not exist",
+            missing.display(),
+            d.join("nonexistent/dir").display()
+        )
+    );
+    // Over a previous checkpoint: replaced, and it resumes.
+    let cp = d.join("cp.json");
+    std::fs::write(&cp, "old").unwrap();
+    loader.save_checkpoint(&cp).unwrap();
+    loader.save_checkpoint(&cp).unwrap();
+    drop(loader);
+    let saved = Checkpoint::load(&cp).unwrap();
+    assert_eq!(saved.batches, 3);
+    let rest: Vec<Vec<i64>> = (build().resume(saved).build().unwrap().into_iter())
+        .map(|b| {
+            b.unwrap()
+                .batch
+                .i64("id")
+                .unwrap()
+                .iter()
+                .copied()
+                .collect()
+        })
+        .collect();
+    let mut ids: Vec<i64> = first.into_iter().chain(rest).flatten().collect();
+    ids.sort_unstable();
+    let mut want: Vec<i64> = (0..20).chain(1_000_000..1_000_030).collect();
+    want.sort_unstable();
+    assert_eq!(ids, want);
 }

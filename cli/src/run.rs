@@ -22,11 +22,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use feedline::checkpoint::{save_atomic, CheckpointError, CheckpointResult};
-use feedline::plan::expand_inputs;
+use feedline::checkpoint::{
+    check_save_path, save_atomic_sparing, CheckpointError, CheckpointResult, InputFiles, PathKind,
+};
 use feedline_actors::{
-    Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig, PipelineError,
-    Progress, ResumePlan, StartOptions, StatsSnapshot, TrainStep,
+    input_files, Checkpoint, CheckpointBase, Delivered, FeedMode, Pipeline, PipelineConfig,
+    PipelineError, Progress, ResumePlan, StartOptions, StatsSnapshot, TrainStep,
 };
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -124,6 +125,8 @@ struct Saving {
     path: PathBuf,
     every: u64,
     base: CheckpointBase,
+    /// The run's inputs, which no checkpoint is saved over.
+    inputs: Arc<InputFiles>,
     /// Writes the checkpoints made during the run, off the devices' path.
     writer: Option<Writer>,
 }
@@ -185,7 +188,7 @@ impl Pace {
 }
 
 impl Writer {
-    fn start(path: PathBuf) -> CliResult<Writer> {
+    fn start(path: PathBuf, inputs: Arc<InputFiles>) -> CliResult<Writer> {
         let (tx, rx) = mpsc::channel::<Checkpoint>();
         let pace = Arc::new(Pace {
             epoch: Instant::now(),
@@ -202,7 +205,7 @@ impl Writer {
                     }
                     let t0 = Instant::now();
                     let json = next.to_json();
-                    save_atomic(&path, json.as_bytes())?;
+                    save_atomic_sparing(&path, json.as_bytes(), &inputs)?;
                     let took = t0.elapsed();
                     paced.rest_after(took);
                     log::debug!(
@@ -344,7 +347,8 @@ impl Delivery {
             self.progress.batches()
         );
         let s = self.saving.as_ref().expect("saving");
-        (make(&mut self.progress, s).save_atomic(&s.path)).map_err(checkpoint_error)
+        (make(&mut self.progress, s).save_atomic_sparing(&s.path, &s.inputs))
+            .map_err(checkpoint_error)
     }
 }
 
@@ -414,25 +418,29 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
             .map_err(|e| PipelineError::Checkpoint(Arc::new(e)))?;
         options.resume = Some(Arc::new(ResumePlan::new(&checkpoints, &config)?));
     }
-    let schema = args.pipeline.schema.as_deref();
-    refuse_output_paths(args.trace.as_deref(), args.checkpoint.as_deref())?;
-    let trace = match &args.trace {
-        Some(path) => {
-            refuse_an_input(path, "--trace", &config, schema)?;
-            Some(Arc::new(Trace::create(path)?))
+    let inputs = match (&args.trace, &args.checkpoint) {
+        (None, None) => Arc::new(InputFiles::new()),
+        _ => {
+            let mut files = input_files(&config)?;
+            if let Some(schema) = &args.pipeline.schema {
+                files.add(schema);
+            }
+            Arc::new(files)
         }
+    };
+    refuse_output_paths(args.trace.as_deref(), args.checkpoint.as_deref(), &inputs)?;
+    let trace = match &args.trace {
+        Some(path) => Some(Arc::new(Trace::create(path)?)),
         None => None,
     };
     let saving = match &args.checkpoint {
-        Some(path) => {
-            refuse_an_input(path, "--checkpoint", &config, schema)?;
-            Some(Saving {
-                path: path.clone(),
-                every: args.checkpoint_every,
-                base: CheckpointBase::of(&config)?,
-                writer: Some(Writer::start(path.clone())?),
-            })
-        }
+        Some(path) => Some(Saving {
+            path: path.clone(),
+            every: args.checkpoint_every,
+            base: CheckpointBase::of(&config)?,
+            inputs: inputs.clone(),
+            writer: Some(Writer::start(path.clone(), inputs.clone())?),
+        }),
         None => None,
     };
     let progress = match &options.resume {
@@ -541,82 +549,49 @@ fn run_pipeline(
     Ok(out)
 }
 
-/// Refuse an output path that is one of the run's inputs (a data file, a
-/// list file, the schema file), compared by device and inode — before the
-/// output is opened, which would truncate it.
-fn refuse_an_input(
-    output: &Path,
-    flag: &str,
-    config: &PipelineConfig,
-    schema: Option<&Path>,
+/// Refuse output paths that would destroy something or each other, before
+/// either is opened (exit code 2, nothing written):
+///
+/// - `--checkpoint`: the rule every face of the library applies before a
+///   save ([`check_save_path`]): a path that exists and is not a regular
+///   file (a device such as `/dev/full`, a FIFO, a directory: the checkpoint
+///   is renamed over its path), one of the run's inputs (a data file, a list
+///   file, the schema file: by device and inode, or canonical path), one in
+///   a missing directory — the library's sentence after the flag;
+/// - `--trace` (truncated, then written line by line): one of the inputs,
+///   or a path that exists and is not a regular file — save a FIFO, written
+///   line by line to whoever reads it;
+/// - `--trace` and `--checkpoint` naming one file (through a link or
+///   another spelling too: the checkpoint would replace the trace).
+fn refuse_output_paths(
+    trace: Option<&Path>,
+    checkpoint: Option<&Path>,
+    inputs: &InputFiles,
 ) -> CliResult<()> {
-    let Ok(out_meta) = std::fs::metadata(output) else {
-        return Ok(()); // Not there yet: not an input.
-    };
-    let mut specs = Vec::new();
-    for files in std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files)) {
-        if !files.is_empty() {
-            specs.extend(expand_inputs(files)?);
-        }
-    }
-    let mut inputs: Vec<PathBuf> = specs
-        .iter()
-        .map(
-            |s| match config.registry.resolve(s, config.format.as_deref()) {
-                Ok((_, bare, _)) => bare,
-                Err(_) => PathBuf::from(s),
-            },
-        )
-        .collect();
-    let lists = (config.files.iter())
-        .chain(config.sets.iter().flat_map(|s| &s.files))
-        .filter_map(|f| f.strip_prefix('@'));
-    inputs.extend(lists.map(PathBuf::from));
-    inputs.extend(schema.map(Path::to_path_buf));
-    for input in inputs {
-        if std::fs::metadata(&input).is_ok_and(|m| same_file(&m, &out_meta)) {
+    if let Some(path) = trace {
+        if let Some(input) = inputs.find(path) {
             return Err(CliError::usage(format!(
-                "{flag} {}: that is the input {}; writing it would destroy it: give another path",
-                output.display(),
+                "--trace {}: that is the input {}; writing it would destroy it: give another path",
+                path.display(),
                 input.display()
             )));
         }
-    }
-    Ok(())
-}
-
-/// Refuse output paths that would destroy something or each other, before
-/// either is opened: one that exists and is not a regular file (a device
-/// such as `/dev/full`, a FIFO, a directory: the checkpoint is renamed over
-/// its path, the trace truncates it) — save a FIFO for `--trace`, which is
-/// written line by line to whoever reads it — and `--trace` and `--checkpoint`
-/// naming one file (through a link or another spelling too: the
-/// checkpoint would replace the trace).
-fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliResult<()> {
-    for (flag, path) in [("--trace", trace), ("--checkpoint", checkpoint)] {
-        let Some(path) = path else { continue };
-        let Ok(meta) = std::fs::metadata(path) else {
-            continue; // Not there (yet): made as a regular file.
-        };
         // A trace may go to a FIFO (a reader of it, `>(gzip > t.gz)`):
         // written line by line, nothing is replaced.
-        let fifo_trace = flag == "--trace" && {
-            use std::os::unix::fs::FileTypeExt;
-            meta.file_type().is_fifo()
-        };
-        if !meta.is_file() && !fifo_trace {
+        let kind = std::fs::metadata(path)
+            .ok()
+            .and_then(|m| PathKind::of(&m))
+            .filter(|&k| k != PathKind::Fifo);
+        if let Some(kind) = kind {
             return Err(CliError::usage(format!(
-                "{flag} {}: that is {}, not a regular file; writing it would {}: give the path \
-                 of a regular file",
+                "--trace {}: that is {kind}, not a regular file; writing it would not keep a \
+                 trace: give the path of a regular file",
                 path.display(),
-                file_kind(&meta),
-                if flag == "--checkpoint" {
-                    "replace it with a file"
-                } else {
-                    "not keep a trace"
-                }
             )));
         }
+    }
+    if let Some(path) = checkpoint {
+        check_save_path(path, inputs).map_err(|e| CliError::usage(format!("--checkpoint {e}")))?;
     }
     if let (Some(t), Some(c)) = (trace, checkpoint) {
         let same_inode = match (std::fs::metadata(t), std::fs::metadata(c)) {
@@ -633,25 +608,6 @@ fn refuse_output_paths(trace: Option<&Path>, checkpoint: Option<&Path>) -> CliRe
         }
     }
     Ok(())
-}
-
-/// What kind of file `meta` is, for a message.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
 }
 
 /// The file an output path would write: its symbolic links followed (a

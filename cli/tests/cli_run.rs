@@ -318,6 +318,85 @@ fn an_output_path_that_is_not_a_regular_file_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("a directory"));
 }
 
+/// What is at `path`, without following a link: inode, kind, size, and
+/// the bytes of a regular file.
+fn identity(path: &Path) -> (u64, std::fs::FileType, u64, Option<Vec<u8>>) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
+    let bytes = m.is_file().then(|| std::fs::read(path).unwrap());
+    (m.ino(), m.file_type(), m.len(), bytes)
+}
+
+/// Issue 39: `--checkpoint` is refused by the library's one rule
+/// (`feedline::checkpoint::check_save_path`), with the library's sentence
+/// after the flag, exit code 2, before anything is written and with
+/// nothing at the path touched: one of the inputs (a data file, the list
+/// file, the schema file), a symbolic link to `/dev/null`, a FIFO, and a
+/// path in a missing directory (named with that directory, not the
+/// temporary file). Mutation caught: the command's call of
+/// `check_save_path` dropped — the run goes ahead and only the library's
+/// save refuses, at the end (exit code 1, not 2).
+#[test]
+fn a_checkpoint_path_is_refused_with_the_librarys_sentence() {
+    use feedline::checkpoint::{check_save_path, InputFiles};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let files = tfrecord_files(&d.join("data"), 2, 40);
+    let list = d.join("train.list");
+    std::fs::write(&list, format!("{}\n{}\n", files[0].0, files[1].0)).unwrap();
+    let schema = d.join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"fields": [{"name": "x", "dtype": "f32", "shape": [64]}, {"name": "y", "dtype": "i64", "shape": []}]}"#,
+    )
+    .unwrap();
+    let null = d.join("null.json");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    let fifo = d.join("ck.fifo");
+    mkfifo(&fifo);
+    let data = PathBuf::from(&files[1].0);
+    let inputs = InputFiles::of([&data, &list, &schema]);
+    for path in [&data, &list, &schema, &null, &fifo] {
+        let before = identity(path);
+        let args: Vec<String> = [
+            "run".into(),
+            format!("@{}", list.display()),
+            "--schema".into(),
+            schema.display().to_string(),
+            "--checkpoint".into(),
+            path.display().to_string(),
+        ]
+        .into();
+        let o = feedline(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(2), "{path:?}: {err}");
+        let said = check_save_path(path, &inputs).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("--checkpoint {said}")),
+            "{said}\nnot in: {err}"
+        );
+        assert_eq!(identity(path), before, "{path:?} was touched");
+    }
+    let missing = d.join("nonexistent/dir/c.json");
+    let args: Vec<String> = vec![
+        "run".into(),
+        files[0].0.clone(),
+        "--checkpoint".into(),
+        missing.display().to_string(),
+    ];
+    let o = feedline(&args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "--checkpoint {}: cannot save a checkpoint there: the directory {} does not exist",
+            missing.display(),
+            d.join("nonexistent/dir").display()
+        )) && !err.contains(".tmp."),
+        "{err}"
+    );
+}
+
 /// `--trace` and `--checkpoint` naming one file — the same path, a
 /// symbolic link to the other's path (dangling until the run writes it),
 /// a hard link — are refused: each checkpoint would replace the trace.

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use feedline::checkpoint::{Checkpoint, CheckpointError};
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyNotADirectoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
@@ -57,10 +57,20 @@ pub fn resume_list(py: Python<'_>, resume: &Bound<'_, PyAny>) -> PyResult<Vec<Ch
         .collect()
 }
 
-/// A failed `checkpoint(path)`: the OS error as OSError, the rest as FeedlineError.
+/// A failed `checkpoint(path)`: the OS error as OSError; a path in a
+/// missing directory as FileNotFoundError, under a file as
+/// NotADirectoryError (both OSErrors); a path refused as the place of a
+/// checkpoint (not a regular file, one of the loader's inputs) as
+/// ValueError; the rest as FeedlineError.
 pub fn save_err(e: &CheckpointError) -> PyErr {
+    let text = e.to_string();
     match e {
-        CheckpointError::Io { .. } => PyOSError::new_err(e.to_string()),
-        other => FeedlineError::new_err(other.to_string()),
+        CheckpointError::Io { .. } => PyOSError::new_err(text),
+        CheckpointError::MissingDirectory { .. } => PyFileNotFoundError::new_err(text),
+        CheckpointError::NotADirectory { .. } => PyNotADirectoryError::new_err(text),
+        CheckpointError::NotARegularFile { .. } | CheckpointError::IsAnInput { .. } => {
+            PyValueError::new_err(text)
+        }
+        _ => FeedlineError::new_err(text),
     }
 }

@@ -451,6 +451,25 @@ impl PyLoader {
         }
     }
 
+    /// The local files the loader reads, which a checkpoint is never saved
+    /// over (found once, without the GIL).
+    fn input_files(&self, py: Python<'_>) -> PyResult<Arc<feedline::checkpoint::InputFiles>> {
+        let r = py.allow_threads(|| {
+            let mut slot = self.lock();
+            let slot = &mut *slot;
+            match (&mut slot.loader, &mut slot.stopped) {
+                (Some(l), _) | (None, Some(l)) => Some(l.input_files()),
+                (None, None) => None,
+            }
+        });
+        match r {
+            None => Err(PyValueError::new_err(
+                "the loader is closed: take its state_dict() before close()",
+            )),
+            Some(r) => r.map_err(to_py_err),
+        }
+    }
+
     /// Settle the epochs before an `iter()` or a `set_epoch` (see
     /// `epochs`): an open epoch whose last batch was handed out is ended,
     /// a resumed pass with nothing left passed over — waited for without
@@ -1308,9 +1327,14 @@ impl PyLoader {
 
     /// Write the loader's position to `path` atomically, as `feedline run
     /// --checkpoint` writes it (a JSON file; `resume=json.load(f)` reads it).
+    /// Refused as the Rust `Loader::save_checkpoint` refuses (one rule,
+    /// `feedline::checkpoint::check_save_path`): a path that is not a
+    /// regular file, one of this loader's input files, one in a missing
+    /// directory — nothing written.
     fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
         let cp = self.take_checkpoint(py)?;
-        py.allow_threads(|| cp.save_atomic(&path))
+        let inputs = self.input_files(py)?;
+        py.allow_threads(|| cp.save_atomic_sparing(&path, &inputs))
             .map_err(|e| checkpoint::save_err(&e))
     }
 

@@ -148,3 +148,74 @@ def test_state_dict_after_close_and_of_a_push_loader(tmp_path):
     with pushed, feed:
         with pytest.raises(ValueError, match="push-mode"):
             pushed.state_dict()
+
+
+def _identity(path):
+    """What is at path, without following a link: inode, kind, size, a link's
+    target, a regular file's bytes."""
+    st = os.lstat(path)
+    link = os.readlink(path) if os.path.islink(path) else None
+    data = open(path, "rb").read() if os.path.isfile(path) and link is None else None
+    return st.st_ino, st.st_mode, st.st_size, link, data
+
+
+def test_checkpoint_refuses_what_it_would_destroy_and_touches_nothing(tmp_path):
+    """Issue 39: loader.checkpoint(path) replaced whatever was at path. A FIFO,
+    a symbolic link to /dev/null, a directory, one of the loader's input files
+    (by its path, a hard link, a list file given) are refused with a ValueError
+    naming the path and what it is; nothing there is touched; a previous
+    checkpoint is replaced as before."""
+    paths = make_npz(tmp_path)
+    lst = tmp_path / "train.list"
+    lst.write_text("".join(p + "\n" for p in paths))
+    fifo = tmp_path / "cp.fifo"
+    os.mkfifo(fifo)
+    null = tmp_path / "null.json"
+    os.symlink("/dev/null", null)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    hard = tmp_path / "hard.npz"
+    os.link(paths[2], hard)
+    cases = [
+        (fifo, "that is a FIFO, not a regular file"),
+        (null, "that is a character device, not a regular file"),
+        (sub, "that is a directory, not a regular file"),
+        (paths[0], f"that is one of this loader's input files ({paths[0]})"),
+        (hard, f"that is one of this loader's input files ({paths[2]})"),
+        (lst, f"that is one of this loader's input files ({lst})"),
+    ]
+    with feedline.Loader(**settings(["@" + str(lst)])) as loader:
+        take(loader, 3)
+        for path, what in cases:
+            before = _identity(path)
+            with pytest.raises(ValueError) as e:
+                loader.checkpoint(path)
+            assert str(e.value).startswith(f"{path}: {what}"), str(e.value)
+            assert _identity(path) == before, path
+        cp = tmp_path / "cp.json"
+        cp.write_text("old")
+        loader.checkpoint(cp)
+        state = loader.state_dict()
+    with open(cp) as f:
+        assert json.load(f) == state
+    assert not [n for n in os.listdir(tmp_path) if ".tmp." in n]
+
+
+def test_checkpoint_in_a_missing_directory_names_it(tmp_path):
+    """Issue 39: a path in a missing directory was reported under the temporary
+    file's name. FileNotFoundError naming the path given and its directory; a
+    file on the way is a NotADirectoryError naming it."""
+    paths = make_npz(tmp_path)
+    with feedline.Loader(**settings(paths)) as loader:
+        take(loader, 1)
+        missing = tmp_path / "nonexistent" / "dir" / "c.json"
+        with pytest.raises(FileNotFoundError) as e:
+            loader.checkpoint(missing)
+        assert str(e.value) == (f"{missing}: cannot save a checkpoint there: the directory "
+                                f"{missing.parent} does not exist")
+        under = tmp_path / "part0.npz" / "c.json"
+        with pytest.raises(NotADirectoryError) as e:
+            loader.checkpoint(under)
+        assert str(e.value) == (f"{under}: cannot save a checkpoint there: "
+                                f"{tmp_path / 'part0.npz'} is not a directory")
+    assert not [n for n in os.listdir(tmp_path) if ".tmp." in n]

@@ -248,7 +248,11 @@ class Loader(Iterator[Batch]):
         the pipeline starts again there; the next loop finishes the epoch it was taken in."""
     def checkpoint(self, path: Union[str, os.PathLike[str]]) -> None:
         """Write state_dict() to `path` as JSON, atomically (the file `feedline run
-        --checkpoint` writes); OSError if it cannot be written."""
+        --checkpoint` writes; a previous checkpoint there is replaced). Refused, nothing
+        written: ValueError for a path that exists and is not a regular file (a device such
+        as /dev/null, a FIFO, a directory, through a symbolic link too) or is one of this
+        loader's input files; FileNotFoundError for a path in a missing directory (naming
+        it); OSError if it cannot be written."""
     def stats(self) -> dict[str, Any]:
         """records, batches, bytes, records_per_s, stages (busy/idle per stage), bottleneck, ...;
         "python": next_calls, next_gil_s, next_gil_us (the mean time one next() held the GIL,
