@@ -21,6 +21,13 @@
 //! truncated to its first `L` tokens, or dropped — each counted in
 //! [`PackStats`].
 //!
+//! A document goes in whole ([`Packer::push`]: all its rows made at once)
+//! or lazily ([`Packer::start`], then [`Packer::next_batch`] per batch:
+//! only the pieces each batch needs placed, so a document of any length
+//! holds at most a batch of made rows and takes `O(n)` in all), the same
+//! rows either way. Its ids ([`Tokens`]) are `i32`, or `i64` that must each
+//! fit `i32` ([`BadToken`] names the one that does not).
+//!
 //! ```
 //! use feedline::pack::{Pack, Packer};
 //! use feedline::{Origin, SourceId};
@@ -537,14 +544,153 @@ pub enum QuotaError {
     },
 }
 
+/// One document's token ids as its field holds them: `i32`, or `i64` ids
+/// each of which must fit `i32` (a packed row holds `i32`).
+#[derive(Clone, Copy, Debug)]
+pub enum Tokens<'a> {
+    /// `i32` ids.
+    I32(&'a [i32]),
+    /// `i64` ids, each to fit `i32`.
+    I64(&'a [i64]),
+}
+
+impl<'a> From<&'a [i32]> for Tokens<'a> {
+    fn from(t: &'a [i32]) -> Self {
+        Tokens::I32(t)
+    }
+}
+
+impl<'a> Tokens<'a> {
+    /// Its tokens.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::I32(t) => t.len(),
+            Tokens::I64(t) => t.len(),
+        }
+    }
+
+    /// No token.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every id fits `i32`, or the first that does not.
+    pub fn check(&self) -> std::result::Result<(), BadToken> {
+        self.check_range(0, self.len())
+    }
+
+    fn check_range(&self, s: usize, e: usize) -> std::result::Result<(), BadToken> {
+        let Tokens::I64(t) = self else {
+            return Ok(());
+        };
+        match t[s..e].iter().position(|&v| i32::try_from(v).is_err()) {
+            Some(i) => Err(BadToken {
+                index: s + i,
+                tokens: t.len(),
+                value: t[s + i],
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Tokens `[s, e)` as `i32`: a slice of its own, or converted into `buf`.
+    fn piece<'s>(
+        &self,
+        s: usize,
+        e: usize,
+        buf: &'s mut Vec<i32>,
+    ) -> std::result::Result<&'s [i32], BadToken>
+    where
+        'a: 's,
+    {
+        match *self {
+            Tokens::I32(t) => Ok(&t[s..e]),
+            Tokens::I64(t) => {
+                self.check_range(s, e)?;
+                buf.clear();
+                // Each id fits (checked just above).
+                buf.extend(t[s..e].iter().map(|&v| v as i32));
+                Ok(&buf[..])
+            }
+        }
+    }
+}
+
+/// A token id that does not fit `i32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("token {index} of {tokens} is {value}, outside i32 (-2147483648..=2147483647)")]
+pub struct BadToken {
+    /// Its index in the document.
+    pub index: usize,
+    /// The document's tokens.
+    pub tokens: usize,
+    /// The id.
+    pub value: i64,
+}
+
+/// What [`Packer::start`] and [`Packer::next_batch`] refuse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PackError {
+    /// A token id of the document being placed does not fit `i32` (its
+    /// pieces not placed yet are left out).
+    #[error(transparent)]
+    BadToken(#[from] BadToken),
+    /// A document was started while another is still being placed.
+    #[error("packing: record {record} of {file} is still being placed: another document cannot be started before its pieces are")]
+    Busy {
+        /// The document being placed: its file (source).
+        file: String,
+        /// Its record.
+        record: u64,
+    },
+    /// The tokens given are not the document's being placed.
+    #[error(
+        "packing: the document being placed has {expected} tokens, the tokens given have {actual}"
+    )]
+    Tokens {
+        /// The document's tokens, as started.
+        expected: usize,
+        /// The tokens given.
+        actual: usize,
+    },
+}
+
 /// An open row of best-fit or first-fit.
 struct Open {
     row: PackedRow,
     room: usize,
 }
 
+/// A document taken and not all placed yet: the token ranges left.
+#[derive(Debug)]
+struct Placing {
+    origin: Origin,
+    /// Its tokens (as given).
+    len: usize,
+    /// Its tokens as packed ([`Pack::packed_tokens`]).
+    doc_tokens: usize,
+    /// Nothing of it was delivered before a resume.
+    whole: bool,
+    /// Placing tokens `[at, end)`, then the ranges of `rest` (popped from
+    /// its back).
+    at: usize,
+    end: usize,
+    rest: Vec<(usize, usize)>,
+    /// Concat (or filling in order): the range's tokens are counted in
+    /// `placed`, and whether a row ended within it.
+    counted: bool,
+    cut: bool,
+}
+
 /// Packs documents into rows, `rows_per_batch` rows a batch. Deterministic:
 /// the same documents pushed in the same order give the same batches.
+///
+/// Two ways in, both giving the same rows: [`push`](Self::push) places a
+/// whole document at once (its rows wait in the packer until
+/// [`pop`](Self::pop)ped); [`start`](Self::start) takes a document whose
+/// pieces [`next_batch`](Self::next_batch) places only as batches are
+/// taken — at most a batch of rows (and the window's open rows) made at a
+/// time, whatever the document's length, each piece placed once.
 pub struct Packer {
     pack: Pack,
     rows_per_batch: usize,
@@ -577,6 +723,10 @@ pub struct Packer {
     quota_error: Option<QuotaError>,
     /// The last document taken (what padding rows are named by).
     last_origin: Option<Origin>,
+    /// The document [`start`](Self::start)ed and not all placed.
+    placing: Option<Placing>,
+    /// `i64` ids of a piece converted to `i32`.
+    scratch: Vec<i32>,
 }
 
 impl fmt::Debug for Packer {
@@ -586,6 +736,8 @@ impl fmt::Debug for Packer {
             .field("rows_per_batch", &self.rows_per_batch)
             .field("open_rows", &self.open.len())
             .field("held", &self.held)
+            .field("made", &self.made.len())
+            .field("placing", &self.placing)
             .finish()
     }
 }
@@ -615,6 +767,8 @@ impl Packer {
             fill_queue: VecDeque::new(),
             quota_error: None,
             last_origin: None,
+            placing: None,
+            scratch: Vec::new(),
         })
     }
 
@@ -649,14 +803,88 @@ impl Packer {
         self.held + self.filling.segments.len()
     }
 
-    /// Take the document `origin` of `tokens`. `delivered`: its token
-    /// ranges already delivered before a resume (left out).
+    /// Rows made and not yet in a batch taken.
+    pub fn made_rows(&self) -> usize {
+        self.made.len()
+    }
+
+    /// A document [`start`](Self::start)ed is not all placed yet.
+    pub fn placing(&self) -> bool {
+        self.placing.is_some()
+    }
+
+    /// Take the document `origin` of `tokens` and place it whole: its rows
+    /// wait for [`pop`](Self::pop). `delivered`: its token ranges already
+    /// delivered before a resume (left out).
     pub fn push(&mut self, origin: Origin, tokens: &[i32], delivered: Option<&RecordRanges>) {
+        let Some(mut p) = self.begin(origin, tokens.len(), delivered) else {
+            return;
+        };
+        let tokens = Tokens::I32(tokens);
+        // `i32` ids always fit: a step fails only on an `i64` id.
+        while let Ok(false) = self.step(&mut p, &tokens) {}
+    }
+
+    /// Take the document `origin` of `len` tokens, to be placed piece by
+    /// piece by [`next_batch`](Self::next_batch) as batches are taken.
+    /// `delivered`: its token ranges already delivered before a resume
+    /// (left out). Refused while a document started before is not all
+    /// placed.
+    pub fn start(
+        &mut self,
+        origin: Origin,
+        len: usize,
+        delivered: Option<&RecordRanges>,
+    ) -> std::result::Result<(), PackError> {
+        if let Some(p) = &self.placing {
+            return Err(PackError::Busy {
+                file: p.origin.source.name().to_string(),
+                record: p.origin.record,
+            });
+        }
+        self.placing = self.begin(origin, len, delivered);
+        Ok(())
+    }
+
+    /// The next batch of `B` rows: the rows made first, then pieces of the
+    /// document [`start`](Self::start)ed (`tokens`: its tokens) placed one
+    /// at a time until `B` rows are made. `None`: fewer than `B` rows are
+    /// made and the document is all placed (start the next). Each call
+    /// places at most what one batch needs, so a document of `n` tokens
+    /// takes `O(n)` in all however long it is.
+    pub fn next_batch(
+        &mut self,
+        tokens: Tokens<'_>,
+    ) -> std::result::Result<Option<PackedRows>, PackError> {
+        if let Some(p) = self.placing.as_ref().filter(|p| p.len != tokens.len()) {
+            return Err(PackError::Tokens {
+                expected: p.len,
+                actual: tokens.len(),
+            });
+        }
+        while self.made.len() < self.rows_per_batch {
+            let Some(mut p) = self.placing.take() else {
+                break;
+            };
+            if !self.step(&mut p, &tokens)? {
+                self.placing = Some(p);
+            }
+        }
+        Ok(self.pop())
+    }
+
+    /// Count the document `origin` of `n` tokens in; what of it is to be
+    /// placed, if anything.
+    fn begin(
+        &mut self,
+        origin: Origin,
+        n: usize,
+        delivered: Option<&RecordRanges>,
+    ) -> Option<Placing> {
         let length = self.pack.length;
-        let n = tokens.len();
         if n == 0 {
             self.stats.empty_documents += 1;
-            return;
+            return None;
         }
         self.last_origin = Some(origin);
         let concat = self.pack.policy == PackPolicy::Concat;
@@ -679,60 +907,103 @@ impl Packer {
             }
         }
         if doc_tokens == 0 {
-            return;
+            return None;
         }
+        let placing = |at, end, rest| Placing {
+            origin,
+            len: n,
+            doc_tokens,
+            whole,
+            at,
+            end,
+            rest,
+            counted: false,
+            cut: false,
+        };
         // The ranges still to deliver: the whole document but on a resume
         // (no allocation per document on the common path).
         let Some(d) = delivered.filter(|d| !d.ranges().is_empty()) else {
-            self.deliver(origin, tokens, 0, doc_tokens, doc_tokens, whole);
-            return;
+            return Some(placing(0, doc_tokens, Vec::new()));
         };
+        let mut left = Vec::new();
         let mut at = 0;
         for &[s, e] in d.ranges() {
             let (s, e) = ((s as usize).min(doc_tokens), (e as usize).min(doc_tokens));
             if s > at {
-                self.deliver(origin, tokens, at, s, doc_tokens, whole);
+                left.push((at, s));
             }
             at = at.max(e);
         }
         if at < doc_tokens {
-            self.deliver(origin, tokens, at, doc_tokens, doc_tokens, whole);
+            left.push((at, doc_tokens));
         }
+        left.reverse();
+        let (at, end) = left.pop()?;
+        Some(placing(at, end, left))
     }
 
-    /// Tokens `[s, e)` of document `origin` (of `doc_tokens` as packed) into rows.
-    fn deliver(
+    /// Place the next piece of `p` (of `tokens`): at most a row's tokens —
+    /// up to the next multiple of `L` from the document's start (best-fit,
+    /// first-fit: the cut points do not depend on what was delivered), or
+    /// up to where the row being filled ends (concat, or filling in
+    /// order). True once all of `p` is placed.
+    fn step(
         &mut self,
-        origin: Origin,
-        tokens: &[i32],
-        s: usize,
-        e: usize,
-        doc_tokens: usize,
-        whole: bool,
-    ) {
-        // Pieces of `length` from the start of the document (the cut points
-        // do not depend on what was delivered); concat, or filling in
-        // order, takes the rest as it comes.
-        let concat = self.pack.policy == PackPolicy::Concat;
+        p: &mut Placing,
+        tokens: &Tokens<'_>,
+    ) -> std::result::Result<bool, BadToken> {
         let length = self.pack.length;
-        let mut at = s;
-        while at < e {
-            if concat || self.fills_in_order() {
+        let (at, e) = (p.at, p.end);
+        let mut buf = std::mem::take(&mut self.scratch);
+        if self.pack.policy == PackPolicy::Concat || self.fills_in_order() {
+            let n = (length - self.filling.tokens.len()).min(e - at);
+            let piece = tokens.piece(at, at + n, &mut buf)?;
+            if !p.counted {
                 self.placed += (e - at) as u64;
-                self.concat(origin, &tokens[at..e], at, doc_tokens, whole);
-                return;
+                p.counted = true;
             }
+            self.filling.tokens.extend_from_slice(piece);
+            self.filling.segments.push(Segment {
+                row: 0,
+                origin: p.origin,
+                start: at as u64,
+                len: n as u32,
+                doc_tokens: p.doc_tokens as u64,
+            });
+            p.at += n;
+            if self.filling.tokens.len() == length {
+                let next = self.fill_queue.pop_front().unwrap_or_default();
+                let row = std::mem::replace(&mut self.filling, next);
+                self.emit(row);
+                p.cut |= p.at < e;
+            }
+            if p.at == e && p.cut && p.whole && p.doc_tokens <= length {
+                self.stats.documents_cut += 1;
+            }
+        } else {
             let piece_end = ((at / length + 1) * length).min(e);
+            let piece = tokens.piece(at, piece_end, &mut buf)?;
             self.placed += (piece_end - at) as u64;
             let seg = Segment {
                 row: 0,
-                origin,
+                origin: p.origin,
                 start: at as u64,
                 len: (piece_end - at) as u32,
-                doc_tokens: doc_tokens as u64,
+                doc_tokens: p.doc_tokens as u64,
             };
-            self.place(seg, &tokens[at..piece_end]);
-            at = piece_end;
+            self.place(seg, piece);
+            p.at = piece_end;
+        }
+        self.scratch = buf;
+        if p.at < p.end {
+            return Ok(false);
+        }
+        match p.rest.pop() {
+            Some((s, e)) => {
+                (p.at, p.end, p.counted, p.cut) = (s, e, false, false);
+                Ok(false)
+            }
+            None => Ok(true),
         }
     }
 
@@ -776,35 +1047,6 @@ impl Packer {
         self.fill_queue = rows;
         self.in_order = true;
         true
-    }
-
-    /// Concat: append to the row being filled, cutting where it ends.
-    fn concat(&mut self, origin: Origin, tokens: &[i32], first: usize, doc: usize, whole: bool) {
-        let length = self.pack.length;
-        let mut at = 0;
-        let mut cut = false;
-        while at < tokens.len() {
-            let room = length - self.filling.tokens.len();
-            let n = room.min(tokens.len() - at);
-            self.filling.tokens.extend_from_slice(&tokens[at..at + n]);
-            self.filling.segments.push(Segment {
-                row: 0,
-                origin,
-                start: (first + at) as u64,
-                len: n as u32,
-                doc_tokens: doc as u64,
-            });
-            at += n;
-            if self.filling.tokens.len() == length {
-                let next = self.fill_queue.pop_front().unwrap_or_default();
-                let row = std::mem::replace(&mut self.filling, next);
-                self.emit(row);
-                cut |= at < tokens.len();
-            }
-        }
-        if cut && whole && doc <= length {
-            self.stats.documents_cut += 1;
-        }
     }
 
     /// Best-fit / first-fit: put one piece (at most a row) into a row.
@@ -924,10 +1166,20 @@ impl Packer {
     }
 
     /// The end of a pass: every open row made (oldest first), padding
-    /// rows up to a `Pad` quota, and the batches of every made row — the
-    /// last one filled up with padding rows to `B`. The packer is empty
-    /// after, its quota unset (its error, if any, kept).
-    pub fn finish(&mut self) -> Vec<PackedRows> {
+    /// rows up to a `Pad` quota, and the made rows filled up with padding
+    /// rows to a multiple of `B` — its batches to [`pop`](Self::pop), the
+    /// last one holding the padding rows. The packer is empty of open
+    /// rows after, its quota unset (its error, if any, kept). A document
+    /// [`start`](Self::start)ed and not all placed stays (logged): its
+    /// rest is placed by the next [`next_batch`](Self::next_batch) calls.
+    pub fn end_pass(&mut self) {
+        if let Some(p) = &self.placing {
+            log::warn!(
+                "packing: a pass ends while document {} of {} is being placed: its rest goes on after",
+                p.origin.record,
+                p.origin.source.name()
+            );
+        }
         let ids: Vec<u64> = self.open.keys().copied().collect();
         for id in ids {
             self.close(id);
@@ -961,21 +1213,26 @@ impl Packer {
                 });
             }
         }
-        let mut out = Vec::new();
-        while let Some(b) = self.pop() {
-            out.push(b);
-        }
-        if !self.made.is_empty() {
-            while self.made.len() < self.rows_per_batch {
+        let last = self.made.len() % self.rows_per_batch;
+        if last > 0 {
+            for _ in last..self.rows_per_batch {
                 self.pad_row();
             }
-            let rows: Vec<PackedRow> = self.made.drain(..).collect();
-            out.push(self.batch_of(rows));
         }
         self.quota = None;
         self.placed = 0;
         self.kept_rows = 0;
         self.in_order = false;
+    }
+
+    /// The end of a pass ([`end_pass`](Self::end_pass)) and the batches of
+    /// every made row, the last one filled up with padding rows to `B`.
+    pub fn finish(&mut self) -> Vec<PackedRows> {
+        self.end_pass();
+        let mut out = Vec::new();
+        while let Some(b) = self.pop() {
+            out.push(b);
+        }
         out
     }
 }

@@ -15,6 +15,10 @@
 //! in that order: a run fails, or skips, the same way whatever the timing.
 //! While an instance map's output schema is still to be inferred, one
 //! batch is made at a time (the first instance to transform decides it).
+//! With packing, the made batches whose documents are being packed count
+//! among the batches held, and the packed batches are made one at a time
+//! while fewer than `batches_in_flight` wait for room in the feed queue
+//! ([`PackStage`]): never all of a long document's at once.
 //!
 //! It takes orders from the order queue itself (an asynchronous pop, not a
 //! message) and never holds its mailbox while it waits: the workers'
@@ -46,7 +50,8 @@ use crate::recorder::MakerRecorder;
 use crate::settings::BatchMakerSettings;
 use crate::stats::SkippedRecord;
 use in_order::InOrder;
-pub(crate) use packing::PackStage;
+use packing::Packed;
+pub(crate) use packing::{doc_tokens, token_field, PackStage};
 
 /// Where the batch maker reports.
 pub(crate) struct MakerLinks {
@@ -151,7 +156,9 @@ impl BatchMaker {
     }
 
     /// `batch` (of `pass`, number `seq`, for `lane`) goes out — or, when
-    /// packing, its documents into the packer and what that made out.
+    /// packing, its documents to the packing step (the bad ones judged),
+    /// whose packed batches go out as there is room for them
+    /// ([`fill_out`](Self::fill_out)).
     fn out_batch(
         &mut self,
         lane: usize,
@@ -161,8 +168,18 @@ impl BatchMaker {
     ) -> Result<(), PipelineError> {
         match &mut self.packing {
             Some(p) => {
-                for (lane, d) in p.documents(pass, &batch, self.settings.lanes)? {
-                    self.out.push_back((lane, Item::Batch(d)));
+                for (origin, e) in p.take(pass, batch)? {
+                    let loc = origin.location();
+                    let source = origin.source.name().to_string();
+                    let rec = SkippedRecord::new(
+                        Some(&loc),
+                        &source,
+                        origin.record,
+                        false,
+                        1,
+                        e.to_string(),
+                    );
+                    self.bad.judge(rec, pass, e)?;
                 }
             }
             None => self
@@ -172,12 +189,54 @@ impl BatchMaker {
         Ok(())
     }
 
-    /// Batches held now: taken and not yet in the feed queue.
+    /// Batches made waiting for room in the lanes (`out` holds at most
+    /// [`limit`](Self::limit) of them, and the end-of-pass markers).
+    fn out_batches(&self) -> usize {
+        (self.out.iter())
+            .filter(|(_, item)| matches!(item, Item::Batch(_)))
+            .count()
+    }
+
+    /// Batches held now, what [`limit`](Self::limit) bounds: taken and not
+    /// yet in the feed queue — being made, made and waiting for an earlier
+    /// one or for room in the lanes; packing, being made or made and
+    /// being packed (the packed batches waiting for room are bounded on
+    /// their own, [`fill_out`](Self::fill_out)).
     fn held(&self) -> usize {
-        let out = (self.out.iter())
+        match &self.packing {
+            None => self.making + self.out_batches(),
+            Some(p) => self.making + p.inputs(),
+        }
+    }
+
+    /// Packing: packed batches made, one at a time, while fewer than
+    /// [`limit`](Self::limit) wait for room in the lanes; each pass's
+    /// end-of-pass markers behind its last one. True when it stopped at
+    /// the limit (more may be ready).
+    fn fill_out(&mut self) -> Result<bool, PipelineError> {
+        let limit = self.limit();
+        let lanes = self.settings.lanes;
+        let Some(p) = &mut self.packing else {
+            return Ok(false);
+        };
+        let mut waiting = (self.out.iter())
             .filter(|(_, item)| matches!(item, Item::Batch(_)))
             .count();
-        self.making + out
+        while waiting < limit {
+            match p.next(lanes)? {
+                Some(Packed::Batch(lane, d)) => {
+                    self.out.push_back((lane, Item::Batch(d)));
+                    waiting += 1;
+                }
+                Some(Packed::PassEnd(pass)) => {
+                    for lane in 0..lanes.count() {
+                        self.out.push_back((lane, Item::EndOfPass(pass)));
+                    }
+                }
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// Batches held at most now: one while an instance map's output schema
@@ -378,13 +437,14 @@ impl BatchMaker {
             }
             Release::PassEnd { pass, records } => {
                 self.bad.judge_pass(pass, records)?;
-                if let Some(p) = &mut self.packing {
-                    for (lane, d) in p.pass_end(pass, self.settings.lanes)? {
-                        self.out.push_back((lane, Item::Batch(d)));
+                match &mut self.packing {
+                    // Its markers follow its last packed batch (`fill_out`).
+                    Some(p) => p.take_pass_end(pass),
+                    None => {
+                        for lane in 0..self.settings.lanes.count() {
+                            self.out.push_back((lane, Item::EndOfPass(pass)));
+                        }
                     }
-                }
-                for lane in 0..self.settings.lanes.count() {
-                    self.out.push_back((lane, Item::EndOfPass(pass)));
                 }
             }
         }
@@ -398,10 +458,30 @@ impl BatchMaker {
         if self.waiting_room || self.failed {
             return;
         }
-        self.recorder.held(self.held());
-        match self.queue.push(&mut self.out) {
+        loop {
+            let more = match self.fill_out() {
+                Ok(more) => more,
+                Err(e) => return self.fail(e),
+            };
+            self.recorder.held(match &self.packing {
+                None => self.held(),
+                Some(_) => self.out_batches(),
+            });
+            match self.queue.push(&mut self.out) {
+                // Room for more packed batches: the next ones.
+                Ok(Pushed::All) if more => continue,
+                pushed => return self.pushed(pushed, ctx),
+            }
+        }
+    }
+
+    /// What a push into the lanes gave: everything in (close the feed
+    /// queue once everything is), or wait for room.
+    fn pushed(&mut self, pushed: Result<Pushed, PipelineError>, ctx: &mut Context<Self>) {
+        match pushed {
             Ok(Pushed::All) => {
-                if self.ended && self.release.is_empty() && !self.closed {
+                let packed = self.packing.as_ref().is_none_or(|p| p.is_empty());
+                if self.ended && self.release.is_empty() && packed && !self.closed {
                     self.closed = true;
                     self.queue.close();
                     self.links.queued.do_send(StreamQueued);

@@ -516,7 +516,13 @@ impl PipelineConfig {
     /// - batch making ([`batches_in_flight`](Self::batches_in_flight) `= K`):
     ///   the drawn rows of up to `2K` batches waiting to be made (handed
     ///   over, and in the order queue), and the batch maker's `K` batches
-    ///   — their rows, and the batches made of them. With an instance map
+    ///   — their rows, and the batches made of them (with packing: being
+    ///   made, or made and their documents being packed).
+    /// - packing ([`pack`](Self::pack)): the window's open rows, the rows
+    ///   made waiting for a batch, and the packed batches — in the queue
+    ///   and up to `K` made waiting for room in it. A document is held
+    ///   once, in its made batch (`record_bytes`), while its packed
+    ///   batches are made one at a time, however long it is. With an instance map
     ///   ([`transforms`](Self::transforms)) the outputs are written into
     ///   the batch, so a decoded instance exists only there. The pool,
     ///   chunks and drain hold the *encoded* records; give `record_bytes`
@@ -557,12 +563,18 @@ impl PipelineConfig {
             0
         };
         let making = 4 * self.in_flight_batches() * batch * record_bytes;
-        // Packing: the open rows (at most one per document held) and the
-        // rows made waiting for a batch, L i32 tokens and their segments each;
-        // the packed batches in the queue (4 i32 fields of L per row).
+        // Packing: the open rows (at most one per document held, and one
+        // more) and the rows made waiting for a batch (a batch's, and the
+        // two one piece may close), L i32 tokens and their segments each;
+        // the packed batches in the queue and those made waiting for room
+        // (at most K; 4 i32 fields of L per row). The documents being packed
+        // are in their made batches, among the K of `making`: a long
+        // document is held whole, once, while its packed batches are made
+        // from it one at a time.
         let packing = self.pack.as_ref().map_or(0, |p| {
             let row = 4 * p.length + 32;
-            (p.window + batch) * row + batches * batch * 4 * 4 * p.length
+            let packed = batches + self.in_flight_batches();
+            (p.window + 1 + batch + 2) * row + packed * batch * 4 * 4 * p.length
         });
         (chunks
             + packing

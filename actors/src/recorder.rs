@@ -208,6 +208,13 @@ impl PackRecorder {
     pub fn packed(&self, length: usize, counts: feedline::pack::PackStats) {
         *self.c.packing.lock() = Some(crate::stats::PackingSnapshot::new(length, counts));
     }
+
+    /// The packing step holds `inputs` made batches to pack, `tokens`
+    /// document tokens in them.
+    pub fn held(&self, inputs: usize, tokens: u64) {
+        self.c.pack_inputs_peak.fetch_max(inputs as u64, Relaxed);
+        self.c.pack_tokens_peak.fetch_max(tokens, Relaxed);
+    }
 }
 
 pub(crate) struct MakerRecorder {

@@ -161,6 +161,9 @@ pub(crate) struct Counters {
     pub remote: Arc<feedline::remote::RemoteCounters>,
     /// Packing: the row length and what the packer did (every pass).
     pub packing: Mutex<Option<PackingSnapshot>>,
+    /// Packing: the most input batches, and document tokens, held to pack.
+    pub pack_inputs_peak: AtomicU64,
+    pub pack_tokens_peak: AtomicU64,
 }
 
 impl Counters {
@@ -190,6 +193,8 @@ impl Counters {
             waiting_peak: AtomicU64::new(0),
             remote: feedline::remote::RemoteCounters::new(),
             packing: Mutex::new(None),
+            pack_inputs_peak: AtomicU64::new(0),
+            pack_tokens_peak: AtomicU64::new(0),
         }
     }
 
@@ -341,7 +346,11 @@ impl Stats {
             remote_bytes: remote.bytes,
             remote_cache_hits: remote.cache_hits,
             remote_cache_bytes: remote.cache_bytes,
-            packing: *i.packing.lock(),
+            packing: i.packing.lock().map(|p| PackingSnapshot {
+                inputs_held_peak: i.pack_inputs_peak.load(Relaxed),
+                tokens_held_peak: i.pack_tokens_peak.load(Relaxed),
+                ..p
+            }),
             bottleneck: Bottleneck::Devices,
         };
         snap.bottleneck = snap.judge();
@@ -360,6 +369,14 @@ pub struct PackingSnapshot {
     pub counts: PackStats,
     /// Real tokens / (rows × length).
     pub fill: f64,
+    /// The most made batches whose documents the packing step held at
+    /// once, taken and not yet all packed (with the batches being made, at
+    /// most [`in_flight_batches`](crate::PipelineConfig::in_flight_batches)):
+    /// a long document is held whole, in its made batch, while its packed
+    /// batches are made from it one at a time.
+    pub inputs_held_peak: u64,
+    /// The most tokens of those batches' documents held at once.
+    pub tokens_held_peak: u64,
 }
 
 impl PackingSnapshot {
@@ -369,6 +386,8 @@ impl PackingSnapshot {
             length,
             counts,
             fill: counts.fill(length),
+            inputs_held_peak: 0,
+            tokens_held_peak: 0,
         }
     }
 }
@@ -466,6 +485,9 @@ pub struct StatsSnapshot {
     /// The most batches the batch maker held at once — made or being made,
     /// not yet in the feed queue: at most
     /// [`in_flight_batches`](crate::PipelineConfig::in_flight_batches).
+    /// With packing, the packed batches made and not yet in the feed queue
+    /// (at most as many; the made batches whose documents are being packed
+    /// are [`PackingSnapshot::inputs_held_peak`]).
     pub made_waiting_peak: u64,
     /// The batch maker's transform workers (1 without an instance map:
     /// batches are collated on its own thread).

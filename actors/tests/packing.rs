@@ -7,14 +7,18 @@
 //! record (shuffled and elastic: the rest of every partly delivered
 //! document, nothing twice); ranks equalized in packed rows (drop and
 //! pad: the same rows on every rank, pad delivering every document once
-//! across the ranks); and the settings packing refuses.
+//! across the ranks); the settings packing refuses; one long document
+//! packed within the batches in flight (issue 39: its packed batches made
+//! as they are taken, never all at once); and a token id that does not fit
+//! i32, a bad record like any other (skipped and named, or failing).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use feedline_actors::ndarray::Ix2;
 use feedline_actors::{
-    Checkpoint, DType, Delivered, Equalize, Loader, LoaderBuilder, Pack, Ragged, Schema,
+    Checkpoint, DType, Delivered, Equalize, ErrorPolicy, Loader, LoaderBuilder, Pack, Ragged,
+    Schema,
 };
 use rand::{Rng, SeedableRng};
 
@@ -479,5 +483,182 @@ fn a_shuffled_resume_of_equalized_packing_keeps_the_rows_equal_and_pad_every_doc
                 }
             }
         }
+    }
+}
+
+/// One document of `n` tokens (`token(0, 0, t)`) in a file of its own.
+fn one_document(dir: &Path, n: usize) -> (Vec<String>, Expected) {
+    let path = dir.join(format!("long{n}.jsonl"));
+    let toks: Vec<i64> = (0..n).map(|t| token(0, 0, t)).collect();
+    std::fs::write(&path, format!("{{\"input_ids\": {toks:?}}}\n")).unwrap();
+    let name = path.to_str().unwrap().to_string();
+    (vec![name.clone()], BTreeMap::from([((name, 0), toks)]))
+}
+
+#[test]
+fn one_long_document_is_packed_within_the_batches_in_flight() {
+    // Issue 39: the packed batches of one made batch were all made at once
+    // (62,500 for 8 M tokens), past `batches_in_flight`. Now they are made
+    // as the consumers take them: at most K wait for the feed queue, one
+    // made batch (the document) is held to pack, however long it is.
+    let dir = tempfile::tempdir().unwrap();
+    for n in [20_000, 100_000, 400_000] {
+        let (files, expect) = one_document(dir.path(), n);
+        for (pack, k) in [
+            (Pack::best_fit(128), 1),
+            (Pack::first_fit(64).window(3), 2),
+            (Pack::concat(100), 3),
+        ] {
+            let loader = Loader::builder()
+                .files(files.clone())
+                .schema(schema())
+                .batch(2)
+                .capacity(1)
+                .batches_in_flight(k)
+                .passes(1)
+                .pack(pack.clone())
+                .build()
+                .unwrap();
+            let stats = loader.stats_handle();
+            let what = format!("{n} tokens, {pack:?}, {k} in flight");
+            let mut got = Vec::new();
+            for d in loader {
+                got.push(self::got(&d.unwrap()));
+                // The rows made never run ahead of the batches taken by
+                // more than the batches held (2 rows each): the feed
+                // queue's (capacity 1), the K waiting, one taken ahead by
+                // the consumer, one being made — and a row of the next.
+                let made = stats.snapshot().packing.map_or(0, |p| p.counts.rows);
+                let ahead = 2 * (got.len() as u64 + k as u64 + 4);
+                assert!(
+                    made <= ahead,
+                    "{what}: {made} rows made, {} batches taken",
+                    got.len()
+                );
+            }
+            let rows = n.div_ceil(pack.length);
+            assert_eq!(got.len(), rows.div_ceil(2), "{what}");
+            assert_exactly_once(&got, pack.length, &expect, 1);
+            let s = stats.snapshot();
+            assert!(
+                s.made_waiting_peak <= k as u64 && s.made_waiting_peak > 0,
+                "{what}: {} packed batches waited at once",
+                s.made_waiting_peak
+            );
+            let p = s.packing.unwrap();
+            assert_eq!(p.inputs_held_peak, 1, "{what}");
+            assert_eq!(p.tokens_held_peak, n as u64, "{what}");
+            assert_eq!(p.counts.rows, rows as u64 + (rows % 2) as u64, "{what}");
+        }
+    }
+}
+
+/// `files` files of `docs` documents, document `k` of file `f` of
+/// `token(f, k, t)` ids; in file 0, the documents of `bad` hold a token id
+/// that does not fit i32 (3e9 or -2^31 - 1). The files, the good
+/// documents, and file 0.
+fn with_bad_tokens(
+    dir: &Path,
+    files: usize,
+    docs: usize,
+    bad: &[usize],
+) -> (Vec<String>, Expected, String) {
+    let mut names = Vec::new();
+    let mut expect = BTreeMap::new();
+    for f in 0..files {
+        let path = dir.join(format!("ids{f}.jsonl"));
+        let name = path.to_str().unwrap().to_string();
+        let mut text = String::new();
+        for k in 0..docs {
+            let mut toks: Vec<i64> = (0..(k % 90 + 5)).map(|t| token(f, k, t)).collect();
+            if f == 0 && bad.contains(&k) {
+                toks[3] = if k % 2 == 0 {
+                    3_000_000_000
+                } else {
+                    -2_147_483_649
+                };
+            } else {
+                expect.insert((name.clone(), k as u64), toks.clone());
+            }
+            text.push_str(&format!("{{\"input_ids\": {toks:?}}}\n"));
+        }
+        std::fs::write(&path, text).unwrap();
+        names.push(name);
+    }
+    let first = names[0].clone();
+    (names, expect, first)
+}
+
+#[test]
+fn a_token_id_beyond_i32_is_a_bad_record_skipped_and_named_or_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, expect, name) = with_bad_tokens(dir.path(), 2, 60, &[7, 30]);
+    let one = dir.path().join("one");
+    std::fs::create_dir(&one).unwrap();
+    let (one_bad, _, one_name) = with_bad_tokens(&one, 1, 20, &[7]);
+    for pack in packs() {
+        for det in [true, false] {
+            let loader = builder(&files, pack.clone(), det, 2, 1)
+                .error_policy(ErrorPolicy::skip())
+                .build()
+                .unwrap();
+            let stats = loader.stats_handle();
+            let got = all(loader);
+            // Every other document once per pass, whole.
+            assert_exactly_once(&got, 64, &expect, 2);
+            let s = stats.snapshot();
+            assert_eq!(s.bad_records, 4, "{pack:?}: 2 bad documents × 2 passes");
+            let mut skipped: Vec<(String, u64)> = stats
+                .skipped()
+                .iter()
+                .map(|r| {
+                    assert!(
+                        r.error.contains("input_ids")
+                            && (r.error.contains("3000000000") || r.error.contains("-2147483649")),
+                        "{r}"
+                    );
+                    (r.source.clone(), r.record)
+                })
+                .collect();
+            skipped.sort();
+            let want = |k| (name.clone(), k);
+            assert_eq!(skipped, [want(7), want(7), want(30), want(30)], "{pack:?}");
+        }
+        // Under fail the run stops with the error naming file, record, field and id.
+        let e = builder(&one_bad, pack.clone(), true, 1, 1)
+            .build()
+            .unwrap()
+            .into_iter()
+            .find_map(|d| d.err())
+            .expect("the run fails")
+            .to_string();
+        assert!(
+            e.contains(&one_name)
+                && e.contains("record 7")
+                && e.contains("input_ids")
+                && e.contains("token 3 of 12 is -2147483649"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn equalized_ranks_count_no_tokens_of_a_skipped_document() {
+    // The rows every rank delivers are counted from the tokens before the
+    // pass: a document skipped for its ids is no document there either, so
+    // pad delivers every other document once and no quota is missed.
+    let dir = tempfile::tempdir().unwrap();
+    let (files, expect, _) = with_bad_tokens(dir.path(), 4, 30, &[7, 20, 24]);
+    for pack in packs() {
+        let mut union = Vec::new();
+        for rank in 0..2 {
+            union.extend(all(builder(&files, pack.clone(), false, 2, 1)
+                .shard(rank, 2)
+                .equalize(Equalize::Pad)
+                .error_policy(ErrorPolicy::skip())
+                .build()
+                .unwrap()));
+        }
+        assert_exactly_once(&union, 64, &expect, 2);
     }
 }

@@ -172,3 +172,64 @@ fn flags_that_need_another_are_refused_naming_it() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// Issue 39: a token id that does not fit i32 is a bad record under
+/// `--pack` like any other: `--on-error skip` skips it (counted, named by
+/// file and record) and packs every other document; the default fails
+/// naming the file, the record and the id.
+#[test]
+fn a_token_id_beyond_i32_is_skipped_and_named_or_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("ids.jsonl");
+    let mut text = String::new();
+    let mut good = 0u64;
+    for k in 0..20u64 {
+        let mut ids: Vec<i64> = (0..(k + 3) as i64).collect();
+        if k == 6 {
+            ids[4] = 5_000_000_000;
+        } else {
+            good += ids.len() as u64;
+        }
+        text.push_str(&format!("{{\"input_ids\": {ids:?}}}\n"));
+    }
+    std::fs::write(&docs, text).unwrap();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"fields": [{"name": "input_ids", "dtype": "i64", "shape": [-1]}]}"#,
+    )
+    .unwrap();
+    let (docs, schema) = (docs.to_str().unwrap(), schema.to_str().unwrap());
+    let base = [
+        "run", docs, "--schema", schema, "--pack", "16", "--batch", "2",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--on-error", "skip", "--json"]);
+    let o = feedline(&args);
+    assert_no_panic(&o);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(summary["bad_records"], 1, "{summary}");
+    assert_eq!(
+        summary["packing"]["tokens"].as_u64(),
+        Some(good),
+        "{summary}"
+    );
+    assert_eq!(summary["packing"]["documents"], 19, "{summary}");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("skipping {docs}: record 6")) && err.contains("5000000000"),
+        "{err}"
+    );
+    let o = feedline(&base);
+    assert_no_panic(&o);
+    assert_ne!(code(&o), 0, "a token id beyond i32 accepted");
+    let err = stderr(&o);
+    assert!(
+        err.contains(docs)
+            && err.contains("record 6")
+            && err.contains("input_ids")
+            && err.contains("token 4 of 9 is 5000000000"),
+        "{err}"
+    );
+}

@@ -75,6 +75,8 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
         pk.set_item("equalize_padding_rows", c.equalize_padding_rows)?;
         pk.set_item("equalize_dropped_rows", c.equalize_dropped_rows)?;
         pk.set_item("equalize_dropped_tokens", c.equalize_dropped_tokens)?;
+        pk.set_item("inputs_held_peak", p.inputs_held_peak)?;
+        pk.set_item("tokens_held_peak", p.tokens_held_peak)?;
         d.set_item("packing", pk)?;
     }
     let queue = PyDict::new(py);

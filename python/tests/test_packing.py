@@ -307,3 +307,38 @@ def test_a_rank_resumed_from_its_state_dict_keeps_equal_rows_and_pad_every_docum
         for (source, record), ids in expect.items():
             assert got.pop((p, source, record)) == ids, f"pass {p}: {source}#{record}"
     assert not got
+
+
+@pytest.mark.parametrize("policy", ["best-fit", "concat"])
+def test_a_token_id_beyond_int32_is_a_bad_record_skipped_and_named(tmp_path, caplog, policy):
+    """Issue 39: pre-tokenized int64 ids, one beyond int32: with
+    on_error="skip" it is skipped (counted, named by file and record) and
+    every other document packed once; by default the run fails naming the
+    file, the record and the id."""
+    import logging
+
+    p = tmp_path / "ids.jsonl"
+    docs = {}
+    with open(p, "w") as out:
+        for k in range(30):
+            ids = [k * 1000 + t for t in range(k % 11 + 2)]
+            if k == 13:
+                ids[1] = 2 ** 31
+            else:
+                docs[(str(p), k)] = ids
+            out.write(json.dumps({"input_ids": ids}) + "\n")
+    kw = dict(files=[str(p)], batch_size=2, shuffle=10, seed=1, pack=8, pack_policy=policy,
+              schema={"input_ids": ("int64", [None])})
+    with caplog.at_level(logging.WARNING, logger="feedline"):
+        with feedline.Loader(on_error="skip", **kw) as ld:
+            batches = list(ld)
+            stats = ld.stats()
+    assert stats["bad_records"] == 1
+    got = reassemble(batches, 8)
+    assert got == {(0, s, r): ids for (s, r), ids in docs.items()}
+    assert stats["packing"]["tokens"] == sum(len(v) for v in docs.values())
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping ")]
+    assert len(skipped) == 1 and f"{p}: record 13" in skipped[0] and "2147483648" in skipped[0], skipped
+    with pytest.raises(Exception, match=r"ids.jsonl: record 13.*input_ids.*token 1 of 4 is 2147483648"):
+        with feedline.Loader(**kw) as ld:
+            list(ld)

@@ -549,3 +549,216 @@ fn a_quota_counted_from_other_tokens_is_an_error_not_a_wrong_count() {
         );
     }
 }
+
+/// A packed batch as compared: its fields and segments.
+type Fingerprint = (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>, Vec<Segment>, usize);
+
+fn fingerprint(b: &Batch) -> Fingerprint {
+    let v = |name: &str| b.view::<i32, Ix2>(name).unwrap().iter().copied().collect();
+    let cu = (b.view::<i32, ndarray::Ix1>("cu_seqlens").unwrap())
+        .iter()
+        .copied()
+        .collect();
+    (
+        v("input_ids"),
+        v("segment_ids"),
+        v("position_ids"),
+        cu,
+        b.segments().unwrap().to_vec(),
+        b.padded_rows(),
+    )
+}
+
+/// `docs` packed lazily — each document started, its batches taken one
+/// at a time (as `i64` ids when `wide`) — under `quota`; every document
+/// resumed with the ranges of `delivered`. After every call the rows made
+/// and not taken are fewer than a batch's: the packer never runs ahead of
+/// the batches taken.
+fn run_lazy(
+    pack: &Pack,
+    b: usize,
+    docs: &[(Origin, Vec<i32>)],
+    wide: bool,
+    quota: Option<RowQuota>,
+    delivered: &BTreeMap<Origin, RecordRanges>,
+) -> (Vec<Batch>, PackStats) {
+    let mut p = Packer::new(pack.clone(), b).unwrap();
+    p.set_quota(quota);
+    let mut out = Vec::new();
+    for (o, t) in docs {
+        let t64: Vec<i64> = t.iter().map(|&x| i64::from(x)).collect();
+        p.start(*o, t.len(), delivered.get(o)).unwrap();
+        loop {
+            let tokens = if wide {
+                Tokens::I64(&t64)
+            } else {
+                Tokens::I32(t)
+            };
+            let rows = p.next_batch(tokens).unwrap();
+            assert!(p.made_rows() < b, "{} rows made ahead", p.made_rows());
+            assert!(
+                p.stats().rows as usize <= (out.len() + 1) * b,
+                "{} rows made for {} batches taken",
+                p.stats().rows,
+                out.len()
+            );
+            match rows {
+                Some(r) => out.push(r.into_batch(pack.length).unwrap()),
+                None => break,
+            }
+        }
+        assert!(!p.placing());
+    }
+    p.end_pass();
+    while let Some(r) = p.pop() {
+        out.push(r.into_batch(pack.length).unwrap());
+    }
+    (out, p.stats())
+}
+
+/// `docs` pushed whole (resumed with `delivered`) under `quota`.
+fn run_eager(
+    pack: &Pack,
+    b: usize,
+    docs: &[(Origin, Vec<i32>)],
+    quota: Option<RowQuota>,
+    delivered: &BTreeMap<Origin, RecordRanges>,
+) -> (Vec<Batch>, PackStats) {
+    let mut p = Packer::new(pack.clone(), b).unwrap();
+    p.set_quota(quota);
+    let mut out = Vec::new();
+    for (o, t) in docs {
+        p.push(*o, t, delivered.get(o));
+        while let Some(r) = p.pop() {
+            out.push(r.into_batch(pack.length).unwrap());
+        }
+    }
+    out.extend(
+        p.finish()
+            .into_iter()
+            .map(|r| r.into_batch(pack.length).unwrap()),
+    );
+    (out, p.stats())
+}
+
+#[test]
+fn a_started_document_gives_the_same_batches_as_a_pushed_one_placing_only_what_is_taken() {
+    for seed in 0..6 {
+        let docs = corpus(seed, 300, 300, 600);
+        let tokens: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
+        // Some documents partly delivered before (a resume by record).
+        let mut delivered = BTreeMap::new();
+        for (o, t) in docs
+            .iter()
+            .filter(|(o, t)| o.record % 7 == 3 && t.len() > 40)
+        {
+            let n = t.len() as u64;
+            delivered.insert(*o, RecordRanges::from_ranges([[0, 9], [n / 2, n / 2 + 17]]));
+        }
+        for pack in policies(128, 30) {
+            for (quota, resumed) in [
+                (None, BTreeMap::new()),
+                (None, delivered.clone()),
+                (
+                    Some(RowQuota {
+                        rows: tokens.div_ceil(128) + 3,
+                        tokens,
+                        how: Equalize::Pad,
+                    }),
+                    BTreeMap::new(),
+                ),
+                (
+                    Some(RowQuota {
+                        rows: tokens / 128 / 2,
+                        tokens,
+                        how: Equalize::Drop,
+                    }),
+                    BTreeMap::new(),
+                ),
+            ] {
+                let (eager, es) = run_eager(&pack, 3, &docs, quota, &resumed);
+                for wide in [false, true] {
+                    let (lazy, ls) = run_lazy(&pack, 3, &docs, wide, quota, &resumed);
+                    let what = format!("{pack:?} {quota:?} wide {wide}");
+                    assert_eq!(ls, es, "{what}");
+                    assert_eq!(lazy.len(), eager.len(), "{what}");
+                    for (k, (l, e)) in lazy.iter().zip(&eager).enumerate() {
+                        assert_eq!(fingerprint(l), fingerprint(e), "{what}: batch {k}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn one_long_document_makes_its_rows_as_its_batches_are_taken() {
+    let src = SourceId::intern("long.jsonl");
+    for n in [10_000usize, 100_000, 1_000_000] {
+        let t: Vec<i32> = (0..n as i32).collect();
+        for pack in policies(128, 4) {
+            let mut p = Packer::new(pack.clone(), 2).unwrap();
+            p.start(Origin::new(src, 0), n, None).unwrap();
+            // The first batch: two rows made, not n / 128.
+            let first = p.next_batch(Tokens::I32(&t)).unwrap().expect("a batch");
+            assert_eq!(first.rows().len(), 2);
+            assert_eq!(p.stats().rows, 2, "{pack:?}, {n} tokens");
+            let mut batches = 1;
+            while p.next_batch(Tokens::I32(&t)).unwrap().is_some() {
+                batches += 1;
+                assert_eq!(p.stats().rows, 2 * batches, "{pack:?}, {n} tokens");
+            }
+            p.end_pass();
+            while p.pop().is_some() {
+                batches += 1;
+            }
+            assert_eq!(batches as usize, n.div_ceil(128).div_ceil(2), "{pack:?}");
+            assert_eq!(p.stats().tokens, n as u64);
+        }
+    }
+}
+
+#[test]
+fn a_token_id_beyond_i32_is_named_never_wrapped() {
+    let ids = [5i64, 7, 3_000_000_000, -2_147_483_649, 9];
+    let e = Tokens::I64(&ids).check().unwrap_err();
+    assert_eq!(
+        e,
+        BadToken {
+            index: 2,
+            tokens: 5,
+            value: 3_000_000_000
+        }
+    );
+    assert!(e.to_string().contains("token 2 of 5 is 3000000000"), "{e}");
+    assert!(Tokens::I64(&[i32::MIN as i64, i32::MAX as i64])
+        .check()
+        .is_ok());
+    // Started anyway, its placing stops at the id: nothing of it wrapped.
+    let mut p = Packer::new(Pack::concat(4), 1).unwrap();
+    let src = SourceId::intern("ids.jsonl");
+    p.start(Origin::new(src, 3), ids.len(), None).unwrap();
+    let e = p.next_batch(Tokens::I64(&ids)).unwrap_err();
+    assert!(matches!(e, PackError::BadToken(b) if b.index == 2), "{e}");
+    assert_eq!(p.stats().tokens, 0);
+    assert!(!p.placing());
+}
+
+#[test]
+fn the_lazy_packer_refuses_what_it_cannot_do_naming_it() {
+    let src = SourceId::intern("busy.jsonl");
+    let mut p = Packer::new(Pack::best_fit(8), 1).unwrap();
+    let t: Vec<i32> = (0..40).collect();
+    p.start(Origin::new(src, 1), t.len(), None).unwrap();
+    assert!(p.next_batch(Tokens::I32(&t)).unwrap().is_some());
+    let e = p.start(Origin::new(src, 2), 3, None).unwrap_err();
+    assert!(e.to_string().contains("record 1 of busy.jsonl"), "{e}");
+    let e = p.next_batch(Tokens::I32(&t[..39])).unwrap_err();
+    assert_eq!(
+        e,
+        PackError::Tokens {
+            expected: 40,
+            actual: 39
+        }
+    );
+}

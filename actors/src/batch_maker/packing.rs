@@ -6,12 +6,24 @@
 //! ranges of documents partly delivered (by record): it owns that part of
 //! a checkpoint, as the consumers' progress records it from each packed
 //! batch's segments.
+//!
+//! **Lazily, as the consumers take them.** A made batch's documents are
+//! [`take`](PackStage::take)n (checked: the token field's layout, and every
+//! document's ids within `i32` — a document whose ids are not is a bad
+//! record, handed back to be judged), and held; the packed batches are made
+//! one at a time by [`next`](PackStage::next) when the batch maker has room
+//! for one, each placing only the pieces that batch needs. A document of
+//! `n` tokens thus takes `O(n)` in all and holds, besides the made batch it
+//! is in, at most a batch of rows and the window's open rows, however long
+//! it is; the input batches held are counted in the statistics
+//! (`packing.inputs_held_peak`, `packing.tokens_held_peak`).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use feedline::feed_queue::Lanes;
-use feedline::pack::{Delivered as DeliveredPieces, Pack, Packer};
-use feedline::{Array, Batch};
+use feedline::pack::{Delivered as DeliveredPieces, Pack, Packer, Tokens};
+use feedline::{Array, Batch, BatchField, Origin};
 
 use crate::equalize::PackedRanks;
 use crate::error::PipelineError;
@@ -35,10 +47,98 @@ pub(crate) struct PackStage {
     delivered: Option<DeliveredPieces>,
     /// Counts of the passes before the one being packed.
     before: feedline::pack::PackStats,
+    /// Taken and not yet all packed, in order.
+    work: VecDeque<Work>,
+    /// The input batches in `work`, and their documents' tokens.
+    inputs: usize,
+    tokens: u64,
+}
+
+/// What the packing step holds to pack.
+enum Work {
+    /// A made batch's documents: those of `docs` but the bad ones (`bad`,
+    /// ascending), from document `next` on (the one before it being placed
+    /// while the packer is placing).
+    Docs {
+        pass: u64,
+        batch: Arc<Batch>,
+        docs: usize,
+        bad: Vec<usize>,
+        next: usize,
+        tokens: u64,
+    },
+    /// The end of a pass: its open rows made (once `ended`), then its last
+    /// batches.
+    PassEnd { pass: u64, ended: bool },
+}
+
+/// What the packing step gives out next.
+pub(crate) enum Packed {
+    /// A packed batch, for its lane.
+    Batch(usize, Delivered),
+    /// Every packed batch of the pass is out.
+    PassEnd(u64),
 }
 
 fn config(e: String) -> PipelineError {
     PipelineError::Config(e)
+}
+
+/// The token field `name` of `batch` and its offsets, checked: offsets
+/// layout, `i32` or `i64` values.
+pub(crate) fn token_field<'b>(
+    batch: &'b Batch,
+    name: &str,
+) -> Result<(&'b BatchField, &'b [usize]), PipelineError> {
+    let field = batch.field(name)?;
+    let offsets = field.offsets.as_deref().ok_or_else(|| {
+        config(format!(
+            "packing: field `{name}` is not laid out as offsets"
+        ))
+    })?;
+    if !matches!(field.data, Array::I32(_) | Array::I64(_)) {
+        return Err(config(format!(
+            "packing: field `{name}` is {}, expected i32 or i64 token ids",
+            field.data.dtype()
+        )));
+    }
+    Ok((field, offsets))
+}
+
+/// Document `i`'s token ids in `field` (of [`token_field`]).
+pub(crate) fn doc_tokens<'b>(
+    field: &'b BatchField,
+    offsets: &[usize],
+    name: &str,
+    i: usize,
+) -> Result<Tokens<'b>, PipelineError> {
+    let strided = || {
+        config(format!(
+            "packing: field `{name}` is not a contiguous list of token ids within its offsets (a batch map made it so?)"
+        ))
+    };
+    let (s, e) = match (offsets.get(i), offsets.get(i + 1)) {
+        (Some(&s), Some(&e)) => (s, e),
+        _ => return Err(strided()),
+    };
+    match &field.data {
+        Array::I32(a) => Ok(Tokens::I32(
+            a.as_slice()
+                .ok_or_else(strided)?
+                .get(s..e)
+                .ok_or_else(strided)?,
+        )),
+        Array::I64(a) => Ok(Tokens::I64(
+            a.as_slice()
+                .ok_or_else(strided)?
+                .get(s..e)
+                .ok_or_else(strided)?,
+        )),
+        other => Err(config(format!(
+            "packing: field `{name}` is {}, expected i32 or i64 token ids",
+            other.dtype()
+        ))),
+    }
 }
 
 impl PackStage {
@@ -63,6 +163,9 @@ impl PackStage {
             next_seq: 0,
             delivered: None,
             before: Default::default(),
+            work: VecDeque::new(),
+            inputs: 0,
+            tokens: 0,
         })
     }
 
@@ -84,114 +187,176 @@ impl PackStage {
             .map_err(|e| config(format!("pass {:?}: {e}", self.pass)))
     }
 
-    /// The documents of `batch` (of `pass`) packed: the packed batches made.
-    pub fn documents(
+    /// Input batches held: taken and not yet all packed.
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// Nothing is held to pack.
+    pub fn is_empty(&self) -> bool {
+        self.work.is_empty()
+    }
+
+    /// Take the documents of `batch` (of `pass`) to pack, checked: the
+    /// documents whose token ids do not fit `i32` are left out and given
+    /// back — bad records, each with its error naming the file, the
+    /// record, the field and the id — to be judged.
+    pub fn take(
         &mut self,
         pass: u64,
-        batch: &Batch,
-        lanes: Lanes,
-    ) -> Result<Vec<(usize, Delivered)>, PipelineError> {
-        self.enter(pass);
-        let field = batch.field(&self.pack.field)?;
-        let offsets = field.offsets.as_deref().ok_or_else(|| {
-            config(format!(
-                "packing: field `{}` is not laid out as offsets",
-                self.pack.field
-            ))
-        })?;
-        let origins = batch.origins();
+        batch: Arc<Batch>,
+    ) -> Result<Vec<(Origin, feedline::Error)>, PipelineError> {
+        let name = &self.pack.field;
+        let (field, offsets) = token_field(&batch, name)?;
         // Padding rows (equalize of records) are not documents; with packing
         // ranks are equalized in packed rows, after this.
         let docs = batch.len() - batch.padded_rows();
-        let strided = || {
-            config(format!(
-                "packing: field `{}` is not a contiguous list of token ids within its offsets (a batch map made it so?)",
-                self.pack.field
-            ))
-        };
-        let mut wide: Vec<i32> = Vec::new();
-        for (i, origin) in origins.iter().enumerate().take(docs) {
-            let (s, e) = (offsets[i], offsets[i + 1]);
-            let tokens: &[i32] = match &field.data {
-                Array::I32(a) => a
-                    .as_slice()
-                    .ok_or_else(strided)?
-                    .get(s..e)
-                    .ok_or_else(strided)?,
-                Array::I64(a) => {
-                    let v = a
-                        .as_slice()
-                        .ok_or_else(strided)?
-                        .get(s..e)
-                        .ok_or_else(strided)?;
-                    wide.clear();
-                    for &t in v {
-                        wide.push(i32::try_from(t).map_err(|_| {
-                            PipelineError::Data(Arc::new(feedline::Error::Field {
-                                location: origin.location(),
-                                field: self.pack.field.clone(),
-                                expected: "token ids within i32".into(),
-                                actual: format!("{t}"),
-                            }))
-                        })?);
-                    }
-                    &wide
+        let mut bad = Vec::new();
+        let mut bad_docs = Vec::new();
+        let mut tokens = 0u64;
+        for (i, origin) in batch.origins().iter().enumerate().take(docs) {
+            let t = doc_tokens(field, offsets, name, i)?;
+            match t.check() {
+                Ok(()) => tokens += t.len() as u64,
+                Err(b) => {
+                    bad_docs.push(i);
+                    bad.push((
+                        *origin,
+                        feedline::Error::Field {
+                            location: origin.location(),
+                            field: name.clone(),
+                            expected: "token ids within i32 to pack".into(),
+                            actual: b.to_string(),
+                        },
+                    ));
                 }
-                other => {
-                    return Err(config(format!(
-                        "packing: field `{}` is {}, expected i32 or i64 token ids",
-                        self.pack.field,
-                        other.dtype()
-                    )))
-                }
+            }
+        }
+        self.work.push_back(Work::Docs {
+            pass,
+            batch,
+            docs,
+            bad: bad_docs,
+            next: 0,
+            tokens,
+        });
+        self.inputs += 1;
+        self.tokens += tokens;
+        self.recorder.held(self.inputs, self.tokens);
+        Ok(bad)
+    }
+
+    /// The end of `pass`: its last packed batches come after the ones of
+    /// the documents taken before.
+    pub fn take_pass_end(&mut self, pass: u64) {
+        self.work.push_back(Work::PassEnd { pass, ended: false });
+    }
+
+    /// The next packed batch, or the end of a pass once its last batch is
+    /// out; `None` until more is taken. Makes one packed batch at most,
+    /// placing only the pieces it needs.
+    pub fn next(&mut self, lanes: Lanes) -> Result<Option<Packed>, PipelineError> {
+        loop {
+            let pass = match self.work.front() {
+                None => return Ok(None),
+                Some(Work::Docs { pass, .. } | Work::PassEnd { pass, .. }) => *pass,
             };
-            let delivered = self.delivered.as_ref().and_then(|d| d.get(origin));
-            self.packer.push(*origin, tokens, delivered);
+            self.enter(pass);
+            let Some(work) = self.work.front_mut() else {
+                return Ok(None);
+            };
+            match work {
+                Work::Docs {
+                    batch,
+                    docs,
+                    bad,
+                    next,
+                    tokens,
+                    ..
+                } => {
+                    let docs = *docs;
+                    let name = &self.pack.field;
+                    let (field, offsets) = token_field(batch, name)?;
+                    if !self.packer.placing() {
+                        // The next good document, if any, is started.
+                        while *next < docs && bad.binary_search(next).is_ok() {
+                            *next += 1;
+                        }
+                        if *next == docs {
+                            let held = *tokens;
+                            self.work.pop_front();
+                            self.inputs -= 1;
+                            self.tokens -= held;
+                            continue;
+                        }
+                        let origin = batch.origins()[*next];
+                        let n = doc_tokens(field, offsets, name, *next)?.len();
+                        let delivered = self.delivered.as_ref().and_then(|d| d.get(&origin));
+                        self.packer
+                            .start(origin, n, delivered)
+                            .map_err(|e| config(e.to_string()))?;
+                        *next += 1;
+                    }
+                    let i = *next - 1;
+                    let t = doc_tokens(field, offsets, name, i)?;
+                    let rows = self.packer.next_batch(t).map_err(|e| {
+                        PipelineError::Data(Arc::new(feedline::Error::Field {
+                            location: batch.origins()[i].location(),
+                            field: name.clone(),
+                            expected: "token ids within i32 to pack".into(),
+                            actual: e.to_string(),
+                        }))
+                    })?;
+                    self.check_quota()?;
+                    if let Some(rows) = rows {
+                        self.record();
+                        if let Some(d) = self.out(pass, rows, lanes)? {
+                            return Ok(Some(d));
+                        }
+                    }
+                }
+                Work::PassEnd { ended, .. } => {
+                    if !*ended {
+                        *ended = true;
+                        self.packer.end_pass();
+                        self.check_quota()?;
+                        self.record();
+                    }
+                    if let Some(rows) = self.packer.pop() {
+                        if let Some(d) = self.out(pass, rows, lanes)? {
+                            return Ok(Some(d));
+                        }
+                        continue;
+                    }
+                    // The next pass starts with a fresh packer (its counts kept).
+                    self.work.pop_front();
+                    self.before.add(&self.packer.stats());
+                    self.packer = Packer::new(self.pack.clone(), self.rows).map_err(config)?;
+                    self.pass = None;
+                    return Ok(Some(Packed::PassEnd(pass)));
+                }
+            }
         }
-        let mut out = Vec::new();
-        while let Some(rows) = self.packer.pop() {
-            self.out(pass, rows, lanes, &mut out)?;
-        }
-        self.check_quota()?;
-        self.record();
-        Ok(out)
     }
 
-    /// The end of `pass`: its last packed batches.
-    pub fn pass_end(
-        &mut self,
-        pass: u64,
-        lanes: Lanes,
-    ) -> Result<Vec<(usize, Delivered)>, PipelineError> {
-        self.enter(pass);
-        let mut out = Vec::new();
-        for rows in self.packer.finish() {
-            self.out(pass, rows, lanes, &mut out)?;
-        }
-        self.check_quota()?;
-        self.record();
-        // The next pass starts with a fresh packer (its counts kept).
-        self.before.add(&self.packer.stats());
-        self.packer = Packer::new(self.pack.clone(), self.rows).map_err(config)?;
-        self.pass = None;
-        Ok(out)
-    }
-
+    /// Packed batch `rows` of `pass`, numbered, for its lane — or none
+    /// when it was consumed before a resume.
     fn out(
         &mut self,
         pass: u64,
         rows: feedline::pack::PackedRows,
         lanes: Lanes,
-        out: &mut Vec<(usize, Delivered)>,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<Option<Packed>, PipelineError> {
         let seq = self.next_seq;
         self.next_seq += 1;
         if (self.resume.as_ref()).is_some_and(|r| r.skips_batch(pass, seq)) {
-            return Ok(());
+            return Ok(None);
         }
         let batch = Arc::new(rows.into_batch(self.pack.length)?);
-        out.push((lanes.of_batch(seq), Delivered { pass, seq, batch }));
-        Ok(())
+        Ok(Some(Packed::Batch(
+            lanes.of_batch(seq),
+            Delivered { pass, seq, batch },
+        )))
     }
 
     fn record(&self) {

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use feedline::pack::{Pack, RowQuota};
 use feedline::plan::{Equalize, FileTask, PassPlan};
 use feedline::transform::BatchTransformer;
-use feedline::{Array, Batch, Chunk, Origin, RowRef, Schema, SourceId};
+use feedline::{Batch, Chunk, Origin, RowRef, Schema, SourceId};
 
+use crate::batch_maker::{doc_tokens, token_field};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::resume_plan::PackedBefore;
@@ -238,26 +239,17 @@ fn made(
     })
 }
 
-/// Each row's record and its document's tokens (the packed field's length).
+/// Each row's record and its document's tokens (the packed field's
+/// length); a document whose ids do not fit `i32` is no document (the
+/// pass skips it, or fails on it).
 fn batch_tokens(batch: &Batch, pack: &Pack) -> Result<Vec<(u64, usize)>, PipelineError> {
-    let field = batch.field(&pack.field)?;
-    let offsets = field.offsets.as_deref().ok_or_else(|| {
-        PipelineError::Config(format!(
-            "packing: field `{}` is not laid out as offsets",
-            pack.field
-        ))
-    })?;
-    if !matches!(field.data, Array::I32(_) | Array::I64(_)) {
-        return Err(PipelineError::Config(format!(
-            "packing: field `{}` is {}, expected i32 or i64 token ids",
-            pack.field,
-            field.data.dtype()
-        )));
+    let (field, offsets) = token_field(batch, &pack.field)?;
+    let mut out = Vec::with_capacity(batch.len());
+    for (i, o) in batch.origins().iter().enumerate() {
+        let t = doc_tokens(field, offsets, &pack.field, i)?;
+        if t.check().is_ok() {
+            out.push((o.record, t.len()));
+        }
     }
-    Ok(batch
-        .origins()
-        .iter()
-        .enumerate()
-        .map(|(i, o)| (o.record, offsets[i + 1] - offsets[i]))
-        .collect())
+    Ok(out)
 }
