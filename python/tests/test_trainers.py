@@ -63,6 +63,18 @@ def force_pinned(monkeypatch, loader):
     return loader
 
 
+def ahead_to_the_end(it, deadline_s=30.0):
+    """For a pinned-memory iterator: wait until its thread has fetched the
+    epoch's end ahead (and stopped), the case where that end used to make
+    the next epoch empty. Polls the thread (not a timing assumption)."""
+    import time
+    if isinstance(it, ft._PinnedEpoch):
+        end = time.monotonic() + deadline_s
+        while it._thread is not None and it._thread.is_alive():
+            assert time.monotonic() < end, "the pinned-memory thread did not reach the end"
+            time.sleep(0.001)
+
+
 def loss_of(net, batch):
     out = net(batch["x"] / N).squeeze(1)
     return ((out - batch["y"].float() / N) ** 2).mean()
@@ -105,6 +117,7 @@ def test_an_epoch_ends_with_its_last_batch(tmp_path, monkeypatch, face):
         for epoch in range(3):
             it = loop(loader)
             got.append([ys(next(it)) for _ in range(len(loader))])
+            ahead_to_the_end(it)
             del it
             if epoch == 1:
                 state = loader.state_dict()
@@ -253,6 +266,7 @@ def test_pinned_mask_and_epoch_end(tmp_path, monkeypatch):
         for epoch in range(3):
             it = iter(loader)
             got = [next(it) for _ in range(len(loader))]
+            ahead_to_the_end(it)
             assert all(b["mask"].dtype == torch.bool for b in got)
             assert [(b["y"].tolist(), b["mask"].tolist()) for b in got] == want[epoch], epoch
 
@@ -361,7 +375,7 @@ def test_lightning_fit_trains_every_record_once_per_epoch(tmp_path, monkeypatch,
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_lightning_resume_from_checkpoints(tmp_path, deterministic):
     """Checkpoints at every step and at every epoch's end (ModelCheckpoint);
-    fit resumed with ckpt_path= from 3 of them — mid-epoch 0 (step 5), the
+    fit resumed with ckpt_path= from 3 of them — mid-epoch 1 (step 18), the
     last step of epoch 1 (step 26) and the end of epoch 2: the interrupted
     epoch's records are each trained once in all (the run up to the
     checkpoint, then the resumed one), every later epoch whole, and in
@@ -378,7 +392,7 @@ def test_lightning_resume_from_checkpoints(tmp_path, deterministic):
     full = lightning_fit(paths, tmp_path / "full", deterministic=deterministic,
                          callbacks=[steps, ends])
     assert [g for g, _, _ in full] == list(range(EPOCHS * STEPS))
-    points = [(tmp_path / "steps" / "step=5.ckpt", 5), (tmp_path / "steps" / "step=26.ckpt", 26),
+    points = [(tmp_path / "steps" / "step=18.ckpt", 18), (tmp_path / "steps" / "step=26.ckpt", 26),
               (tmp_path / "ends" / "end-epoch=2.ckpt", 3 * STEPS)]
     for ckpt, at in points:
         resumed = lightning_fit(paths, tmp_path / f"r{at}", deterministic=deterministic,
@@ -440,14 +454,14 @@ def accelerate_loop(paths, out, *, deterministic, save_at=(), resume_from=None):
 
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_accelerate_prepare_save_state_load_state_skip_first_batches(tmp_path, deterministic):
-    """4 epochs, every record once per epoch; save_state at steps 5, 26 (an
-    epoch's last) and 39 (epoch 2's last); resumed from each with
+    """4 epochs, every record once per epoch; save_state at steps 18 (mid
+    epoch 1), 26 (an epoch's last) and 39 (epoch 2's last); resumed from each with
     load_state + skip_first_batches: the interrupted epoch's records once
     in all, the later epochs whole, deterministic: the same batches at the
     same steps."""
     pytest.importorskip("accelerate")
     paths = make_data(tmp_path)
-    points = (5, 26, 3 * STEPS)
+    points = (18, 26, 3 * STEPS)
     full = accelerate_loop(paths, str(tmp_path), deterministic=deterministic, save_at=points)
     epochs = by_epoch(full)
     assert all(len(epochs[e]) == STEPS and ids(epochs[e]) == list(range(N)) for e in range(EPOCHS))
@@ -514,12 +528,12 @@ def hf_train(paths, out, *, deterministic, save_at=(), resume_from=None):
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_hf_trainer_resume_from_checkpoint(tmp_path, deterministic):
     """The Trainer for 4 epochs: every record once per epoch; checkpoints at
-    steps 5, 26 and 39; train(resume_from_checkpoint=) from each: the
+    steps 18 (mid epoch 1), 26 (epoch 1's last) and 39 (epoch 2's last); train(resume_from_checkpoint=) from each: the
     interrupted epoch's records once in all, the later epochs whole,
     deterministic: the uninterrupted run's batches at the same steps."""
     pytest.importorskip("transformers")
     paths = make_data(tmp_path)
-    points = (5, 26, 3 * STEPS)
+    points = (18, 26, 3 * STEPS)
     out = str(tmp_path / "out")
     full = hf_train(paths, out, deterministic=deterministic, save_at=points)
     assert [g for g, _, _ in full] == list(range(EPOCHS * STEPS))
