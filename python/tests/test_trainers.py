@@ -306,6 +306,27 @@ def test_skip_first_batches_goes_on_from_the_loader(tmp_path):
             list(accelerate.skip_first_batches(loader, 3))
 
 
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
+def test_skip_first_batches_of_a_pinned_loader_pins_nothing_again(tmp_path, monkeypatch):
+    """The torch DataLoader that skip_first_batches builds takes the feedline
+    loader's pin_memory=True: its pinning step gets each batch back as it is
+    (the tensors the loader pinned and moved, not a second copy — a tensor
+    already on the GPU could not be pinned)."""
+    accelerate = pytest.importorskip("accelerate")
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    paths = make_data(tmp_path)
+    with dl(paths, deterministic=True) as whole:
+        want = [b["y"].tolist() for b in whole]
+    with force_pinned(monkeypatch, dl(paths, deterministic=True)) as loader:
+        with pytest.warns(UserWarning, match="read and dropped 2"):
+            got = list(accelerate.skip_first_batches(loader, 2))
+        assert [b["y"].tolist() for b in got] == want[2:]
+        for b in got:
+            again = pin_memory(b)  # what torch's DataLoader does with pin_memory=True
+            assert type(again) is dict and all(again[k] is b[k] for k in b)
+
+
 # ------------------------------------------------------------ PyTorch Lightning
 
 def lightning_fit(paths, tmp, *, deterministic, ckpt_path=None, callbacks=(), pinned=None):

@@ -314,6 +314,17 @@ class _Position:
         return f"<feedline batch {self.index} of the epoch>"
 
 
+class _Pinned(dict):
+    """A batch the DataLoader pinned (and moved) already: the torch
+    DataLoader that ``skip_first_batches`` builds with this one's
+    ``pin_memory=True`` asks it for ``pin_memory()``, and gets it as it is
+    (not a second page-locked copy; a tensor already moved to the device
+    could not be pinned at all)."""
+
+    def pin_memory(self, device=None) -> dict:
+        return dict(self)
+
+
 class _Walk:
     """One loop over ``DataLoader.batch_sampler``: batch `i` of the open (or
     next) epoch for each position `i` asked of ``DataLoader.dataset``. The
@@ -354,7 +365,7 @@ class _Walk:
             b = next(self._it)  # StopIteration at the epoch's end ends the loop
             self._next += 1
             if self._next > index:
-                return b
+                return _Pinned(b) if self._dl.pin_memory else b
 
 
 class _BatchSampler:
