@@ -240,6 +240,30 @@ impl Loader {
         r
     }
 
+    /// The next item of the stream, as
+    /// [`next_event_timeout`](Self::next_event_timeout) would give it, left
+    /// in place: the next call of any of this loader's own iterations
+    /// ([`next_event_timeout`](Self::next_event_timeout),
+    /// [`next_event_untracked`](Self::next_event_untracked),
+    /// [`iter`](Self::iter), [`next_timeout`](Self::next_timeout)) gives
+    /// this same item, and only then is it taken for checkpoints (a
+    /// tracked call records it; an untracked one leaves that to
+    /// [`record`](Self::record)). An epoch-by-epoch iteration asks it
+    /// whether what comes next is the end of the pass — whether the last
+    /// batch handed out was the pass's last. Waits at most `timeout`
+    /// (`None`: for ever); a time-out is [`PipelineError::Timeout`] and
+    /// nothing is left in place.
+    pub fn peek_event_timeout(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> Result<&Popped, PipelineError> {
+        if self.merged.peeked.is_none() {
+            let popped = self.next_event_untracked(timeout)?;
+            self.merged.peeked = Some(popped);
+        }
+        Ok(self.merged.peeked.as_ref().expect("filled above"))
+    }
+
     /// Take `item` (a batch or an end of pass that
     /// [`next_event_untracked`](Self::next_event_untracked) gave) for
     /// checkpoints: its consumer has it.
@@ -326,6 +350,13 @@ impl Loader {
     /// lane 0. After the end of the data, or an error other than a
     /// time-out, `EndOfData`.
     fn next_merged_event(&mut self) -> Result<Popped, PipelineError> {
+        if let Some(popped) = self.merged.peeked.take() {
+            // Fetched ahead, untracked, by `peek_event_timeout`: taken now.
+            if !self.merged.untracked {
+                self.record(&popped);
+            }
+            return Ok(popped);
+        }
         loop {
             if self.merged.ended {
                 return Ok(Popped::EndOfData);
@@ -459,6 +490,8 @@ struct MergedState {
     untracked: bool,
     /// A resumed pipeline leaves out the batches consumed before.
     resume: Option<ConsumerResume>,
+    /// What `peek_event_timeout` fetched (untracked), given by the next call.
+    peeked: Option<Popped>,
 }
 
 impl MergedState {
@@ -475,6 +508,7 @@ impl MergedState {
             timeout: None,
             untracked: false,
             resume,
+            peeked: None,
         };
         if let Some(r) = &merged.resume {
             merged.next_seq = merged.next_seq(r.first_pass(), 0);

@@ -1397,3 +1397,61 @@ fn resume_refuses_changed_transforms_naming_them() {
         "setting `transforms.version` changed since the checkpoint: was 2024-06, now 2024-07"
     );
 }
+
+/// `peek_event_timeout` shows the next item without taking it: the next
+/// call gives that same item, a checkpoint taken after the peek does not
+/// count it and one taken after the call does — over every batch and end
+/// of pass of two passes, for several seeds (the same stream as without
+/// peeking, deterministic mode).
+#[test]
+fn a_peeked_item_is_the_next_one_and_taken_only_when_given() {
+    use feedline_actors::Popped;
+    for seed in [1, 7, 19] {
+        let case = Case::plain(seed, true);
+        let plain = all(builder(&case, 2, 1).build().unwrap());
+        let mut loader = builder(&case, 2, 1).build().unwrap();
+        let mut peeked_stream = Vec::new();
+        let mut ends = Vec::new();
+        loop {
+            let before = loader.checkpoint().unwrap();
+            let shown = match loader.peek_event_timeout(None).unwrap() {
+                Popped::Batch(d) => Some(got(d)),
+                Popped::EndOfPass(p) => {
+                    ends.push(*p);
+                    None
+                }
+                Popped::EndOfData => break,
+            };
+            // A second peek shows the same item; the checkpoint is unmoved.
+            let again = match loader.peek_event_timeout(None).unwrap() {
+                Popped::Batch(d) => Some(got(d)),
+                _ => None,
+            };
+            assert_eq!(again, shown, "seed {seed}");
+            assert_eq!(loader.checkpoint().unwrap(), before, "a peek takes nothing");
+            let taken = match loader.next_event_timeout(None).unwrap() {
+                Popped::Batch(d) => Some(got(&d)),
+                Popped::EndOfPass(p) => {
+                    assert_eq!(Some(&p), ends.last());
+                    None
+                }
+                Popped::EndOfData => unreachable!("peeked a batch or an end of pass"),
+            };
+            assert_eq!(taken, shown, "seed {seed}: the call gives the peeked item");
+            if let Some(b) = taken {
+                let after = loader.checkpoint().unwrap();
+                assert_eq!(
+                    after.batches,
+                    before.batches + 1,
+                    "seed {seed}: taken when given"
+                );
+                peeked_stream.push(b);
+            }
+        }
+        assert_eq!(ends, vec![0, 1]);
+        assert_eq!(
+            peeked_stream, plain,
+            "seed {seed}: the same stream as without peeks"
+        );
+    }
+}

@@ -12,6 +12,17 @@
 //! left early (`break`) leaves its epoch open: the next loop goes on with
 //! it, nothing skipped.
 //!
+//! **An epoch ends with its last batch.** Trainers take `len()` batches and
+//! call `iter()` again without pulling the end of the pass (Lightning's
+//! fetcher does). So before an `iter()` (and a `set_epoch`) the open epoch
+//! is *settled* ([`Slot::settle_slice`]): when what the pipeline has next is
+//! the end of its pass, that end is taken there and then — the epoch is over,
+//! the `iter()` begins the next one, and a `state_dict()` taken before or
+//! after says the same. A resumed pass with nothing left is passed over the
+//! same way. An epoch begun but not taken from is kept through a restart
+//! (`set_epoch`, `load_state_dict`): its iterator yields the new pipeline's
+//! epoch, whatever the order of the calls.
+//!
 //! **Closed.** Every way a loader ends is kept with its reason
 //! ([`Closed`]), and iterating it afterwards raises `FeedlineError` saying
 //! it. A loader closed by its end, an error or Ctrl-C keeps its stopped
@@ -22,7 +33,9 @@
 //! another process raises at once, and the child never joins, frees or
 //! stops the parent's pipeline (its threads do not exist there).
 
-use feedline_actors::Loader as RustLoader;
+use std::time::Duration;
+
+use feedline_actors::{Loader as RustLoader, PipelineError, Popped};
 
 /// Why a loader is closed.
 #[derive(Clone, Debug)]
@@ -96,9 +109,13 @@ impl Epochs {
         self.taken_in_epoch = 0;
     }
 
-    /// A pipeline (re)started at `pass`: the open epoch is given up.
+    /// A pipeline (re)started at `pass`: the open epoch is given up — unless
+    /// nothing was taken from it yet, when it is kept (its iterators go on
+    /// with the new pipeline's epoch).
     pub fn restarted(&mut self, pass: u64, resumed: bool) {
-        self.end();
+        if !(self.open && self.taken_in_epoch == 0) {
+            self.end();
+        }
         self.pass = pass;
         self.taken = 0;
         self.skip_empty = resumed;
@@ -116,6 +133,91 @@ pub struct Slot {
     pub closed: Option<Closed>,
     /// The epochs.
     pub epochs: Epochs,
+    /// The passes the loader runs (`passes=N`; endless: `ENDLESS`).
+    pub passes: u64,
+}
+
+/// What one slice of settling the open epoch came to.
+#[derive(Debug)]
+pub enum Settled {
+    /// Nothing (more) to settle.
+    Done,
+    /// The pipeline has nothing yet within the slice (or is being started
+    /// again): try again.
+    Wait,
+    /// Every pass was delivered: the loader is closed now (see
+    /// [`Slot::exhausted`]).
+    Exhausted,
+    /// The pipeline failed.
+    Failed(PipelineError),
+}
+
+impl Slot {
+    /// The end of the data was taken (every one of `passes` delivered): the
+    /// epoch ends, the loader is closed, its stopped pipeline kept for
+    /// `state_dict()`.
+    pub fn exhausted(&mut self, passes: u64) {
+        self.epochs.end();
+        self.closed = Some(Closed::Exhausted { passes });
+        if let Some(mut l) = self.loader.take() {
+            l.shutdown();
+            self.stopped = Some(l);
+        }
+    }
+
+    /// One step of settling the epochs before an `iter()` or a `set_epoch`
+    /// (see the module's doc), waiting at most `slice` for what comes next:
+    /// an open epoch that has taken batches is over when the pipeline's
+    /// next item is the end of its pass (that end is taken, for checkpoints
+    /// too); a resumed pass with nothing left is passed over. `endless`:
+    /// an epoch is one pass (`passes=None`); else one epoch is every pass,
+    /// over at the end of the data.
+    pub fn settle_slice(&mut self, endless: bool, slice: Duration) -> Settled {
+        loop {
+            if self.closed.is_some() {
+                return Settled::Done;
+            }
+            let ep = &self.epochs;
+            let finished_maybe = ep.open && ep.taken_in_epoch > 0;
+            let empty_resumed = endless && ep.skip_empty && ep.taken_in_epoch == 0;
+            if !(finished_maybe || empty_resumed) {
+                return Settled::Done;
+            }
+            let Some(loader) = self.loader.as_mut() else {
+                return Settled::Wait; // being started again
+            };
+            let next = match loader.peek_event_timeout(Some(slice)) {
+                Ok(Popped::Batch(_)) => return Settled::Done,
+                Ok(Popped::EndOfPass(p)) => Popped::EndOfPass(*p),
+                Ok(Popped::EndOfData) => Popped::EndOfData,
+                Err(PipelineError::Timeout { .. }) => return Settled::Wait,
+                Err(e) => return Settled::Failed(e),
+            };
+            // Take the end (tracked: a checkpoint now counts the pass done).
+            let _ = loader.next_event_timeout(Some(Duration::ZERO));
+            let ep = &mut self.epochs;
+            match next {
+                Popped::EndOfPass(p) => {
+                    ep.pass = p + 1;
+                    if empty_resumed {
+                        // The resumed pass had nothing left: the epoch
+                        // begun (if any) is the next pass's.
+                        ep.skip_empty = false;
+                        return Settled::Done;
+                    }
+                    if endless {
+                        ep.end();
+                        return Settled::Done;
+                    }
+                    // passes=N: a pass's end within the one epoch; look on.
+                }
+                _ => {
+                    self.exhausted(self.passes);
+                    return Settled::Exhausted;
+                }
+            }
+        }
+    }
 }
 
 /// Forget (never drop: no join, no free of the parent's threads) what a

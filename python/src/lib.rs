@@ -37,7 +37,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
 
-use epochs::{Closed, Epochs, Slot};
+use epochs::{Closed, Epochs, Settled, Slot};
 use feed::PyFeed;
 use py_batch::PyBatch;
 
@@ -385,6 +385,7 @@ impl PyLoader {
                 stopped: None,
                 closed: None,
                 epochs,
+                passes: config.passes,
             }),
             closing: AtomicBool::new(false),
             pid: std::process::id(),
@@ -450,9 +451,46 @@ impl PyLoader {
         }
     }
 
-    /// Begin an epoch, or join the open one: its number.
-    fn begin_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+    /// Settle the epochs before an `iter()` or a `set_epoch` (see
+    /// `epochs`): an open epoch whose last batch was handed out is ended,
+    /// a resumed pass with nothing left passed over — waited for without
+    /// the GIL, in slices, Ctrl-C heard between them.
+    fn settle(&self, py: Python<'_>) -> PyResult<()> {
         self.check_process()?;
+        loop {
+            let settled = py.allow_threads(|| {
+                if self.inner.closing.load(Ordering::SeqCst) {
+                    return Settled::Done;
+                }
+                let r = self.lock().settle_slice(self.endless, WAIT_SLICE);
+                if matches!(r, Settled::Exhausted) {
+                    self.inner.closing.store(true, Ordering::SeqCst);
+                }
+                r
+            });
+            match settled {
+                Settled::Done | Settled::Exhausted => return Ok(()),
+                Settled::Wait => {
+                    logbridge::flush(py);
+                    if let Err(e) = py.check_signals() {
+                        self.close_for(py, Closed::Interrupted);
+                        return Err(e);
+                    }
+                }
+                Settled::Failed(e) => {
+                    self.close_for(py, Closed::Failed(e.to_string()));
+                    logbridge::flush(py);
+                    return Err(to_py_err(e));
+                }
+            }
+        }
+    }
+
+    /// Begin an epoch, or join the open one: its number. The open epoch is
+    /// settled first: one whose last batch was handed out is over, and this
+    /// begins the next.
+    fn begin_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        self.settle(py)?;
         let r = py.allow_threads(|| {
             let mut slot = self.lock();
             match &slot.closed {
@@ -532,14 +570,8 @@ impl PyLoader {
                     }
                 }
                 Ok(Popped::EndOfData) => {
-                    ep.end();
-                    let passes = self.config.passes;
-                    slot.closed = Some(Closed::Exhausted { passes });
                     self.inner.closing.store(true, Ordering::SeqCst);
-                    if let Some(mut l) = slot.loader.take() {
-                        l.shutdown();
-                        slot.stopped = Some(l);
-                    }
+                    slot.exhausted(self.config.passes);
                     return Step::End;
                 }
                 Err(PipelineError::Timeout { .. }) => return Step::Wait,
@@ -1256,6 +1288,7 @@ impl PyLoader {
                 self.config.passes - 1
             )));
         }
+        self.settle(py)?;
         let (free, closed) = py.allow_threads(|| {
             let slot = self.lock();
             let e = &slot.epochs;

@@ -88,6 +88,115 @@ def test_set_epoch_mid_epoch_gives_up_the_rest(tmp_path):
         assert [b["y"].tolist() for b in l] == whole[1]
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_an_epoch_ends_with_its_last_batch_pulled_or_not(tmp_path, deterministic):
+    """As Lightning's fetcher does: take len() batches, never the end, then
+    iter() again. Each iter() is the next whole epoch (not the finished one
+    rejoined, empty), and a state_dict() taken between says the same as
+    the live loader: it resumes with the next epoch."""
+    paths = make_npz(tmp_path)
+    with loader(paths, deterministic=deterministic) as l:
+        per_epoch, states = [], []
+        for epoch in range(4):
+            n = len(l)
+            it = iter(l)
+            got = [next(it) for _ in range(n)]
+            per_epoch.append(got)
+            states.append(json.loads(json.dumps(l.state_dict())))
+            assert {b.pass_ for b in got} == {epoch}
+            assert sorted(ys(got)) == list(range(N)), f"epoch {epoch} whole, by label"
+    assert [len(e) for e in per_epoch] == [len(per_epoch[0])] * 4
+    if deterministic:
+        with loader(paths, deterministic=True) as fresh:
+            assert [ys(b for b in fresh) for _ in range(4)] == [ys(e) for e in per_epoch]
+    # The state taken after the len()-th batch resumes with the next epoch,
+    # as the live loader went on.
+    for epoch, state in enumerate(states[:3]):
+        with loader(paths, deterministic=deterministic, resume=state) as l:
+            nxt = list(l)
+        assert {b.pass_ for b in nxt} == {epoch + 1}
+        assert sorted(ys(nxt)) == list(range(N))
+        if deterministic:
+            assert ys(nxt) == ys(per_epoch[epoch + 1])
+
+
+def test_the_last_batch_then_state_dict_then_iter_agree(tmp_path):
+    """The end not pulled: state_dict() before and after the next iter()
+    say the same position — a resume from either gives exactly the live
+    loader's next epoch (deterministic)."""
+    paths = make_npz(tmp_path)
+    with loader(paths, deterministic=True) as l:
+        n = len(l)
+        it = iter(l)
+        [next(it) for _ in range(n)]
+        before = l.state_dict()
+        it2 = iter(l)
+        after = l.state_dict()
+        live = [b["y"].tolist() for b in it2]
+        with pytest.raises(StopIteration):
+            next(it)  # the finished epoch's iterator stays finished
+    for state in (before, after):
+        with loader(paths, deterministic=True, resume=state) as l:
+            resumed = list(l)
+        assert {b.pass_ for b in resumed} == {1}
+        assert [b["y"].tolist() for b in resumed] == live
+
+
+ORDERS = [("load", "iter", "set"), ("load", "set", "iter"), ("iter", "load", "set"),
+          ("iter", "set", "load"), ("set", "load", "iter"), ("set", "iter", "load")]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["-".join(o) for o in ORDERS])
+@pytest.mark.parametrize("where", ["mid-epoch", "epoch-end"])
+def test_load_state_dict_iter_and_set_epoch_in_any_order_give_a_whole_epoch(
+        tmp_path, order, where):
+    """Lightning restores with load_state_dict(state), iter(), then
+    set_epoch(n); other trainers in other orders. With n the epoch the state
+    goes on with (the interrupted one, or the next after an epoch's end),
+    every order gives an iterator that yields exactly the rest of that
+    epoch (the uninterrupted run's batches, deterministic)."""
+    paths = make_npz(tmp_path)
+    with loader(paths, deterministic=True) as l:
+        whole = [[b["y"].tolist() for b in l] for _ in range(4)]
+    stop = 5 if where == "mid-epoch" else len(whole[1])
+    with loader(paths, deterministic=True) as l:
+        list(l)  # epoch 0
+        it = iter(l)
+        [next(it) for _ in range(stop)]  # epoch 1, the end never pulled
+        state = json.loads(json.dumps(l.state_dict()))
+    want, epoch = ((whole[1][stop:], 1) if where == "mid-epoch" else (whole[2], 2))
+    with loader(paths, deterministic=True) as l:
+        it = None
+        for step in order:
+            if step == "load":
+                l.load_state_dict(state)
+            elif step == "set":
+                l.set_epoch(epoch)
+            else:
+                it = iter(l)
+        got = [b["y"].tolist() for b in it]
+        assert got == want, f"{order}: {len(got)} batches, want {len(want)}"
+        # Then the next loop is the next epoch, whole.
+        assert [b["y"].tolist() for b in l] == whole[epoch + 1]
+    with loader(paths, deterministic=True, resume=state) as l:
+        l.set_epoch(epoch)
+        assert [b["y"].tolist() for b in l] == want
+
+
+def test_an_iterator_not_yet_taken_from_follows_set_epoch(tmp_path):
+    """iter(), then set_epoch(n) to another epoch: the iterator yields
+    epoch n whole (it is rebound, not emptied); once it has taken a batch,
+    set_epoch gives its epoch up (see the next test)."""
+    paths = make_npz(tmp_path)
+    with loader(paths, deterministic=True) as l:
+        whole = [[b["y"].tolist() for b in l] for _ in range(4)]
+    with loader(paths, deterministic=True) as l:
+        for n in (3, 1, 1, 0):
+            it = iter(l)
+            l.set_epoch(n)
+            assert [b["y"].tolist() for b in it] == whole[n], f"set_epoch({n}) after iter()"
+
+
 def test_a_loop_left_early_goes_on_when_iterated_again(tmp_path):
     paths = make_npz(tmp_path)
     with loader(paths) as l:

@@ -5,7 +5,9 @@ ranks x 1, 2, 3 workers; deterministic batches equal across worker counts;
 a worker actor killed with ray.kill mid-pass; a rank restarted from its
 state_dict() (also under another world size); a TorchTrainer stopped and
 resumed from its ray.train.Checkpoint; equalize; placement by custom
-resources; ranks as Ray tasks; every bad setting a ValueError; pixels
+resources; ranks as Ray tasks; every rank an equal share of the records
+in whole batches but its last (2,400 and 2,403 records, batch 50), and a
+resume amid the rows held back for that; every bad setting a ValueError; pixels
 shipped (the rank running the transform's output steps) against float32
 shipped, to the bit; and feedline.ray.read's rows against
 feedline.Loader's, its columns= and its rows per block."""
@@ -465,15 +467,147 @@ def test_elastic_resume_under_another_world_size(cluster, data):
     assert_exactly_once([rest[r][1] for r in range(3)], want)
 
 
+# ------------------------------------------------------------------ whole batches, equal shares
+
+WHOLE_SIZES = [113, 187, 96, 204, 151, 149, 77, 223, 160, 140, 131, 169, 58, 242, 150, 150]  # 2,400
+
+
+@pytest.fixture(scope="module")
+def whole_data(tmp_path_factory):
+    """16 .npz files of 2,400 rows in all (sizes no multiple of 50), and a
+    17th of 3 rows: y = a global id, x = [id, f, record]."""
+    assert sum(WHOLE_SIZES) == 2400
+    d = tmp_path_factory.mktemp("raywhole")
+    paths, want, nxt = [], {}, 0
+    for f, n in enumerate(WHOLE_SIZES + [3]):
+        ids = np.arange(nxt, nxt + n, dtype=np.int64)
+        nxt += n
+        x = np.stack([ids, np.full(n, f), np.arange(n)], axis=1).astype(np.float32)
+        p = str(d / f"w{f:02d}.npz")
+        np.savez(p, x=x, y=ids)
+        paths.append(p)
+        for r in range(n):
+            want[(p, r)] = int(ids[r])
+    return paths, want
+
+
+def check_whole(out, world, records, size):
+    """Every rank's batches: all of `size` rows but its last; its share
+    records * r // world .. records * (r+1) // world (give or take the one
+    record a share of records % world != 0 adds); the batch counts."""
+    shares = sorted(sum(b.size for b in out[r]) for r in range(world))
+    assert sum(shares) == records and shares[-1] - shares[0] <= 1, shares
+    assert shares == sorted(records * (r + 1) // world - records * r // world for r in range(world))
+    for r in range(world):
+        bs = out[r]
+        assert all(b.size == size for b in bs[:-1]), (r, [b.size for b in bs])
+        assert 0 < bs[-1].size <= size
+        assert len(bs) == -(-sum(b.size for b in bs) // size)
+    return [len(out[r]) for r in range(world)]
+
+
+@pytest.mark.parametrize("case, world, counts", [
+    ("even", 2, [24, 24]), ("even", 4, [12, 12, 12, 12]),
+    ("uneven", 2, [25, 25]),            # 2,403 records: 1,201 + 1,202
+    ("uneven", 4, [12, 13, 13, 13]),    # 600 + 601 x 3: equalize=None leaves them so
+    ("few_files", 4, [2, 2, 2, 2]),     # 3 files (more groups than files): 396 = 4 x 99
+])
+def test_every_rank_gets_whole_batches_and_an_equal_share(cluster, whole_data, case, world, counts):
+    """2,400 records in 16 files of uneven sizes, batch 50: every rank gets
+    1,200 (600) records in 24 (12) whole batches; with 3 records more every
+    batch is whole but each rank's last; every record once by identity,
+    len() what a rank delivers."""
+    paths, want = whole_data
+    files = {"even": paths[:16], "uneven": paths, "few_files": paths[:3]}[case]
+    want = {k: v for k, v in want.items() if k[0] in files}
+    svc = service(whole_data, files=files, batch_size=50, workers=2, world_size=world, deterministic=False)
+    try:
+        out = run_ranks(svc, world, want)
+        out = {r: out[r][0] for r in out}
+        assert check_whole(out, world, len(want), 50) == counts
+        assert_exactly_once([out[r] for r in range(world)], want)
+        for r in range(world):
+            with svc.loader(r) as l:
+                assert len(l) == counts[r]
+        if case != "few_files":
+            # rows of several groups' last batches were put together
+            assert any(b.group is None for r in range(world) for b in out[r])
+    finally:
+        svc.shutdown()
+
+
+def _states_at_every_batch(loader):
+    """Every batch of a pass, the state after each, the rows the loader
+    holds back then and the batches taken from each open group."""
+    batches, states, held, taken = [], [], [], []
+    for b in loader:
+        batches.append(b)
+        states.append(json.loads(json.dumps(loader.state_dict())))
+        held.append(sum(t.left() for t in loader._pool))
+        taken.append({c.group: c.taken for c in loader._active})
+    return batches, states, held, taken
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_resume_amid_rows_held_back_is_exact(cluster, whole_data, deterministic):
+    """States taken where rows are held back -- a group's last batch in the
+    rank's pool (part of it handed out, right after a batch put together
+    from several groups' rows), and rows a worker carries from one Loader
+    batch into the next (a file cut between two ranks) -- resume to the
+    same batches (deterministic) or the same records (not): every record of
+    the rank's share once, every batch whole but the last."""
+    paths, want = whole_data
+    svc = service(whole_data, batch_size=50, workers=2, world_size=2, deterministic=deterministic)
+    try:
+        refs = [_states_at_every_batch(svc.loader(r)) for r in range(2)]
+        assert_exactly_once([refs[0][0], refs[1][0]], want)
+        # the groups with a file cut between the ranks (its rows carried in the worker)
+        plan = fray.pass_plan(paths, 5, 0, svc.groups, counts=WHOLE_SIZES + [3], world_size=2)
+        cut = {g for g, parts in enumerate(plan) for _, _, _, ranges in parts
+               if any(rg is not None for rg in ranges)}
+        assert cut
+
+        def first(pred):
+            return next((r, i) for r in range(2) for i in range(len(refs[r][0]) - 1) if pred(r, i))
+
+        points = {
+            # a group's last batch held back
+            "held": first(lambda r, i: refs[r][2][i] > 0),
+            # right after a batch of several groups' rows, rows still held
+            "after_merged": first(lambda r, i: refs[r][0][i].group is None and refs[r][2][i] > 0),
+            # a group with a cut file open, a batch of it taken
+            "carried": first(lambda r, i: any(refs[r][3][i].get(g, 0) > 0 for g in cut)),
+        }
+        for name, (r, i) in points.items():
+            ref, states = refs[r][:2]
+            rest = list(svc.loader(r, state=states[i]))
+            whole = ref[:i + 1] + rest
+            got = [o for b in whole for o in b.origins]
+            assert len(got) == len(set(got)) and set(got) == {o for b in ref for o in b.origins}, name
+            assert all(b.size == 50 for b in whole[:-1]) and len(whole) == len(ref), name
+            if deterministic:
+                assert [b.origins for b in whole] == [b.origins for b in ref], name
+        # the states resumed from held rows back: the pool, and a worker's carry
+        r, i = points["after_merged"]
+        assert refs[r][1][i]["pool"]
+        r, i = points["carried"]
+        assert any(a[0] in cut and a[2]["skip"] for a in refs[r][1][i]["active"])
+    finally:
+        svc.shutdown()
+
+
 # ------------------------------------------------------------------ equalize, len, placement, tasks
 
 
 @pytest.mark.parametrize("how", ["drop", "pad"])
 def test_equalize_gives_every_rank_the_same_batch_count(cluster, data, how):
-    _, want = data
-    svc = service(data, workers=2, world_size=4, equalize=how, deterministic=True)
+    paths, want = data
+    # 11 files, 385 records: shares of 96, 96, 96 and 97 records, 12 or 13 batches of 8
+    want = {k: v for k, v in want.items() if k[0] in paths[:11]}
+    svc = service(data, files=paths[:11], workers=2, world_size=4, equalize=how, deterministic=True)
     try:
         counts = svc.loader(0)._targets()[1]
+        assert sorted(counts) == [12, 12, 12, 13]
         assert len(set(counts)) > 1  # the ranks' shares differ: equalize has work to do
         out = run_ranks(svc, 4, want, passes=1)
         target = min(counts) if how == "drop" else max(counts)
@@ -483,6 +617,8 @@ def test_equalize_gives_every_rank_the_same_batch_count(cluster, data, how):
                 assert len(l) == target
         got = [o for r in range(4) for o in origins_of(out[r][0])]
         assert len(got) == len(set(got))
+        # whole batches but each rank's last (padded ones repeat a whole first batch)
+        assert all(b.size == 8 for r in range(4) for b in out[r][0][:-1])
         if how == "pad":
             assert set(got) == set(want)
             pads = [b for r in range(4) for b in out[r][0] if b.padded]
@@ -575,6 +711,7 @@ def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
     (dict(transform=3), "transform must be a spec string"),
     (dict(ship_pixels="yes"), "ship_pixels must be True or False"),
     (dict(transform="decode,no-such"), "unknown step 'no-such'"),
+    (dict(pack=16), r"pack=16: .*packed rows .* are not records"),
 ])
 def test_bad_settings_are_value_errors(cluster, data, kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -612,6 +749,8 @@ def test_bad_rank_and_bad_resume_are_value_errors(cluster, data, tmp_path):
         service(data, world_size=2, resume=[{"pass": 0}])
     with pytest.raises(ValueError, match="two states of rank 0"):
         service(data, world_size=2, resume=[st, st])
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/2'"):
+        service(data, world_size=2, resume=[dict(st, format="feedline.ray/1")])
 
 
 def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
@@ -663,7 +802,8 @@ def test_shipped_pixels_give_the_transforms_batches_to_the_bit(cluster, tmp_path
     tar, _ = make_png_tar(tmp_path, n=n)
     pixels, px_workers, px_rank, _ = pixel_run(tar, True)
     output, out_workers, out_rank, _ = pixel_run(tar, False)
-    assert len(pixels) == len(output) == 9  # 3 groups of 10 records: 4 + 4 + 2 each
+    assert len(pixels) == len(output) == 8  # 30 records: 7 whole batches of 4 and the last of 2
+    assert [len(b[0]) for b in pixels] == [4] * 7 + [2]
     for (po, pv, pc), (oo, ov, oc) in zip(pixels, output):
         assert po == oo and pc == oc
         assert np.array_equal(pv, ov)

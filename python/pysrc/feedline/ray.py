@@ -15,8 +15,9 @@ exactly once per pass, deterministic, resumable; and a Ray Data source.
 
 Ray is imported when a Service is made or read() is called: `import
 feedline.ray` alone does not import it. docs/ray.md has the design: the pass
-plan (files cut into a fixed number of file groups, each made by an ordinary
-feedline.Loader in a worker actor), what is guaranteed, and the numbers.
+plan (every rank an equal share of the records, cut into a fixed number of
+groups, each made by an ordinary feedline.Loader in a worker actor; whole
+batches but each rank's last), what is guaranteed, and the numbers.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from feedline import _native
 
 __all__ = ["Service", "ServiceLoader", "RayBatch", "read", "output_steps", "pass_plan"]
 
-STATE_FORMAT = "feedline.ray/1"
+STATE_FORMAT = "feedline.ray/2"
 
 # Loader keywords the Service sets itself (per group); the rest of
 # loader_options goes to every group's feedline.Loader as given.
@@ -85,42 +86,130 @@ def _expand(files):
     return out
 
 
-def _group_seed(seed, pass_, group):
-    s = np.random.SeedSequence([seed, pass_, group, 0xFEED]).generate_state(1, dtype=np.uint64)[0]
+def _part_seed(seed, pass_, group, part):
+    """The seed of part `part` of group `group` in pass `pass_`."""
+    s = np.random.SeedSequence([seed, pass_, group, part, 0xFEED]).generate_state(1, dtype=np.uint64)[0]
     return int(s) & ((1 << 63) - 1)
-
-
-def _spec_seed(seed, pass_, group, spec):
-    """A group's Loader seed. Groups that share files by record share one
-    seed: feedline's record shares are drawn from it, and must be the same
-    draw in every group for each record to fall in exactly one."""
-    return _group_seed(seed, pass_, group if spec[2] == 1 else 1 << 20)
-
-
-def pass_plan(files, seed, pass_, groups, shuffle=True):
-    """The groups of pass `pass_`, as (files, shard, shards): the files in
-    the order of a permutation drawn from (seed, pass) (kept as given when
-    `shuffle` is false), cut into `groups` contiguous groups of nearly equal
-    size (shard 0 of 1: the whole files); with more groups than files,
-    every group reads every file and keeps its share of the records
-    (feedline's sharding by record: shard g of `groups`). Each group is one
-    feedline.Loader(files, rank=shard, world_size=shards) with seed
-    _spec_seed(seed, pass, group, spec): the batches are a function of these
-    arguments (and the Loader settings) only -- not of the worker count,
-    the ranks' timing or the placement."""
-    n = len(files)
-    if shuffle:
-        order = np.random.default_rng([seed, pass_, 0x51]).permutation(n)
-    else:
-        order = np.arange(n)
-    if groups > n:
-        every = [files[i] for i in order]
-        return [(every, g, groups) for g in range(groups)]
-    return [([files[i] for i in part], 0, 1) for part in np.array_split(order, groups)]
 
 
 def _rank_groups(groups, rank, world_size):
     return [g for g in range(groups) if g % world_size == rank]
+
+
+class _Plan:
+    """The plan of one pass: `specs[g]` is group g's list of parts (each one
+    feedline.Loader: files, ids (indices into the Service's files), shard,
+    shards, ranges (per file None, or the (lo, hi) of its records the group
+    keeps), seed); `group_records[g]` its records; `rank_records[r]` rank
+    r's; `world` the world size it is made for (group g is rank g % world's)."""
+
+    __slots__ = ("specs", "group_records", "rank_records", "world", "by_record")
+
+    def __init__(self, specs, group_records, world, by_record):
+        self.specs = specs
+        self.group_records = group_records
+        self.world = world
+        self.by_record = by_record
+        self.rank_records = [sum(group_records[g] for g in _rank_groups(len(specs), r, world))
+                             for r in range(world)]
+
+
+def _make_plan(files, counts, seed, pass_, groups, world, shuffle):
+    """Pass `pass_`'s plan (see pass_plan) from the files' record counts."""
+    nf = len(files)
+    if len(counts) != nf:
+        raise ValueError(f"counts: {len(counts)} record counts for {nf} files")
+    order = np.random.default_rng([seed, pass_, 0x51]).permutation(nf) if shuffle else np.arange(nf)
+    n = np.array([int(counts[i]) for i in order], dtype=np.int64)
+    ends = np.cumsum(n)
+    starts = ends - n
+    total = int(ends[-1]) if nf else 0
+    specs = [[] for _ in range(groups)]
+    records = [0] * groups
+    if groups <= nf:
+        # rank r: records [total*r//world, total*(r+1)//world) of the files end
+        # to end; its files (the first and last maybe in part) cut into its
+        # groups, contiguous, of nearly equal numbers of files
+        for r in range(world):
+            lo_r, hi_r = total * r // world, total * (r + 1) // world
+            pieces = []
+            if hi_r > lo_r:
+                k0 = int(np.searchsorted(ends, lo_r, side="right"))
+                k1 = int(np.searchsorted(starts, hi_r, side="left"))
+                for k in range(k0, k1):
+                    lo = max(lo_r, int(starts[k])) - int(starts[k])
+                    hi = min(hi_r, int(ends[k])) - int(starts[k])
+                    if hi > lo:
+                        whole = lo == 0 and hi == int(n[k])
+                        pieces.append((int(order[k]), None if whole else (lo, hi), hi - lo))
+            mine = _rank_groups(groups, r, world)
+            for g, cut in zip(mine, np.array_split(np.arange(len(pieces)), len(mine))):
+                part = [pieces[i] for i in cut]
+                if part:
+                    specs[g] = [{"files": [files[i] for i, _, _ in part], "ids": [i for i, _, _ in part],
+                                 "shard": 0, "shards": 1, "ranges": [rg for _, rg, _ in part],
+                                 "seed": _part_seed(seed, pass_, g, 0)}]
+                records[g] = sum(c for _, _, c in part)
+    else:
+        # more groups than files: every group reads every file, one Loader a
+        # file, and keeps the records whose place c in the pass (the files
+        # end to end) has c % (world * groups of its rank) == g: rank r gets
+        # every c with c % world == r
+        for g in range(groups):
+            stride = world * len(_rank_groups(groups, g % world, world))
+            for k in range(nf):
+                s, m = int(starts[k]), int(n[k])
+                kept = (s + m - 1 - g) // stride - (s - 1 - g) // stride
+                if kept > 0:
+                    specs[g].append({"files": [files[int(order[k])]], "ids": [int(order[k])],
+                                     "shard": (g - s) % stride, "shards": stride, "ranges": [None],
+                                     "seed": _part_seed(seed, pass_, g, len(specs[g]))})
+                    records[g] += kept
+    return _Plan(specs, records, world, groups > nf)
+
+
+def _count_records(files, options):
+    """Each file's records (feedline's record counting: headers, or framing),
+    in the order of `files`."""
+    kw = {k: v for k, v in options.items() if k in ("schema", "on_error", "max_bad")}
+    out = []
+    for f in files:
+        with feedline.Loader([f], batch_size=1, shuffle=0, passes=1, readers=1, rank=0, world_size=1,
+                             deterministic=True, **kw) as l:
+            try:
+                out.append(len(l))
+            except TypeError as e:
+                raise ValueError(f"the Service plans each pass by record: {f!r} cannot be counted ({e})") from None
+            except feedline.FeedlineError as e:
+                raise feedline.FeedlineError(f"counting the records of {f!r}: {e}") from None
+    return out
+
+
+def pass_plan(files, seed, pass_, groups, shuffle=True, counts=None, world_size=1):
+    """The groups of pass `pass_` for `world_size` ranks: a list of `groups`
+    groups (group g is read by rank g % world_size), each a list of parts
+    (files, shard, shards, ranges), each part one feedline.Loader(files,
+    rank=shard, world_size=shards) of which the group keeps, per file, the
+    records in range (lo, hi) (None: all). `counts`: the files' record
+    counts (default: counted here).
+
+    The files are taken in the order of a permutation drawn from (seed,
+    pass) (kept as given when `shuffle` is false), end to end. Rank r's
+    share is the records [N*r//world_size, N*(r+1)//world_size) of them (N
+    records in all): the ranks' shares differ by at most one record. Its
+    files (the first and the last may be cut with a neighbour rank, each
+    part read by both) are cut into its groups, contiguous. With more
+    groups than files, every group reads every file (one part a file) and
+    keeps the records at the places c (in the same order) with c % (world_size x
+    the rank's groups) == g: again a share of N // world_size or one more
+    per rank. The batches are a function of these arguments and the Loader
+    settings only -- not of the worker count, the ranks' timing or the
+    placement."""
+    files = list(files)
+    if counts is None:
+        counts = _count_records(files, {})
+    plan = _make_plan(files, counts, seed, pass_, groups, world_size, shuffle)
+    return [[(p["files"], p["shard"], p["shards"], p["ranges"]) for p in spec] for spec in plan.specs]
 
 
 # ------------------------------------------------------------------ batches
@@ -130,8 +219,9 @@ class RayBatch(Mapping):
     """A batch from a Service: field name -> numpy array (read-only, in
     Ray's object store: no copy on the node that holds it) or list of
     bytes. `origins` is the (file, record) of every instance; `group` and
-    `index` say which group's batch it is; `padded` is True for a batch
-    that equalize="pad" repeats."""
+    `index` say which group's batch it is (both None for a batch put
+    together from the last rows of several groups); `padded` is True for a
+    batch that equalize="pad" repeats."""
 
     __slots__ = ("_fields", "_offsets", "_lengths", "origins", "pass_", "seq", "group", "index",
                  "padded")
@@ -193,13 +283,72 @@ def _export(batch):
     return fields, offsets, lengths
 
 
+def _rows(data, rows):
+    """The rows `rows` (a sorted int array) of exported batch parts, copied
+    (fields, offsets, lengths as _export gives them)."""
+    fields, offsets, lengths = data
+    f2, o2, l2 = {}, {}, {}
+    for name, v in fields.items():
+        o = offsets.get(name)
+        if o is not None:
+            o = np.asarray(o)
+            starts, stops = o[rows], o[rows + 1]
+            take = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), stops.tolist())]) \
+                if len(rows) else np.zeros(0, dtype=np.int64)
+            f2[name] = np.asarray(v)[take.astype(np.int64)]
+            o2[name] = np.concatenate([[0], np.cumsum(stops - starts)]).astype(o.dtype)
+        elif isinstance(v, np.ndarray):
+            f2[name] = v[rows]
+            if name in lengths:
+                l2[name] = np.asarray(lengths[name])[rows]
+        else:
+            f2[name] = [v[i] for i in rows.tolist()]
+    return f2, o2, l2
+
+
+def _concat(datas):
+    """Exported batch parts end to end (a field padded to another width in
+    each is padded with zeros to the widest)."""
+    if len(datas) == 1:
+        return datas[0]
+    fields, offsets, lengths = {}, {}, {}
+    for name, first in datas[0][0].items():
+        vs = [d[0][name] for d in datas]
+        if name in datas[0][1]:
+            os_ = [np.asarray(d[1][name]) for d in datas]
+            fields[name] = np.concatenate(vs)
+            shift = np.cumsum([0] + [o[-1] for o in os_[:-1]])
+            offsets[name] = np.concatenate([os_[0][:1]] + [o[1:] + s for o, s in zip(os_, shift)]).astype(os_[0].dtype)
+        elif isinstance(first, np.ndarray):
+            if name in datas[0][2]:
+                width = max(v.shape[1] for v in vs)
+                vs = [np.pad(v, [(0, 0), (0, width - v.shape[1])] + [(0, 0)] * (v.ndim - 2))
+                      if v.shape[1] < width else v for v in vs]
+                lengths[name] = np.concatenate([np.asarray(d[2][name]) for d in datas])
+            fields[name] = np.concatenate(vs)
+        else:
+            fields[name] = [x for v in vs for x in v]
+    return fields, offsets, lengths
+
+
 # ------------------------------------------------------------------ worker actor
 
 
 class _Group:
-    """One group's pipeline in a worker: a thread takes batches from a
-    feedline.Loader (and its state after each) into a queue of at most
-    `prefetch` batches; take() hands them out in order."""
+    """One group's pipeline in a worker: a thread runs the group's parts
+    (each a feedline.Loader) one after the other, keeps the records of each
+    file's range and not in the state's `skip`, and cuts them into batches
+    of exactly batch_size rows but the group's last (rows left over from
+    one Loader batch are carried into the next batch), each with the
+    group's state after it, into a queue of at most `prefetch` batches;
+    take() hands them out in order.
+
+    The group's state: {"part", "loader", "skip"}: part `part` goes on from
+    its Loader's state `loader` (None: from its start), the records in
+    `skip` ([file id, record]: handed out already) left out. A batch's
+    state points before the oldest Loader batch whose rows are still
+    carried, with the rows of it handed out in `skip`: a resume makes the
+    same rows again."""
 
     def __init__(self, key, spec, opts, state, prefetch, stats):
         self.key = key
@@ -214,40 +363,134 @@ class _Group:
                                        name=f"feedline-ray-group-{key[:8]}")
         self.thread.start()
 
+    def _put(self, item, t0):
+        made = time.perf_counter()
+        fields = item[0]
+        nbytes = sum(v.nbytes for v in fields.values() if isinstance(v, np.ndarray))
+        with self.cv:
+            self.stats["busy_s"] += made - t0
+            self.stats["batches"] += 1
+            self.stats["records"] += len(item[3])
+            self.stats["bytes"] += nbytes
+            while len(self.queue) >= self.prefetch and not self.closed:
+                self.cv.wait()
+            self.stats["blocked_s"] += time.perf_counter() - made
+            if self.closed:
+                return False
+            self.queue.append(item)
+            self.cv.notify_all()
+        return True
+
     def _run(self, spec, opts, state):
         loader = None
         try:
-            kw = dict(opts)
+            size = opts["batch_size"]
+            parts = spec
+            part_of = {fid: i for i, p in enumerate(parts) for fid in p["ids"]}
+            first = state["part"] if state is not None else 0
+            skip = {}  # (file id, record) -> where it was seen again ((part, batch) or None)
             if state is not None:
-                kw["resume"] = state
-            files, shard, shards = spec
-            loader = feedline.Loader(files, passes=1, rank=shard, world_size=shards, **kw)
-            it = iter(loader)
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    b = next(it)
-                except StopIteration:
-                    break
-                st = loader.state_dict()
-                fields, offsets, lengths = _export(b)
-                # the fields the transform made (the rank runs the output
-                # steps of those shipped as pixels)
-                item = (fields, offsets, lengths, b.origins, b.seq, st, loader.image_fields)
-                made = time.perf_counter()
-                nbytes = sum(v.nbytes for v in fields.values() if isinstance(v, np.ndarray))
-                with self.cv:
-                    self.stats["busy_s"] += made - t0
-                    self.stats["batches"] += 1
-                    self.stats["records"] += b.size
-                    self.stats["bytes"] += nbytes
-                    while len(self.queue) >= self.prefetch and not self.closed:
-                        self.cv.wait()
-                    self.stats["blocked_s"] += time.perf_counter() - made
-                    if self.closed:
+                skip = {(int(f), int(r)): None for f, r in state["skip"]}
+            # carried rows: [part, Loader batch, state before it, data, origins, ids, handed out]
+            carry = []
+            seq = 0
+            image_fields = ()
+            t0 = time.perf_counter()
+
+            def state_after(part, batch, before_next):
+                # the state after the rows handed out so far
+                if carry:
+                    p, m, before, _, _, ids, out = carry[0]
+                    handed = [list(x) for x in ids[:out]]
+                else:
+                    p, m, before, handed = part, batch + 1, before_next, []
+                keep = [list(x) for x, seen in skip.items()
+                        if part_of.get(x[0], -1) >= p and (seen is None or seen >= (p, m))]
+                return {"part": p, "loader": before, "skip": keep + handed}
+
+            def emit(part, batch, before_next, final=False):
+                nonlocal seq, t0
+                while carry and (final or sum(len(c[4]) - c[6] for c in carry) >= size):
+                    want, datas, origins = size, [], []
+                    while carry and want:
+                        c = carry[0]
+                        n = min(want, len(c[4]) - c[6])
+                        whole = c[6] == 0 and n == len(c[4])
+                        datas.append(c[3] if whole else _rows(c[3], np.arange(c[6], c[6] + n)))
+                        origins.extend(c[4][c[6]:c[6] + n])
+                        c[6] += n
+                        want -= n
+                        if c[6] == len(c[4]):
+                            carry.pop(0)
+                    fields, offsets, lengths = _concat(datas)
+                    st = state_after(part, batch, before_next)
+                    # skipped records behind the state are not read again
+                    front = (carry[0][0], carry[0][1]) if carry else (part, batch + 1)
+                    for x in [x for x, seen in skip.items()
+                              if (seen is not None and seen < front) or part_of.get(x[0], -1) < front[0]]:
+                        del skip[x]
+                    last = final and not carry  # the group's last batch (the rank holds it back if short)
+                    if not self._put((fields, offsets, lengths, origins, seq, st, image_fields, last), t0):
+                        return False
+                    seq += 1
+                    t0 = time.perf_counter()
+                return True
+
+            for pi in range(first, len(parts)):
+                part = parts[pi]
+                kw = dict(opts, seed=part["seed"])
+                before = None
+                if state is not None and pi == first and state["loader"] is not None:
+                    kw["resume"] = before = state["loader"]
+                loader = feedline.Loader(part["files"], passes=1, rank=part["shard"],
+                                         world_size=part["shards"], **kw)
+                fid = dict(zip(part["files"], part["ids"]))
+                ranges = {f: rg for f, rg in zip(part["files"], part["ranges"]) if rg is not None}
+                it = iter(loader)
+                m = 0
+                while True:
+                    try:
+                        b = next(it)
+                    except StopIteration:
+                        break
+                    after = loader.state_dict()
+                    image_fields = loader.image_fields
+                    origins = [tuple(o) for o in b.origins]
+                    try:
+                        ids = [(fid[f], r) for f, r in origins]
+                    except KeyError as e:
+                        raise feedline.FeedlineError(
+                            f"a record's origin names the file {e.args[0]!r}, not one of the part's files "
+                            f"{part['files'][:3]}{'...' if len(part['files']) > 3 else ''}") from None
+                    keep = None
+                    if ranges or skip:
+                        keep = []
+                        for i, ((f, r), x) in enumerate(zip(origins, ids)):
+                            rg = ranges.get(f)
+                            if rg is not None and not rg[0] <= r < rg[1]:
+                                continue
+                            if x in skip:
+                                if skip[x] is None:
+                                    skip[x] = (pi, m)
+                                continue
+                            keep.append(i)
+                        if len(keep) == len(origins):
+                            keep = None
+                    data = _export(b)
+                    if keep is not None:
+                        rows = np.asarray(keep, dtype=np.int64)
+                        data = _rows(data, rows)
+                        origins = [origins[i] for i in keep]
+                        ids = [ids[i] for i in keep]
+                    if origins:
+                        carry.append([pi, m, before, data, origins, ids, 0])
+                    if not emit(pi, m, after):
                         return
-                    self.queue.append(item)
-                    self.cv.notify_all()
+                    before = after
+                    m += 1
+                loader.close()
+                loader = None
+            emit(len(parts), 0, None, final=True)
         except BaseException as e:  # noqa: BLE001 - handed to the rank by take()
             with self.cv:
                 self.error = f"{type(e).__name__}: {e}"
@@ -360,7 +603,8 @@ class _Coordinator:
         self.ready = [True] * config["workers"]
         self.replacing = [False] * config["workers"]
         self.replaced = 0
-        self.counts = {}
+        self.counts = None
+        self.count_lock = threading.Lock()
         self.ranks = {}
         self.error = None
         try:
@@ -446,30 +690,17 @@ class _Coordinator:
             if self.workers[i] is w:
                 self.ready[i] = True
 
-    def group_counts(self, pass_):
-        """Batches of each group of pass `pass_` (feedline's len() of a
-        Loader over the group's files: record counts from headers or by
-        framing, kept per file)."""
-        with self.lock:
-            if pass_ in self.counts:
-                return self.counts[pass_]
-        c = self.config
-        plan = pass_plan(c["files"], c["seed"], pass_, c["groups"], c["shuffle"] > 0)
-        counts = []
-        for g, (files, shard, shards) in enumerate(plan):
-            # the group's own settings (its record shares, when it shares
-            # files, are drawn from its seed), without its transform
-            kw = {k: v for k, v in c["loader_options"].items() if k in ("schema", "on_error", "max_bad")}
-            seed = _spec_seed(c["seed"], pass_, g, (files, shard, shards))
-            with feedline.Loader(files, batch_size=c["batch_size"], shuffle=c["shuffle"], seed=seed,
-                                 deterministic=c["deterministic"], passes=1, readers=1,
-                                 rank=shard, world_size=shards, drop_last=c["drop_last"], **kw) as l:
-                counts.append(len(l))
-        with self.lock:
-            self.counts[pass_] = counts
-            for p in [p for p in self.counts if p < pass_ - 2]:
-                del self.counts[p]
-        return counts
+    def file_counts(self):
+        """Each file's records (feedline's record counting: headers, or
+        framing), counted once: ("ok", counts) or ("error", (type, message))."""
+        with self.count_lock:  # once, whichever rank asks first
+            if self.counts is None:
+                c = self.config
+                try:
+                    self.counts = ("ok", _count_records(c["files"], c["loader_options"]))
+                except Exception as e:  # noqa: BLE001 - handed to the rank
+                    self.counts = ("error", (type(e).__name__, str(e)))
+            return self.counts
 
     def rank_report(self, rank, stats):
         with self.lock:
@@ -540,10 +771,12 @@ class Service:
     tasks or actors that train. Made on the driver (it starts the actors);
     the actors live as long as the process that made the Service.
 
-    files: paths, globs or URLs. groups: the files of each pass are cut into
-    this many groups (default max(min(len(files), 64), world_size); more
-    groups than files share the files by record); the batches depend on it,
-    not on `workers`. service.worker_actors() gives the worker actors'
+    files: paths, globs or URLs. Each pass gives every rank an equal share
+    of the records (N // world_size, or one more), in batches of batch_size
+    rows but its last (pass_plan, docs/ray.md). groups: each pass's shares
+    are cut into this many groups (default max(min(len(files), 64),
+    world_size); more groups than files share the files by record); the
+    batches depend on it, not on `workers`. service.worker_actors() gives the worker actors'
     handles (named feedline-worker-<service>-<index>-<n>). interleave: groups a rank reads side by side (default
     4: a rank gets at most interleave workers' throughput). prefetch:
     batches queued ahead per open group: a rank that stops taking stops the
@@ -600,12 +833,16 @@ class Service:
         bad = sorted(set(loader_options) & _RESERVED)
         if bad:
             raise ValueError(f"{bad[0]!r} is set by the Service itself")
+        if loader_options.get("pack") is not None:
+            raise ValueError(f"pack={loader_options['pack']!r}: the Service plans each pass by record and "
+                             f"cuts batches of batch_size records; packed rows (documents cut and joined) "
+                             f"are not records: pack with feedline.Loader")
         if threads_per_worker is None:
             threads_per_worker = max(1, int(math.ceil(actor_options.get("num_cpus", 1) or 1)))
         threads_per_worker = _check_int("threads_per_worker", threads_per_worker, 1)
         opts = dict(loader_options)
         opts.update(batch_size=batch_size, shuffle=shuffle, deterministic=deterministic,
-                    drop_last=drop_last, readers=readers)
+                    drop_last=False, readers=readers)  # drop_last: the rank's last batch
         if transform is not None:
             opts.update(transform=pixel_steps or transform, workers=threads_per_worker)
         elif "map" in opts:
@@ -732,6 +969,10 @@ def _check_resume(resume, config):
     fp = _fingerprint(config)
     by_rank = {}
     for s in states:
+        if isinstance(s, Mapping) and s.get("format") == "feedline.ray/1":
+            raise ValueError(f"resume: a state of format 'feedline.ray/1' (groups cut by file, batches cut "
+                             f"per group), not this version's {STATE_FORMAT!r} (each pass planned by "
+                             f"record): its positions name other groups; start the pass again")
         if not isinstance(s, Mapping) or s.get("format") != STATE_FORMAT:
             raise ValueError(f"resume: not a feedline.ray state_dict() (format {STATE_FORMAT!r})")
         for k, v in fp.items():
@@ -767,36 +1008,80 @@ def _check_resume(resume, config):
         raise ValueError(f"resume under another world_size: the old ranks' states are in different passes "
                          f"{sorted(passes)}; take them at the same point of the same pass")
     p = passes.pop()
+    if all(s["finished"] for s in states):  # every rank at the end of pass p: the next pass
+        return {"mode": "elastic", "pass": p + 1, "plan_world": config["world_size"], "groups": {}}
+    plan_world = {s["plan_world"] for s in states}.pop()
     merged = {}
     for s in states:
+        el = s.get("elastic")
+        if el is not None:  # taken in a pass that was itself resumed under another world size
+            for g in el["done"]:
+                merged[int(g)] = None
         for g in s["done"]:
             merged[int(g)] = None
-        for g, taken, st in s["active"]:
-            merged[int(g)] = (taken, st)
-    return {"mode": "elastic", "pass": p, "groups": merged}
+        # groups open, with rows in the pool, or partly read and not yet opened again
+        for g, taken, st, n in list(s["active"]) + list(s["pool"]) + list(s["pending"]):
+            merged[int(g)] = (taken, st, n)
+    return {"mode": "elastic", "pass": p, "plan_world": plan_world, "groups": merged}
 
 
 # ------------------------------------------------------------------ a rank's loader
 
 
 class _Cursor:
-    __slots__ = ("group", "taken", "state", "key", "slot", "worker", "pending")
+    __slots__ = ("group", "taken", "state", "records", "key", "slot", "worker", "pending")
 
-    def __init__(self, group, taken=0, state=None):
+    def __init__(self, group, taken=0, state=None, records=0):
         self.group = group
         self.taken = taken
         self.state = state
+        self.records = records
         self.key = None
         self.slot = None
         self.worker = None
         self.pending = None
 
 
+class _Tail:
+    """A group's last batch, short of batch_size, held by the rank until
+    rows of other groups' last batches make a whole batch with it (or the
+    pass ends). `state` is the group's state before it, `out` its rows
+    handed out; data None until fetched again after a resume."""
+
+    __slots__ = ("group", "taken", "state", "records", "data", "origins", "out")
+
+    def __init__(self, group, taken, state, records, data=None, origins=None):
+        self.group = group
+        self.taken = taken
+        self.state = state
+        self.records = records
+        self.data = data
+        self.origins = origins
+        self.out = 0
+
+    def left(self):
+        return len(self.origins) - self.out
+
+    def resume_state(self, ids):
+        """The group's state after the rows handed out: the state before its
+        last batch, those rows skipped."""
+        handed = [[ids[f], r] for f, r in self.origins[:self.out]] if self.out else []
+        s = self.state or {"part": 0, "loader": None, "skip": []}
+        return {"part": s["part"], "loader": s["loader"], "skip": list(s["skip"]) + handed}
+
+
 class ServiceLoader:
     """A rank's batches from a Service: `for batch in loader` runs the next
     pass (a loop left early goes on with the same pass when iterated again),
     len() is this rank's batches of a whole pass, state_dict() the position
-    after the batches taken."""
+    after the batches taken.
+
+    Every batch has batch_size rows but the rank's last of the pass: a
+    group's last batch, short, is held back until the last batches of the
+    rank's next groups fill a batch with it (`group` None: rows of several
+    groups), and what is left when every group has ended is the pass's
+    last batch (dropped with drop_last=True). The state covers the rows
+    held back: a resume makes them again."""
 
     def __init__(self, config, coordinator, rank, start):
         self._c = config
@@ -805,105 +1090,116 @@ class ServiceLoader:
         self.world_size = config["world_size"]
         self._closed = False
         self._stats = {"batches": 0, "records": 0, "bytes": 0, "wait_s": 0.0, "padded": 0,
-                       "worker_failures": 0, "output_steps_s": 0.0}
+                       "worker_failures": 0, "output_steps_s": 0.0, "merged": 0}
         self._t0 = time.monotonic()
         self._last_report = 0.0
         self._pass = None
         self._group_list = []
-        self._elastic_todo = None
-        first_pass = 0
+        self._counts = None
+        self._plans = {}
+        self._ids = {f: i for i, f in enumerate(config["files"])}
+        self._pool = []
+        self._active = []
         if start is not None and start["mode"] == "same" and rank in start["states"]:
-            s = start["states"][rank]
-            self._restore(s)
-            first_pass = None
+            self._restore(start["states"][rank])
         elif start is not None and start["mode"] == "elastic":
             self._begin_elastic(start)
-            first_pass = None
-        if first_pass is not None:
+        else:
             self._begin(0)
 
     # ---- pass bookkeeping
 
-    def _begin(self, p):
-        c = self._c
+    def _plan_for(self, p, world):
+        key = (p, world)
+        if key not in self._plans:
+            if self._counts is None:
+                ray = _ray()
+                kind, v = ray.get(self._coord.file_counts.remote())
+                if kind == "error":
+                    etype, msg = v
+                    raise (ValueError if etype == "ValueError" else feedline.FeedlineError)(msg)
+                self._counts = v
+            c = self._c
+            self._plans[key] = _make_plan(c["files"], self._counts, c["seed"], p, c["groups"], world,
+                                          c["shuffle"] > 0)
+            for k in [k for k in self._plans if k[0] < p - 1]:
+                del self._plans[k]
+        return self._plans[key]
+
+    def _reset(self, p, world):
         self._pass = p
-        self._plan = pass_plan(c["files"], c["seed"], p, c["groups"], c["shuffle"] > 0)
-        self._group_list = _rank_groups(c["groups"], self.rank, self.world_size)
+        self._plan = self._plan_for(p, world)
         self._next_group = 0
         self._active = []
+        self._pool = []
         self._pos = 0
         self._done = []
         self._delivered = 0
         self._target = None
+        self._restored_target = None
         self._first = None
         self._finished = False
         self._elastic = {}
-        self._elastic_left = None
+        self._elastic_start = None
+
+    def _mine(self, plan):
+        """This rank's groups of `plan` that have records to read."""
+        return [g for g in _rank_groups(self._c["groups"], self.rank, self.world_size) if plan.specs[g]]
+
+    def _begin(self, p):
+        self._reset(p, self.world_size)
+        self._group_list = self._mine(self._plan)
         self._fill()
 
     def _restore(self, s):
-        c = self._c
-        self._pass = s["pass"]
-        self._plan = pass_plan(c["files"], c["seed"], self._pass, c["groups"], c["shuffle"] > 0)
+        self._reset(s["pass"], s["plan_world"])
         self._group_list = list(s["group_list"])
         self._next_group = s["next_group"]
-        self._active = [_Cursor(int(g), taken, st) for g, taken, st in s["active"]]
+        self._active = [_Cursor(int(g), taken, st, n) for g, taken, st, n in s["active"]]
+        self._pool = [_Tail(int(g), taken, st, n) for g, taken, st, n in s["pool"]]
+        self._elastic = {int(g): (taken, st, n) for g, taken, st, n in s["pending"]}
+        self._elastic_start = s.get("elastic")
         self._pos = s["pos"]
         self._done = list(s["done"])
         self._delivered = s["delivered"]
-        self._target = None
-        self._first = None
-        self._finished = s["finished"]
         self._restored_target = s.get("target")
-        self._elastic = {}
-        self._elastic_left = None
+        self._finished = s["finished"]
         if self._finished:
             self._begin(self._pass + 1)
 
     def _begin_elastic(self, start):
-        c = self._c
-        p = start["pass"]
-        self._pass = p
-        self._plan = pass_plan(c["files"], c["seed"], p, c["groups"], c["shuffle"] > 0)
+        self._reset(start["pass"], start["plan_world"])
         merged = start["groups"]
-        mine = _rank_groups(c["groups"], self.rank, self.world_size)
+        plan = self._plan
+        mine = self._mine(plan)
         partial = [g for g in mine if g in merged and merged[g] is not None]
         fresh = [g for g in mine if g not in merged]
         self._group_list = partial + fresh
-        self._next_group = 0
-        self._active = []
-        self._pos = 0
         self._done = [g for g in mine if g in merged and merged[g] is None]
-        self._delivered = 0
-        self._target = None
-        self._first = None
-        self._finished = False
         self._elastic = {g: merged[g] for g in partial}
-        # what is left of each group in this pass, for len() and equalize
-        self._elastic_left = {g: (0 if v is None else v[0]) for g, v in merged.items()}
-        self._elastic_done = {g for g, v in merged.items() if v is None}
+        # what the pass had left at the resume, for len() and equalize
+        self._elastic_start = {"done": sorted(g for g, v in merged.items() if v is None),
+                               "delivered": sorted([g, v[2]] for g, v in merged.items() if v is not None)}
         self._fill()
+
+    def _cursor(self, g):
+        if g in self._elastic:
+            taken, st, n = self._elastic.pop(g)
+            return _Cursor(g, taken, st, n)
+        return _Cursor(g)
 
     def _fill(self):
         """Open groups from the rank's list until `interleave` are open."""
-        elastic = getattr(self, "_elastic", None) or {}
         while len(self._active) < self._c["interleave"] and self._next_group < len(self._group_list):
-            g = self._group_list[self._next_group]
+            self._active.append(self._cursor(self._group_list[self._next_group]))
             self._next_group += 1
-            if g in elastic:
-                taken, st = elastic.pop(g)
-                self._active.append(_Cursor(g, taken, st))
-            else:
-                self._active.append(_Cursor(g))
 
     def _open(self, cur):
         ray = _ray()
         cur.slot, cur.worker = ray.get(self._coord.assign.remote())
         cur.key = uuid.uuid4().hex
-        cur.worker.open.remote(cur.key, self._plan[cur.group],
-                               dict(self._c["loader_options"], seed=_spec_seed(self._c["seed"], self._pass, cur.group,
-                                                                               self._plan[cur.group])),
-                               cur.state, self._c["prefetch"])
+        cur.worker.open.remote(cur.key, self._plan.specs[cur.group], self._c["loader_options"], cur.state,
+                               self._c["prefetch"])
         cur.pending = cur.worker.take.remote(cur.key)
 
     def _release(self, cur, close=True):
@@ -936,33 +1232,109 @@ class ServiceLoader:
                 ray.get(self._coord.replace.remote(cur.slot, dead._actor_id.hex()))
         raise feedline.FeedlineError(f"group {cur.group}: its worker died 20 times in a row")
 
+    def _fail(self, cur, item):
+        etype, msg = item
+        self.close()
+        if etype == "ValueError":
+            raise ValueError(f"group {cur.group} of pass {self._pass}: {msg}")
+        raise feedline.FeedlineError(f"group {cur.group} of pass {self._pass}: {msg}")
+
+    def _unpack(self, item):
+        """A worker's batch: its parts, the output steps run on its pixels."""
+        fields, offsets, lengths, origins, seq, st, image_fields, _ = item
+        if self._c.get("ship_pixels") and image_fields:
+            t0 = time.perf_counter()
+            for name in image_fields:
+                fields[name] = _native._expand_pixels(fields[name], self._c["transform"])
+            self._stats["output_steps_s"] += time.perf_counter() - t0
+        return (fields, offsets, lengths), [tuple(o) for o in origins], st
+
+    def _refetch(self):
+        """The rows a resumed state holds back: made again by their groups
+        (from the state before each group's last batch, the rows handed out
+        skipped), in the order they were held."""
+        for t in self._pool:
+            if t.data is not None:
+                continue
+            cur = _Cursor(t.group, t.taken, t.state, t.records)
+            kind, item = self._get(cur)
+            self._release(cur)
+            if kind == "error":
+                self._fail(cur, item)
+            if kind == "end":
+                t.data, t.origins = ({}, {}, {}), []
+                continue
+            t.data, t.origins, _ = self._unpack(item)
+        for t in [t for t in self._pool if t.left() == 0]:
+            self._pool.remove(t)
+            self._done.append(t.group)
+
+    def _held(self):
+        return sum(t.left() for t in self._pool)
+
+    def _from_pool(self, n):
+        """A batch of the next n rows held back, in the order held."""
+        datas, origins = [], []
+        while n:
+            t = self._pool[0]
+            k = min(n, t.left())
+            whole = t.out == 0 and k == len(t.origins)
+            datas.append(t.data if whole else _rows(t.data, np.arange(t.out, t.out + k)))
+            origins.extend(t.origins[t.out:t.out + k])
+            t.out += k
+            n -= k
+            if t.left() == 0:
+                self._pool.pop(0)
+                self._done.append(t.group)
+        fields, offsets, lengths = _concat(datas)
+        self._stats["merged"] += 1
+        return self._deliver(RayBatch(fields, offsets, lengths, origins, self._pass, self._delivered,
+                                      None, None))
+
+    def _deliver(self, b):
+        self._delivered += 1
+        if self._first is None:
+            self._first = b
+        self._count(b)
+        return b
+
     def _equal_target(self):
         if self._c["equalize"] is None:
             return None
-        if getattr(self, "_restored_target", None) is not None:
-            t = self._restored_target
-            self._restored_target = None
-            self._target = t
+        if self._restored_target is not None:
+            self._target, self._restored_target = self._restored_target, None
         if self._target is None:
             self._target = self._targets()[0]
         return self._target
 
-    def _targets(self):
-        ray = _ray()
-        counts = list(ray.get(self._coord.group_counts.remote(self._pass)))
-        if self._elastic_left is not None and not getattr(self, "_len_next", False):
-            for g, taken in self._elastic_left.items():
-                counts[g] = 0 if g in self._elastic_done else max(0, counts[g] - taken)
-        per_rank = [sum(counts[g] for g in _rank_groups(self._c["groups"], r, self.world_size))
-                    for r in range(self.world_size)]
+    def _targets(self, next_pass=False):
+        """(this rank's batches, every rank's batches) of the pass in
+        progress (or the next one), equalize applied to the first: from the
+        plan's record shares, less what was read before a resume under
+        another world size."""
+        if next_pass:
+            per_rank = self._plan_for(self._pass + 1, self.world_size).rank_records
+        elif self._elastic_start is not None:
+            plan, el = self._plan, self._elastic_start
+            left = list(plan.group_records)
+            for g in el["done"]:
+                left[int(g)] = 0
+            for g, n in el["delivered"]:
+                left[int(g)] -= int(n)
+            per_rank = [sum(left[g] for g in _rank_groups(self._c["groups"], r, self.world_size))
+                        for r in range(self.world_size)]
+        else:
+            per_rank = self._plan.rank_records
+        b = self._c["batch_size"]
+        batches = [n // b if self._c["drop_last"] else -(-n // b) for n in per_rank]
         eq = self._c["equalize"]
         if eq == "drop":
-            t = min(per_rank)
+            t = min(batches)
         elif eq == "pad":
-            t = max(per_rank)
+            t = max(batches)
         else:
-            t = per_rank[self.rank]
-        return t, per_rank
+            t = batches[self.rank]
+        return t, batches
 
     def _step(self):
         """The next batch of the pass in progress, or None at its end."""
@@ -971,65 +1343,66 @@ class ServiceLoader:
         target = self._equal_target()
         if target is not None and self._delivered >= target:
             return self._end()
-        while self._active:
+        self._refetch()
+        size = self._c["batch_size"]
+        while True:
+            if self._held() >= size:
+                return self._from_pool(size)
+            if not self._active:
+                break
             self._pos %= len(self._active)
             cur = self._active[self._pos]
             kind, item = self._get(cur)
-            if kind == "end":
-                self._release(cur, close=False)
-                self._done.append(cur.group)
+            if kind == "error":
+                self._fail(cur, item)
+            if kind == "batch" and len(item[3]) < size:
+                if not item[7]:
+                    self.close()
+                    raise feedline.FeedlineError(
+                        f"group {cur.group} of pass {self._pass}: its worker gave a batch of {len(item[3])} "
+                        f"rows, not batch_size={size}, before its last (batch {cur.taken} of the group)")
+                # the group's last batch, short: held back until the rows of
+                # other groups' last batches fill a batch with it
+                data, origins, _ = self._unpack(item)
+                self._pool.append(_Tail(cur.group, cur.taken, cur.state, cur.records, data, origins))
+                self._release(cur)
+                kind = "ended"
+            if kind in ("end", "ended"):
+                if kind == "end":
+                    self._release(cur, close=False)
+                    self._done.append(cur.group)
                 del self._active[self._pos]
                 if self._next_group < len(self._group_list):
-                    g = self._group_list[self._next_group]
+                    self._active.insert(self._pos, self._cursor(self._group_list[self._next_group]))
                     self._next_group += 1
-                    elastic = getattr(self, "_elastic", None) or {}
-                    if g in elastic:
-                        taken, st = elastic.pop(g)
-                        self._active.insert(self._pos, _Cursor(g, taken, st))
-                    else:
-                        self._active.insert(self._pos, _Cursor(g))
                 continue
-            if kind == "error":
-                etype, msg = item
-                self.close()
-                if etype == "ValueError":
-                    raise ValueError(f"group {cur.group} of pass {self._pass}: {msg}")
-                raise feedline.FeedlineError(f"group {cur.group} of pass {self._pass}: {msg}")
-            fields, offsets, lengths, origins, seq, st, image_fields = item
             cur.pending = cur.worker.take.remote(cur.key)  # the next one is made meanwhile
-            if self._c.get("ship_pixels") and image_fields:
-                t0 = time.perf_counter()
-                for name in image_fields:
-                    fields[name] = _native._expand_pixels(fields[name], self._c["transform"])
-                self._stats["output_steps_s"] += time.perf_counter() - t0
+            data, origins, st = self._unpack(item)
             index = cur.taken
             cur.taken += 1
             cur.state = st
+            cur.records += len(origins)
             self._pos += 1
-            b = RayBatch(fields, offsets, lengths, [tuple(o) for o in origins], self._pass,
-                         self._delivered, cur.group, index)
-            self._delivered += 1
-            if self._first is None:
-                self._first = b
-            self._count(b)
-            return b
-        # every group ended
+            return self._deliver(RayBatch(data[0], data[1], data[2], origins, self._pass, self._delivered,
+                                          cur.group, index))
+        # every group ended: the rows held back are the pass's last batch
+        if self._pool and not self._c["drop_last"] and (target is None or self._delivered < target):
+            return self._from_pool(self._held())
         if target is not None and self._delivered < target:
             if self._first is None:
                 raise feedline.FeedlineError(f"rank {self.rank} has no batch to repeat for equalize='pad'")
             f = self._first
             b = RayBatch(f._fields, f._offsets, f._lengths, f.origins, self._pass, self._delivered,
                          f.group, f.index, padded=True)
-            self._delivered += 1
             self._stats["padded"] += 1
-            self._count(b)
-            return b
+            return self._deliver(b)
         return self._end()
 
     def _end(self):
         for cur in self._active:
             self._release(cur)
         self._active = []
+        self._pool = []
         self._finished = True
         self._report(force=True)
         return None
@@ -1079,14 +1452,7 @@ class ServiceLoader:
     def __len__(self):
         """Batches this rank gets in a whole pass (the pass in progress or next)."""
         self._check_open()
-        if not self._finished:
-            return self._targets()[0]
-        saved = self._pass
-        self._pass, self._len_next = saved + 1, True
-        try:
-            return self._targets()[0]
-        finally:
-            self._pass, self._len_next = saved, False
+        return self._targets(next_pass=self._finished)[0]
 
     def load_state_dict(self, state):
         """Go on from `state` (this rank's state_dict(), or every old rank's
@@ -1111,8 +1477,8 @@ class ServiceLoader:
         self._check_open()
         epoch = _check_int("epoch", epoch, 0)
         upcoming = self._pass + 1 if self._finished else self._pass
-        fresh = not self._finished and self._delivered == 0 and not self._done and \
-            all(c.taken == 0 for c in self._active) and self._elastic_left is None
+        fresh = not self._finished and self._delivered == 0 and not self._done and not self._pool and \
+            all(c.taken == 0 for c in self._active) and self._elastic_start is None
         if epoch == upcoming and (self._finished or fresh):
             return
         for cur in self._active:
@@ -1121,8 +1487,10 @@ class ServiceLoader:
 
     def state_dict(self):
         """The position after the batches taken: a picklable, JSON-serialisable
-        dict (per open group, its feedline Loader's state after the last
-        batch taken from it)."""
+        dict: per open group, the number of batches taken and its state
+        after the last (its feedline Loader's state and the rows it has
+        handed out since); per group whose last batch is held back in part,
+        its state before that batch and the rows handed out of it."""
         self._check_open()
         return {
             "format": STATE_FORMAT,
@@ -1131,9 +1499,13 @@ class ServiceLoader:
             "rank": self.rank,
             "world_size": self.world_size,
             "pass": self._pass,
+            "plan_world": self._plan.world,
             "group_list": list(self._group_list),
             "next_group": self._next_group,
-            "active": [[c.group, c.taken, c.state] for c in self._active],
+            "active": [[c.group, c.taken, c.state, c.records] for c in self._active],
+            "pool": [[t.group, t.taken, t.resume_state(self._ids), t.records + t.out] for t in self._pool],
+            "pending": [[g, taken, st, n] for g, (taken, st, n) in self._elastic.items()],
+            "elastic": self._elastic_start,
             "pos": self._pos,
             "done": list(self._done),
             "delivered": self._delivered,
@@ -1174,6 +1546,7 @@ class ServiceLoader:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
 
 
 # ------------------------------------------------------------------ Ray Data source
