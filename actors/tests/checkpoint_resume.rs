@@ -1454,6 +1454,7 @@ fn a_peeked_item_is_the_next_one_and_taken_only_when_given() {
             "seed {seed}: the same stream as without peeks"
         );
     }
+}
 
 /// Issue 39: `Loader::save_checkpoint` never replaces one of the loader's
 /// own inputs — a data file reached through a list file, the list file
