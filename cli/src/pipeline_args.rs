@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 use feedline::batch_policy::BatchPolicy;
 use feedline::format::{Compression, OpenOptions};
 use feedline::plan::{Equalize, Shard};
+use feedline::transform::InstanceMap;
 use feedline::Schema;
 use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig};
 
@@ -361,22 +362,23 @@ impl TransformArgs {
         }))
     }
 
-    /// The transforms of the pipeline settings.
-    pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
-        let mut t = feedline::transform::Transforms::default();
-        if let Some(image) = self.image_transform()? {
-            t.instance = Some(std::sync::Arc::new(image));
-            t.workers = self.workers.unwrap_or(t.workers);
-        }
+    /// The tokenizing stage these flags ask for (`--tokenizer`,
+    /// `--text-field`, `--add-eos`, `--add-bos`), if any: the tokenizer file
+    /// loaded and checked (a missing or bad one refused naming it). `run`,
+    /// `bench` and `cat` tokenize through it alike.
+    pub fn tokenize(&self) -> CliResult<Option<std::sync::Arc<dyn InstanceMap>>> {
+        let Some(path) = &self.tokenizer else {
+            return Ok(None);
+        };
         #[cfg(not(feature = "tokenize"))]
-        if let Some(path) = &self.tokenizer {
-            return Err(CliError::usage(format!(
+        {
+            Err(CliError::usage(format!(
                 "--tokenizer {}: tokenizing is not compiled in: enable the `tokenize` feature",
                 path.display()
-            )));
+            )))
         }
         #[cfg(feature = "tokenize")]
-        if let Some(path) = &self.tokenizer {
+        {
             use feedline::tokenize::{Tokenize, Tokenizer};
             let bad =
                 |e: feedline::tokenize::TokenizeError| CliError::usage(format!("--tokenizer: {e}"));
@@ -387,7 +389,19 @@ impl TransformArgs {
                 .add_bos(self.add_bos)
                 .map_err(bad)?;
             stage.check().map_err(bad)?;
-            t.instance = Some(std::sync::Arc::new(stage));
+            Ok(Some(std::sync::Arc::new(stage)))
+        }
+    }
+
+    /// The transforms of the pipeline settings.
+    pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
+        let mut t = feedline::transform::Transforms::default();
+        if let Some(image) = self.image_transform()? {
+            t.instance = Some(std::sync::Arc::new(image));
+            t.workers = self.workers.unwrap_or(t.workers);
+        }
+        if let Some(stage) = self.tokenize()? {
+            t.instance = Some(stage);
             t.workers = self.workers.unwrap_or(t.workers);
         }
         Ok(t)

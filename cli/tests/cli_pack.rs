@@ -2,7 +2,8 @@
 //! field on its workers and packs each pass into rows of L tokens, saying
 //! the fill, the tokens and the documents cut; the JSON summary carries the
 //! same counts; every flag that needs another is refused naming it; a
-//! missing tokenizer.json is refused naming the file.
+//! missing tokenizer.json is refused naming the file. `cat --tokenizer`
+//! prints the ids `run` packs.
 
 mod cli_common;
 
@@ -169,6 +170,68 @@ fn flags_that_need_another_are_refused_naming_it() {
         let o = feedline(&a);
         assert_no_panic(&o);
         assert_ne!(code(&o), 0, "{args:?} accepted");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// The fixture's documents' ids as Python's tokenizers gives them, EOS
+/// included, in file order.
+fn python_ids() -> Vec<Vec<i64>> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("docs.ids.json")).unwrap()).unwrap();
+    (v["ids_with_eos"].as_array().unwrap().iter())
+        .map(|d| {
+            (d.as_array().unwrap().iter())
+                .map(|t| t.as_i64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// `cat`'s `input_ids`, one list per line.
+fn cat_ids(args: &[&str]) -> Vec<Vec<i64>> {
+    let o = feedline(args);
+    assert_no_panic(&o);
+    assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    (stdout(&o).lines())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let ids = v["input_ids"].as_array().unwrap_or_else(|| panic!("{l}"));
+            ids.iter().map(|t| t.as_i64().unwrap()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn cat_tokenizes_as_run_does_and_refuses_a_missing_tokenizer() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    let expect = python_ids();
+    let with_eos = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--add-eos"]);
+    assert_eq!(
+        with_eos, expect,
+        "cat --tokenizer --add-eos: not Python's ids"
+    );
+    let plain = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--text-field", "text"]);
+    let without: Vec<Vec<i64>> = (expect.iter()).map(|d| d[..d.len() - 1].to_vec()).collect();
+    assert_eq!(
+        plain, without,
+        "cat --tokenizer: not Python's ids without EOS"
+    );
+    let first = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--limit", "2"]);
+    assert_eq!(first, without[..2]);
+    for (args, says) in [
+        (
+            vec!["--tokenizer", "/no/such/tok.json"],
+            "/no/such/tok.json",
+        ),
+        (vec!["--tokenizer", &tok, "--text-field", "body"], "body"),
+        (vec!["--add-eos"], "--add-eos applies only with --tokenizer"),
+    ] {
+        let mut a = vec!["cat", docs.as_str()];
+        a.extend(args.iter().copied());
+        let o = feedline(&a);
+        assert_no_panic(&o);
+        assert_ne!(code(&o), 0, "{args:?} accepted: {}", stdout(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
