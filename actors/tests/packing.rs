@@ -7,7 +7,8 @@
 //! record (shuffled and elastic: the rest of every partly delivered
 //! document, nothing twice); ranks equalized in packed rows (drop and
 //! pad: the same rows on every rank, pad delivering every document once
-//! across the ranks); and the settings packing refuses.
+//! across the ranks); and the settings packing refuses (concat: a window
+//! or a long-document policy, which it would ignore).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -479,5 +480,37 @@ fn a_shuffled_resume_of_equalized_packing_keeps_the_rows_equal_and_pad_every_doc
                 }
             }
         }
+    }
+}
+
+#[test]
+fn concat_refuses_a_window_or_a_long_document_policy_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = corpus(dir.path(), 1, 5, 4);
+    for (pack, setting) in [
+        (Pack::concat(64).window(16), "pack_window=16"),
+        (
+            Pack::concat(64).long_docs(feedline_actors::LongDocs::Truncate),
+            "long_docs=\"truncate\"",
+        ),
+        (
+            Pack::concat(64).long_docs(feedline_actors::LongDocs::Drop),
+            "long_docs=\"drop\"",
+        ),
+    ] {
+        let e = match builder(&files, pack.clone(), false, 1, 1).build() {
+            Ok(_) => panic!("{pack:?} accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains(setting) && e.contains("pack_policy=\"concat\""),
+            "{pack:?}: {e}"
+        );
+        // The same setting is best-fit's: used, accepted.
+        let best_fit = Pack {
+            policy: feedline_actors::PackPolicy::BestFit,
+            ..pack
+        };
+        assert!(!all(builder(&files, best_fit, false, 1, 1).build().unwrap()).is_empty());
     }
 }

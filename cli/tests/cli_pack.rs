@@ -3,7 +3,7 @@
 //! the fill, the tokens and the documents cut; the JSON summary carries the
 //! same counts; every flag that needs another is refused naming it; a
 //! missing tokenizer.json is refused naming the file. `cat --tokenizer`
-//! prints the ids `run` packs.
+//! prints the ids `run` packs; concat refuses the settings it would ignore.
 
 mod cli_common;
 
@@ -36,7 +36,7 @@ fn python_tokens() -> u64 {
 fn run_packs_the_tokenized_documents_and_says_the_fill() {
     let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
     for policy in ["best-fit", "first-fit", "concat"] {
-        let o = feedline(&[
+        let mut args = vec![
             "run",
             &docs,
             "--tokenizer",
@@ -48,12 +48,15 @@ fn run_packs_the_tokenized_documents_and_says_the_fill() {
             "128",
             "--pack-policy",
             policy,
-            "--pack-window",
-            "16",
             "--batch",
             "2",
             "--json",
-        ]);
+        ];
+        // concat holds no window (refused with it: see below).
+        if policy != "concat" {
+            args.extend(["--pack-window", "16"]);
+        }
+        let o = feedline(&args);
         assert_no_panic(&o);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let out = stdout(&o);
@@ -233,5 +236,46 @@ fn cat_tokenizes_as_run_does_and_refuses_a_missing_tokenizer() {
         assert_no_panic(&o);
         assert_ne!(code(&o), 0, "{args:?} accepted: {}", stdout(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn concat_refuses_the_packing_settings_it_would_ignore_naming_both() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    let base = [
+        "run",
+        &docs,
+        "--tokenizer",
+        &tok,
+        "--pack",
+        "64",
+        "--batch",
+        "2",
+    ];
+    for (extra, flag) in [
+        (["--pack-window", "16"], "--pack-window 16"),
+        // The default value given is given: it is ignored all the same.
+        (["--pack-window", "1000"], "--pack-window 1000"),
+        (["--long-docs", "truncate"], "--long-docs truncate"),
+        (["--long-docs", "drop"], "--long-docs drop"),
+        (["--long-docs", "split"], "--long-docs split"),
+    ] {
+        let mut a = base.to_vec();
+        a.extend(["--pack-policy", "concat"]);
+        a.extend(extra);
+        let o = feedline(&a);
+        assert_no_panic(&o);
+        assert_eq!(code(&o), 2, "{extra:?} with concat: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(flag) && err.contains("--pack-policy concat"),
+            "{extra:?}: {err}"
+        );
+        // The same settings with best-fit are used: accepted.
+        let mut a = base.to_vec();
+        a.extend(["--pack-policy", "best-fit"]);
+        a.extend(extra);
+        let o = feedline(&a);
+        assert_eq!(code(&o), 0, "{extra:?} with best-fit: {}", stderr(&o));
     }
 }

@@ -82,6 +82,8 @@ def loader(data, **kw):
     s = dict(files=paths, batch_size=4, shuffle=50, seed=3, passes=2, tokenizer=tok_path,
              text_field="text", add_eos=True, pack=256, pack_window=30)
     s.update(kw)
+    if s.get("pack_policy") == "concat":
+        s.pop("pack_window")  # concat holds no window: refused with it
     return feedline.Loader(**s)
 
 
@@ -214,6 +216,21 @@ def test_len_of_a_packing_loader_is_a_type_error_saying_why(data):
     with loader(data) as ld:
         with pytest.raises(TypeError, match="packing loader"):
             len(ld)
+
+
+@pytest.mark.parametrize("kw, setting", [
+    (dict(pack_window=30), r"pack_window=30"),
+    (dict(long_docs="truncate"), r'long_docs="truncate"'),
+    (dict(long_docs="drop"), r'long_docs="drop"'),
+])
+def test_concat_refuses_the_packing_settings_it_would_ignore_naming_both(data, kw, setting):
+    paths, tok_path, _ = data
+    s = dict(files=paths, batch_size=4, tokenizer=tok_path, pack=256, pack_policy="concat", **kw)
+    with pytest.raises(ValueError, match=setting + r'.*pack_policy="concat"'):
+        feedline.Loader(**s)
+    # The same settings with best-fit are used: accepted.
+    with feedline.Loader(**dict(s, pack_policy="best-fit", passes=1)) as ld:
+        assert sum(1 for _ in ld) > 0
 
 
 def test_feedline_torch_gives_the_packed_fields_as_tensors(data):

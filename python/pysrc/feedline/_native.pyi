@@ -211,9 +211,12 @@ class Loader(Iterator[Batch]):
         tokens (input_ids, segment_ids, position_ids, cu_seqlens, max_seqlen;
         batch.segments the provenance); pack_policy "best-fit" (default),
         "first-fit" or "concat"; pack_window documents in open rows (default
-        1000); long_docs "split" (default), "truncate" or "drop"; pack_field the
-        token field (default "input_ids"). stats()["packing"] has the fill.
-        Not with equalize= or drop_last=True."""
+        1000); long_docs "split" (default), "truncate" or "drop" (pack_window
+        and long_docs are best-fit's and first-fit's: refused with "concat");
+        pack_field the token field (default "input_ids"). stats()["packing"]
+        has the fill.
+        With equalize=, every rank gets as many packed rows; not with
+        drop_last=True."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
