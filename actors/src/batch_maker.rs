@@ -161,13 +161,18 @@ impl BatchMaker {
     ) -> Result<(), PipelineError> {
         match &mut self.packing {
             Some(p) => {
+                // The documents are counted as made; the packed batches go out.
+                self.recorder.rows_made(batch.len());
                 for (lane, d) in p.documents(pass, &batch, self.settings.lanes)? {
+                    self.recorder.batch_out();
                     self.out.push_back((lane, Item::Batch(d)));
                 }
             }
-            None => self
-                .out
-                .push_back((lane, Item::Batch(Delivered { pass, seq, batch }))),
+            None => {
+                self.recorder.batch_made(batch.len());
+                self.out
+                    .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
+            }
         }
         Ok(())
     }
@@ -364,7 +369,6 @@ impl BatchMaker {
                 // A failed row leaves the batch shorter; padding stays its last rows.
                 let padded = padded.min(t.batch.len());
                 let batch = t.batch.with_padded_rows(padded)?;
-                self.recorder.batch_made(batch.len());
                 self.out_batch(lane, pass, seq, Arc::new(batch))?;
             }
             Release::Ready {
@@ -373,13 +377,13 @@ impl BatchMaker {
                 seq,
                 batch,
             } => {
-                self.recorder.batch_made(batch.len());
                 self.out_batch(lane, pass, seq, batch)?;
             }
             Release::PassEnd { pass, records } => {
                 self.bad.judge_pass(pass, records)?;
                 if let Some(p) = &mut self.packing {
                     for (lane, d) in p.pass_end(pass, self.settings.lanes)? {
+                        self.recorder.batch_out();
                         self.out.push_back((lane, Item::Batch(d)));
                     }
                 }
