@@ -1191,11 +1191,19 @@ impl PyLoader {
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.check_process()?;
         if let Some(p) = &self.config.pack {
-            return Err(PyTypeError::new_err(format!(
-                "len() of a packing loader (pack={}): its batches per pass depend on every \
-                 document's token count and the packing, known only as the pass runs",
-                p.length
-            )));
+            return counting::packed_len(&self.config, p, || {
+                py.allow_threads(|| {
+                    let slot = self.lock();
+                    let pass = match self.config.passes {
+                        0 => 0,
+                        n => slot.epochs.pass.min(n - 1),
+                    };
+                    let loader = slot.loader.as_ref().or(slot.stopped.as_ref());
+                    loader.map(|l| l.packed_batches_in_pass(pass))
+                })
+            })
+            .map(|n| n as usize)
+            .map_err(|why| PyTypeError::new_err(why.to_string()));
         }
         self.counts.start();
         let counted = loop {

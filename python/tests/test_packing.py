@@ -218,6 +218,37 @@ def test_len_of_a_packing_loader_is_a_type_error_saying_why(data):
             len(ld)
 
 
+def test_len_of_a_packing_loader_without_counted_rows_says_what_it_lacks(data):
+    with loader(data) as ld:
+        with pytest.raises(TypeError, match=r"packing loader \(pack=256\) without equalize.*equalize="):
+            len(ld)
+    with loader(data, equalize="pad", rank=0, world_size=1) as ld:
+        with pytest.raises(TypeError, match=r"over one rank \(world_size=1"):
+            len(ld)
+
+
+@pytest.mark.parametrize("how", ["drop", "pad"])
+def test_len_of_an_equalized_packing_loader_is_the_batches_each_pass_delivers(data, how):
+    """Every rank's rows are counted at start-up: len() is, before each
+    pass, the packed batches that pass delivers to this rank."""
+    lens, got = {}, {}
+    for rank in range(2):
+        with loader(data, passes=None, equalize=how, rank=rank, world_size=2) as ld:
+            for epoch in range(2):
+                lens[(rank, epoch)] = len(ld)
+                batches = [b for b in ld]
+                assert {b.pass_ for b in batches} == {epoch}
+                got[(rank, epoch)] = len(batches)
+    assert lens == got and min(got.values()) > 0, (lens, got)
+    # Every rank the same (what equalize is for).
+    assert got[(0, 0)] == got[(1, 0)] and got[(0, 1)] == got[(1, 1)], got
+    # passes=N: len() is one pass's.
+    with loader(data, equalize=how, rank=1, world_size=2) as ld:
+        n = len(ld)
+        batches = list(ld)
+    assert n == sum(1 for b in batches if b.pass_ == 0) == got[(1, 0)]
+
+
 @pytest.mark.parametrize("kw, setting", [
     (dict(pack_window=30), r"pack_window=30"),
     (dict(long_docs="truncate"), r'long_docs="truncate"'),

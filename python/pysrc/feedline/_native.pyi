@@ -236,7 +236,10 @@ class Loader(Iterator[Batch]):
         """Batches this rank gets in the epoch in progress or next (passes=N: in
         one pass), from every input's record count (headers, or counted by
         framing once per file, in the background); TypeError only for pushed
-        data (and a pipe or device input, whose data counting would read away)."""
+        data (and a pipe or device input, whose data counting would read away).
+        Packing (pack=): the packed batches, where every rank's rows are counted
+        at start-up (equalize="drop"/"pad" over world_size > 1); TypeError,
+        saying why, without equalize."""
     def set_epoch(self, epoch: int) -> None:
         """The next loop runs epoch `epoch` in the order a fresh loader's pass
         `epoch` has (deterministic mode: the same batches), as
