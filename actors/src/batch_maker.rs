@@ -168,6 +168,9 @@ impl BatchMaker {
     ) -> Result<(), PipelineError> {
         match &mut self.packing {
             Some(p) => {
+                // The documents are counted as made; the packed batches go out
+                // (`fill_out`), each counted there.
+                self.recorder.rows_made(batch.len());
                 for (origin, e) in p.take(pass, batch)? {
                     let loc = origin.location();
                     let source = origin.source.name().to_string();
@@ -182,9 +185,11 @@ impl BatchMaker {
                     self.bad.judge(rec, pass, e)?;
                 }
             }
-            None => self
-                .out
-                .push_back((lane, Item::Batch(Delivered { pass, seq, batch }))),
+            None => {
+                self.recorder.batch_made(batch.len());
+                self.out
+                    .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
+            }
         }
         Ok(())
     }
@@ -225,6 +230,7 @@ impl BatchMaker {
         while waiting < limit {
             match p.next(lanes)? {
                 Some(Packed::Batch(lane, d)) => {
+                    self.recorder.batch_out();
                     self.out.push_back((lane, Item::Batch(d)));
                     waiting += 1;
                 }
@@ -423,7 +429,6 @@ impl BatchMaker {
                 // A failed row leaves the batch shorter; padding stays its last rows.
                 let padded = padded.min(t.batch.len());
                 let batch = t.batch.with_padded_rows(padded)?;
-                self.recorder.batch_made(batch.len());
                 self.out_batch(lane, pass, seq, Arc::new(batch))?;
             }
             Release::Ready {
@@ -432,7 +437,6 @@ impl BatchMaker {
                 seq,
                 batch,
             } => {
-                self.recorder.batch_made(batch.len());
                 self.out_batch(lane, pass, seq, batch)?;
             }
             Release::PassEnd { pass, records } => {

@@ -8,7 +8,7 @@
 use feedline::batch_policy::BatchPolicy;
 use feedline::feed_queue::FeedMode;
 use feedline::format::{OpenOptions, Registry};
-use feedline::pack::Pack;
+use feedline::pack::{LongDocs, Pack, PackPolicy, DEFAULT_PACK_WINDOW};
 use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::transform::Transforms;
 use feedline::Schema;
@@ -311,6 +311,80 @@ impl Default for PipelineConfig {
     }
 }
 
+/// A packing setting that the packing policy does not use: concat fills one
+/// row at a time, so it has no window of open rows (`pack_window`), and cuts
+/// every document where a row ends whatever its length, so it has no
+/// long-document policy (`long_docs`). The one judge of it:
+/// [`PipelineConfig::check`] asks for the settings that differ from their
+/// defaults, and a front end that knows what was given (the command's
+/// flags) asks for those, then names them its own way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnusedPackSetting {
+    /// The setting, by its keyword: `pack_window` or `long_docs`.
+    pub setting: &'static str,
+    /// Its value as given.
+    pub value: String,
+    /// The policy that does not use it.
+    pub policy: PackPolicy,
+    /// Why the policy does not use it.
+    pub why: &'static str,
+}
+
+impl UnusedPackSetting {
+    /// The first of the settings given (`window`, `long_docs`: `None` when
+    /// not given) that `policy` would ignore.
+    ///
+    /// ```
+    /// use feedline_actors::{LongDocs, PackPolicy, UnusedPackSetting};
+    /// let u = UnusedPackSetting::of(PackPolicy::Concat, None, Some(LongDocs::Drop)).unwrap();
+    /// assert_eq!((u.setting, u.value.as_str()), ("long_docs", "drop"));
+    /// assert!(UnusedPackSetting::of(PackPolicy::BestFit, Some(16), Some(LongDocs::Drop)).is_none());
+    /// ```
+    pub fn of(
+        policy: PackPolicy,
+        window: Option<usize>,
+        long_docs: Option<LongDocs>,
+    ) -> Option<UnusedPackSetting> {
+        if policy != PackPolicy::Concat {
+            return None;
+        }
+        if let Some(w) = window {
+            return Some(UnusedPackSetting {
+                setting: "pack_window",
+                value: w.to_string(),
+                policy,
+                why: "concat fills one row at a time: it holds no window of open rows",
+            });
+        }
+        long_docs.map(|l| UnusedPackSetting {
+            setting: "long_docs",
+            value: l.to_string(),
+            policy,
+            why: "concat cuts every document where a row ends, whatever its length",
+        })
+    }
+}
+
+/// As the keywords name them (Python, and the settings of
+/// [`PipelineConfig`]): `pack_window=16 does not apply with
+/// pack_policy="concat" (…)`.
+impl std::fmt::Display for UnusedPackSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = match self.setting {
+            "pack_window" => self.value.clone(),
+            _ => format!("{:?}", self.value),
+        };
+        write!(
+            f,
+            "{}={value} does not apply with pack_policy={:?} ({}): leave {} out, or give pack_policy=\"best-fit\" or \"first-fit\"",
+            self.setting,
+            self.policy.to_string(),
+            self.why,
+            self.setting
+        )
+    }
+}
+
 impl PipelineConfig {
     /// Check every setting — the one place that does — before anything
     /// starts: an error names the setting, its value and what it must be.
@@ -431,6 +505,13 @@ impl PipelineConfig {
         }
         if let Some(p) = &self.pack {
             p.check().map_err(PipelineError::Config)?;
+            // Settings left at their defaults are not "given" here; the
+            // front ends that know what was given ask the same question.
+            let window = (p.window != DEFAULT_PACK_WINDOW).then_some(p.window);
+            let long_docs = (p.long_docs != LongDocs::Split).then_some(p.long_docs);
+            if let Some(unused) = UnusedPackSetting::of(p.policy, window, long_docs) {
+                return bad(unused.to_string());
+            }
             if !matches!(self.batch, BatchPolicy::Fixed(_)) {
                 return bad("packing needs a fixed batch size (the rows of a packed batch)".into());
             }

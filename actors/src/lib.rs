@@ -136,9 +136,9 @@ mod trainer;
 mod watch;
 
 pub use crate::config::{
-    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
-    MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
-    SNAPSHOT_EVERY,
+    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, UnusedPackSetting, ENDLESS,
+    MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
+    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
 #[doc(hidden)]

@@ -75,6 +75,8 @@ pub struct Loader {
     /// The local files read, which a checkpoint is never saved over: found
     /// at the first [`save_checkpoint`](Self::save_checkpoint).
     inputs: Option<Arc<InputFiles>>,
+    /// Equalized ranks in packed rows: every rank's rows per pass.
+    packed_ranks: Option<Arc<crate::equalize::PackedRanks>>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -145,6 +147,7 @@ impl Loader {
             .with_snapshots(running.snapshots.clone()),
         ));
         let loader = Loader {
+            packed_ranks: running.packed_ranks,
             merged: MergedState::new(&running.queue, &running.recorders, running.resume.clone()),
             progress,
             given,
@@ -172,6 +175,22 @@ impl Loader {
     /// The settings in force (inputs expanded).
     pub fn config(&self) -> &PipelineConfig {
         &self.config
+    }
+
+    /// The packed batches this rank delivers in the whole of `pass`, where
+    /// they are known before the pass runs: packing with ranks equalized
+    /// (`equalize` drop or pad over more than one rank), whose rows per pass
+    /// every rank counts from every document's tokens at start-up. `None`
+    /// otherwise — packing alone makes as many batches as the documents'
+    /// tokens and the packing policy turn out to fill, known only as the
+    /// pass runs (and without packing, the batches follow from the
+    /// records: `feedline::plan`).
+    pub fn packed_batches_in_pass(&self, pass: u64) -> Option<u64> {
+        let rows = match self.config.batch {
+            feedline::batch_policy::BatchPolicy::Fixed(n) => n,
+            _ => return None,
+        };
+        (self.packed_ranks.as_ref()).map(|r| r.batches_in_pass(pass, rows))
     }
 
     /// The statistics as they stand.

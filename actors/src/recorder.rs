@@ -229,7 +229,18 @@ impl MakerRecorder {
 
     /// A batch of `rows` rows was made and goes to the feed queue.
     pub fn batch_made(&self, rows: usize) {
+        self.rows_made(rows);
+        self.batch_out();
+    }
+
+    /// `rows` rows were made into a batch (with packing: documents, which
+    /// the packer turns into the batches that go out).
+    pub fn rows_made(&self, rows: usize) {
         self.c.maker.records.fetch_add(rows as u64, Relaxed);
+    }
+
+    /// A batch goes to the feed queue (with packing: a packed batch).
+    pub fn batch_out(&self) {
         if self.c.batches.fetch_add(1, Relaxed) == 0 {
             let _ = self
                 .c

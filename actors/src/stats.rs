@@ -474,7 +474,8 @@ pub struct StatsSnapshot {
     /// The batch maker: transforms and collation (`busy` per transform
     /// worker; `blocked`: waiting for room in the feed queue).
     pub batch_maker: StageSnapshot,
-    /// Batches made.
+    /// Batches made and sent to the feed queue (with packing: the packed
+    /// batches, whose documents `batch_maker.records` counts).
     pub batches: u64,
     /// Mean number of items in the feed queue, sampled at every push and pop.
     pub feed_queue_mean_depth: f64,

@@ -7,10 +7,12 @@
 //! record (shuffled and elastic: the rest of every partly delivered
 //! document, nothing twice); ranks equalized in packed rows (drop and
 //! pad: the same rows on every rank, pad delivering every document once
-//! across the ranks); the settings packing refuses; one long document
-//! packed within the batches in flight (issue 39: its packed batches made
-//! as they are taken, never all at once); and a token id that does not fit
-//! i32, a bad record like any other (skipped and named, or failing).
+//! across the ranks), each pass's batches known at start-up; the settings
+//! packing refuses (concat: a window or a long-document policy, which it
+//! would ignore); one long document packed within the batches in flight
+//! (its packed batches made as they are taken, never all at once); and a
+//! token id that does not fit i32, a bad record like any other (skipped and
+//! named, or failing).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -661,4 +663,73 @@ fn equalized_ranks_count_no_tokens_of_a_skipped_document() {
         }
         assert_exactly_once(&union, 64, &expect, 2);
     }
+}
+
+#[test]
+fn concat_refuses_a_window_or_a_long_document_policy_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = corpus(dir.path(), 1, 5, 4);
+    for (pack, setting) in [
+        (Pack::concat(64).window(16), "pack_window=16"),
+        (
+            Pack::concat(64).long_docs(feedline_actors::LongDocs::Truncate),
+            "long_docs=\"truncate\"",
+        ),
+        (
+            Pack::concat(64).long_docs(feedline_actors::LongDocs::Drop),
+            "long_docs=\"drop\"",
+        ),
+    ] {
+        let e = match builder(&files, pack.clone(), false, 1, 1).build() {
+            Ok(_) => panic!("{pack:?} accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains(setting) && e.contains("pack_policy=\"concat\""),
+            "{pack:?}: {e}"
+        );
+        // The same setting is best-fit's: used, accepted.
+        let best_fit = Pack {
+            policy: feedline_actors::PackPolicy::BestFit,
+            ..pack
+        };
+        assert!(!all(builder(&files, best_fit, false, 1, 1).build().unwrap()).is_empty());
+    }
+}
+
+#[test]
+fn an_equalized_packing_loader_knows_each_passs_batches_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // 5 files over 3 ranks: unequal shares of tokens.
+    let (files, _) = corpus(dir.path(), 5, 30, 6);
+    for how in [Equalize::Drop, Equalize::Pad] {
+        for det in [true, false] {
+            for rank in 0..3 {
+                let loader = builder(&files, Pack::best_fit(64).window(20), det, 2, 1)
+                    .shard(rank, 3)
+                    .equalize(how)
+                    .build()
+                    .unwrap();
+                let known: Vec<Option<u64>> =
+                    (0..2).map(|p| loader.packed_batches_in_pass(p)).collect();
+                let got = all(loader);
+                let delivered: Vec<Option<u64>> = (0..2)
+                    .map(|p| Some(got.iter().filter(|b| b.0 == p).count() as u64))
+                    .collect();
+                assert_eq!(
+                    known, delivered,
+                    "{how:?} deterministic {det} rank {rank}: known at start-up vs delivered"
+                );
+            }
+        }
+    }
+    // Not counted: packing alone, and equalize over one rank.
+    let alone = builder(&files, Pack::best_fit(64), false, 1, 1)
+        .build()
+        .unwrap();
+    assert_eq!(alone.packed_batches_in_pass(0), None);
+    let one = (builder(&files, Pack::best_fit(64), false, 1, 1).equalize(Equalize::Pad))
+        .build()
+        .unwrap();
+    assert_eq!(one.packed_batches_in_pass(0), None);
 }

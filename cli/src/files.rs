@@ -10,7 +10,6 @@ use feedline::synthetic::{generate, GenOptions, Preset};
 use feedline::transform::{InstanceMap, Row, TransformCtx};
 use feedline::{Chunk, Dim, Record, Schema};
 use feedline_actors::SCHEMA_SAMPLE_RECORDS;
-use feedline_vision::ImageTransform;
 use serde_json::json;
 
 use crate::error::{CliError, CliResult};
@@ -37,20 +36,21 @@ pub struct CatArgs {
     cache: RemoteCacheArgs,
 }
 
-/// `record` through `image`: its image fields decoded (and augmented), the
-/// others as they are — what the model would see of it, in pass 0.
-fn transformed(image: &ImageTransform, record: &Record, seed: u64) -> CliResult<Record> {
+/// `record` through an instance map — `--transform`'s (its image fields
+/// decoded and augmented, the others as they are) or `--tokenizer`'s (its
+/// text field's token ids, `input_ids`) — what the model would see of it,
+/// in pass 0, as `run` makes it.
+fn transformed(map: &dyn InstanceMap, record: &Record, seed: u64) -> CliResult<Record> {
     let schema = Schema::infer([record])?;
     let mut chunk = Chunk::new(&schema);
     chunk.push_record(record)?;
     let origin = chunk.origins()[0];
     let mut ctx = TransformCtx::new(seed, 0, origin);
     let sample =
-        image
-            .map(&Row::new(&chunk, 0), &mut ctx)
+        map.map(&Row::new(&chunk, 0), &mut ctx)
             .map_err(|e| feedline::Error::Transform {
                 location: record.location.clone(),
-                transform: image.name(),
+                transform: map.name(),
                 what: e.to_string(),
             })?;
     Ok(sample.into_record(record.location.clone()))
@@ -83,14 +83,22 @@ pub fn cat(mut args: CatArgs) -> CliResult<ExitCode> {
             "--workers does not apply to cat (it prints instances in file order, on one thread)",
         ));
     }
+    // Every flag checked before a file is read; the tokenizer loaded once.
+    args.transform.image_transform()?;
+    let tokenize = args.transform.tokenize()?;
     for path in &args.paths {
         let mut reader = registry.open(path, args.format.format.as_deref(), &opts)?;
         // Image fields are detected in each file's first record.
         let image = args.transform.image_transform()?;
+        let map: Option<&dyn InstanceMap> = match (&image, &tokenize) {
+            (Some(t), _) => Some(t),
+            (None, Some(t)) => Some(t.as_ref()),
+            (None, None) => None,
+        };
         while args.limit.is_none_or(|l| printed < l) {
             match reader.next_record()? {
                 Some(rec) => {
-                    let rec = match &image {
+                    let rec = match map {
                         Some(t) => transformed(t, &rec, args.seed)?,
                         None => rec,
                     };

@@ -40,7 +40,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print one JSON object per instance, in file order.
+    /// Print one JSON object per instance, in file order (with --transform
+    /// its decoded images, with --tokenizer its token ids `input_ids`, as
+    /// `run` makes them).
     Cat(files::CatArgs),
     /// Print per file: records, bytes, the schema the loader uses (the
     /// file's own, or inferred from its first records), and whether every

@@ -12,8 +12,9 @@ use clap::{Args, ValueEnum};
 use feedline::batch_policy::BatchPolicy;
 use feedline::format::{Compression, OpenOptions};
 use feedline::plan::{Equalize, Shard};
+use feedline::transform::InstanceMap;
 use feedline::Schema;
-use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig};
+use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig, UnusedPackSetting};
 
 use crate::error::{CliError, CliResult};
 
@@ -230,11 +231,14 @@ pub struct PackArgs {
     #[arg(long, value_name = "POLICY", value_parser = clap::builder::PossibleValuesParser::new(feedline::pack::PackPolicy::NAMES))]
     pub pack_policy: Option<String>,
     /// Documents held in open rows at most (best-fit, first-fit),
-    /// 1..=10000000 (default 1000); needs --pack.
+    /// 1..=10000000 (default 1000); needs --pack; refused with
+    /// --pack-policy concat (one row at a time: no window).
     #[arg(long, value_name = "W", value_parser = count(1, 10_000_000))]
     pub pack_window: Option<usize>,
     /// A document longer than L: split (pieces of L tokens, the rest packed),
-    /// truncate (its first L tokens) or drop; needs --pack.
+    /// truncate (its first L tokens) or drop (best-fit, first-fit); needs
+    /// --pack; refused with --pack-policy concat (it cuts every document
+    /// where a row ends).
     #[arg(long, value_name = "HOW", value_parser = clap::builder::PossibleValuesParser::new(feedline::pack::LongDocs::NAMES))]
     pub long_docs: Option<String>,
     /// The ragged token field packed (default: input_ids); needs --pack.
@@ -263,12 +267,25 @@ impl PackArgs {
             Some(p) => p.parse().map_err(CliError::usage)?,
             None => feedline::pack::PackPolicy::BestFit,
         };
+        let long_docs: Option<feedline::pack::LongDocs> = (self.long_docs.as_deref())
+            .map(str::parse)
+            .transpose()
+            .map_err(CliError::usage)?;
+        // The library's judge of an ignored packing setting, asked for the
+        // flags given (a default value given is still given).
+        if let Some(u) = UnusedPackSetting::of(policy, self.pack_window, long_docs) {
+            let flag = format!("--{}", u.setting.replace('_', "-"));
+            return Err(CliError::usage(format!(
+                "{flag} {} does not apply with --pack-policy {} ({}): leave {flag} out, or give --pack-policy best-fit or first-fit",
+                u.value, u.policy, u.why
+            )));
+        }
         let mut pack = feedline::pack::Pack::new(policy, length);
         if let Some(w) = self.pack_window {
             pack = pack.window(w);
         }
-        if let Some(l) = &self.long_docs {
-            pack = pack.long_docs(l.parse().map_err(CliError::usage)?);
+        if let Some(l) = long_docs {
+            pack = pack.long_docs(l);
         }
         if let Some(f) = &self.pack_field {
             pack = pack.field(f);
@@ -361,22 +378,23 @@ impl TransformArgs {
         }))
     }
 
-    /// The transforms of the pipeline settings.
-    pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
-        let mut t = feedline::transform::Transforms::default();
-        if let Some(image) = self.image_transform()? {
-            t.instance = Some(std::sync::Arc::new(image));
-            t.workers = self.workers.unwrap_or(t.workers);
-        }
+    /// The tokenizing stage these flags ask for (`--tokenizer`,
+    /// `--text-field`, `--add-eos`, `--add-bos`), if any: the tokenizer file
+    /// loaded and checked (a missing or bad one refused naming it). `run`,
+    /// `bench` and `cat` tokenize through it alike.
+    pub fn tokenize(&self) -> CliResult<Option<std::sync::Arc<dyn InstanceMap>>> {
+        let Some(path) = &self.tokenizer else {
+            return Ok(None);
+        };
         #[cfg(not(feature = "tokenize"))]
-        if let Some(path) = &self.tokenizer {
-            return Err(CliError::usage(format!(
+        {
+            Err(CliError::usage(format!(
                 "--tokenizer {}: tokenizing is not compiled in: enable the `tokenize` feature",
                 path.display()
-            )));
+            )))
         }
         #[cfg(feature = "tokenize")]
-        if let Some(path) = &self.tokenizer {
+        {
             use feedline::tokenize::{Tokenize, Tokenizer};
             let bad =
                 |e: feedline::tokenize::TokenizeError| CliError::usage(format!("--tokenizer: {e}"));
@@ -387,7 +405,19 @@ impl TransformArgs {
                 .add_bos(self.add_bos)
                 .map_err(bad)?;
             stage.check().map_err(bad)?;
-            t.instance = Some(std::sync::Arc::new(stage));
+            Ok(Some(std::sync::Arc::new(stage)))
+        }
+    }
+
+    /// The transforms of the pipeline settings.
+    pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
+        let mut t = feedline::transform::Transforms::default();
+        if let Some(image) = self.image_transform()? {
+            t.instance = Some(std::sync::Arc::new(image));
+            t.workers = self.workers.unwrap_or(t.workers);
+        }
+        if let Some(stage) = self.tokenize()? {
+            t.instance = Some(stage);
             t.workers = self.workers.unwrap_or(t.workers);
         }
         Ok(t)

@@ -98,14 +98,33 @@ impl Trace {
         })
     }
 
-    /// Append the line of batch `d` on `device`.
+    /// Append the line of batch `d` on `device`: `records`, one (path,
+    /// record) per row; a packed batch's `segments` too, every document
+    /// piece of every row as `[row, path, record, start, length,
+    /// doc_tokens]` (as Python's `batch.segments`), since a row's
+    /// `records` entry names only its first piece.
     fn write(&self, device: usize, d: &Delivered) -> std::io::Result<()> {
         let records: Vec<(Arc<str>, u64)> = (d.batch.origins().iter())
             .map(|o| (o.source.name(), o.record))
             .collect();
-        let mut line =
-            serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records})
-                .to_string();
+        let mut value =
+            serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records});
+        if let (Some(segments), Some(map)) = (d.batch.segments(), value.as_object_mut()) {
+            let pieces: Vec<serde_json::Value> = (segments.iter())
+                .map(|s| {
+                    serde_json::json!([
+                        s.row,
+                        s.origin.source.name(),
+                        s.origin.record,
+                        s.start,
+                        s.len,
+                        s.doc_tokens
+                    ])
+                })
+                .collect();
+            map.insert("segments".into(), pieces.into());
+        }
+        let mut line = value.to_string();
         line.push('\n');
         let mut out = self.out.lock();
         out.write_all(line.as_bytes())?;
@@ -700,12 +719,24 @@ impl Memory {
 }
 
 fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {
+    // With packing the devices get packed batches of rows; the documents
+    // packed into them are said beside them.
+    let (batches, rows) = match &s.packing {
+        Some(p) => (
+            format!(
+                "{} packed batches ({} documents in {} rows of {} tokens)",
+                s.batches, p.counts.documents, p.counts.rows, p.length
+            ),
+            "   rows",
+        ),
+        None => (format!("{} batches", s.batches), "records"),
+    };
     writeln!(
         out,
-        "{} records, {} batches, {} passes in {:.3} s: {:.0} records/s",
-        s.readers.records, s.batches, s.passes_done, s.elapsed_s, s.readers.records_per_s
+        "{} records, {batches}, {} passes in {:.3} s: {:.0} records/s",
+        s.readers.records, s.passes_done, s.elapsed_s, s.readers.records_per_s
     )?;
-    writeln!(out, "device  batches  records   busy%  waiting%")?;
+    writeln!(out, "device  batches  {rows}   busy%  waiting%")?;
     for d in &s.devices {
         let total = (d.busy_s + d.waiting_s).max(1e-12);
         writeln!(

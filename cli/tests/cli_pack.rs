@@ -2,7 +2,10 @@
 //! field on its workers and packs each pass into rows of L tokens, saying
 //! the fill, the tokens and the documents cut; the JSON summary carries the
 //! same counts; every flag that needs another is refused naming it; a
-//! missing tokenizer.json is refused naming the file.
+//! missing tokenizer.json is refused naming the file. `cat --tokenizer`
+//! prints the ids `run` packs; concat refuses the settings it would ignore;
+//! the packed batches the summary counts are those the devices got and the
+//! trace has, and the trace names every piece of every document.
 
 mod cli_common;
 
@@ -35,7 +38,7 @@ fn python_tokens() -> u64 {
 fn run_packs_the_tokenized_documents_and_says_the_fill() {
     let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
     for policy in ["best-fit", "first-fit", "concat"] {
-        let o = feedline(&[
+        let mut args = vec![
             "run",
             &docs,
             "--tokenizer",
@@ -47,12 +50,15 @@ fn run_packs_the_tokenized_documents_and_says_the_fill() {
             "128",
             "--pack-policy",
             policy,
-            "--pack-window",
-            "16",
             "--batch",
             "2",
             "--json",
-        ]);
+        ];
+        // concat holds no window (refused with it: see below).
+        if policy != "concat" {
+            args.extend(["--pack-window", "16"]);
+        }
+        let o = feedline(&args);
         assert_no_panic(&o);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let out = stdout(&o);
@@ -232,4 +238,226 @@ fn a_token_id_beyond_i32_is_skipped_and_named_or_fails_the_run() {
             && err.contains("token 4 of 9 is 5000000000"),
         "{err}"
     );
+}
+
+/// The fixture's documents' ids as Python's tokenizers gives them, EOS
+/// included, in file order.
+fn python_ids() -> Vec<Vec<i64>> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("docs.ids.json")).unwrap()).unwrap();
+    (v["ids_with_eos"].as_array().unwrap().iter())
+        .map(|d| {
+            (d.as_array().unwrap().iter())
+                .map(|t| t.as_i64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// `cat`'s `input_ids`, one list per line.
+fn cat_ids(args: &[&str]) -> Vec<Vec<i64>> {
+    let o = feedline(args);
+    assert_no_panic(&o);
+    assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    (stdout(&o).lines())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let ids = v["input_ids"].as_array().unwrap_or_else(|| panic!("{l}"));
+            ids.iter().map(|t| t.as_i64().unwrap()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn cat_tokenizes_as_run_does_and_refuses_a_missing_tokenizer() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    let expect = python_ids();
+    let with_eos = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--add-eos"]);
+    assert_eq!(
+        with_eos, expect,
+        "cat --tokenizer --add-eos: not Python's ids"
+    );
+    let plain = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--text-field", "text"]);
+    let without: Vec<Vec<i64>> = (expect.iter()).map(|d| d[..d.len() - 1].to_vec()).collect();
+    assert_eq!(
+        plain, without,
+        "cat --tokenizer: not Python's ids without EOS"
+    );
+    let first = cat_ids(&["cat", &docs, "--tokenizer", &tok, "--limit", "2"]);
+    assert_eq!(first, without[..2]);
+    for (args, says) in [
+        (
+            vec!["--tokenizer", "/no/such/tok.json"],
+            "/no/such/tok.json",
+        ),
+        (vec!["--tokenizer", &tok, "--text-field", "body"], "body"),
+        (vec!["--add-eos"], "--add-eos applies only with --tokenizer"),
+    ] {
+        let mut a = vec!["cat", docs.as_str()];
+        a.extend(args.iter().copied());
+        let o = feedline(&a);
+        assert_no_panic(&o);
+        assert_ne!(code(&o), 0, "{args:?} accepted: {}", stdout(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn concat_refuses_the_packing_settings_it_would_ignore_naming_both() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    let base = [
+        "run",
+        &docs,
+        "--tokenizer",
+        &tok,
+        "--pack",
+        "64",
+        "--batch",
+        "2",
+    ];
+    for (extra, flag) in [
+        (["--pack-window", "16"], "--pack-window 16"),
+        // The default value given is given: it is ignored all the same.
+        (["--pack-window", "1000"], "--pack-window 1000"),
+        (["--long-docs", "truncate"], "--long-docs truncate"),
+        (["--long-docs", "drop"], "--long-docs drop"),
+        (["--long-docs", "split"], "--long-docs split"),
+    ] {
+        let mut a = base.to_vec();
+        a.extend(["--pack-policy", "concat"]);
+        a.extend(extra);
+        let o = feedline(&a);
+        assert_no_panic(&o);
+        assert_eq!(code(&o), 2, "{extra:?} with concat: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(flag) && err.contains("--pack-policy concat"),
+            "{extra:?}: {err}"
+        );
+        // The same settings with best-fit are used: accepted.
+        let mut a = base.to_vec();
+        a.extend(["--pack-policy", "best-fit"]);
+        a.extend(extra);
+        let o = feedline(&a);
+        assert_eq!(code(&o), 0, "{extra:?} with best-fit: {}", stderr(&o));
+    }
+}
+
+/// Every piece of one trace line's `segments`: (row, file, record, start,
+/// length, doc_tokens).
+type Piece = (u64, String, u64, u64, u64, u64);
+
+/// The pieces named of each (pass, record): (start, length, doc_tokens).
+type Covered = std::collections::BTreeMap<(u64, u64), Vec<(u64, u64, u64)>>;
+
+#[test]
+fn packed_batches_agree_across_summary_devices_and_trace_which_names_every_document() {
+    let (docs, tok) = (fixture("docs.jsonl"), fixture("tokenizer.json"));
+    let expect = python_ids();
+    let dir = tempfile::tempdir().unwrap();
+    for policy in ["best-fit", "concat"] {
+        let trace = dir.path().join(format!("{policy}.trace"));
+        let run = |json: bool| {
+            let mut a = vec![
+                "run",
+                &docs,
+                "--tokenizer",
+                &tok,
+                "--add-eos",
+                "--pack",
+                "128",
+                "--pack-policy",
+                policy,
+                "--batch",
+                "2",
+                "--devices",
+                "2",
+                "--passes",
+                "2",
+                "--trace",
+                trace.to_str().unwrap(),
+            ];
+            if json {
+                a.push("--json");
+            }
+            let o = feedline(&a);
+            assert_no_panic(&o);
+            assert_eq!(code(&o), 0, "{policy}: {}", stderr(&o));
+            stdout(&o)
+        };
+        let summary: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let devices: u64 = (summary["devices"].as_array().unwrap().iter())
+            .map(|d| d["batches"].as_u64().unwrap())
+            .sum();
+        let p = &summary["packing"];
+        let rows = p["rows"].as_u64().unwrap();
+        assert_eq!(
+            summary["batches"].as_u64(),
+            Some(devices),
+            "{policy}: {summary}"
+        );
+        assert_eq!(lines.len() as u64, devices, "{policy}: trace lines");
+        assert_eq!(rows, 2 * devices, "{policy}: rows of 2-row batches");
+        assert_eq!(p["documents"].as_u64(), Some(2 * expect.len() as u64));
+        // The text summary says the same packed batches and the documents.
+        let text = run(false);
+        let says = format!(
+            "60 records, {devices} packed batches (60 documents in {rows} rows of 128 tokens)"
+        );
+        assert!(text.contains(&says), "{policy}: {text}");
+        // Every piece of every row, once: each document's pieces cover its
+        // tokens [0, doc_tokens) in each pass, and there are no others.
+        let mut covered: Covered = Default::default();
+        for l in &lines {
+            let records = l["records"].as_array().unwrap();
+            assert_eq!(records.len(), 2, "records: one per row: {l}");
+            let pieces: Vec<Piece> = (l["segments"].as_array())
+                .unwrap_or_else(|| panic!("no segments: {l}"))
+                .iter()
+                .map(|s| serde_json::from_value(s.clone()).unwrap())
+                .collect();
+            let mut row_tokens = [0u64; 2];
+            for (row, file, record, start, len, doc_tokens) in pieces {
+                assert!(file.ends_with("docs.jsonl"), "{file}");
+                row_tokens[row as usize] += len;
+                let pass = l["pass"].as_u64().unwrap();
+                covered
+                    .entry((pass, record))
+                    .or_default()
+                    .push((start, len, doc_tokens));
+            }
+            assert!(row_tokens.iter().all(|&t| t <= 128), "{l}");
+        }
+        for pass in 0..2 {
+            for (record, ids) in expect.iter().enumerate() {
+                let mut pieces = covered.remove(&(pass, record as u64)).unwrap_or_else(|| {
+                    panic!("{policy}: pass {pass}: record {record} never named")
+                });
+                pieces.sort();
+                let mut at = 0;
+                for (start, len, doc_tokens) in pieces {
+                    assert_eq!(doc_tokens, ids.len() as u64, "record {record}");
+                    assert_eq!(
+                        start, at,
+                        "{policy}: record {record}: a piece twice or a gap"
+                    );
+                    at += len;
+                }
+                assert_eq!(
+                    at,
+                    ids.len() as u64,
+                    "{policy}: record {record}: tokens missing"
+                );
+            }
+        }
+        assert!(
+            covered.is_empty(),
+            "{policy}: pieces of no document: {covered:?}"
+        );
+    }
 }

@@ -16,6 +16,12 @@
 //! Refused (`TypeError`): push-mode loaders (what comes is what is pushed),
 //! and inputs that are a pipe, a socket or a device — counting would read
 //! away the data the loader is to read.
+//!
+//! A packing loader's batches come from tokens, not records: `len()` is
+//! known where the pipeline counted every rank's packed rows per pass at
+//! start-up (packing with ranks equalized, over more than one rank:
+//! [`feedline_actors::Loader::packed_batches_in_pass`]), and refused
+//! (`TypeError`, saying why) otherwise ([`packed_len`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -45,6 +51,54 @@ pub enum LenUnknown {
         /// The input.
         file: String,
     },
+}
+
+/// Why `len()` of a packing loader is not known.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum PackedLenUnknown {
+    /// Packing without equalized ranks (or over one rank).
+    #[error("len() of a packing loader (pack={length}) {without}: its batches per pass depend on every document's token count and how the packing fills rows, known only as the pass runs; with equalize=\"drop\" or \"pad\" over more than one rank (world_size > 1) every rank's packed rows are counted at start-up and len() gives them")]
+    NotCounted {
+        /// Tokens per row.
+        length: usize,
+        /// What the settings lack.
+        without: String,
+    },
+    /// The loader is closed: its pipeline, which counted the rows, is gone.
+    #[error("len() of a packing loader (pack={length}) that is closed: its packed rows were counted by its pipeline, which is gone")]
+    Closed {
+        /// Tokens per row.
+        length: usize,
+    },
+}
+
+/// `len()` of a packing loader: the packed batches of the pass in
+/// progress, from `ask` — what the loader's pipeline counted at start-up
+/// (`None`: no pipeline, the loader is closed; `Some(None)`: not counted).
+pub fn packed_len(
+    config: &PipelineConfig,
+    pack: &feedline_actors::Pack,
+    ask: impl FnOnce() -> Option<Option<u64>>,
+) -> Result<u64, PackedLenUnknown> {
+    let length = pack.length;
+    match ask() {
+        Some(Some(n)) => Ok(n),
+        // The pipeline decides when it counts; this says why it did not.
+        Some(None) => Err(PackedLenUnknown::NotCounted {
+            length,
+            without: if config.equalize == Equalize::Off {
+                "without equalize".into()
+            } else if config.shard.world_size <= 1 {
+                format!(
+                    "with equalize over one rank (world_size={}: nothing to equalize, no rows counted)",
+                    config.shard.world_size
+                )
+            } else {
+                "whose pipeline did not count its packed rows".into()
+            },
+        }),
+        None => Err(PackedLenUnknown::Closed { length }),
+    }
 }
 
 /// Counting failed (a file that cannot be read through).

@@ -796,15 +796,22 @@ fn pack_arg(
             .map_err(|e: String| PyValueError::new_err(format!("pack_policy: {e}")))?,
         None => feedline_actors::PackPolicy::BestFit,
     };
+    let long_docs: Option<feedline_actors::LongDocs> = long_docs
+        .map(|l| {
+            l.parse()
+                .map_err(|e: String| PyValueError::new_err(format!("long_docs: {e}")))
+        })
+        .transpose()?;
+    // A keyword given — its default value too — that the policy would ignore.
+    if let Some(u) = feedline_actors::UnusedPackSetting::of(policy, window, long_docs) {
+        return Err(PyValueError::new_err(u.to_string()));
+    }
     let mut p = feedline_actors::Pack::new(policy, length);
     if let Some(w) = window {
         p = p.window(w);
     }
     if let Some(l) = long_docs {
-        p = p.long_docs(
-            l.parse()
-                .map_err(|e: String| PyValueError::new_err(format!("long_docs: {e}")))?,
-        );
+        p = p.long_docs(l);
     }
     if let Some(f) = field {
         p = p.field(&f);
@@ -1242,11 +1249,19 @@ impl PyLoader {
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.check_process()?;
         if let Some(p) = &self.config.pack {
-            return Err(PyTypeError::new_err(format!(
-                "len() of a packing loader (pack={}): its batches per pass depend on every \
-                 document's token count and the packing, known only as the pass runs",
-                p.length
-            )));
+            return counting::packed_len(&self.config, p, || {
+                py.allow_threads(|| {
+                    let slot = self.lock();
+                    let pass = match self.config.passes {
+                        0 => 0,
+                        n => slot.epochs.pass.min(n - 1),
+                    };
+                    let loader = slot.loader.as_ref().or(slot.stopped.as_ref());
+                    loader.map(|l| l.packed_batches_in_pass(pass))
+                })
+            })
+            .map(|n| n as usize)
+            .map_err(|why| PyTypeError::new_err(why.to_string()));
         }
         self.counts.start();
         let counted = loop {

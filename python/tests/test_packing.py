@@ -82,6 +82,8 @@ def loader(data, **kw):
     s = dict(files=paths, batch_size=4, shuffle=50, seed=3, passes=2, tokenizer=tok_path,
              text_field="text", add_eos=True, pack=256, pack_window=30)
     s.update(kw)
+    if s.get("pack_policy") == "concat":
+        s.pop("pack_window")  # concat holds no window: refused with it
     return feedline.Loader(**s)
 
 
@@ -214,6 +216,53 @@ def test_len_of_a_packing_loader_is_a_type_error_saying_why(data):
     with loader(data) as ld:
         with pytest.raises(TypeError, match="packing loader"):
             len(ld)
+
+
+def test_len_of_a_packing_loader_without_counted_rows_says_what_it_lacks(data):
+    with loader(data) as ld:
+        with pytest.raises(TypeError, match=r"packing loader \(pack=256\) without equalize.*equalize="):
+            len(ld)
+    with loader(data, equalize="pad", rank=0, world_size=1) as ld:
+        with pytest.raises(TypeError, match=r"over one rank \(world_size=1"):
+            len(ld)
+
+
+@pytest.mark.parametrize("how", ["drop", "pad"])
+def test_len_of_an_equalized_packing_loader_is_the_batches_each_pass_delivers(data, how):
+    """Every rank's rows are counted at start-up: len() is, before each
+    pass, the packed batches that pass delivers to this rank."""
+    lens, got = {}, {}
+    for rank in range(2):
+        with loader(data, passes=None, equalize=how, rank=rank, world_size=2) as ld:
+            for epoch in range(2):
+                lens[(rank, epoch)] = len(ld)
+                batches = [b for b in ld]
+                assert {b.pass_ for b in batches} == {epoch}
+                got[(rank, epoch)] = len(batches)
+    assert lens == got and min(got.values()) > 0, (lens, got)
+    # Every rank the same (what equalize is for).
+    assert got[(0, 0)] == got[(1, 0)] and got[(0, 1)] == got[(1, 1)], got
+    # passes=N: len() is one pass's.
+    with loader(data, equalize=how, rank=1, world_size=2) as ld:
+        n = len(ld)
+        batches = list(ld)
+    assert n == sum(1 for b in batches if b.pass_ == 0) == got[(1, 0)]
+
+
+@pytest.mark.parametrize("kw, setting", [
+    (dict(pack_window=30), r"pack_window=30"),
+    (dict(pack_window=1000), r"pack_window=1000"),  # the default, given: refused too
+    (dict(long_docs="truncate"), r'long_docs="truncate"'),
+    (dict(long_docs="drop"), r'long_docs="drop"'),
+])
+def test_concat_refuses_the_packing_settings_it_would_ignore_naming_both(data, kw, setting):
+    paths, tok_path, _ = data
+    s = dict(files=paths, batch_size=4, tokenizer=tok_path, pack=256, pack_policy="concat", **kw)
+    with pytest.raises(ValueError, match=setting + r'.*pack_policy="concat"'):
+        feedline.Loader(**s)
+    # The same settings with best-fit are used: accepted.
+    with feedline.Loader(**dict(s, pack_policy="best-fit", passes=1)) as ld:
+        assert sum(1 for _ in ld) > 0
 
 
 def test_feedline_torch_gives_the_packed_fields_as_tensors(data):

@@ -55,14 +55,7 @@ impl PackedRanks {
         before: Option<&PackedBefore>,
     ) -> RowQuota {
         let shard = self.plan.get_shard();
-        let per_rank: Vec<u64> = (0..shard.world_size)
-            .map(|r| {
-                self.plan.for_rank(r).map_or(0, |p| {
-                    p.tasks(pass).iter().map(|t| self.task_tokens(t)).sum()
-                })
-            })
-            .collect();
-        let rows = self.pack.equalized_rows(&per_rank, self.how).unwrap_or(0);
+        let (per_rank, rows) = self.rows_in_pass(pass);
         log::info!(
             "pass {pass}: the ranks' documents hold {per_rank:?} tokens; every rank delivers {rows} packed rows of {} (equalize {:?})",
             self.pack.length,
@@ -93,6 +86,29 @@ impl PackedRanks {
             tokens,
             how: self.how,
         }
+    }
+
+    /// Every rank's tokens in `pass`, and the packed rows every rank
+    /// delivers in it.
+    fn rows_in_pass(&self, pass: u64) -> (Vec<u64>, u64) {
+        let per_rank: Vec<u64> = (0..self.plan.get_shard().world_size)
+            .map(|r| {
+                self.plan.for_rank(r).map_or(0, |p| {
+                    p.tasks(pass).iter().map(|t| self.task_tokens(t)).sum()
+                })
+            })
+            .collect();
+        let rows = self.pack.equalized_rows(&per_rank, self.how).unwrap_or(0);
+        (per_rank, rows)
+    }
+
+    /// The packed batches of `rows_per_batch` rows every rank delivers in
+    /// the whole of `pass`: its rows, the last batch filled up with padding
+    /// rows (as the packer makes it at a pass's end).
+    pub fn batches_in_pass(&self, pass: u64, rows_per_batch: usize) -> u64 {
+        self.rows_in_pass(pass)
+            .1
+            .div_ceil(rows_per_batch.max(1) as u64)
     }
 
     /// The tokens of task `t`'s documents not delivered `before`.

@@ -74,6 +74,9 @@ pub(crate) struct Running {
     pub resume: Option<ConsumerResume>,
     /// Where the draw's snapshots go (for a progress of the caller's own).
     pub snapshots: DrawSnapshots,
+    /// Equalized ranks in packed rows: every rank's rows per pass, counted
+    /// at start-up.
+    pub packed_ranks: Option<Arc<crate::equalize::PackedRanks>>,
 }
 
 /// Start a pipeline in the current actix `System`: one [`Trainer`] per step
@@ -221,7 +224,7 @@ pub(crate) fn build<S: TrainStep>(
                 pack.clone(),
                 *rows,
                 parts.as_ref().map(|p| p.maker.clone()),
-                packed_ranks,
+                packed_ranks.clone(),
                 recorders.packing(),
             )?),
             None => None,
@@ -363,6 +366,7 @@ pub(crate) fn build<S: TrainStep>(
         progress,
         resume: parts.map(|p| p.consumers),
         snapshots,
+        packed_ranks,
     })
 }
 

@@ -211,9 +211,12 @@ class Loader(Iterator[Batch]):
         tokens (input_ids, segment_ids, position_ids, cu_seqlens, max_seqlen;
         batch.segments the provenance); pack_policy "best-fit" (default),
         "first-fit" or "concat"; pack_window documents in open rows (default
-        1000); long_docs "split" (default), "truncate" or "drop"; pack_field the
-        token field (default "input_ids"). stats()["packing"] has the fill.
-        Not with equalize= or drop_last=True."""
+        1000); long_docs "split" (default), "truncate" or "drop" (pack_window
+        and long_docs are best-fit's and first-fit's: refused with "concat");
+        pack_field the token field (default "input_ids"). stats()["packing"]
+        has the fill.
+        With equalize=, every rank gets as many packed rows; not with
+        drop_last=True."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
@@ -233,7 +236,10 @@ class Loader(Iterator[Batch]):
         """Batches this rank gets in the epoch in progress or next (passes=N: in
         one pass), from every input's record count (headers, or counted by
         framing once per file, in the background); TypeError only for pushed
-        data (and a pipe or device input, whose data counting would read away)."""
+        data (and a pipe or device input, whose data counting would read away).
+        Packing (pack=): the packed batches, where every rank's rows are counted
+        at start-up (equalize="drop"/"pad" over world_size > 1); TypeError,
+        saying why, without equalize."""
     def set_epoch(self, epoch: int) -> None:
         """The next loop runs epoch `epoch` in the order a fresh loader's pass
         `epoch` has (deterministic mode: the same batches), as
