@@ -293,6 +293,7 @@ class _EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self._dl.set_epoch(epoch)
+        self.epoch = int(epoch)
 
     def __iter__(self):
         raise TypeError("feedline.torch.DataLoader.sampler has no indices to give: it is there for "
