@@ -50,8 +50,8 @@ use crate::recorder::MakerRecorder;
 use crate::settings::BatchMakerSettings;
 use crate::stats::SkippedRecord;
 use in_order::InOrder;
+pub(crate) use packing::PackStage;
 use packing::Packed;
-pub(crate) use packing::{doc_tokens, token_field, PackStage};
 
 /// Where the batch maker reports.
 pub(crate) struct MakerLinks {

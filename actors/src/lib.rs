@@ -132,6 +132,7 @@ mod stats;
 mod supervisor;
 mod task_queue;
 mod timeline;
+mod token_field;
 mod trainer;
 mod watch;
 

@@ -17,11 +17,11 @@ use feedline::plan::{Equalize, FileTask, PassPlan};
 use feedline::transform::BatchTransformer;
 use feedline::{Batch, Chunk, Origin, RowRef, Schema, SourceId};
 
-use crate::batch_maker::{doc_tokens, token_field};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::resume_plan::PackedBefore;
 use crate::stall::within_stall_timeout;
+use crate::token_field::{doc_tokens, token_field};
 
 /// Rows read and transformed at a time while counting.
 const COUNT_CHUNK_ROWS: usize = 256;
