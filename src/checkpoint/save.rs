@@ -398,8 +398,8 @@ mod tests {
     /// check, which writes nothing: a broken check must not replace a
     /// device of the machine), a directory and a link to it are refused
     /// naming what they are, and nothing is touched. Mutation caught:
-    /// `PathKind::of` answering `None` for every kind — each save succeeds
-    /// and the FIFO, the link and the directory's entry are replaced.
+    /// `PathKind::of` answering `None` for every kind — the save over the
+    /// FIFO succeeds and replaces it.
     #[test]
     fn a_save_over_what_is_not_a_regular_file_is_refused_and_touches_nothing() {
         let dir = tempfile::tempdir().unwrap();
