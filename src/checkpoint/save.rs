@@ -1,4 +1,4 @@
-//! Where a checkpoint may be saved, and the atomic save (issue 39). One
+//! Where a checkpoint may be saved, and the atomic save. One
 //! rule, [`check_save_path`], for every face that writes a checkpoint —
 //! [`Checkpoint::save_atomic`](super::Checkpoint::save_atomic), the free
 //! [`save_atomic`], the Rust and Python loaders' `checkpoint(path)` and
