@@ -431,17 +431,17 @@ impl PyLoader {
         self.counts.cancel();
     }
 
-    /// The checkpoint of the batches taken so far (without the GIL: the
-    /// first one stamps the inputs).
-    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
-        self.check_process()?;
+    /// `f` on the running pipeline, or on the stopped one kept for
+    /// `state_dict()` (without the GIL); an error once it is closed.
+    fn on_pipeline<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RustLoader) -> Result<T, PipelineError> + Send,
+    ) -> PyResult<T> {
         let r = py.allow_threads(|| {
             let mut slot = self.lock();
             let slot = &mut *slot;
-            match (&mut slot.loader, &mut slot.stopped) {
-                (Some(l), _) | (None, Some(l)) => Some(l.checkpoint()),
-                (None, None) => None,
-            }
+            slot.loader.as_mut().or(slot.stopped.as_mut()).map(f)
         });
         match r {
             None => Err(PyValueError::new_err(
@@ -451,23 +451,17 @@ impl PyLoader {
         }
     }
 
+    /// The checkpoint of the batches taken so far (the first one stamps
+    /// the inputs).
+    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
+        self.check_process()?;
+        self.on_pipeline(py, |l| l.checkpoint())
+    }
+
     /// The local files the loader reads, which a checkpoint is never saved
-    /// over (found once, without the GIL).
+    /// over (found once).
     fn input_files(&self, py: Python<'_>) -> PyResult<Arc<feedline::checkpoint::InputFiles>> {
-        let r = py.allow_threads(|| {
-            let mut slot = self.lock();
-            let slot = &mut *slot;
-            match (&mut slot.loader, &mut slot.stopped) {
-                (Some(l), _) | (None, Some(l)) => Some(l.input_files()),
-                (None, None) => None,
-            }
-        });
-        match r {
-            None => Err(PyValueError::new_err(
-                "the loader is closed: take its state_dict() before close()",
-            )),
-            Some(r) => r.map_err(to_py_err),
-        }
+        self.on_pipeline(py, |l| l.input_files())
     }
 
     /// Settle the epochs before an `iter()` or a `set_epoch` (see
