@@ -376,8 +376,10 @@ def test_a_token_id_beyond_int32_is_a_bad_record_skipped_and_named(tmp_path, cap
             else:
                 docs[(str(p), k)] = ids
             out.write(json.dumps({"input_ids": ids}) + "\n")
+    # passes=1: with the endless default the next pass may already be packed
+    # (and its bad record counted) when stats() is read.
     kw = dict(files=[str(p)], batch_size=2, shuffle=10, seed=1, pack=8, pack_policy=policy,
-              schema={"input_ids": ("int64", [None])})
+              passes=1, schema={"input_ids": ("int64", [None])})
     with caplog.at_level(logging.WARNING, logger="feedline"):
         with feedline.Loader(on_error="skip", **kw) as ld:
             batches = list(ld)
