@@ -110,6 +110,8 @@ mod arbiters;
 mod bad_records;
 mod batch_maker;
 mod config;
+pub mod counting;
+pub mod epochs;
 mod equalize;
 mod error;
 mod feed_queue_actor;
@@ -144,7 +146,7 @@ pub use crate::config::{
 pub use crate::error::{PipelineError, PushError};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;
-pub use crate::loader::{DeviceIter, IntoIter, Iter, Loader, LoaderBuilder};
+pub use crate::loader::{DeviceIter, Epoch, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::{Pipeline, StartOptions};

@@ -3,6 +3,13 @@
 //! batches straight from the feed queue's lanes; dropping it (or breaking
 //! out of `for batch in loader`) stops and joins every thread. Its settings
 //! are [`LoaderBuilder`]'s.
+//!
+//! It owns epochs and length too: [`Loader::next_epoch`] iterates one pass
+//! (the next call the pass after), [`Loader::set_epoch`] makes the next
+//! epoch a given pass (starting the pipeline again there when it must), and
+//! [`Loader::len`] says the batches of a pass from the inputs' record
+//! counts — the rules of `epochs.rs` and `counting.rs`, which every face's
+//! epoch-by-epoch iteration uses.
 
 mod builder;
 
@@ -17,7 +24,9 @@ use feedline::feed_queue::Lanes;
 use feedline::Schema;
 
 use crate::arbiters::Arbiters;
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, ENDLESS};
+use crate::counting::{len_from, packed_len, LenError, RecordCounts};
+use crate::epochs::{Epochs, PassEnd, Settled};
 use crate::error::PipelineError;
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
@@ -77,6 +86,11 @@ pub struct Loader {
     inputs: Option<Arc<InputFiles>>,
     /// Equalized ranks in packed rows: every rank's rows per pass.
     packed_ranks: Option<Arc<crate::equalize::PackedRanks>>,
+    /// Where [`next_epoch`](Self::next_epoch)'s epochs stand.
+    epochs: Epochs,
+    /// The inputs' record counts, for [`len`](Self::len) (made at the first
+    /// call; kept through a [`set_epoch`](Self::set_epoch) restart).
+    counts: Arc<RecordCounts>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -146,7 +160,13 @@ impl Loader {
             }
             .with_snapshots(running.snapshots.clone()),
         ));
+        let first_pass = match &running.resume {
+            Some(r) => r.first_pass(),
+            None => config.first_pass,
+        };
         let loader = Loader {
+            epochs: Epochs::new(first_pass, running.resume.is_some(), true),
+            counts: RecordCounts::new(running.config.clone()),
             packed_ranks: running.packed_ranks,
             merged: MergedState::new(&running.queue, &running.recorders, running.resume.clone()),
             progress,
@@ -191,6 +211,128 @@ impl Loader {
             _ => return None,
         };
         (self.packed_ranks.as_ref()).map(|r| r.batches_in_pass(pass, rows))
+    }
+
+    /// The deliveries of the next pass only, in order: calling it again
+    /// gives the pass after (every pass left, one call each — what
+    /// re-iterating a Python `Loader` gives). An epoch left early (the
+    /// iterator dropped before its end) is gone on with by the next call,
+    /// nothing skipped; an epoch whose last batch was taken is over even if
+    /// its end was not pulled. After the last pass it yields nothing.
+    /// [`iter`](Self::iter) is every pass left, in one loop; what it takes
+    /// is not counted in these epochs.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let mut loader = Loader::builder().files(["data/*.jsonl"]).seed(7).build()?;
+    /// for epoch in 0..3 {
+    ///     let batches = loader.len(); // Some(n) where the records can be counted
+    ///     for delivered in loader.next_epoch() {
+    ///         let delivered = delivered?;
+    ///         assert_eq!(delivered.pass, epoch);
+    ///     }
+    ///     let _ = batches;
+    /// }
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn next_epoch(&mut self) -> Epoch<'_> {
+        Epoch {
+            loader: self,
+            begun: false,
+            done: false,
+        }
+    }
+
+    /// Make the next [`next_epoch`](Self::next_epoch) pass `pass`: the same
+    /// batches (in deterministic mode; else the same order of files and
+    /// draws) as pass `pass` of a fresh loader with the same settings. Free
+    /// when `pass` is the one the next epoch runs anyway and nothing of it
+    /// was taken; otherwise the pipeline stops and starts again at `pass`
+    /// (an epoch in progress is given up, and a resume is left behind).
+    /// Refused for a push-mode loader and, with `passes(N)`, a `pass` of
+    /// `N` or more. Should the new start fail, the error says why and the
+    /// loader is stopped.
+    pub fn set_epoch(&mut self, pass: u64) -> Result<(), PipelineError> {
+        if self.given.push.is_some() {
+            return Err(PipelineError::Config(
+                "a push-mode loader cannot start again at another pass: its data is what is pushed"
+                    .into(),
+            ));
+        }
+        let passes = self.config.passes;
+        if passes != ENDLESS && pass >= passes {
+            return Err(PipelineError::Config(format!(
+                "set_epoch({pass}): this loader runs {passes} passes: epochs 0..{}",
+                passes - 1
+            )));
+        }
+        let exhausted = matches!(self.settle(None)?, Settled::Exhausted);
+        if !exhausted && self.epochs.set_is_free(pass) {
+            return Ok(());
+        }
+        let mut config = (*self.given).clone();
+        config.first_pass = pass;
+        // The old pipeline stops first (its memory and threads go).
+        self.shutdown();
+        let mut fresh = Loader::start(config, StartOptions::default())?;
+        fresh.epochs = std::mem::take(&mut self.epochs);
+        fresh.epochs.restarted(pass, false);
+        fresh.counts = self.counts.clone();
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Settle the epochs (see [`Epochs::settle`]), waiting at most `wait`.
+    fn settle(&mut self, wait: Option<Duration>) -> Result<Settled, PipelineError> {
+        let mut epochs = std::mem::take(&mut self.epochs);
+        let r = loop {
+            match epochs.settle(self, wait) {
+                Ok(Settled::Wait) if wait.is_none() => continue,
+                r => break r,
+            }
+        };
+        self.epochs = epochs;
+        r
+    }
+
+    /// Batches this rank gets in the pass [`next_epoch`](Self::next_epoch)
+    /// is in or runs next, where the inputs' record counts are known (see
+    /// [`len_of_pass`](Self::len_of_pass)); waits for the counting, made
+    /// once, at the first call.
+    #[allow(clippy::len_without_is_empty)] // a pass's length, not a collection's
+    pub fn len(&self) -> Option<u64> {
+        self.len_of_pass(self.epochs.pass_for_len(self.config.passes))
+            .ok()
+    }
+
+    /// Batches this rank gets in `pass`: from every input's record count
+    /// (headers, or the records framed without decoding them; once per
+    /// file per process) and the pass's plan — the numbers Python's `len()`
+    /// gives; with packing, the packed batches counted at start-up
+    /// ([`packed_batches_in_pass`](Self::packed_batches_in_pass)). The
+    /// error says why it is not known: a push-mode loader, batches by a
+    /// cost budget, weighted file sets, a stream input, a file that cannot
+    /// be read through, packing whose rows are not counted.
+    pub fn len_of_pass(&self, pass: u64) -> Result<u64, LenError> {
+        if let Some(pack) = &self.config.pack {
+            return packed_len(&self.config, pack, || {
+                Some(self.packed_batches_in_pass(pass))
+            })
+            .map_err(LenError::Packed);
+        }
+        self.counts.start();
+        let counted = loop {
+            if let Some(c) = self.counts.wait(Duration::from_secs(3600)) {
+                break c;
+            }
+        };
+        len_from(&self.config, counted, pass)
+    }
+
+    /// The inputs' record counts behind [`len`](Self::len), to wait for
+    /// from another thread (a face that hears Ctrl-C between slices).
+    pub fn record_counts(&self) -> Arc<RecordCounts> {
+        self.counts.clone()
     }
 
     /// The statistics as they stand.
@@ -585,6 +727,60 @@ impl Iterator for Iter<'_> {
     type Item = Result<Delivered, PipelineError>;
     fn next(&mut self) -> Option<Self::Item> {
         self.loader.next_merged()
+    }
+}
+
+/// One pass's deliveries ([`Loader::next_epoch`]).
+pub struct Epoch<'a> {
+    loader: &'a mut Loader,
+    /// The epoch was begun (settled first).
+    begun: bool,
+    done: bool,
+}
+
+impl Epoch<'_> {
+    fn step(&mut self) -> Option<Result<Delivered, PipelineError>> {
+        let loader = &mut *self.loader;
+        if !self.begun {
+            self.begun = true;
+            match loader.settle(None) {
+                Ok(Settled::Done) | Ok(Settled::Wait) => {}
+                Ok(Settled::Exhausted) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+            loader.epochs.begin();
+        }
+        loop {
+            match loader.next_event_timeout(None) {
+                Ok(Popped::Batch(d)) => {
+                    loader.epochs.took_batch(d.pass);
+                    return Some(Ok(d));
+                }
+                Ok(Popped::EndOfPass(p)) => match loader.epochs.took_pass_end(p) {
+                    PassEnd::EpochOver => return None,
+                    PassEnd::Within => continue,
+                },
+                Ok(Popped::EndOfData) => {
+                    loader.epochs.end();
+                    return None;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+impl Iterator for Epoch<'_> {
+    type Item = Result<Delivered, PipelineError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.step();
+        if !matches!(r, Some(Ok(_))) {
+            self.done = true;
+        }
+        r
     }
 }
 

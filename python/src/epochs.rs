@@ -1,27 +1,17 @@
-//! The Python `Loader`'s state beside its Rust pipeline: epochs by
-//! iteration, why it closed, and the process that made it.
+//! The Python `Loader`'s state beside its Rust pipeline: its epochs, why
+//! it closed, and the process that made it.
 //!
 //! **Epochs.** With `passes=None` one Rust pipeline runs pass after pass
 //! (prefetching across the end of a pass, as within one), and each loop —
-//! each `iter(loader)` — yields one pass, up to the pipeline's end-of-pass
-//! marker; the next loop yields the next pass. With `passes=N` one loop
-//! yields all N passes. Every loop gets an [`EpochIter`](crate::PyEpoch)
-//! bound to the epoch it began or joined (by number, `gen`): when that epoch
-//! ends (or is given up by `set_epoch`/`load_state_dict`), every iterator of
-//! it stops, in any thread, while a new `iter()` begins the next. A loop
-//! left early (`break`) leaves its epoch open: the next loop goes on with
-//! it, nothing skipped.
-//!
-//! **An epoch ends with its last batch.** Trainers take `len()` batches and
-//! call `iter()` again without pulling the end of the pass (Lightning's
-//! fetcher does). So before an `iter()` (and a `set_epoch`) the open epoch
-//! is *settled* ([`Slot::settle_slice`]): when what the pipeline has next is
-//! the end of its pass, that end is taken there and then — the epoch is over,
-//! the `iter()` begins the next one, and a `state_dict()` taken before or
-//! after says the same. A resumed pass with nothing left is passed over the
-//! same way. An epoch begun but not taken from is kept through a restart
-//! (`set_epoch`, `load_state_dict`): its iterator yields the new pipeline's
-//! epoch, whatever the order of the calls.
+//! each `iter(loader)` — yields one pass; with `passes=N` one loop yields
+//! all N passes. Every loop gets an [`EpochIter`](crate::PyEpoch) bound to
+//! the epoch it began or joined (by number): when that epoch ends (or is
+//! given up by `set_epoch`/`load_state_dict`), every iterator of it stops,
+//! in any thread, while a new `iter()` begins the next. The rules — an
+//! epoch ends with its last batch, a loop left early is gone on with, an
+//! untouched epoch is kept through a restart, when `set_epoch` is free —
+//! are the Rust loader's ([`feedline_actors::epochs`]); the slot keeps one
+//! [`Epochs`] across the pipelines the loader starts.
 //!
 //! **Closed.** Every way a loader ends is kept with its reason
 //! ([`Closed`]), and iterating it afterwards raises `FeedlineError` saying
@@ -35,7 +25,8 @@
 
 use std::time::Duration;
 
-use feedline_actors::{Loader as RustLoader, PipelineError, Popped};
+use feedline_actors::epochs::{Epochs, Settled as RustSettled};
+use feedline_actors::{Loader as RustLoader, PipelineError};
 
 /// Why a loader is closed.
 #[derive(Clone, Debug)]
@@ -70,55 +61,6 @@ impl Closed {
                     .into()
             }
         }
-    }
-}
-
-/// Where the epochs stand.
-#[derive(Clone, Debug, Default)]
-pub struct Epochs {
-    /// Epochs begun so far; the one open (if any) is number `gen`.
-    pub gen: u64,
-    /// An epoch is in progress (begun, its end not reached).
-    pub open: bool,
-    /// The pass the pipeline delivers next (a batch of it, or its end).
-    pub pass: u64,
-    /// Batches taken in the open epoch.
-    pub taken_in_epoch: u64,
-    /// Batches taken from the running pipeline (since its last start).
-    pub taken: u64,
-    /// A resumed pipeline: its first pass, when nothing of it is left (the
-    /// checkpoint was taken after its last batch), is passed over instead
-    /// of making an empty epoch.
-    pub skip_empty: bool,
-}
-
-impl Epochs {
-    /// Begin the next epoch (or join the open one): its number.
-    pub fn begin(&mut self) -> u64 {
-        if !self.open {
-            self.gen += 1;
-            self.open = true;
-            self.taken_in_epoch = 0;
-        }
-        self.gen
-    }
-
-    /// End the open epoch (its iterators stop).
-    pub fn end(&mut self) {
-        self.open = false;
-        self.taken_in_epoch = 0;
-    }
-
-    /// A pipeline (re)started at `pass`: the open epoch is given up — unless
-    /// nothing was taken from it yet, when it is kept (its iterators go on
-    /// with the new pipeline's epoch).
-    pub fn restarted(&mut self, pass: u64, resumed: bool) {
-        if !(self.open && self.taken_in_epoch == 0) {
-            self.end();
-        }
-        self.pass = pass;
-        self.taken = 0;
-        self.skip_empty = resumed;
     }
 }
 
@@ -165,57 +107,23 @@ impl Slot {
         }
     }
 
-    /// One step of settling the epochs before an `iter()` or a `set_epoch`
-    /// (see the module's doc), waiting at most `slice` for what comes next:
-    /// an open epoch that has taken batches is over when the pipeline's
-    /// next item is the end of its pass (that end is taken, for checkpoints
-    /// too); a resumed pass with nothing left is passed over. `endless`:
-    /// an epoch is one pass (`passes=None`); else one epoch is every pass,
-    /// over at the end of the data.
-    pub fn settle_slice(&mut self, endless: bool, slice: Duration) -> Settled {
-        loop {
-            if self.closed.is_some() {
-                return Settled::Done;
+    /// One slice of settling the epochs before an `iter()` or a
+    /// `set_epoch` ([`Epochs::settle`]), waiting at most `slice`.
+    pub fn settle_slice(&mut self, slice: Duration) -> Settled {
+        if self.closed.is_some() {
+            return Settled::Done;
+        }
+        let Some(loader) = self.loader.as_mut() else {
+            return Settled::Wait; // being started again
+        };
+        match self.epochs.settle(loader, Some(slice)) {
+            Ok(RustSettled::Done) => Settled::Done,
+            Ok(RustSettled::Wait) => Settled::Wait,
+            Ok(RustSettled::Exhausted) => {
+                self.exhausted(self.passes);
+                Settled::Exhausted
             }
-            let ep = &self.epochs;
-            let finished_maybe = ep.open && ep.taken_in_epoch > 0;
-            let empty_resumed = endless && ep.skip_empty && ep.taken_in_epoch == 0;
-            if !(finished_maybe || empty_resumed) {
-                return Settled::Done;
-            }
-            let Some(loader) = self.loader.as_mut() else {
-                return Settled::Wait; // being started again
-            };
-            let next = match loader.peek_event_timeout(Some(slice)) {
-                Ok(Popped::Batch(_)) => return Settled::Done,
-                Ok(Popped::EndOfPass(p)) => Popped::EndOfPass(*p),
-                Ok(Popped::EndOfData) => Popped::EndOfData,
-                Err(PipelineError::Timeout { .. }) => return Settled::Wait,
-                Err(e) => return Settled::Failed(e),
-            };
-            // Take the end (tracked: a checkpoint now counts the pass done).
-            let _ = loader.next_event_timeout(Some(Duration::ZERO));
-            let ep = &mut self.epochs;
-            match next {
-                Popped::EndOfPass(p) => {
-                    ep.pass = p + 1;
-                    if empty_resumed {
-                        // The resumed pass had nothing left: the epoch
-                        // begun (if any) is the next pass's.
-                        ep.skip_empty = false;
-                        return Settled::Done;
-                    }
-                    if endless {
-                        ep.end();
-                        return Settled::Done;
-                    }
-                    // passes=N: a pass's end within the one epoch; look on.
-                }
-                _ => {
-                    self.exhausted(self.passes);
-                    return Settled::Exhausted;
-                }
-            }
+            Err(e) => Settled::Failed(e),
         }
     }
 }

@@ -10,7 +10,6 @@
 
 mod buffer;
 mod checkpoint;
-mod counting;
 mod dlpack;
 mod epochs;
 mod feed;
@@ -27,6 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use feedline::Schema;
+use feedline_actors::counting::{self, LenError, RecordCounts};
+use feedline_actors::epochs::{Epochs, PassEnd};
 use feedline_actors::{
     Equalize, ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError,
     Popped, Stats,
@@ -37,7 +38,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyModule, PyType};
 
-use epochs::{Closed, Epochs, Settled, Slot};
+use epochs::{Closed, Settled, Slot};
 use feed::PyFeed;
 use py_batch::PyBatch;
 
@@ -354,7 +355,7 @@ struct PyLoader {
     /// The settings in force (inputs expanded).
     config: Arc<PipelineConfig>,
     /// Every input's record count, for `len()`.
-    counts: Arc<counting::Counts>,
+    counts: Arc<RecordCounts>,
     /// Time `next()` held the GIL (`stats()["python"]`).
     gil: stats::GilClock,
     /// The built-in image transform (`transform=`), for `image_fields`.
@@ -371,14 +372,14 @@ impl PyLoader {
     ) -> Self {
         let config = Arc::new(loader.config().clone());
         let stats_handle = loader.stats_handle();
+        let loader_counts = loader.record_counts();
         let schema = OnceLock::new();
         let inferred =
             config.transforms.instance.is_some() && config.transforms.output_schema.is_none();
         if !inferred {
             let _ = schema.set(loader.schema().clone());
         }
-        let mut epochs = Epochs::default();
-        epochs.restarted(first_pass, resumed && endless);
+        let epochs = Epochs::new(first_pass, resumed, endless);
         let inner = Arc::new(Inner {
             slot: Mutex::new(Slot {
                 loader: Some(loader),
@@ -398,7 +399,11 @@ impl PyLoader {
         // Restarts keep the shard in force (the environment is read once).
         let builder = builder.map(|b| b.shard(config.shard.rank, config.shard.world_size));
         PyLoader {
-            counts: counting::Counts::new(config.clone()),
+            counts: {
+                let counts = loader_counts;
+                counts.start_if_local();
+                counts
+            },
             stats: Mutex::new(stats_handle),
             schema,
             config,
@@ -475,7 +480,7 @@ impl PyLoader {
                 if self.inner.closing.load(Ordering::SeqCst) {
                     return Settled::Done;
                 }
-                let r = self.lock().settle_slice(self.endless, WAIT_SLICE);
+                let r = self.lock().settle_slice(WAIT_SLICE);
                 if matches!(r, Settled::Exhausted) {
                     self.inner.closing.store(true, Ordering::SeqCst);
                 }
@@ -529,7 +534,7 @@ impl PyLoader {
         let slot = &mut *guard;
         match gen {
             // A loop whose epoch is over ends as usual.
-            Some(g) if g != slot.epochs.gen || !slot.epochs.open => return Step::End,
+            Some(g) if !slot.epochs.is_open(g) => return Step::End,
             _ => {}
         }
         if let Some(c) = &slot.closed {
@@ -557,29 +562,18 @@ impl PyLoader {
             };
             match next {
                 Ok(Popped::Batch(d)) => {
-                    ep.pass = d.pass;
-                    ep.taken += 1;
-                    ep.taken_in_epoch += 1;
-                    ep.skip_empty = false;
+                    ep.took_batch(d.pass);
                     // Made before the GIL is taken back (it reads the
                     // batch's headers: cache misses, off the GIL).
                     return Step::Batch(PyBatch::new(d.batch, d.pass, d.seq));
                 }
                 Ok(Popped::EndOfPass(p)) => {
-                    ep.pass = p + 1;
-                    if self.endless && !(ep.skip_empty && ep.taken_in_epoch == 0) {
-                        ep.end();
-                        return if untracked {
-                            Step::PassEnd(p)
-                        } else {
-                            Step::End
-                        };
-                    }
-                    // Within an epoch of `passes=N`; or a resumed pass with
-                    // nothing left (the next pass is this epoch).
-                    ep.skip_empty = false;
+                    let over = ep.took_pass_end(p) == PassEnd::EpochOver;
                     if untracked {
                         return Step::PassEnd(p);
+                    }
+                    if over {
+                        return Step::End;
                     }
                 }
                 Ok(Popped::EndOfData) => {
@@ -681,7 +675,7 @@ impl PyLoader {
             if let Some(c) = &slot.closed {
                 return Err(c.message());
             }
-            slot.epochs.restarted(first, resumed && self.endless);
+            slot.epochs.restarted(first, resumed);
             Ok(slot.loader.take())
         });
         let old = old.map_err(FeedlineError::new_err)?;
@@ -1242,42 +1236,32 @@ impl PyLoader {
     /// packing one.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.check_process()?;
-        if let Some(p) = &self.config.pack {
-            return counting::packed_len(&self.config, p, || {
+        let pass = || py.allow_threads(|| self.lock().epochs.pass_for_len(self.config.passes));
+        let counted = if let Some(p) = &self.config.pack {
+            let pass = pass();
+            counting::packed_len(&self.config, p, || {
                 py.allow_threads(|| {
                     let slot = self.lock();
-                    let pass = match self.config.passes {
-                        0 => 0,
-                        n => slot.epochs.pass.min(n - 1),
-                    };
                     let loader = slot.loader.as_ref().or(slot.stopped.as_ref());
                     loader.map(|l| l.packed_batches_in_pass(pass))
                 })
             })
-            .map(|n| n as usize)
-            .map_err(|why| PyTypeError::new_err(why.to_string()));
-        }
-        self.counts.start();
-        let counted = loop {
-            if let Some(c) = py.allow_threads(|| self.counts.wait(WAIT_SLICE)) {
-                break c;
-            }
-            py.check_signals()?;
+            .map_err(LenError::Packed)
+        } else {
+            self.counts.start();
+            let counted = loop {
+                if let Some(c) = py.allow_threads(|| self.counts.wait(WAIT_SLICE)) {
+                    break c;
+                }
+                py.check_signals()?;
+            };
+            logbridge::flush(py);
+            counting::len_from(&self.config, counted, pass())
         };
-        logbridge::flush(py);
         match counted {
-            counting::Counted::Records(counts) => {
-                let pass = py.allow_threads(|| self.lock().epochs.pass);
-                let pass = match self.config.passes {
-                    0 => 0,
-                    n => pass.min(n - 1),
-                };
-                Ok(counting::batches_in_pass(&self.config, &counts, pass) as usize)
-            }
-            counting::Counted::Unknown(why) => Err(PyTypeError::new_err(format!(
-                "this loader has no len(): {why}"
-            ))),
-            counting::Counted::Failed(e) => Err(FeedlineError::new_err(e.to_string())),
+            Ok(n) => Ok(n as usize),
+            Err(e @ LenError::Failed(_)) => Err(FeedlineError::new_err(e.to_string())),
+            Err(e) => Err(PyTypeError::new_err(e.to_string())),
         }
     }
 
@@ -1319,11 +1303,7 @@ impl PyLoader {
         self.settle(py)?;
         let (free, closed) = py.allow_threads(|| {
             let slot = self.lock();
-            let e = &slot.epochs;
-            (
-                e.pass == epoch && e.taken_in_epoch == 0 && (self.endless || e.taken == 0),
-                slot.closed.clone(),
-            )
+            (slot.epochs.set_is_free(epoch), slot.closed.clone())
         });
         if let Some(c) = closed {
             return Err(FeedlineError::new_err(c.message()));

@@ -1,4 +1,5 @@
-//! `len(loader)`: the batches of a pass for this rank, from every input's
+//! The length of a pass ([`Loader::len`](crate::Loader::len), Python's
+//! `len(loader)`): the batches of a pass for this rank, from every input's
 //! record count. npy/npz and Parquet files say theirs in their headers; the
 //! others are counted by reading them through as the pipeline's readers
 //! frame them ([`feedline::format::RecordReader::skip_to`]: TFRecord frames
@@ -6,22 +7,24 @@
 //! members, JSON Lines and CSV lines are read) — once per file per process:
 //! counts are kept by (path, size, modification time).
 //!
-//! Counting runs on a thread of its own ([`Counts::start`]): started with
-//! the loader when every input is a local file (so that a `len()` — and
-//! `list(loader)`, which asks for it — finds the counts made, or waits only
-//! for what is left of them, and the pipeline's first batch never waits for
-//! a count), or at the first `len()` when an input is remote (a count reads
-//! the whole object). `len()` waits for it with the GIL released.
+//! Counting runs on a thread of its own ([`RecordCounts::start`]), once per
+//! loader, at the first `len()` — or at once
+//! ([`RecordCounts::start_if_local`]: the Python face does, so that a
+//! `len()` — and `list(loader)`, which asks for it — finds the counts made,
+//! or waits only for what is left of them, and the pipeline's first batch
+//! never waits for a count) when every input is a local file (a count of a
+//! remote object reads it whole). A face waits for it in slices
+//! ([`RecordCounts::wait`]), hearing Ctrl-C between them.
 //!
-//! Refused (`TypeError`): push-mode loaders (what comes is what is pushed),
-//! and inputs that are a pipe, a socket or a device — counting would read
-//! away the data the loader is to read.
+//! Not known ([`LenUnknown`]): push-mode loaders (what comes is what is
+//! pushed), and inputs that are a pipe, a socket or a device — counting
+//! would read away the data the loader is to read.
 //!
 //! A packing loader's batches come from tokens, not records: `len()` is
 //! known where the pipeline counted every rank's packed rows per pass at
 //! start-up (packing with ranks equalized, over more than one rank:
-//! [`feedline_actors::Loader::packed_batches_in_pass`]), and refused
-//! (`TypeError`, saying why) otherwise ([`packed_len`]).
+//! [`Loader::packed_batches_in_pass`](crate::Loader::packed_batches_in_pass)),
+//! and not known otherwise, saying why ([`packed_len`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,9 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use crate::config::PipelineConfig;
 use feedline::batch_policy::BatchPolicy;
 use feedline::plan::{equalized_counts, Equalize, PassPlan};
-use feedline_actors::PipelineConfig;
 
 /// Why `len(loader)` is not known.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -77,7 +80,7 @@ pub enum PackedLenUnknown {
 /// (`None`: no pipeline, the loader is closed; `Some(None)`: not counted).
 pub fn packed_len(
     config: &PipelineConfig,
-    pack: &feedline_actors::Pack,
+    pack: &feedline::pack::Pack,
     ask: impl FnOnce() -> Option<Option<u64>>,
 ) -> Result<u64, PackedLenUnknown> {
     let length = pack.length;
@@ -138,18 +141,29 @@ fn remember(key: Key, n: u64) {
 }
 
 /// A loader's record counts: made once, on a thread of its own.
-pub struct Counts {
+pub struct RecordCounts {
     config: Arc<PipelineConfig>,
     result: Mutex<Option<Counted>>,
     ready: Condvar,
     started: AtomicBool,
+    /// Every input is a local file (counting reads no remote object).
+    local: bool,
     /// Set when the loader goes: a count in progress stops at the next file.
     cancelled: Arc<AtomicBool>,
 }
 
-impl Counts {
-    /// The counts of `config`'s inputs (expanded), started now on a thread
-    /// of their own when every input is local.
+impl std::fmt::Debug for RecordCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordCounts")
+            .field("result", &self.peek())
+            .finish()
+    }
+}
+
+impl RecordCounts {
+    /// The counts of `config`'s inputs (expanded), not started: the first
+    /// [`start`](Self::start) starts them (what is not known, a push-mode
+    /// loader say, is known at once).
     pub fn new(config: Arc<PipelineConfig>) -> Arc<Self> {
         let unknown = if config.push.is_some() {
             Some(LenUnknown::Pushed)
@@ -165,18 +179,23 @@ impl Counts {
                 || (config.registry.resolve(f, config.format.as_deref()))
                     .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
         };
-        let eager = unknown.is_none() && !config.files.iter().any(remote);
-        let counts = Arc::new(Counts {
+        let local = !config.files.iter().any(remote);
+        Arc::new(RecordCounts {
             config,
             result: Mutex::new(unknown.map(Counted::Unknown)),
             ready: Condvar::new(),
             started: AtomicBool::new(false),
+            local,
             cancelled: Arc::new(AtomicBool::new(false)),
-        });
-        if eager {
-            counts.start();
+        })
+    }
+
+    /// Start counting now when every input is a local file (a count of a
+    /// remote object reads it whole: that waits for the first `len()`).
+    pub fn start_if_local(self: &Arc<Self>) {
+        if self.local {
+            self.start();
         }
-        counts
     }
 
     /// Start counting (once) unless the result is known.
@@ -293,6 +312,29 @@ fn count_file(config: &PipelineConfig, spec: &str) -> Result<u64, CountError> {
         remember(key, n);
     }
     Ok(n)
+}
+
+/// Why a length is not known ([`len_from`]).
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LenError {
+    /// Not known for this loader.
+    #[error("this loader has no len(): {0}")]
+    Unknown(LenUnknown),
+    /// A packing loader whose packed batches are not counted.
+    #[error(transparent)]
+    Packed(PackedLenUnknown),
+    /// A file could not be counted.
+    #[error(transparent)]
+    Failed(CountFailed),
+}
+
+/// Batches of `pass` for this rank from what counting gave.
+pub fn len_from(config: &PipelineConfig, counted: Counted, pass: u64) -> Result<u64, LenError> {
+    match counted {
+        Counted::Records(counts) => Ok(batches_in_pass(config, &counts, pass)),
+        Counted::Unknown(why) => Err(LenError::Unknown(why)),
+        Counted::Failed(e) => Err(LenError::Failed(e)),
+    }
 }
 
 /// Batches of `pass` for this rank, from every input's `counts` (bad
