@@ -1,8 +1,8 @@
-//! Epochs over a [`Loader`]'s stream of passes: where the epochs stand
+//! Epochs over a loader's stream of passes: where the epochs stand
 //! ([`Epochs`]) and the rules that move them — what a batch or the end of
 //! a pass does to the open epoch, when an epoch whose last batch was
-//! handed out is over, when `set_epoch` is free. [`Loader::next_epoch`],
-//! [`Loader::set_epoch`] and [`Loader::len`] are built on them, and so is
+//! handed out is over, when `set_epoch` is free. `Loader::next_epoch`,
+//! `Loader::set_epoch` and `Loader::len` are built on them, and so is
 //! every other face's epoch-by-epoch iteration (the Python `Loader`'s
 //! loops), which keeps an [`Epochs`] of its own across the pipelines it
 //! starts.
@@ -28,8 +28,18 @@
 use std::time::Duration;
 
 use crate::error::PipelineError;
-use crate::loader::Loader;
 use crate::messages::Popped;
+
+/// The stream epochs are settled against: a loader's merged iteration
+/// (the `Loader` implements it).
+pub trait EventStream {
+    /// The next item, left in place (the next take gives it), waiting at
+    /// most `wait` (`None`: for ever; a time-out is
+    /// [`PipelineError::Timeout`]).
+    fn peek_event(&mut self, wait: Option<Duration>) -> Result<&Popped, PipelineError>;
+    /// Take the item peeked (for checkpoints too).
+    fn take_peeked(&mut self);
+}
 
 /// Where the epochs stand.
 #[derive(Clone, Debug, Default)]
@@ -169,7 +179,7 @@ impl Epochs {
     /// [`Settled::Wait`].
     pub fn settle(
         &mut self,
-        loader: &mut Loader,
+        loader: &mut impl EventStream,
         wait: Option<Duration>,
     ) -> Result<Settled, PipelineError> {
         loop {
@@ -178,7 +188,7 @@ impl Epochs {
             if !(finished_maybe || empty_resumed) {
                 return Ok(Settled::Done);
             }
-            let next = match loader.peek_event_timeout(wait) {
+            let next = match loader.peek_event(wait) {
                 Ok(Popped::Batch(_)) => return Ok(Settled::Done),
                 Ok(Popped::EndOfPass(p)) => Popped::EndOfPass(*p),
                 Ok(Popped::EndOfData) => Popped::EndOfData,
@@ -186,7 +196,7 @@ impl Epochs {
                 Err(e) => return Err(e),
             };
             // Take the end (tracked: a checkpoint now counts the pass done).
-            let _ = loader.next_event_timeout(Some(Duration::ZERO));
+            loader.take_peeked();
             match next {
                 Popped::EndOfPass(p) => {
                     self.pass = p + 1;

@@ -26,7 +26,7 @@ use feedline::Schema;
 use crate::arbiters::Arbiters;
 use crate::config::{PipelineConfig, ENDLESS};
 use crate::counting::{len_from, packed_len, LenError, RecordCounts};
-use crate::epochs::{Epochs, PassEnd, Settled};
+use crate::epochs::{Epochs, EventStream, PassEnd, Settled};
 use crate::error::PipelineError;
 use crate::messages::{BatchQueue, Delivered, Pop, Popped, Shutdown};
 use crate::pipeline::Pipeline;
@@ -613,6 +613,16 @@ impl Loader {
                 }
             }
         }
+    }
+}
+
+impl EventStream for Loader {
+    fn peek_event(&mut self, wait: Option<Duration>) -> Result<&Popped, PipelineError> {
+        self.peek_event_timeout(wait)
+    }
+
+    fn take_peeked(&mut self) {
+        let _ = self.next_event_timeout(Some(Duration::ZERO));
     }
 }
 
