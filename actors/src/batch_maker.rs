@@ -113,20 +113,48 @@ pub(crate) struct BatchMaker {
     failed: bool,
 }
 
+/// What the batch maker is made with: its settings, the order queue it
+/// takes from and the feed queue it fills, the transforms, the bad-record
+/// policy, the packing step (with its resume part), its links, recorder and
+/// guard.
+pub(crate) struct MakerContext {
+    /// Its settings.
+    pub settings: BatchMakerSettings,
+    /// Where it takes the shuffle stage's orders.
+    pub orders: OrderQueue,
+    /// The feed queue's lanes it puts batches into.
+    pub queue: BatchQueue,
+    /// The transforms the batches are made through, if any.
+    pub transformer: Option<BatchTransformer>,
+    /// The bad-record policy.
+    pub bad: BadRecords,
+    /// Packing: the made batches' documents packed into rows (see
+    /// [`PackStage`]).
+    pub packing: Option<PackStage>,
+    /// Where it reports.
+    pub links: MakerLinks,
+    /// Its statistics.
+    pub recorder: MakerRecorder,
+    /// Where a failure goes.
+    pub guard: StageGuard,
+}
+
 impl BatchMaker {
-    /// A batch maker taking orders from `orders`, putting batches into
-    /// `queue`, making them through `transformer` if any.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        settings: BatchMakerSettings,
-        orders: OrderQueue,
-        queue: BatchQueue,
-        transformer: Option<BatchTransformer>,
-        bad: BadRecords,
-        links: MakerLinks,
-        recorder: MakerRecorder,
-        guard: StageGuard,
-    ) -> Self {
+    /// A batch maker made with `cx`: taking orders from its order queue,
+    /// putting batches into the feed queue, making them through its
+    /// transforms if any, packing them if asked.
+    pub(crate) fn new(cx: MakerContext) -> Self {
+        let MakerContext {
+            settings,
+            orders,
+            queue,
+            transformer,
+            bad,
+            packing,
+            links,
+            recorder,
+            guard,
+        } = cx;
         BatchMaker {
             settings,
             orders,
@@ -139,7 +167,7 @@ impl BatchMaker {
             release: InOrder::default(),
             making: 0,
             out: VecDeque::new(),
-            packing: None,
+            packing,
             popping: false,
             idle_since: None,
             waiting_room: false,
@@ -147,12 +175,6 @@ impl BatchMaker {
             closed: false,
             failed: false,
         }
-    }
-
-    /// Pack the made batches' documents (see [`PackStage`]).
-    pub(crate) fn with_packing(mut self, packing: Option<PackStage>) -> Self {
-        self.packing = packing;
-        self
     }
 
     /// `batch` (of `pass`, number `seq`, for `lane`) goes out — or, when

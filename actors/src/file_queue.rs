@@ -57,16 +57,39 @@ pub(crate) struct FileQueue {
     guard: StageGuard,
 }
 
+/// What the file queue is made with: each file set's plan and task
+/// queues, each reader's file set, the passes to run, its resume part,
+/// the shuffle stage it tells where a pass stands, the equalize counts and
+/// its guard.
+pub(crate) struct FileQueueContext {
+    /// Each file set's plan and task queues.
+    pub sets: Vec<SetQueue>,
+    /// Each reader's file set (by reader id).
+    pub reader_set: Vec<usize>,
+    /// How many passes run.
+    pub passes: u64,
+    /// A resume's part: where the run starts, the passes it reads nothing of.
+    pub resume: Option<FileQueueResume>,
+    /// Where the pass stands, told to the shuffle stage.
+    pub shuffle: Recipient<PassEvent>,
+    /// Equalizing ranks: every file's records.
+    pub equalize: Option<EqualizeRanks>,
+    /// Where a failure goes.
+    pub guard: StageGuard,
+}
+
 impl FileQueue {
-    pub(crate) fn new(
-        sets: Vec<SetQueue>,
-        reader_set: Vec<usize>,
-        passes: u64,
-        resume: Option<FileQueueResume>,
-        shuffle: Recipient<PassEvent>,
-        equalize: Option<EqualizeRanks>,
-        guard: StageGuard,
-    ) -> Self {
+    /// The file queue made with `cx`, at the resume's first pass.
+    pub(crate) fn new(cx: FileQueueContext) -> Self {
+        let FileQueueContext {
+            sets,
+            reader_set,
+            passes,
+            resume,
+            shuffle,
+            equalize,
+            guard,
+        } = cx;
         FileQueue {
             sets,
             reader_set,

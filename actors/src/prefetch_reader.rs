@@ -24,7 +24,7 @@ use crate::messages::{
     ChunkAck, ChunkMsg, FileDone, FileFailed, Next, ReadTask, ReaderIdle, Shutdown, Wake,
 };
 use crate::panic::panic_text;
-use crate::recorder::ReaderRecorder;
+use crate::recorder::{ReaderRecorder, Recorders};
 use crate::resume_plan::ReaderResume;
 use crate::settings::ReaderSettings;
 use crate::stats::SkippedRecord;
@@ -71,20 +71,93 @@ pub(crate) struct PrefetchReader {
     guard: StageGuard,
 }
 
+/// What one reader incarnation is made with: its id, the readers' settings
+/// and resume part, the task queues it steals from, its links, recorder,
+/// bad-record policy, watch and guard.
+pub(crate) struct ReaderContext {
+    /// The reader's id (its place among the readers).
+    pub id: usize,
+    /// The readers' settings.
+    pub settings: Arc<ReaderSettings>,
+    /// A resume's part: the consumed records left out.
+    pub resume: Option<ReaderResume>,
+    /// Its file set's task queues, where it steals tasks.
+    pub queues: Arc<TaskQueues>,
+    /// Where it sends what it read and what happened.
+    pub links: ReaderLinks,
+    /// Its statistics.
+    pub recorder: ReaderRecorder,
+    /// The bad-record policy.
+    pub bad: BadRecords,
+    /// Where it stands, for the supervisor's watchdog.
+    pub watch: Arc<ReaderWatch>,
+    /// Where a failure goes.
+    pub guard: StageGuard,
+}
+
+/// What every reader incarnation is made from (the wiring site's reader
+/// factory holds it): the readers' settings, resume part, bad-record
+/// policy and links, each file set's task queues, each reader's file set,
+/// the recorders and the guard. [`reader`](Self::reader) makes one
+/// incarnation's [`ReaderContext`].
+pub(crate) struct ReadersContext {
+    /// The readers' settings.
+    pub settings: Arc<ReaderSettings>,
+    /// A resume's part: the consumed records left out.
+    pub resume: Option<ReaderResume>,
+    /// The bad-record policy.
+    pub bad: BadRecords,
+    /// Each file set's task queues.
+    pub queues: Vec<Arc<TaskQueues>>,
+    /// Each reader's file set (by reader id).
+    pub reader_set: Vec<usize>,
+    /// Where the readers send what they read and what happened.
+    pub links: ReaderLinks,
+    /// The statistics' write side (each reader's recorder and watch).
+    pub recorders: Recorders,
+    /// The guard each reader's is named from.
+    pub guard: StageGuard,
+}
+
+impl ReadersContext {
+    /// How many readers there are.
+    pub(crate) fn readers(&self) -> usize {
+        self.reader_set.len()
+    }
+
+    /// Reader `id`'s next incarnation, watched through `watch` (which the
+    /// recorders see first).
+    pub(crate) fn reader(&self, id: usize, watch: Arc<ReaderWatch>) -> ReaderContext {
+        self.recorders.watch_reader(id, watch.clone());
+        ReaderContext {
+            id,
+            settings: self.settings.clone(),
+            resume: self.resume.clone(),
+            bad: self.bad.clone(),
+            links: self.links.clone(),
+            guard: self.guard.named(format!("reader {id}")),
+            queues: self.queues[self.reader_set[id]].clone(),
+            recorder: self.recorders.reader(),
+            watch,
+        }
+    }
+}
+
 impl PrefetchReader {
-    /// Reader `id`, stealing from `queues`, watched through `watch`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        id: usize,
-        settings: Arc<ReaderSettings>,
-        resume: Option<ReaderResume>,
-        queues: Arc<TaskQueues>,
-        links: ReaderLinks,
-        recorder: ReaderRecorder,
-        bad: BadRecords,
-        watch: Arc<ReaderWatch>,
-        guard: StageGuard,
-    ) -> Self {
+    /// A reader made with `cx`: stealing from its queues, watched through
+    /// its watch.
+    pub(crate) fn new(cx: ReaderContext) -> Self {
+        let ReaderContext {
+            id,
+            settings,
+            resume,
+            queues,
+            links,
+            recorder,
+            bad,
+            watch,
+            guard,
+        } = cx;
         PrefetchReader {
             id,
             settings,

@@ -59,7 +59,7 @@ use drain::{BatchNumbering, EndOfPassDrain, Pending};
 use intake::{Arrival, ChunkIntake, Decided};
 use quota::{Drawn, EqualizeQuota, Share};
 use reorder::ChunkKey;
-use snapshot::{DrawTracker, Place, Taken};
+use snapshot::{DrawState, DrawTracker, Place, Taken};
 use state::{records_of, RecordRef, ShuffleState};
 
 /// Where the shuffle stage reports.
@@ -185,18 +185,46 @@ impl RestoredDraw {
     }
 }
 
+/// What the shuffle stage is made with: its settings, resume part and
+/// restored draw, where snapshots of the draw go, the batcher, the order
+/// queue it fills, its links, recorder and guard.
+pub(crate) struct ShuffleContext {
+    /// Its settings.
+    pub settings: ShuffleSettings,
+    /// A resume's part: the consumed batches left out.
+    pub resume: Option<ShuffleResume>,
+    /// A resumed draw to go on from (the pool made again from the resume's
+    /// snapshot before any stage started).
+    pub restored: Option<RestoredDraw>,
+    /// Where snapshots of the draw go (for checkpoints).
+    pub snapshots: DrawSnapshots,
+    /// The batcher of the settings.
+    pub batcher: Batcher,
+    /// Where drawn batches go: the batch maker's orders.
+    pub orders: OrderQueue,
+    /// Where it reports.
+    pub links: ShuffleLinks,
+    /// Its statistics.
+    pub recorder: ShuffleRecorder,
+    /// Where a failure goes.
+    pub guard: StageGuard,
+}
+
 impl ShuffleBatch {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        settings: ShuffleSettings,
-        resume: Option<ShuffleResume>,
-        snapshots: DrawSnapshots,
-        batcher: Batcher,
-        orders: OrderQueue,
-        links: ShuffleLinks,
-        recorder: ShuffleRecorder,
-        guard: StageGuard,
-    ) -> Self {
+    /// The shuffle stage made with `cx`: at the resume's first pass, or
+    /// going on from its restored draw.
+    pub(crate) fn new(cx: ShuffleContext) -> Self {
+        let ShuffleContext {
+            settings,
+            resume,
+            restored,
+            snapshots,
+            batcher,
+            orders,
+            links,
+            recorder,
+            guard,
+        } = cx;
         let first = resume.as_ref().map_or(0, |r| r.first_pass());
         let intake = ChunkIntake::new(
             settings.deterministic,
@@ -232,10 +260,11 @@ impl ShuffleBatch {
             resume,
             snapshots,
         }
+        .with_restored(restored)
     }
 
     /// Go on from a resumed draw: its pool, batch number and counters.
-    pub(crate) fn with_restored(mut self, restored: Option<RestoredDraw>) -> Self {
+    fn with_restored(mut self, restored: Option<RestoredDraw>) -> Self {
         let Some(r) = restored else { return self };
         let s = r.snapshot;
         self.buffer = r.buffer;
@@ -347,14 +376,14 @@ impl ShuffleBatch {
         {
             let rows = [self.padding.rows_in, self.padding.out];
             let t0 = Instant::now();
-            let s = (self.tracker).capture(
-                job.pass,
-                next,
-                &self.buffer,
-                &self.pending,
-                self.pass_records,
-                rows,
-            );
+            let s = self.tracker.capture(DrawState {
+                pass: job.pass,
+                seq: next,
+                buffer: &self.buffer,
+                pending: &self.pending,
+                pass_records: self.pass_records,
+                batcher_rows: rows,
+            });
             if let Some(s) = s {
                 log::trace!(
                     "snapshot of the draw before batch {next} of pass {}: {} rows, {} chunks, in {:.1} µs",

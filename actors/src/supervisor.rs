@@ -77,21 +77,45 @@ pub(crate) struct Supervisor {
     guard: StageGuard,
 }
 
+/// What the supervisor is made with: its settings, recorder, the
+/// statistics, its links to the other stages, the reader factory and how
+/// many readers and trainers it watches, where the end is told, its guard.
+pub(crate) struct SupervisorContext {
+    /// Its settings.
+    pub settings: SupervisorSettings,
+    /// Its statistics.
+    pub recorder: SupervisorRecorder,
+    /// The pipeline's statistics (read when the pipeline ends).
+    pub stats: Stats,
+    /// What it stops and fails.
+    pub links: SupervisorLinks,
+    /// How many readers it starts (when it starts) and replaces.
+    pub readers: usize,
+    /// Starts a reader's incarnation.
+    pub start_reader: ReaderFactory,
+    /// How many trainers it waits for.
+    pub trainers: usize,
+    /// Hears how the pipeline ended.
+    pub done: oneshot::Sender<Result<(), PipelineError>>,
+    /// Where its own failure goes (the lanes; no supervisor to tell).
+    pub guard: StageGuard,
+}
+
 impl Supervisor {
-    /// A supervisor of `readers` readers (started by `start_reader` when it
-    /// starts) and `trainers` trainers; `done` hears how the pipeline ended.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        settings: SupervisorSettings,
-        recorder: SupervisorRecorder,
-        stats: Stats,
-        links: SupervisorLinks,
-        readers: usize,
-        start_reader: ReaderFactory,
-        trainers: usize,
-        done: oneshot::Sender<Result<(), PipelineError>>,
-        guard: StageGuard,
-    ) -> Self {
+    /// A supervisor made with `cx`: its readers started (by the factory)
+    /// when it starts, its trainers waited for, the end told to `done`.
+    pub(crate) fn new(cx: SupervisorContext) -> Self {
+        let SupervisorContext {
+            settings,
+            recorder,
+            stats,
+            links,
+            readers,
+            start_reader,
+            trainers,
+            done,
+            guard,
+        } = cx;
         Supervisor {
             settings,
             recorder,

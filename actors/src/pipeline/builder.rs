@@ -1,9 +1,14 @@
 //! The one place that wires a pipeline (as vector's `topology/builder.rs`):
-//! it creates the feed queue, the task queues and the recorders, starts
-//! every actor, and hands each the `Recipient`s of the messages it sends —
-//! no stage knows another stage's type. Reader restarts go through a factory
-//! built here, so the supervisor replaces a reader without knowing how one
-//! is made.
+//! it creates the feed queue, the order queue, the task queues and the
+//! recorders, starts every actor, and hands each the `Recipient`s of the
+//! messages it sends — no stage knows another stage's type. It decides
+//! nothing: what the stages start from (settings, the batches' schema, the
+//! resume's parts, a restored draw) is settled by [`prepare`] before any
+//! actor starts, and each stage is made from one context value of its own
+//! (`MakerContext`, `ShuffleContext`, …). [`build`] reads as its steps, one
+//! small function each, in the order the stages start. Reader restarts go
+//! through a factory built here, so the supervisor replaces a reader
+//! without knowing how one is made.
 //!
 //! ```text
 //!                 ┌─────────── Requeue ───────────┐
@@ -23,25 +28,32 @@ use super::prepare::{prepare, Prepared};
 use super::StartOptions;
 use crate::arbiters::Arbiters;
 use crate::bad_records::BadRecords;
-use crate::batch_maker::{BatchMaker, MakerLinks, PackStage};
+use crate::batch_maker::{BatchMaker, MakerContext, MakerLinks, PackStage};
 use crate::config::PipelineConfig;
+use crate::equalize::{EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
 use crate::feed_queue_actor::FeedQueueActor;
-use crate::file_queue::{FileQueue, SetQueue};
-use crate::guard::StageGuard;
+use crate::file_queue::{FileQueue, FileQueueContext, SetQueue};
+use crate::guard::{FaultPlan, StageGuard};
 use crate::messages::{BatchQueue, OrderQueue, StartPasses};
-use crate::prefetch_reader::{PrefetchReader, ReaderLinks};
+use crate::prefetch_reader::{PrefetchReader, ReaderLinks, ReadersContext};
 use crate::progress::{DrawSnapshots, Progress, SharedProgress};
 use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
-use crate::resume_plan::{ConsumerResume, ReaderResume};
-use crate::settings::{ReaderSettings, StageSettings};
-use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleLinks};
-use crate::supervisor::{ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorLinks};
+use crate::resume_plan::{ConsumerResume, ResumeParts};
+use crate::settings::{
+    BatchMakerSettings, PushSettings, ReaderSettings, ShuffleSettings, SupervisorSettings,
+};
+use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleContext, ShuffleLinks};
+use crate::supervisor::{
+    ReaderFactory, ReaderHandle, ReaderThread, Supervisor, SupervisorContext, SupervisorLinks,
+};
 use crate::task_queue::TaskQueues;
 use crate::trainer::{TrainStep, Trainer};
 use crate::watch::ReaderWatch;
-use feedline::feed_queue::FeedMode;
+use feedline::batch_policy::Batcher;
+use feedline::feed_queue::{FeedMode, Lanes};
+use feedline::plan::PassPlan;
 use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
@@ -97,169 +109,270 @@ pub(crate) fn build<S: TrainStep>(
         track_progress,
         faults,
     } = options;
-    // A run from a later pass (`first_pass`): the stages start there as a
-    // resume at that pass's start makes them (checked: below `passes`).
-    let resume = match (resume, config.first_pass) {
-        (resume, 0) => resume,
-        (Some(_), n) => {
-            return Err(PipelineError::Config(format!(
-                "first_pass {n} and a resume: the checkpoint says where the run goes on (give one or the other)"
-            )))
-        }
-        (None, n) => Some(Arc::new(crate::resume_plan::ResumePlan::at_pass(n))),
-    };
     let Prepared {
         config,
         schema,
+        batch_schema,
+        transformer,
         plans,
         batcher,
         equalize,
         packed_ranks,
-        mut resume,
+        lanes,
+        settings,
+        restored,
+        parts,
     } = prepare(config, resume)?;
-    let transformer = BatchTransformer::new(&config.transforms, &schema, config.seed)?;
-    // The batches' schema: the transforms' output when it is known now
-    // (the stages read and pool instances of `schema`, the input's).
-    let batch_schema = transformer
-        .as_ref()
-        .and_then(|t| t.output_schema())
-        .unwrap_or_else(|| schema.clone());
-    let packing = config.pack.is_some();
-    // A packed pass is drawn again from its start (the packer's window is
-    // not in a snapshot of the draw).
-    if packing {
-        resume = resume.map(|r| Arc::new(r.without_snapshot()));
-    }
-    let batch_schema = match &config.pack {
-        Some(p) => {
-            // The documents' schema, when it is known before the first batch.
-            let docs = match &transformer {
-                Some(t) => t.output_schema(),
-                None => Some(schema.clone()),
-            };
-            if let Some(docs) = &docs {
-                check_pack_field(p, docs, transformer.is_some())?;
-            }
-            p.output_schema()
-        }
-        None => batch_schema,
-    };
-    let lanes = config.feed.lanes(config.devices);
-    let first_pass = resume.as_ref().map_or(0, |r| r.first_pass());
-    let settings = StageSettings::derive(&config, &schema, lanes, first_pass);
-    // A deterministic resume with a snapshot of the draw: the pool made
-    // again now; if it cannot be, the pass is drawn again from its start.
-    let restored = {
-        let part = resume.as_ref().map(|r| r.parts(packing).shuffle);
-        match RestoredDraw::of(
-            &settings.shuffle,
-            &settings.reader,
-            part.as_ref(),
-            &plans[0],
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
-                resume = resume.map(|r| Arc::new(r.without_snapshot()));
-                None
-            }
-        }
-    };
-    let parts = resume.as_ref().map(|r| r.parts(packing));
-    let config = Arc::new(config);
-    let arbiters = Arbiters::default();
-    let queue = BatchQueue::new(lanes, config.capacity)?;
-    let recorders = Recorders::new(config.devices, config.readers, queue.gauge());
-    let (done_tx, done_rx) = oneshot::channel();
-
-    // The supervisor's address first: every stage reports to it.
-    let supervisor_ctx = Context::<Supervisor>::new();
-    let supervisor = supervisor_ctx.address();
-    // Every stage's guard fails the lanes and tells the supervisor.
-    let guard = StageGuard::new(
-        "supervisor",
-        queue.clone(),
-        Some(supervisor.clone().recipient()),
-        faults.clone(),
-    );
-
-    let clocks =
-        account_in_queue.then(|| (0..config.devices).map(|d| recorders.device(d)).collect());
-    let progress: Option<SharedProgress> = ((account_in_queue || !steps.is_empty())
-        && track_progress
-        && config.push.is_none())
-    .then(|| {
-        let p = match &parts {
-            Some(p) => p.consumers.progress(config.devices),
-            None => Progress::new(config.devices),
-        };
-        Arc::new(parking_lot::Mutex::new(p.with_snapshots(snapshots.clone())))
-    });
-    let pop_progress = progress.clone().filter(|_| account_in_queue);
-    let feed = FeedQueueActor::start(
-        queue.clone(),
-        clocks,
-        pop_progress,
-        guard.named("feed queue"),
-    );
-
+    let (site, supervisor_ctx) = Site::new(config, lanes, parts, snapshots, faults)?;
+    let consumers = account_in_queue || !steps.is_empty();
+    let progress = site.consumer_progress(consumers && track_progress);
+    let feed = start_feed_queue(&site, account_in_queue, &progress);
     // Drawn batches wait for the batch maker here: as many as it holds.
     let orders = OrderQueue::new(FeedMode::Shared.lanes(1), settings.maker.in_flight)?;
-    let bad_records = |recorders: &Recorders| {
-        BadRecords::new(config.error_policy.clone(), recorders.bad_records())
-            .per_pass(config.passes == crate::config::ENDLESS)
+    let maker = start_batch_maker(&site, settings.maker, &orders, transformer, &packed_ranks)?;
+    let shuffle = start_shuffle(&site, settings.shuffle, restored, batcher, orders);
+    let (file_queue, tasks) = start_file_queue(&site, plans, equalize, &shuffle);
+    let start_reader = readers(&site, settings.reader, tasks, &shuffle, &file_queue);
+    let links = SupervisorLinks {
+        requeue: file_queue.clone().recipient(),
+        producers: vec![
+            file_queue.clone().recipient(),
+            shuffle.clone().recipient(),
+            maker.recipient(),
+        ],
+        queue: site.queue.clone(),
+        feed: feed.clone().recipient(),
     };
-    let maker = {
-        let settings = settings.maker.clone();
-        let (orders, queue) = (orders.clone(), queue.clone());
-        let bad = bad_records(&recorders);
-        let links = MakerLinks {
-            queued: supervisor.clone().recipient(),
-        };
-        let workers = transformer.as_ref().map_or(0, |t| t.workers());
-        let recorder = recorders.maker(workers);
-        let guard = guard.named("batch maker");
-        let packing = match &settings.pack {
-            Some((pack, rows)) => Some(PackStage::new(
-                pack.clone(),
-                *rows,
-                parts.as_ref().map(|p| p.maker.clone()),
-                packed_ranks.clone(),
-                recorders.packing(),
-            )?),
-            None => None,
-        };
-        BatchMaker::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            BatchMaker::new(
-                settings,
-                orders,
-                queue,
-                transformer,
-                bad,
-                links,
-                recorder,
-                guard,
-            )
-            .with_packing(packing)
-        })
-    };
-    let shuffle = {
-        let settings = settings.shuffle.clone();
-        let part = parts.as_ref().map(|p| p.shuffle.clone());
-        let snapshots = snapshots.clone();
-        let links = ShuffleLinks {
-            flushed: supervisor.clone().recipient(),
-        };
-        let recorder = recorders.shuffle();
-        let guard = guard.named("shuffle stage");
-        ShuffleBatch::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            ShuffleBatch::new(
-                settings, part, snapshots, batcher, orders, links, recorder, guard,
-            )
-            .with_restored(restored)
-        })
-    };
+    let done = start_supervisor(
+        &site,
+        supervisor_ctx,
+        settings.supervisor,
+        links,
+        start_reader,
+        steps.len(),
+    );
+    start_trainers(&site, steps, &progress);
+    let push = start_input(&site, &settings.push, &schema, &shuffle, &file_queue);
+    let Site {
+        config,
+        queue,
+        recorders,
+        arbiters,
+        supervisor,
+        parts,
+        snapshots,
+        ..
+    } = site;
+    Ok(Running {
+        feed: feed.recipient(),
+        stop: supervisor.recipient(),
+        queue,
+        recorders,
+        config,
+        schema: batch_schema,
+        arbiters,
+        done: Some(done),
+        push,
+        progress,
+        resume: parts.map(|p| p.consumers),
+        snapshots,
+        packed_ranks,
+    })
+}
 
+/// What every stage is wired with, made before the first starts: the
+/// settings, the feed queue, the recorders, the threads, the supervisor's
+/// address (every stage reports to it), the guard each stage's is named
+/// from, the resume's parts and where the draw's snapshots go.
+struct Site {
+    /// The settings, inputs expanded.
+    config: Arc<PipelineConfig>,
+    /// The feed queue.
+    queue: BatchQueue,
+    /// The statistics' write side.
+    recorders: Recorders,
+    /// Every thread the pipeline starts.
+    arbiters: Arbiters,
+    /// The supervisor's address (it runs once the other stages are started).
+    supervisor: Addr<Supervisor>,
+    /// Every stage's guard fails the lanes and tells the supervisor.
+    guard: StageGuard,
+    /// The faults injected (tests), for the supervisor's own guard.
+    faults: FaultPlan,
+    /// Each stage's part of the resume.
+    parts: Option<ResumeParts>,
+    /// Where the draw's snapshots go.
+    snapshots: DrawSnapshots,
+}
+
+impl Site {
+    /// The site, and the supervisor's context: its address first, as every
+    /// stage reports to it.
+    fn new(
+        config: Arc<PipelineConfig>,
+        lanes: Lanes,
+        parts: Option<ResumeParts>,
+        snapshots: DrawSnapshots,
+        faults: FaultPlan,
+    ) -> Result<(Site, Context<Supervisor>), PipelineError> {
+        let arbiters = Arbiters::default();
+        let queue = BatchQueue::new(lanes, config.capacity)?;
+        let recorders = Recorders::new(config.devices, config.readers, queue.gauge());
+        let supervisor_ctx = Context::<Supervisor>::new();
+        let supervisor = supervisor_ctx.address();
+        let guard = StageGuard::new(
+            "supervisor",
+            queue.clone(),
+            Some(supervisor.clone().recipient()),
+            faults.clone(),
+        );
+        let site = Site {
+            config,
+            queue,
+            recorders,
+            arbiters,
+            supervisor,
+            guard,
+            faults,
+            parts,
+            snapshots,
+        };
+        Ok((site, supervisor_ctx))
+    }
+
+    /// The bad-record policy of the settings, with its recorder.
+    fn bad_records(&self) -> BadRecords {
+        let config = &self.config;
+        BadRecords::new(config.error_policy.clone(), self.recorders.bad_records())
+            .per_pass(config.passes == crate::config::ENDLESS)
+    }
+
+    /// What the consumers take, when tracked (`wanted`: `Pop` consumers or
+    /// trainers, and `track_progress`; never in push mode): from the
+    /// resume's consumers' part, its snapshots going where the draw's go.
+    fn consumer_progress(&self, wanted: bool) -> Option<SharedProgress> {
+        let devices = self.config.devices;
+        (wanted && self.config.push.is_none()).then(|| {
+            let p = match &self.parts {
+                Some(p) => p.consumers.progress(devices),
+                None => Progress::new(devices),
+            };
+            Arc::new(parking_lot::Mutex::new(
+                p.with_snapshots(self.snapshots.clone()),
+            ))
+        })
+    }
+}
+
+/// The feed queue's actor: it runs the devices' clocks and keeps the `Pop`
+/// consumers' progress when `account_in_queue`.
+fn start_feed_queue(
+    site: &Site,
+    account_in_queue: bool,
+    progress: &Option<SharedProgress>,
+) -> Addr<FeedQueueActor> {
+    let recorders = &site.recorders;
+    let clocks = account_in_queue.then(|| {
+        (0..site.config.devices)
+            .map(|d| recorders.device(d))
+            .collect()
+    });
+    let pop_progress = progress.clone().filter(|_| account_in_queue);
+    FeedQueueActor::start(
+        site.queue.clone(),
+        clocks,
+        pop_progress,
+        site.guard.named("feed queue"),
+    )
+}
+
+/// The batch maker, on its own thread: it takes the drawn batches from
+/// `orders`, makes them through `transformer` (packing them if asked) and
+/// fills the feed queue.
+fn start_batch_maker(
+    site: &Site,
+    settings: BatchMakerSettings,
+    orders: &OrderQueue,
+    transformer: Option<BatchTransformer>,
+    packed_ranks: &Option<Arc<PackedRanks>>,
+) -> Result<Addr<BatchMaker>, PipelineError> {
+    let recorders = &site.recorders;
+    let bad = site.bad_records();
+    let links = MakerLinks {
+        queued: site.supervisor.clone().recipient(),
+    };
+    let workers = transformer.as_ref().map_or(0, |t| t.workers());
+    let recorder = recorders.maker(workers);
+    let guard = site.guard.named("batch maker");
+    let packing = match &settings.pack {
+        Some((pack, rows)) => Some(PackStage::new(
+            pack.clone(),
+            *rows,
+            site.parts.as_ref().map(|p| p.maker.clone()),
+            packed_ranks.clone(),
+            recorders.packing(),
+        )?),
+        None => None,
+    };
+    let cx = MakerContext {
+        settings,
+        orders: orders.clone(),
+        queue: site.queue.clone(),
+        transformer,
+        bad,
+        packing,
+        links,
+        recorder,
+        guard,
+    };
+    Ok(BatchMaker::start_in_arbiter(
+        &site.arbiters.new_arbiter(),
+        move |_| BatchMaker::new(cx),
+    ))
+}
+
+/// The shuffle stage, on its own thread: it draws batches with `batcher`
+/// (going on from `restored` if given) into `orders`.
+fn start_shuffle(
+    site: &Site,
+    settings: ShuffleSettings,
+    restored: Option<RestoredDraw>,
+    batcher: Batcher,
+    orders: OrderQueue,
+) -> Addr<ShuffleBatch> {
+    let cx = ShuffleContext {
+        settings,
+        resume: site.parts.as_ref().map(|p| p.shuffle.clone()),
+        restored,
+        snapshots: site.snapshots.clone(),
+        batcher,
+        orders,
+        links: ShuffleLinks {
+            flushed: site.supervisor.clone().recipient(),
+        },
+        recorder: site.recorders.shuffle(),
+        guard: site.guard.named("shuffle stage"),
+    };
+    ShuffleBatch::start_in_arbiter(&site.arbiters.new_arbiter(), move |_| ShuffleBatch::new(cx))
+}
+
+/// Where the readers take their file tasks.
+struct FileTasks {
+    /// Each file set's task queues.
+    queues: Vec<Arc<TaskQueues>>,
+    /// Each reader's file set (by reader id).
+    reader_set: Vec<usize>,
+}
+
+/// The file queue, with one set of task queues per file set (`plans`),
+/// telling `shuffle` where each pass stands.
+fn start_file_queue(
+    site: &Site,
+    plans: Vec<PassPlan>,
+    equalize: Option<EqualizeRanks>,
+    shuffle: &Addr<ShuffleBatch>,
+) -> (Addr<FileQueue>, FileTasks) {
+    let config = &site.config;
     let queues: Vec<Arc<TaskQueues>> = plans.iter().map(|_| Arc::default()).collect();
     // Each reader's file set: the sets' readers one after the other.
     let reader_set: Vec<usize> = if config.sets.is_empty() {
@@ -272,147 +385,53 @@ pub(crate) fn build<S: TrainStep>(
     let sets = (plans.into_iter().zip(&queues))
         .map(|(p, q)| SetQueue::new(p, q.clone()))
         .collect();
-    let file_queue = FileQueue::new(
+    let file_queue = FileQueue::new(FileQueueContext {
         sets,
-        reader_set.clone(),
-        config.passes,
-        parts.as_ref().map(|p| p.file_queue.clone()),
-        shuffle.clone().recipient(),
+        reader_set: reader_set.clone(),
+        passes: config.passes,
+        resume: site.parts.as_ref().map(|p| p.file_queue.clone()),
+        shuffle: shuffle.clone().recipient(),
         equalize,
-        guard.named("file queue"),
-    )
+        guard: site.guard.named("file queue"),
+    })
     .start();
+    (file_queue, FileTasks { queues, reader_set })
+}
 
-    let reader_links = ReaderLinks {
+/// The readers' factory: the supervisor starts each reader through it when
+/// it starts, and again when it replaces one. The readers send chunks to
+/// `shuffle` and take their tasks from `tasks`, as `file_queue` puts them.
+fn readers(
+    site: &Site,
+    settings: ReaderSettings,
+    tasks: FileTasks,
+    shuffle: &Addr<ShuffleBatch>,
+    file_queue: &Addr<FileQueue>,
+) -> ReaderFactory {
+    let links = ReaderLinks {
         chunks: shuffle.clone().recipient(),
         idle: file_queue.clone().recipient(),
         done: file_queue.clone().recipient(),
-        failed: supervisor.clone().recipient(),
+        failed: site.supervisor.clone().recipient(),
     };
-    let start_reader = reader_factory(
-        Arc::new(settings.reader),
-        parts.as_ref().map(|p| p.readers.clone()),
-        bad_records(&recorders),
-        queues,
-        reader_set,
-        reader_links,
-        &recorders,
-        &arbiters,
-        &guard,
-    );
-    let links = SupervisorLinks {
-        requeue: file_queue.clone().recipient(),
-        producers: vec![
-            file_queue.clone().recipient(),
-            shuffle.clone().recipient(),
-            maker.recipient(),
-        ],
-        queue: queue.clone(),
-        feed: feed.clone().recipient(),
-    };
-    supervisor_ctx.run(Supervisor::new(
-        settings.supervisor,
-        recorders.supervisor(),
-        recorders.stats(),
+    let readers = ReadersContext {
+        settings: Arc::new(settings),
+        resume: site.parts.as_ref().map(|p| p.readers.clone()),
+        bad: site.bad_records(),
+        queues: tasks.queues,
+        reader_set: tasks.reader_set,
         links,
-        config.readers,
-        start_reader,
-        steps.len(),
-        done_tx,
-        StageGuard::new("supervisor", queue.clone(), None, faults),
-    ));
-
-    for (device, step) in steps.into_iter().enumerate() {
-        let (queue, done) = (queue.clone(), supervisor.clone().recipient());
-        let clock = recorders.device(device);
-        let guard = guard.named(format!("trainer of device {device}"));
-        let progress = progress.clone();
-        Trainer::start_in_arbiter(&arbiters.new_arbiter(), move |_| {
-            Trainer::new(device, step, queue, done, clock, guard).with_progress(progress)
-        });
-    }
-
-    let push = match &config.push {
-        Some(name) => {
-            let links = PushLinks {
-                chunks: shuffle.clone().recipient(),
-                batches: shuffle.clone().recipient(),
-                pass: shuffle.clone().recipient(),
-            };
-            Some(FeedHandle::start(
-                name,
-                &settings.push,
-                &schema,
-                links,
-                recorders.reader(),
-                guard.named(format!("push source {name}")),
-            ))
-        }
-        None => {
-            file_queue.do_send(StartPasses);
-            None
-        }
+        recorders: site.recorders.clone(),
+        guard: site.guard.clone(),
     };
-    Ok(Running {
-        feed: feed.recipient(),
-        stop: supervisor.recipient(),
-        queue,
-        recorders,
-        config,
-        schema: batch_schema,
-        arbiters,
-        done: Some(done_rx),
-        push,
-        progress,
-        resume: parts.map(|p| p.consumers),
-        snapshots,
-        packed_ranks,
-    })
-}
-
-/// The documents' token field is there, ragged and of integers, for
-/// `pack` (when the batches' schema is known before the first batch).
-fn check_pack_field(
-    pack: &feedline::pack::Pack,
-    docs: &Schema,
-    transformed: bool,
-) -> Result<(), PipelineError> {
-    let Ok(f) = docs.field(&pack.field) else {
-        return Err(PipelineError::Config(format!(
-            "packing: no field `{}` to pack in the {} (fields: {}); tokenize a text field first or name the token field",
-            pack.field,
-            if transformed { "transform's output" } else { "instances" },
-            docs.field_names()
-        )));
-    };
-    let ints = matches!(f.dtype, feedline::DType::I32 | feedline::DType::I64);
-    if !ints || !f.is_ragged() || f.shape.len() != 1 || f.ragged != feedline::Ragged::Offsets {
-        return Err(PipelineError::Config(format!(
-            "packing: field `{}` is {}, expected a ragged list of token ids (i32 or i64 [?], offsets layout)",
-            pack.field,
-            f.describe()
-        )));
-    }
-    Ok(())
+    reader_factory(readers, &site.arbiters)
 }
 
 /// Starts reader `id`'s incarnations: on the reader's own arbiter, or on a
 /// fresh one when the last incarnation is stuck in its thread.
-#[allow(clippy::too_many_arguments)]
-fn reader_factory(
-    settings: Arc<ReaderSettings>,
-    resume: Option<ReaderResume>,
-    bad: BadRecords,
-    queues: Vec<Arc<TaskQueues>>,
-    reader_set: Vec<usize>,
-    links: ReaderLinks,
-    recorders: &Recorders,
-    arbiters: &Arbiters,
-    guard: &StageGuard,
-) -> ReaderFactory {
-    let guard = guard.clone();
-    let (recorders, arbiters) = (recorders.clone(), arbiters.clone());
-    let mut threads: Vec<Option<ArbiterHandle>> = vec![None; reader_set.len()];
+fn reader_factory(readers: ReadersContext, arbiters: &Arbiters) -> ReaderFactory {
+    let arbiters = arbiters.clone();
+    let mut threads: Vec<Option<ArbiterHandle>> = vec![None; readers.readers()];
     Box::new(move |id, thread| {
         let arbiter = match (thread, &threads[id]) {
             (ReaderThread::Same, Some(h)) => h.clone(),
@@ -423,21 +442,82 @@ fn reader_factory(
             }
         };
         let watch = Arc::new(ReaderWatch::default());
-        recorders.watch_reader(id, watch.clone());
-        let (settings, resume, bad, links) =
-            (settings.clone(), resume.clone(), bad.clone(), links.clone());
-        let guard = guard.named(format!("reader {id}"));
-        let (queues, recorder, w) = (
-            queues[reader_set[id]].clone(),
-            recorders.reader(),
-            watch.clone(),
-        );
-        let reader = PrefetchReader::start_in_arbiter(&arbiter, move |_| {
-            PrefetchReader::new(id, settings, resume, queues, links, recorder, bad, w, guard)
-        });
+        let cx = readers.reader(id, watch.clone());
+        let reader = PrefetchReader::start_in_arbiter(&arbiter, move |_| PrefetchReader::new(cx));
         ReaderHandle {
             stop: reader.recipient(),
             watch,
         }
     })
+}
+
+/// The supervisor, in the context made first (it starts the readers
+/// through `start_reader` as it starts, and waits for `trainers`
+/// trainers); what it gives back resolves with how the pipeline ended.
+fn start_supervisor(
+    site: &Site,
+    ctx: Context<Supervisor>,
+    settings: SupervisorSettings,
+    links: SupervisorLinks,
+    start_reader: ReaderFactory,
+    trainers: usize,
+) -> oneshot::Receiver<Result<(), PipelineError>> {
+    let (done_tx, done_rx) = oneshot::channel();
+    ctx.run(Supervisor::new(SupervisorContext {
+        settings,
+        recorder: site.recorders.supervisor(),
+        stats: site.recorders.stats(),
+        links,
+        readers: site.config.readers,
+        start_reader,
+        trainers,
+        done: done_tx,
+        guard: StageGuard::new("supervisor", site.queue.clone(), None, site.faults.clone()),
+    }));
+    done_rx
+}
+
+/// One trainer per step, each on its own thread, driving its device.
+fn start_trainers<S: TrainStep>(site: &Site, steps: Vec<S>, progress: &Option<SharedProgress>) {
+    for (device, step) in steps.into_iter().enumerate() {
+        let (queue, done) = (site.queue.clone(), site.supervisor.clone().recipient());
+        let clock = site.recorders.device(device);
+        let guard = site.guard.named(format!("trainer of device {device}"));
+        let progress = progress.clone();
+        Trainer::start_in_arbiter(&site.arbiters.new_arbiter(), move |_| {
+            Trainer::new(device, step, queue, done, clock, guard).with_progress(progress)
+        });
+    }
+}
+
+/// The input starts: in push mode the push source (its handle given back),
+/// feeding `shuffle`; else the file queue's first pass.
+fn start_input(
+    site: &Site,
+    settings: &PushSettings,
+    schema: &Schema,
+    shuffle: &Addr<ShuffleBatch>,
+    file_queue: &Addr<FileQueue>,
+) -> Option<FeedHandle> {
+    match &site.config.push {
+        Some(name) => {
+            let links = PushLinks {
+                chunks: shuffle.clone().recipient(),
+                batches: shuffle.clone().recipient(),
+                pass: shuffle.clone().recipient(),
+            };
+            Some(FeedHandle::start(
+                name,
+                settings,
+                schema,
+                links,
+                site.recorders.reader(),
+                site.guard.named(format!("push source {name}")),
+            ))
+        }
+        None => {
+            file_queue.do_send(StartPasses);
+            None
+        }
+    }
 }

@@ -1,27 +1,42 @@
-//! Settling a pipeline's settings before anything starts: every setting
-//! checked ([`PipelineConfig::check`]), the inputs expanded (globs, list
-//! files, file sets), the schema given or inferred, one pass plan per file
-//! set, and — to equalize ranks or rebalance an elastic resume — the
-//! records of every file counted.
+//! Settling a pipeline before any stage starts: every setting checked
+//! ([`PipelineConfig::check`]), the inputs expanded (globs, list files,
+//! file sets), the schema given or inferred, one pass plan per file set,
+//! and — to equalize ranks or rebalance an elastic resume — the records of
+//! every file counted. Then what the stages start from: the transforms and
+//! the batches' schema (a packed token field checked), the stages'
+//! settings, the snapshot policy (which resumes keep the checkpoint's
+//! snapshot of the draw), the draw restored from that snapshot, and each
+//! stage's part of the resume. The wiring ([`builder`](super::builder))
+//! decides nothing of this: it only starts the stages.
 
 use std::sync::Arc;
 
 use feedline::batch_policy::{BatchPolicy, Batcher};
+use feedline::feed_queue::Lanes;
+use feedline::pack::Pack;
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
+use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
 use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
 use crate::equalize::{count_records, count_tokens, EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
-use crate::resume_plan::ResumePlan;
+use crate::resume_plan::{ResumeParts, ResumePlan};
+use crate::settings::StageSettings;
+use crate::shuffle_batch::RestoredDraw;
 use crate::stall::within_stall_timeout;
 
-/// What a pipeline starts from.
+/// What a pipeline starts from: everything settled before any stage starts.
 pub(crate) struct Prepared {
     /// The settings, inputs expanded.
-    pub config: PipelineConfig,
-    /// The schema of the batches.
+    pub config: Arc<PipelineConfig>,
+    /// The schema of the instances (what the readers read).
     pub schema: Schema,
+    /// The schema of the batches: the packed rows', or the transforms'
+    /// output when it is known now, or the instances'.
+    pub batch_schema: Schema,
+    /// The transforms of the settings, if any.
+    pub transformer: Option<BatchTransformer>,
     /// One pass plan per file set (one, of `files`, without sets).
     pub plans: Vec<PassPlan>,
     /// The batcher of the settings.
@@ -30,26 +45,124 @@ pub(crate) struct Prepared {
     pub equalize: Option<EqualizeRanks>,
     /// Equalizing ranks in packed rows: every document's tokens.
     pub packed_ranks: Option<Arc<PackedRanks>>,
-    /// The resume, rebalanced between the new ranks when elastic.
-    pub resume: Option<Arc<ResumePlan>>,
+    /// The feed queue's lanes.
+    pub lanes: Lanes,
+    /// Each stage's settings.
+    pub settings: StageSettings,
+    /// A deterministic resume's draw, made again from its snapshot.
+    pub restored: Option<RestoredDraw>,
+    /// Each stage's part of the resume (rebalanced between the new ranks
+    /// when elastic; without its snapshot when that is not used).
+    pub parts: Option<ResumeParts>,
 }
 
-/// Check and settle `config`, going on from `resume` if given; count
-/// records if ranks are equalized or an elastic resume is rebalanced.
+/// Check and settle `config`, going on from `resume` if given (or from
+/// `config.first_pass`); count records if ranks are equalized or an
+/// elastic resume is rebalanced; settle the batches, the stages' settings
+/// and the resume's parts, the draw restored from its snapshot.
 pub(crate) fn prepare(
     config: PipelineConfig,
-    mut resume: Option<Arc<ResumePlan>>,
+    resume: Option<Arc<ResumePlan>>,
 ) -> Result<Prepared, PipelineError> {
+    let resume = from_first_pass(resume, config.first_pass)?;
     let (config, schema, plans) = settle(config)?;
+    check_resume(&config, &plans, resume.as_deref())?;
+    let packed_ranks = count_packed_ranks(&config, &schema, &plans, resume.as_deref())?;
+    let (equalize, resume) = count_records_and_rebalance(&config, &plans, resume)?;
+    let batcher = Batcher::new(config.batch.clone(), config.drop_last)?;
+    let (transformer, batch_schema) = settle_batches(&config, &schema)?;
+    let packing = config.pack.is_some();
+    let resume = snapshot_policy(resume, packing);
+    let lanes = config.feed.lanes(config.devices);
+    let first_pass = resume.as_ref().map_or(0, |r| r.first_pass());
+    let settings = StageSettings::derive(&config, &schema, lanes, first_pass);
+    let (restored, resume) = restore_draw(&settings, &plans[0], resume, packing);
+    let parts = resume.as_ref().map(|r| r.parts(packing));
+    Ok(Prepared {
+        config: Arc::new(config),
+        schema,
+        batch_schema,
+        transformer,
+        plans,
+        batcher,
+        equalize,
+        packed_ranks,
+        lanes,
+        settings,
+        restored,
+        parts,
+    })
+}
+
+/// A run from a later pass (`first_pass`): the stages start there as a
+/// resume at that pass's start makes them (checked: below `passes`).
+fn from_first_pass(
+    resume: Option<Arc<ResumePlan>>,
+    first_pass: u64,
+) -> Result<Option<Arc<ResumePlan>>, PipelineError> {
+    match (resume, first_pass) {
+        (resume, 0) => Ok(resume),
+        (Some(_), n) => Err(PipelineError::Config(format!(
+            "first_pass {n} and a resume: the checkpoint says where the run goes on (give one or the other)"
+        ))),
+        (None, n) => Ok(Some(Arc::new(ResumePlan::at_pass(n)))),
+    }
+}
+
+/// A resume fits the settled settings: not in push mode, and its snapshot
+/// of the draw (if any) against the plan.
+fn check_resume(
+    config: &PipelineConfig,
+    plans: &[PassPlan],
+    resume: Option<&ResumePlan>,
+) -> Result<(), PipelineError> {
     if resume.is_some() && config.push.is_some() {
         return Err(PipelineError::Config(
             "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
         ));
     }
     // The snapshot a deterministic resume draws from, against the plan.
-    if let (Some(r), [plan]) = (&resume, &plans[..]) {
-        r.check_snapshot(plan, &config)?;
+    if let (Some(r), [plan]) = (resume, plans) {
+        r.check_snapshot(plan, config)?;
     }
+    Ok(())
+}
+
+/// With packing, ranks are equalized in packed rows: every document's
+/// tokens counted (not the records).
+fn count_packed_ranks(
+    config: &PipelineConfig,
+    schema: &Schema,
+    plans: &[PassPlan],
+    resume: Option<&ResumePlan>,
+) -> Result<Option<Arc<PackedRanks>>, PipelineError> {
+    Ok(match (&config.pack, config.equalize) {
+        (Some(pack), how) if how != Equalize::Off && plans[0].get_shard().world_size > 1 => {
+            if plans.len() > 1 {
+                return Err(PipelineError::Config(format!(
+                    "equalize {how:?} with packing takes one file set, not {}",
+                    plans.len()
+                )));
+            }
+            if resume.is_some_and(|r| r.elastic()) {
+                return Err(PipelineError::Config(format!(
+                    "equalize {how:?} with packing resumes only on the same shard (rank and world size): this checkpoint goes on on another shard, whose packed rows left are not counted"
+                )));
+            }
+            Some(Arc::new(count_tokens(config, schema, &plans[0], pack)?))
+        }
+        _ => None,
+    })
+}
+
+/// Equalized ranks (in records) and an elastic resume need every file's
+/// record count: counted here. Gives the ranks' equalizing and the resume,
+/// rebalanced between the new ranks when elastic.
+fn count_records_and_rebalance(
+    config: &PipelineConfig,
+    plans: &[PassPlan],
+    mut resume: Option<Arc<ResumePlan>>,
+) -> Result<(Option<EqualizeRanks>, Option<Arc<ResumePlan>>), PipelineError> {
     let fixed_batch = match &config.batch {
         BatchPolicy::Fixed(n) => Some(*n),
         _ => None,
@@ -59,29 +172,10 @@ pub(crate) fn prepare(
     let elastic = (resume.as_ref())
         .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
         .cloned();
-    // With packing, ranks are equalized in packed rows: every document's
-    // tokens counted (not the records).
-    let packed_ranks = match (&config.pack, config.equalize) {
-        (Some(pack), how) if how != Equalize::Off && plans[0].get_shard().world_size > 1 => {
-            if plans.len() > 1 {
-                return Err(PipelineError::Config(format!(
-                    "equalize {how:?} with packing takes one file set, not {}",
-                    plans.len()
-                )));
-            }
-            if resume.as_ref().is_some_and(|r| r.elastic()) {
-                return Err(PipelineError::Config(format!(
-                    "equalize {how:?} with packing resumes only on the same shard (rank and world size): this checkpoint goes on on another shard, whose packed rows left are not counted"
-                )));
-            }
-            Some(Arc::new(count_tokens(&config, &schema, &plans[0], pack)?))
-        }
-        _ => None,
-    };
     let records_equalized = config.equalize != Equalize::Off && config.pack.is_none();
     let counted = if elastic.is_some() || records_equalized {
         let t0 = std::time::Instant::now();
-        match count_records(&config, resume.is_some()) {
+        match count_records(config, resume.is_some()) {
             Ok(c) => {
                 log::info!(
                     "counted the records of {} files in {:?} (equalize or elastic resume)",
@@ -130,16 +224,86 @@ pub(crate) fn prepare(
             })
         }
     };
-    let batcher = Batcher::new(config.batch.clone(), config.drop_last)?;
-    Ok(Prepared {
-        config,
-        schema,
-        plans,
-        batcher,
-        equalize,
-        packed_ranks,
-        resume,
-    })
+    Ok((equalize, resume))
+}
+
+/// The transforms of the settings and the batches' schema: with packing,
+/// the packed rows' (the documents' token field checked when their schema
+/// is known now); else the transforms' output when it is known now (the
+/// stages read and pool instances of `schema`, the input's), else `schema`.
+fn settle_batches(
+    config: &PipelineConfig,
+    schema: &Schema,
+) -> Result<(Option<BatchTransformer>, Schema), PipelineError> {
+    let transformer = BatchTransformer::new(&config.transforms, schema, config.seed)?;
+    let batch_schema = match &config.pack {
+        Some(p) => {
+            // The documents' schema, when it is known before the first batch.
+            let docs = match &transformer {
+                Some(t) => t.output_schema(),
+                None => Some(schema.clone()),
+            };
+            if let Some(docs) = &docs {
+                check_pack_field(p, docs, transformer.is_some())?;
+            }
+            p.output_schema()
+        }
+        None => (transformer.as_ref())
+            .and_then(|t| t.output_schema())
+            .unwrap_or_else(|| schema.clone()),
+    };
+    Ok((transformer, batch_schema))
+}
+
+/// The documents' token field is there, ragged and of integers, for
+/// `pack` (when the batches' schema is known before the first batch).
+fn check_pack_field(pack: &Pack, docs: &Schema, transformed: bool) -> Result<(), PipelineError> {
+    let Ok(f) = docs.field(&pack.field) else {
+        return Err(PipelineError::Config(format!(
+            "packing: no field `{}` to pack in the {} (fields: {}); tokenize a text field first or name the token field",
+            pack.field,
+            if transformed { "transform's output" } else { "instances" },
+            docs.field_names()
+        )));
+    };
+    let ints = matches!(f.dtype, feedline::DType::I32 | feedline::DType::I64);
+    if !ints || !f.is_ragged() || f.shape.len() != 1 || f.ragged != feedline::Ragged::Offsets {
+        return Err(PipelineError::Config(format!(
+            "packing: field `{}` is {}, expected a ragged list of token ids (i32 or i64 [?], offsets layout)",
+            pack.field,
+            f.describe()
+        )));
+    }
+    Ok(())
+}
+
+/// The snapshot policy: a packed pass is drawn again from its start (the
+/// packer's window is not in a snapshot of the draw), so a packed run's
+/// resume leaves its snapshot out.
+fn snapshot_policy(resume: Option<Arc<ResumePlan>>, packing: bool) -> Option<Arc<ResumePlan>> {
+    match resume {
+        Some(r) if packing => Some(Arc::new(r.without_snapshot())),
+        resume => resume,
+    }
+}
+
+/// A deterministic resume with a snapshot of the draw: the pool made again
+/// now, before any stage starts; if it cannot be, the pass is drawn again
+/// from its start (the resume goes on without its snapshot).
+fn restore_draw(
+    settings: &StageSettings,
+    plan: &PassPlan,
+    resume: Option<Arc<ResumePlan>>,
+    packing: bool,
+) -> (Option<RestoredDraw>, Option<Arc<ResumePlan>>) {
+    let part = resume.as_ref().map(|r| r.parts(packing).shuffle);
+    match RestoredDraw::of(&settings.shuffle, &settings.reader, part.as_ref(), plan) {
+        Ok(restored) => (restored, resume),
+        Err(e) => {
+            log::warn!("the checkpoint's snapshot of the draw cannot be used ({e}): the pass is drawn again from its start");
+            (None, resume.map(|r| Arc::new(r.without_snapshot())))
+        }
+    }
 }
 
 /// Check the settings, expand the inputs and settle the schema. One pass

@@ -1,4 +1,4 @@
-//! Snapshots of the deterministic draw (issue 17): what a resumed run needs
+//! Snapshots of the deterministic draw: what a resumed run needs
 //! to draw from batch `seq` of a pass on exactly what the uninterrupted run
 //! drew, without drawing the pass again from its start. It owns where each
 //! chunk in the pool came from ([`DrawTracker`]: file, chunk, first record),
@@ -56,6 +56,23 @@ pub(crate) struct DrawTracker {
     next: (usize, u64, Option<u64>),
 }
 
+/// The shuffle stage's draw as it stands before batch `seq` of `pass`:
+/// what a snapshot of it is made of.
+pub(crate) struct DrawState<'a> {
+    /// The pass drawn.
+    pub pass: u64,
+    /// The number of the next batch (the snapshot is taken before it).
+    pub seq: u64,
+    /// The pool.
+    pub buffer: &'a ShuffleBuffer,
+    /// Chunks taken but not yet in the pool, in order.
+    pub pending: &'a VecDeque<Taken>,
+    /// The pass's records so far.
+    pub pass_records: u64,
+    /// The pass's rows into and out of the batcher.
+    pub batcher_rows: [u64; 2],
+}
+
 fn key(chunk: &Arc<Chunk>) -> usize {
     Arc::as_ptr(chunk) as usize
 }
@@ -80,18 +97,17 @@ impl DrawTracker {
         self.next = (0, 0, None);
     }
 
-    /// The snapshot of the draw now, before batch `seq` of `pass`: `None`
-    /// when a pooled chunk's place is unknown.
-    #[allow(clippy::too_many_arguments)]
-    pub fn capture(
-        &mut self,
-        pass: u64,
-        seq: u64,
-        buffer: &ShuffleBuffer,
-        pending: &VecDeque<Taken>,
-        pass_records: u64,
-        batcher_rows: [u64; 2],
-    ) -> Option<DrawSnapshot> {
+    /// The snapshot of the draw as it stands (`draw`): `None` when a
+    /// pooled chunk's place is unknown.
+    pub fn capture(&mut self, draw: DrawState<'_>) -> Option<DrawSnapshot> {
+        let DrawState {
+            pass,
+            seq,
+            buffer,
+            pending,
+            pass_records,
+            batcher_rows,
+        } = draw;
         let parts = buffer.parts();
         let mut chunks = Vec::with_capacity(parts.chunks.len());
         let mut live = HashMap::with_capacity(self.places.len());
