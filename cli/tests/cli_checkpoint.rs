@@ -540,3 +540,63 @@ fn a_resume_under_another_image_transform_is_refused() {
     let o = run_with("decode,resize(16x16)", &["--resume", p(&cp)]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A checkpoint written by an earlier build (format version 2, kept in
+/// `tests/fixtures/checkpoint-v2` with the run it came from) resumes: the
+/// resumed run's batches are the uninterrupted run's after the stop, with
+/// the same numbers — and the stop's batches and these make that run.
+#[test]
+fn a_checkpoint_of_format_2_still_resumes() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v2");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["f0.jsonl", "f1.jsonl", "f2.jsonl", "checkpoint.json"] {
+        std::fs::copy(fixture.join(f), dir.path().join(f)).unwrap();
+    }
+    // The files as the checkpoint stamped them: a clone's files have the
+    // clone's modification times.
+    let cp: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(cp["version"], 2);
+    for f in cp["inputs"]["files"].as_array().unwrap() {
+        let ns = f["mtime_ns"].as_u64().unwrap();
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+        let file = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join(f["path"].as_str().unwrap()))
+            .unwrap();
+        file.set_modified(t).unwrap();
+    }
+    let out = command(&[
+        "run",
+        "f*.jsonl",
+        "--batch",
+        "8",
+        "--shuffle",
+        "20",
+        "--seed",
+        "5",
+        "--deterministic",
+        "--passes",
+        "2",
+        "--readers",
+        "2",
+        "--devices",
+        "1",
+        "--resume",
+        "checkpoint.json",
+        "--trace",
+        "rest.trace",
+    ])
+    .current_dir(dir.path())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let full = read_trace(&fixture.join("full.trace"));
+    let first = read_trace(&fixture.join("first.trace"));
+    let rest = read_trace(&dir.path().join("rest.trace"));
+    assert_eq!(full.len(), 18);
+    assert_eq!(first.len() as u64, cp["batches"].as_u64().unwrap());
+    assert_eq!(&full[..first.len()], &first[..]);
+    assert_eq!(&full[first.len()..], &rest[..]);
+}
