@@ -296,3 +296,8 @@ def _pixel_steps(transform: str) -> Optional[str]:
 def _expand_pixels(pixels: npt.NDArray[np.uint8], transform: str) -> FeedArray:
     """The output steps (to-f32, normalize, chw) of `transform` run on the
     uint8 [n, H, W, 3] pixels its pixel steps made (feedline.ray)."""
+
+def _expand_inputs(inputs: list[str]) -> list[str]:
+    """`inputs` (paths, URLs, globs, brace ranges, @list files, FORMAT:
+    prefixes) as the file specs Loader(files=inputs) reads, with the
+    Loader's errors for a mistake (feedline.ray)."""

@@ -22,7 +22,6 @@ batches but each rank's last), what is guaranteed, and the numbers.
 
 from __future__ import annotations
 
-import glob as _glob
 import math
 import os
 import threading
@@ -58,32 +57,25 @@ def _ray():
 
 
 def _expand(files):
+    """`files` (a path, glob or URL, path-like, or a list of them) as the
+    file specs feedline.Loader(files=...) reads: the extension's own
+    expansion (globs, brace ranges, @list files, FORMAT: prefixes kept on
+    every spec, remote globs listed), with the Loader's errors."""
     if isinstance(files, (str, bytes)) or hasattr(files, "__fspath__"):
         files = [files]
     try:
         items = list(files)
     except TypeError:
         raise ValueError(f"files must be a path, a glob or a list of them, not {type(files).__name__}") from None
-    out = []
+    inputs = []
     for f in items:
         if not isinstance(f, str) and not hasattr(f, "__fspath__"):
             raise ValueError(f"files: {f!r} is not a path")
-        f = str(f)
-        if any(c in f for c in "*?["):
-            if "://" in f:
-                raise ValueError(f"files: the remote glob {f!r} cannot be listed here: give the objects' URLs")
-            hits = sorted(_glob.glob(f))
-            if not hits:
-                raise ValueError(f"files: the glob {f!r} matches nothing")
-            out.extend(hits)
-        else:
-            out.append(f)
-    if not out:
-        raise ValueError("files: no files given")
-    if len(set(out)) != len(out):
-        dup = next(f for f in out if out.count(f) > 1)
-        raise ValueError(f"files: {dup!r} is given twice")
-    return out
+        f = os.fspath(f)
+        if not isinstance(f, str):
+            raise ValueError(f"files: {f!r} is not a str path")
+        inputs.append(f)
+    return _native._expand_inputs(inputs)
 
 
 def _part_seed(seed, pass_, group, part):
@@ -166,6 +158,17 @@ def _make_plan(files, counts, seed, pass_, groups, world, shuffle):
                                      "seed": _part_seed(seed, pass_, g, len(specs[g]))})
                     records[g] += kept
     return _Plan(specs, records, world, groups > nf)
+
+
+def _file_ids(files, ids):
+    """The file id of the name a record's origin gives: a file's spec, and
+    for a FORMAT:-prefixed spec (`npz:dir/a.bin`) the path without the
+    prefix too, which its records name (as feedline.Loader's do)."""
+    out = dict(zip(files, ids))
+    for f, i in zip(files, ids):
+        if ":" in f:
+            out.setdefault(f.split(":", 1)[1], i)
+    return out
 
 
 def _count_records(files, options):
@@ -444,8 +447,8 @@ class _Group:
                     kw["resume"] = before = state["loader"]
                 loader = feedline.Loader(part["files"], passes=1, rank=part["shard"],
                                          world_size=part["shards"], **kw)
-                fid = dict(zip(part["files"], part["ids"]))
-                ranges = {f: rg for f, rg in zip(part["files"], part["ranges"]) if rg is not None}
+                fid = _file_ids(part["files"], part["ids"])
+                ranges = {i: rg for i, rg in zip(part["ids"], part["ranges"]) if rg is not None}
                 it = iter(loader)
                 m = 0
                 while True:
@@ -466,7 +469,7 @@ class _Group:
                     if ranges or skip:
                         keep = []
                         for i, ((f, r), x) in enumerate(zip(origins, ids)):
-                            rg = ranges.get(f)
+                            rg = ranges.get(x[0])
                             if rg is not None and not rg[0] <= r < rg[1]:
                                 continue
                             if x in skip:
@@ -771,8 +774,10 @@ class Service:
     tasks or actors that train. Made on the driver (it starts the actors);
     the actors live as long as the process that made the Service.
 
-    files: paths, globs or URLs. Each pass gives every rank an equal share
-    of the records (N // world_size, or one more), in batches of batch_size
+    files: every input form feedline.Loader takes (paths, URLs, globs,
+    brace ranges, @list files, FORMAT: prefixes), expanded as it expands
+    them, each file named planned on its own. Each pass gives every rank an
+    equal share of the records (N // world_size, or one more), in batches of batch_size
     rows but its last (pass_plan, docs/ray.md). groups: each pass's shares
     are cut into this many groups (default max(min(len(files), 64),
     world_size); more groups than files share the files by record); the
@@ -1097,7 +1102,7 @@ class ServiceLoader:
         self._group_list = []
         self._counts = None
         self._plans = {}
-        self._ids = {f: i for i, f in enumerate(config["files"])}
+        self._ids = _file_ids(config["files"], range(len(config["files"])))
         self._pool = []
         self._active = []
         if start is not None and start["mode"] == "same" and rank in start["states"]:
