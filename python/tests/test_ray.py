@@ -750,8 +750,12 @@ def test_bad_rank_and_bad_resume_are_value_errors(cluster, data, tmp_path):
         service(data, world_size=2, resume=[{"pass": 0}])
     with pytest.raises(ValueError, match="two states of rank 0"):
         service(data, world_size=2, resume=[st, st])
-    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/2'"):
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/3'"):
         service(data, world_size=2, resume=[dict(st, format="feedline.ray/1")])
+    # a state of the plan from before the extension made it (numpy's file order)
+    assert st["format"] == "feedline.ray/3"
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/2' .* not this version's 'feedline.ray/3'"):
+        service(data, world_size=2, resume=[dict(st, format="feedline.ray/2")])
 
 
 def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
@@ -1073,3 +1077,26 @@ def test_a_twice_named_file_is_the_loaders_error(cluster, data):
     with pytest.raises(ValueError) as got:
         service(data, files=bad)
     assert str(got.value) == str(want.value)
+
+
+def test_the_file_order_is_the_loaders_permutation(data):
+    """The plan takes the files in the Loader's own order of (seed, pass):
+    one group a file, one rank, its groups are the files in that order."""
+    paths, _ = data
+    for seed, p in [(5, 0), (5, 1), (7, 0)]:
+        plan = fray.pass_plan(paths, seed, p, len(paths), counts=[1] * len(paths))
+        order = [g[0][0][0] for g in plan]
+        assert sorted(order) == sorted(paths)
+        assert order == [g[0][0][0] for g in fray.pass_plan(paths, seed, p, len(paths), counts=[1] * len(paths))]
+        # a Loader with shuffle=0 (no buffer) and one reader reads the files
+        # of each pass whole, one after the other, in its pass order
+        with feedline.Loader(paths, batch_size=1000, shuffle=0, seed=seed, readers=1, passes=p + 1,
+                             deterministic=True) as l:
+            runs = []
+            for b in l:
+                for f, r in b.origins:
+                    if r == 0:
+                        runs.append(f)
+        assert runs[p * len(paths):] == order
+    unshuffled = fray.pass_plan(paths, 5, 0, len(paths), shuffle=False, counts=[1] * len(paths))
+    assert [g[0][0][0] for g in unshuffled] == paths
