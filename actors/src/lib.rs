@@ -116,6 +116,7 @@ mod equalize;
 mod error;
 mod feed_queue_actor;
 mod file_queue;
+mod group_plan;
 mod guard;
 mod loader;
 mod messages;
@@ -144,6 +145,7 @@ pub use crate::config::{
     ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
+pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, Epoch, IntoIter, Iter, Loader, LoaderBuilder};

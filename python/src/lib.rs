@@ -17,6 +17,7 @@ mod logbridge;
 mod map;
 mod npapi;
 mod pixels;
+mod plan;
 mod py_batch;
 mod schema;
 mod stats;
@@ -1450,6 +1451,7 @@ fn feedline_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(logbridge::_flush_logs, m)?)?;
     m.add_function(wrap_pyfunction!(pixels::_expand_pixels, m)?)?;
     m.add_function(wrap_pyfunction!(pixels::_pixel_steps, m)?)?;
+    plan::register(m)?;
     let mapping = py.import("collections.abc")?.getattr("Mapping")?;
     mapping.call_method1("register", (py.get_type::<PyBatch>(),))?;
     let ns = PyDict::new(py);

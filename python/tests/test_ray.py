@@ -706,8 +706,9 @@ def test_ranks_in_ray_tasks_get_a_pickled_service(cluster, data):
     (dict(interleave=0), "interleave must be >= 1"),
     (dict(deterministic="yes"), "deterministic must be True or False"),
     (dict(rank=0), "set by the Service itself"),
-    (dict(files=[]), "no files given"),
-    (dict(files="/nonexistent/dir/*.npz"), "matches nothing"),
+    (dict(files=[]), "invalid configuration: no input files"),
+    (dict(files="/nonexistent/dir/*.npz"), "matches no file"),
+    (dict(files=[b"/x.npz"]), "is not a path"),
     (dict(transform=3), "transform must be a spec string"),
     (dict(ship_pixels="yes"), "ship_pixels must be True or False"),
     (dict(transform="decode,no-such"), "unknown step 'no-such'"),
@@ -749,8 +750,12 @@ def test_bad_rank_and_bad_resume_are_value_errors(cluster, data, tmp_path):
         service(data, world_size=2, resume=[{"pass": 0}])
     with pytest.raises(ValueError, match="two states of rank 0"):
         service(data, world_size=2, resume=[st, st])
-    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/2'"):
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/1' .* not this version's 'feedline.ray/3'"):
         service(data, world_size=2, resume=[dict(st, format="feedline.ray/1")])
+    # a state of the plan from before the extension made it (numpy's file order)
+    assert st["format"] == "feedline.ray/3"
+    with pytest.raises(ValueError, match=r"format 'feedline.ray/2' .* not this version's 'feedline.ray/3'"):
+        service(data, world_size=2, resume=[dict(st, format="feedline.ray/2")])
 
 
 def test_a_bad_file_is_an_error_at_the_rank(cluster, data, tmp_path):
@@ -965,3 +970,133 @@ def test_other_formats_exactly_once_and_read_equals_loader(cluster, tmp_path, fm
     rows = fray.read(paths, provenance=True, rows_per_block=6).take_all()
     got = {(r["_file"], int(r["_record"])): label_list([r[label]])[0] for r in rows}
     assert len(rows) == total and got == truth
+
+
+# ------------------------------------------------------------------ input forms
+
+
+def loader_records(inputs):
+    """(file, record) -> y of everything feedline.Loader(files=inputs) reads."""
+    with feedline.Loader(inputs, batch_size=7, shuffle=0, passes=1, rank=0, world_size=1,
+                         deterministic=True) as l:
+        return {tuple(o): y for b in l for o, y in zip(b.origins, b["y"].tolist())}
+
+
+def service_records(inputs, world=2):
+    """(file, record) -> y of one pass of a Service over `inputs` (every
+    record once), and the groups its batches came from."""
+    svc = fray.Service(files=inputs, batch_size=8, shuffle=16, seed=5, workers=2, world_size=world,
+                       resources_per_worker={"CPU": 0.25}, readers=1)
+    try:
+        got, groups = {}, set()
+        for r in range(world):
+            loader = svc.loader(r)
+            for b in loader:
+                groups.add(b.group)
+                for o, y in zip(b.origins, b["y"].tolist()):
+                    assert o not in got, f"{o} came twice"
+                    got[o] = y
+            loader.close()
+        return got, groups, svc.groups, list(svc._config["files"])
+    finally:
+        svc.shutdown()
+
+
+def read_records(inputs):
+    got = {}
+    for row in fray.read(inputs, provenance=True, rows_per_block=8).take_all():
+        k = (row["_file"], int(row["_record"]))
+        assert k not in got, f"{k} came twice"
+        got[k] = int(row["y"])
+    return got
+
+
+def input_forms(data, tmp_path, form):
+    """`form` of inputs over some of the data's files: the inputs and how
+    many files they name."""
+    paths, _ = data
+    d = os.path.dirname(paths[0])
+    if form == "prefixed-glob":
+        # npz files under a name no format claims: only the prefix says what they are
+        for i, p in enumerate(paths[:5]):
+            os.link(p, tmp_path / f"blob{i}.bin")
+        return f"npz:{tmp_path}/*.bin", 5
+    if form == "list":
+        lst = tmp_path / "train.txt"
+        # relative to the list's folder, a comment, a blank line, an absolute path
+        lst.write_text("# the training files\n" + "".join(
+            os.path.relpath(p, tmp_path) + "\n" for p in paths[:6]) + "\n" + paths[6] + "\n")
+        return f"@{lst}", 7
+    assert form == "braces"
+    return os.path.join(d, "part{00..03}.npz"), 4
+
+
+@pytest.mark.parametrize("form", ["prefixed-glob", "list", "braces"])
+def test_service_and_read_take_every_input_form_the_loader_takes(cluster, data, tmp_path, form):
+    inputs, nfiles = input_forms(data, tmp_path, form)
+    truth = loader_records(inputs)
+    assert len({f for f, _ in truth}) == nfiles
+    got, _, groups, files = service_records(inputs)
+    # the files planned one by one, a prefix kept on each (the records name
+    # the file without it, as the Loader's do)
+    bare = [f.split(":", 1)[1] for f in files] if form == "prefixed-glob" else files
+    assert sorted(bare) == sorted({f for f, _ in truth}) and groups == nfiles
+    assert got == truth
+    assert read_records(inputs) == truth
+    if form == "prefixed-glob":
+        assert all(f.startswith("npz:") and f.endswith(".bin") for f in files)
+
+
+def test_a_list_of_n_files_is_planned_as_n_files(cluster, data, tmp_path):
+    inputs, nfiles = input_forms(data, tmp_path, "list")
+    got, batch_groups, groups, files = service_records(inputs, world=1)
+    assert len(files) == nfiles and groups == nfiles
+    assert batch_groups - {None} == set(range(nfiles))
+    assert len(got) == len(loader_records(inputs))
+    plan = fray.pass_plan(files, 5, 0, nfiles)
+    assert sorted(i for g in plan for part in g for i in part[0]) == sorted(files)
+    assert all(len(g) == 1 and len(g[0][0]) == 1 for g in plan)
+
+
+@pytest.mark.parametrize("bad", ["/nonexistent/dir/*.npz", "@/nonexistent/train.txt", "npz:/nonexistent/*.bin"])
+def test_bad_inputs_are_the_loaders_errors(cluster, data, bad):
+    with pytest.raises(Exception) as want:
+        feedline.Loader(files=bad, batch_size=8)
+    for make in (lambda: service(data, files=bad), lambda: fray.read(bad)):
+        with pytest.raises(type(want.value)) as got:
+            make()
+        assert str(got.value) == str(want.value)
+
+
+def test_a_twice_named_file_is_the_loaders_error(cluster, data):
+    paths, _ = data
+    bad = [paths[0], os.path.join(os.path.dirname(paths[0]), "part0{0..1}.npz")]
+    with pytest.raises(ValueError) as want:
+        feedline.Loader(files=bad, batch_size=8)
+    assert "given twice" in str(want.value)
+    with pytest.raises(ValueError) as got:
+        service(data, files=bad)
+    assert str(got.value) == str(want.value)
+
+
+def test_the_file_order_is_the_loaders_permutation(data):
+    """The plan takes the files in the Loader's own order of (seed, pass):
+    one group a file, one rank, its groups are the files in that order."""
+    paths, _ = data
+    for seed, p in [(5, 0), (5, 1), (7, 0)]:
+        plan = fray.pass_plan(paths, seed, p, len(paths), counts=[1] * len(paths))
+        order = [g[0][0][0] for g in plan]
+        assert sorted(order) == sorted(paths)
+        assert order == [g[0][0][0] for g in fray.pass_plan(paths, seed, p, len(paths), counts=[1] * len(paths))]
+        # a Loader with shuffle=0 (no buffer) and one reader reads the files
+        # of each pass whole, one after the other, in its pass order
+        with feedline.Loader(paths, batch_size=1000, shuffle=0, seed=seed, readers=1, passes=p + 1,
+                             deterministic=True) as l:
+            runs = []
+            for b in l:
+                for f, r in b.origins:
+                    if r == 0:
+                        runs.append(f)
+        assert runs[p * len(paths):] == order
+    unshuffled = fray.pass_plan(paths, 5, 0, len(paths), shuffle=False, counts=[1] * len(paths))
+    assert [g[0][0][0] for g in unshuffled] == paths

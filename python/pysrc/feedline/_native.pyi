@@ -296,3 +296,16 @@ def _pixel_steps(transform: str) -> Optional[str]:
 def _expand_pixels(pixels: npt.NDArray[np.uint8], transform: str) -> FeedArray:
     """The output steps (to-f32, normalize, chw) of `transform` run on the
     uint8 [n, H, W, 3] pixels its pixel steps made (feedline.ray)."""
+
+def _expand_inputs(inputs: list[str]) -> list[str]:
+    """`inputs` (paths, URLs, globs, brace ranges, @list files, FORMAT:
+    prefixes) as the file specs Loader(files=inputs) reads, with the
+    Loader's errors for a mistake (feedline.ray)."""
+
+def _group_plan(
+    counts: list[int], seed: int, pass_: int, groups: int, world_size: int, shuffle: bool
+) -> tuple[list[list[tuple[list[int], int, int, list[Optional[tuple[int, int]]], int]]], list[int], bool]:
+    """One pass's groups for a feedline.ray Service (feedline_actors::group_plan):
+    per group its parts (file ids, shard, shards, per-file kept ranges,
+    seed), per group its records, and whether the files are shared by
+    record (more groups than files)."""

@@ -22,7 +22,6 @@ batches but each rank's last), what is guaranteed, and the numbers.
 
 from __future__ import annotations
 
-import glob as _glob
 import math
 import os
 import threading
@@ -37,7 +36,7 @@ from feedline import _native
 
 __all__ = ["Service", "ServiceLoader", "RayBatch", "read", "output_steps", "pass_plan"]
 
-STATE_FORMAT = "feedline.ray/2"
+STATE_FORMAT = "feedline.ray/3"
 
 # Loader keywords the Service sets itself (per group); the rest of
 # loader_options goes to every group's feedline.Loader as given.
@@ -58,38 +57,25 @@ def _ray():
 
 
 def _expand(files):
+    """`files` (a path, glob or URL, path-like, or a list of them) as the
+    file specs feedline.Loader(files=...) reads: the extension's own
+    expansion (globs, brace ranges, @list files, FORMAT: prefixes kept on
+    every spec, remote globs listed), with the Loader's errors."""
     if isinstance(files, (str, bytes)) or hasattr(files, "__fspath__"):
         files = [files]
     try:
         items = list(files)
     except TypeError:
         raise ValueError(f"files must be a path, a glob or a list of them, not {type(files).__name__}") from None
-    out = []
+    inputs = []
     for f in items:
         if not isinstance(f, str) and not hasattr(f, "__fspath__"):
             raise ValueError(f"files: {f!r} is not a path")
-        f = str(f)
-        if any(c in f for c in "*?["):
-            if "://" in f:
-                raise ValueError(f"files: the remote glob {f!r} cannot be listed here: give the objects' URLs")
-            hits = sorted(_glob.glob(f))
-            if not hits:
-                raise ValueError(f"files: the glob {f!r} matches nothing")
-            out.extend(hits)
-        else:
-            out.append(f)
-    if not out:
-        raise ValueError("files: no files given")
-    if len(set(out)) != len(out):
-        dup = next(f for f in out if out.count(f) > 1)
-        raise ValueError(f"files: {dup!r} is given twice")
-    return out
-
-
-def _part_seed(seed, pass_, group, part):
-    """The seed of part `part` of group `group` in pass `pass_`."""
-    s = np.random.SeedSequence([seed, pass_, group, part, 0xFEED]).generate_state(1, dtype=np.uint64)[0]
-    return int(s) & ((1 << 63) - 1)
+        f = os.fspath(f)
+        if not isinstance(f, str):
+            raise ValueError(f"files: {f!r} is not a str path")
+        inputs.append(f)
+    return _native._expand_inputs(inputs)
 
 
 def _rank_groups(groups, rank, world_size):
@@ -115,57 +101,30 @@ class _Plan:
 
 
 def _make_plan(files, counts, seed, pass_, groups, world, shuffle):
-    """Pass `pass_`'s plan (see pass_plan) from the files' record counts."""
+    """Pass `pass_`'s plan (see pass_plan) from the files' record counts: the
+    extension's (feedline._native._group_plan), its file order the
+    Loader's own of (seed, pass); here only made into dicts."""
     nf = len(files)
     if len(counts) != nf:
         raise ValueError(f"counts: {len(counts)} record counts for {nf} files")
-    order = np.random.default_rng([seed, pass_, 0x51]).permutation(nf) if shuffle else np.arange(nf)
-    n = np.array([int(counts[i]) for i in order], dtype=np.int64)
-    ends = np.cumsum(n)
-    starts = ends - n
-    total = int(ends[-1]) if nf else 0
-    specs = [[] for _ in range(groups)]
-    records = [0] * groups
-    if groups <= nf:
-        # rank r: records [total*r//world, total*(r+1)//world) of the files end
-        # to end; its files (the first and last maybe in part) cut into its
-        # groups, contiguous, of nearly equal numbers of files
-        for r in range(world):
-            lo_r, hi_r = total * r // world, total * (r + 1) // world
-            pieces = []
-            if hi_r > lo_r:
-                k0 = int(np.searchsorted(ends, lo_r, side="right"))
-                k1 = int(np.searchsorted(starts, hi_r, side="left"))
-                for k in range(k0, k1):
-                    lo = max(lo_r, int(starts[k])) - int(starts[k])
-                    hi = min(hi_r, int(ends[k])) - int(starts[k])
-                    if hi > lo:
-                        whole = lo == 0 and hi == int(n[k])
-                        pieces.append((int(order[k]), None if whole else (lo, hi), hi - lo))
-            mine = _rank_groups(groups, r, world)
-            for g, cut in zip(mine, np.array_split(np.arange(len(pieces)), len(mine))):
-                part = [pieces[i] for i in cut]
-                if part:
-                    specs[g] = [{"files": [files[i] for i, _, _ in part], "ids": [i for i, _, _ in part],
-                                 "shard": 0, "shards": 1, "ranges": [rg for _, rg, _ in part],
-                                 "seed": _part_seed(seed, pass_, g, 0)}]
-                records[g] = sum(c for _, _, c in part)
-    else:
-        # more groups than files: every group reads every file, one Loader a
-        # file, and keeps the records whose place c in the pass (the files
-        # end to end) has c % (world * groups of its rank) == g: rank r gets
-        # every c with c % world == r
-        for g in range(groups):
-            stride = world * len(_rank_groups(groups, g % world, world))
-            for k in range(nf):
-                s, m = int(starts[k]), int(n[k])
-                kept = (s + m - 1 - g) // stride - (s - 1 - g) // stride
-                if kept > 0:
-                    specs[g].append({"files": [files[int(order[k])]], "ids": [int(order[k])],
-                                     "shard": (g - s) % stride, "shards": stride, "ranges": [None],
-                                     "seed": _part_seed(seed, pass_, g, len(specs[g]))})
-                    records[g] += kept
-    return _Plan(specs, records, world, groups > nf)
+    parts, records, by_record = _native._group_plan([int(c) for c in counts], seed, pass_, groups, world,
+                                                    bool(shuffle))
+    specs = [[{"files": [files[i] for i in ids], "ids": list(ids), "shard": shard, "shards": shards,
+               "ranges": [None if rg is None else tuple(rg) for rg in ranges], "seed": part_seed}
+              for ids, shard, shards, ranges, part_seed in group]
+             for group in parts]
+    return _Plan(specs, list(records), world, by_record)
+
+
+def _file_ids(files, ids):
+    """The file id of the name a record's origin gives: a file's spec, and
+    for a FORMAT:-prefixed spec (`npz:dir/a.bin`) the path without the
+    prefix too, which its records name (as feedline.Loader's do)."""
+    out = dict(zip(files, ids))
+    for f, i in zip(files, ids):
+        if ":" in f:
+            out.setdefault(f.split(":", 1)[1], i)
+    return out
 
 
 def _count_records(files, options):
@@ -193,8 +152,9 @@ def pass_plan(files, seed, pass_, groups, shuffle=True, counts=None, world_size=
     records in range (lo, hi) (None: all). `counts`: the files' record
     counts (default: counted here).
 
-    The files are taken in the order of a permutation drawn from (seed,
-    pass) (kept as given when `shuffle` is false), end to end. Rank r's
+    The files are taken in the order of feedline.Loader's own file
+    permutation of (seed, pass) (kept as given when `shuffle` is false),
+    end to end (the plan is the extension's, _native._group_plan). Rank r's
     share is the records [N*r//world_size, N*(r+1)//world_size) of them (N
     records in all): the ranks' shares differ by at most one record. Its
     files (the first and the last may be cut with a neighbour rank, each
@@ -444,8 +404,8 @@ class _Group:
                     kw["resume"] = before = state["loader"]
                 loader = feedline.Loader(part["files"], passes=1, rank=part["shard"],
                                          world_size=part["shards"], **kw)
-                fid = dict(zip(part["files"], part["ids"]))
-                ranges = {f: rg for f, rg in zip(part["files"], part["ranges"]) if rg is not None}
+                fid = _file_ids(part["files"], part["ids"])
+                ranges = {i: rg for i, rg in zip(part["ids"], part["ranges"]) if rg is not None}
                 it = iter(loader)
                 m = 0
                 while True:
@@ -466,7 +426,7 @@ class _Group:
                     if ranges or skip:
                         keep = []
                         for i, ((f, r), x) in enumerate(zip(origins, ids)):
-                            rg = ranges.get(f)
+                            rg = ranges.get(x[0])
                             if rg is not None and not rg[0] <= r < rg[1]:
                                 continue
                             if x in skip:
@@ -771,8 +731,10 @@ class Service:
     tasks or actors that train. Made on the driver (it starts the actors);
     the actors live as long as the process that made the Service.
 
-    files: paths, globs or URLs. Each pass gives every rank an equal share
-    of the records (N // world_size, or one more), in batches of batch_size
+    files: every input form feedline.Loader takes (paths, URLs, globs,
+    brace ranges, @list files, FORMAT: prefixes), expanded as it expands
+    them, each file named planned on its own. Each pass gives every rank an
+    equal share of the records (N // world_size, or one more), in batches of batch_size
     rows but its last (pass_plan, docs/ray.md). groups: each pass's shares
     are cut into this many groups (default max(min(len(files), 64),
     world_size); more groups than files share the files by record); the
@@ -973,6 +935,11 @@ def _check_resume(resume, config):
             raise ValueError(f"resume: a state of format 'feedline.ray/1' (groups cut by file, batches cut "
                              f"per group), not this version's {STATE_FORMAT!r} (each pass planned by "
                              f"record): its positions name other groups; start the pass again")
+        if isinstance(s, Mapping) and s.get("format") == "feedline.ray/2":
+            raise ValueError(f"resume: a state of format 'feedline.ray/2' (files ordered by numpy's "
+                             f"permutation), not this version's {STATE_FORMAT!r} (files ordered by the "
+                             f"Loader's permutation of (seed, pass), planned by the extension): its "
+                             f"positions name other groups; start the pass again")
         if not isinstance(s, Mapping) or s.get("format") != STATE_FORMAT:
             raise ValueError(f"resume: not a feedline.ray state_dict() (format {STATE_FORMAT!r})")
         for k, v in fp.items():
@@ -1097,7 +1064,7 @@ class ServiceLoader:
         self._group_list = []
         self._counts = None
         self._plans = {}
-        self._ids = {f: i for i, f in enumerate(config["files"])}
+        self._ids = _file_ids(config["files"], range(len(config["files"])))
         self._pool = []
         self._active = []
         if start is not None and start["mode"] == "same" and rank in start["states"]:
