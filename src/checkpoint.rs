@@ -1,4 +1,4 @@
-//! The checkpoint model (issue 17): what a loader's position mid-pass is
+//! The checkpoint model: what a loader's position mid-pass is
 //! made of, as plain serde values — provenance, not data. It owns the
 //! [`Checkpoint`] record and its JSON form, its atomic save (`save.rs`:
 //! never over a device, a FIFO, a directory or one of the loader's inputs,

@@ -1,4 +1,4 @@
-//! The batch maker (issue 26): batches made side by side on the transform
+//! The batch maker: batches made side by side on the transform
 //! workers, released in number order.
 //!
 //! - Deterministic mode gives the same batches — labels, origins and every

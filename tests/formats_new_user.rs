@@ -1,4 +1,4 @@
-//! What a new user meets first in the core crate (issue 20): two `.npy`
+//! What a new user meets first in the core crate: two `.npy`
 //! files as the columns of the same rows (`npy-columns:`), TFRecord
 //! features of one value inferred as scalars, an inferred shape that a later
 //! record does not fit, a directory given as an input, f64 → f32 overflow,

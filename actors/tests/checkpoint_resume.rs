@@ -1,4 +1,4 @@
-//! Checkpoint and resume through the `Loader` (issue 17): a run stopped at
+//! Checkpoint and resume through the `Loader`: a run stopped at
 //! a batch, checkpointed (through its JSON form) and resumed — with other
 //! reader and device counts — delivers with the batches before the stop
 //! every instance of each pass exactly once; in deterministic mode the

@@ -1,11 +1,11 @@
-//! A new user's crate, built and run as a user would (issue 20): the crate
+//! A new user's crate, built and run as a user would: the crate
 //! in `tests/new_user/` depends on `feedline-actors` alone, by path (and on
 //! serde, for the derive of its own row type), and
 //! uses only `feedline_actors::prelude::*`, `feedline_actors::ndarray` and
 //! the re-exported core; every ```rust block of the README and of the
 //! guides (`docs/*.md`) becomes one of
 //! its binaries, run on data the crate generates. The crate in
-//! `tests/new_user_lean/` asks for `default-features = false` (issue 27):
+//! `tests/new_user_lean/` asks for `default-features = false`:
 //! TFRecord works, Parquet and URLs are refused naming their feature. Each
 //! runs in the feature set it asks for, whose dependencies are compiled.
 //!

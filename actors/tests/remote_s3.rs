@@ -1,4 +1,4 @@
-//! Remote sources on an S3-compatible server (issue 19): moto's server mode
+//! Remote sources on an S3-compatible server: moto's server mode
 //! (`moto_server`, from PyPI's `moto[server]`) started on 127.0.0.1 by the
 //! test, configured only through the standard environment (AWS_ENDPOINT_URL,
 //! AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP).

@@ -1,4 +1,4 @@
-//! `feedline run --checkpoint/--stop-after/--resume` end to end (issue 17):
+//! `feedline run --checkpoint/--stop-after/--resume` end to end:
 //! a checkpoint's `batches` are the first lines of its run's trace; those
 //! lines plus the resumed run's trace hold every record of each pass
 //! exactly once — after `--stop-after`, after a SIGKILL at random moments

@@ -1,5 +1,5 @@
 //! Checking checkpoints against what they must agree with before anything
-//! starts (issue 28): beyond what a checkpoint says of itself
+//! starts: beyond what a checkpoint says of itself
 //! ([`Checkpoint::validate`]), the settings (the pool's sizes bound the
 //! snapshot's tables, the batch size bounds the records a batch holds, the
 //! random stream's position is bounded by the draws made), the other
