@@ -36,15 +36,8 @@
 //!
 //! ## Inside
 //!
-//! One actor per file:
-//!
-//! ```text
-//! file_queue.rs      prefetch_reader.rs        shuffle_batch.rs        batch_maker.rs         feed_queue_actor.rs   trainer.rs
-//!  FileQueue ──steal──▶ PrefetchReader×N ──chunks──▶ ShuffleBatch ──orders──▶ BatchMaker ──lanes──▶ (feed queue) ◀──pop── Trainer×D
-//!      ▲                     │ FileDone/FileFailed          │ drawn rows        │ workers ×W                            │
-//!      └──────────────── Supervisor ◀────────────────────────┴───────────────────┴───────────────────────────────────────┘
-//!                      supervisor.rs
-//! ```
+//! One actor per file; the pipeline's diagram, the stages and the messages
+//! between them: `docs/architecture.md`.
 //!
 //! The shuffle stage takes chunks into its pool and draws batches; the
 //! batch maker makes them — transforms on its workers, several batches in

@@ -3,12 +3,8 @@
 //! `Recipient`s of these messages that the wiring site
 //! ([`pipeline`](crate::pipeline)) hands it.
 //!
-//! ```text
-//! file queue ──(task queues)──▶ reader ──ChunkMsg──▶ shuffle-batch ──(order queue)──▶ batch maker ──(feed queue)──▶ consumers
-//!     ▲  ◀──ReaderIdle── │ ◀─Wake──     ◀─ChunkAck──      │  ◀──PassEvent── file queue, push     │ ◀─Made── workers
-//!     │   ◀──FileDone────┘                                │                                      │
-//!     └─Requeue── supervisor ◀──FileFailed, PipelineFailed, PassFlushed, StreamQueued, TrainerDone── every stage
-//! ```
+//! Who sends which to whom: the message diagram of
+//! `docs/architecture.md` (its section "Messages").
 //!
 //! Chunks flow reader → shuffle-batch with an acknowledgement ([`ChunkAck`])
 //! that the receiver may withhold: that is the pipeline's backpressure, since

@@ -10,14 +10,8 @@
 //! through a factory built here, so the supervisor replaces a reader
 //! without knowing how one is made.
 //!
-//! ```text
-//!                 ┌─────────── Requeue ───────────┐
-//!                 ▼                               │
-//!  FileQueue ─(TaskQueues)─▶ PrefetchReader×N ─ChunkMsg─▶ ShuffleBatch ─(OrderQueue)─▶ BatchMaker ─(BatchQueue)─▶ Trainer×D / Loader / Pop
-//!      │   ◀─ReaderIdle, FileDone─┘  │ FileFailed              │ PassFlushed                        │ StreamQueued         │ TrainerDone
-//!      └──────PassEvent──────────────┼────────────────────────▶│                                    │                      │
-//!                                    └──────────────▶ Supervisor ◀──────────────────────────────────┴──────────────────────┘
-//! ```
+//! The pipeline it wires: the diagram of
+//! `docs/architecture.md` (its section "The pipeline").
 
 use std::sync::Arc;
 
