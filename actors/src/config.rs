@@ -1,6 +1,9 @@
 //! Pipeline settings: plain user data that [`LoaderBuilder`](crate::LoaderBuilder),
 //! the command and the Python package fill in, checked in one place
-//! ([`PipelineConfig::check`]), the defaults and limits beside them. No
+//! ([`PipelineConfig::check`]) — every rule across settings, those of
+//! settings that apply only with others too ([`Given`]: what a face was
+//! given) — the defaults and limits beside them. A refusal names the
+//! settings by key (`setting`), which each face spells its own way. No
 //! stage reads them: the wiring site derives each stage's own settings
 //! (`settings`). How batches reach the devices ([`FeedMode`]) is the core
 //! feed queue's own setting.
@@ -14,6 +17,8 @@ use feedline::transform::Transforms;
 use feedline::Schema;
 
 use crate::error::PipelineError;
+
+use crate::setting::{Setting, SettingError, Value};
 
 /// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
 /// is taken before every batch whose number is a multiple of this
@@ -256,6 +261,9 @@ pub struct PipelineConfig {
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
+    /// What the face that made these settings was given, for the rules of
+    /// settings that apply only with others ([`Given`]).
+    pub given: Given,
 }
 
 /// [`PipelineConfig::passes`] of a run whose passes never run out.
@@ -307,6 +315,7 @@ impl Default for PipelineConfig {
             push: None,
             transforms: Transforms::default(),
             remote_cache: None,
+            given: Given::default(),
         }
     }
 }
@@ -315,12 +324,11 @@ impl Default for PipelineConfig {
 /// row at a time, so it has no window of open rows (`pack_window`), and cuts
 /// every document where a row ends whatever its length, so it has no
 /// long-document policy (`long_docs`). The one judge of it:
-/// [`PipelineConfig::check`] asks for the settings that differ from their
-/// defaults, and a front end that knows what was given (the command's
-/// flags) asks for those, then names them its own way.
+/// [`PipelineConfig::check`] asks for the settings given ([`Given`]), or,
+/// where a face did not say, for those that differ from their defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnusedPackSetting {
-    /// The setting, by its keyword: `pack_window` or `long_docs`.
+    /// The setting, by its key: `pack_window` or `long_docs`.
     pub setting: &'static str,
     /// Its value as given.
     pub value: String,
@@ -363,136 +371,274 @@ impl UnusedPackSetting {
             why: "concat cuts every document where a row ends, whatever its length",
         })
     }
+
+    /// The refusal, by key: `pack_window(16) does not apply with
+    /// pack_policy("concat") (…)` as the builder spells it.
+    pub fn error(&self) -> SettingError {
+        let (setting, value) = match self.setting {
+            "pack_window" => (Setting::PackWindow, Value::number(&self.value)),
+            _ => (Setting::LongDocs, Value::text(&self.value)),
+        };
+        SettingError::given(setting, value)
+            .text(" does not apply with ")
+            .with(Setting::PackPolicy, Value::text(self.policy))
+            .text(format!(" ({}): leave ", self.why))
+            .named(setting)
+            .text(" out, or give ")
+            .named(Setting::PackPolicy)
+            .text(" best-fit or first-fit")
+    }
 }
 
-/// As the keywords name them (Python, and the settings of
-/// [`PipelineConfig`]): `pack_window=16 does not apply with
-/// pack_policy="concat" (…)`.
+/// As the builder spells the settings ([`error`](UnusedPackSetting::error)).
 impl std::fmt::Display for UnusedPackSetting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value = match self.setting {
-            "pack_window" => self.value.clone(),
-            _ => format!("{:?}", self.value),
-        };
-        write!(
-            f,
-            "{}={value} does not apply with pack_policy={:?} ({}): leave {} out, or give pack_policy=\"best-fit\" or \"first-fit\"",
-            self.setting,
-            self.policy.to_string(),
-            self.why,
-            self.setting
-        )
+        self.error().fmt(f)
     }
+}
+
+/// What a face was given that the settings' values cannot tell: a setting
+/// that applies only with another is refused when given without it (or
+/// with one that ignores it) — a value given at its default is still
+/// given. The command and Python fill it in from their flags and keywords;
+/// the Rust builder notes which instance transform it was given. Judged by
+/// [`PipelineConfig::check`] with every other rule.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Given {
+    /// Readers given (file sets give their own).
+    pub readers: Option<usize>,
+    /// The shuffle pool's byte bound given.
+    pub shuffle_bytes: Option<usize>,
+    /// A skipped-record budget given (it needs the skip policy).
+    pub max_bad: Option<u64>,
+    /// The packing policy given.
+    pub pack_policy: Option<PackPolicy>,
+    /// The packing window given.
+    pub pack_window: Option<usize>,
+    /// The long-document policy given.
+    pub long_docs: Option<LongDocs>,
+    /// The packed token field given.
+    pub pack_field: bool,
+    /// A tokenizer given as the instance transform.
+    pub tokenizer: bool,
+    /// A map of user code given as the instance transform.
+    pub map: bool,
+    /// A built-in image transform given as the instance transform.
+    pub transform: bool,
+    /// The image transform's pixel limit given.
+    pub max_pixels: Option<u64>,
+    /// The map's output schema given.
+    pub map_schema: bool,
+    /// Transform workers given.
+    pub workers: Option<usize>,
+    /// The tokenizer's text field given.
+    pub text_field: bool,
+    /// The tokenizer's EOS asked for.
+    pub add_eos: bool,
+    /// The tokenizer's BOS asked for.
+    pub add_bos: bool,
+}
+
+impl Given {
+    /// The instance transform's settings: one of a tokenizer, a map and an
+    /// image transform, and each of their settings only with its own (the
+    /// command's `cat` asks this alone; [`PipelineConfig::check`] asks it
+    /// with every other rule).
+    pub fn check_transforms(&self) -> Result<(), SettingError> {
+        use Setting as S;
+        let g = self;
+        // The instance transform: one of a tokenizer, a map, an image transform.
+        if g.tokenizer && (g.map || g.transform) {
+            return Err(SettingError::says("give ")
+                .named(S::Tokenizer)
+                .text(" or ")
+                .named(if g.map { S::Map } else { S::Transform })
+                .text(", not both (the tokenizer is the instance transform)"));
+        }
+        if g.map && g.transform {
+            return Err(SettingError::says("give ")
+                .named(S::Map)
+                .text(" or ")
+                .named(S::Transform)
+                .text(", not both (a map after the built-in transform is not supported)"));
+        }
+        if !g.tokenizer {
+            let given = [
+                (g.text_field, S::TextField),
+                (g.add_eos, S::AddEos),
+                (g.add_bos, S::AddBos),
+            ];
+            if let Some((_, s)) = given.into_iter().find(|(given, _)| *given) {
+                return Err(SettingError::name(s)
+                    .text(" applies only with ")
+                    .named(S::Tokenizer));
+            }
+        }
+        if let Some(n) = g.max_pixels {
+            if !g.transform {
+                return Err(num(S::MaxPixels, n)
+                    .text(" applies only with ")
+                    .named(S::Transform)
+                    .text(" (the images it decodes)"));
+            }
+            if n == 0 {
+                return Err(SettingError::name(S::MaxPixels).text(" must be at least 1, not 0"));
+            }
+        }
+        if g.map_schema && !g.map {
+            return Err(SettingError::name(S::MapSchema)
+                .text(" applies only with ")
+                .named(S::Map)
+                .text(": the built-in transforms know their output"));
+        }
+        if let (Some(n), false) = (g.workers, g.map || g.transform || g.tokenizer) {
+            return Err(num(S::Workers, n)
+                .text(" applies only with ")
+                .named(S::Transform)
+                .text(", ")
+                .named(S::Tokenizer)
+                .text(" or ")
+                .named(S::Map)
+                .text(" (the transform workers)"));
+        }
+        Ok(())
+    }
+}
+
+/// `Err` of a [`SettingError`].
+fn refuse(e: SettingError) -> Result<(), PipelineError> {
+    Err(PipelineError::Config(e))
+}
+
+/// `setting` given `n`.
+fn num(setting: Setting, n: impl std::fmt::Display) -> SettingError {
+    SettingError::given(setting, Value::number(n))
 }
 
 impl PipelineConfig {
     /// Check every setting — the one place that does — before anything
-    /// starts: an error names the setting, its value and what it must be.
+    /// starts: an error names the setting by key ([`Setting`]), its value
+    /// and what it must be, and each face spells the keys its own way.
     /// `passes(0)` is refused (a pipeline of no passes would only end).
     pub fn check(&self) -> Result<(), PipelineError> {
-        let bad = |m: String| Err(PipelineError::Config(m));
+        use Setting as S;
+        self.check_given()?;
         let at_least_1 = [
-            ("passes", self.passes),
-            ("chunk_records", self.chunk_records as u64),
-            ("chunk_bytes", self.chunk_bytes as u64),
-            ("chunks_in_flight", self.chunks_in_flight as u64),
-            ("shuffle_bytes", self.shuffle_bytes as u64),
-            ("capacity", self.capacity as u64),
+            (S::Passes, self.passes),
+            (S::ChunkRecords, self.chunk_records as u64),
+            (S::ChunkBytes, self.chunk_bytes as u64),
+            (S::ChunksInFlight, self.chunks_in_flight as u64),
+            (S::ShuffleBytes, self.shuffle_bytes as u64),
+            (S::Capacity, self.capacity as u64),
             (
-                "batches_in_flight",
+                S::BatchesInFlight,
                 self.batches_in_flight.unwrap_or(1) as u64,
             ),
-            ("devices", self.devices as u64),
-            ("max_attempts", u64::from(self.max_attempts)),
+            (S::Devices, self.devices as u64),
+            (S::MaxAttempts, u64::from(self.max_attempts)),
         ];
-        for (name, v) in at_least_1 {
+        for (setting, v) in at_least_1 {
             if v == 0 {
-                return bad(format!("{name} must be at least 1, not 0"));
+                return refuse(SettingError::name(setting).text(" must be at least 1, not 0"));
             }
         }
         if self.first_pass >= self.passes {
-            return bad(format!(
-                "first_pass must be below passes ({}), not {}",
-                self.passes, self.first_pass
-            ));
+            return refuse(
+                SettingError::name(S::FirstPass)
+                    .text(" must be below ")
+                    .named(S::Passes)
+                    .text(format!(" ({}), not {}", self.passes, self.first_pass)),
+            );
         }
         if self.push.is_some() && self.first_pass > 0 {
-            return bad(format!(
-                "first_pass must be 0 in push mode (the pushed stream is one pass), not {}",
+            return refuse(SettingError::name(S::FirstPass).text(format!(
+                " must be 0 in push mode (the pushed stream is one pass), not {}",
                 self.first_pass
-            ));
+            )));
         }
         if self.deterministic && self.reorder_window == 0 {
-            return bad(
-                "reorder_window must be at least 1 byte in deterministic mode, not 0".into(),
+            return refuse(
+                SettingError::name(S::ReorderWindow)
+                    .text(" must be at least 1 byte in deterministic mode, not 0"),
             );
         }
         if let Some(k) = self
             .batches_in_flight
             .filter(|&k| k > MAX_BATCHES_IN_FLIGHT)
         {
-            return bad(format!(
-                "batches_in_flight must be at most {MAX_BATCHES_IN_FLIGHT}, not {k}"
-            ));
+            return refuse(
+                SettingError::name(S::BatchesInFlight)
+                    .text(format!(" must be at most {MAX_BATCHES_IN_FLIGHT}, not {k}")),
+            );
         }
         if self.devices > MAX_DEVICES {
-            return bad(format!(
-                "devices must be at most {MAX_DEVICES}, not {}",
+            return refuse(SettingError::name(S::Devices).text(format!(
+                " must be at most {MAX_DEVICES}, not {}",
                 self.devices
-            ));
+            )));
         }
         if self.sets.is_empty() && self.push.is_none() {
             if self.readers == 0 {
-                return bad("readers must be at least 1, not 0".into());
+                return refuse(SettingError::name(S::Readers).text(" must be at least 1, not 0"));
             }
             if self.readers > MAX_READERS {
-                return bad(format!(
-                    "readers must be at most {MAX_READERS}, not {}",
+                return refuse(SettingError::name(S::Readers).text(format!(
+                    " must be at most {MAX_READERS}, not {}",
                     self.readers
-                ));
+                )));
             }
         }
         for set in &self.sets {
             if set.readers == 0 {
-                return bad(format!(
+                return refuse(SettingError::says(format!(
                     "file set {:?}: readers must be at least 1, not 0",
                     set.name
-                ));
+                )));
             }
             if !(set.weight.is_finite() && set.weight > 0.0) {
-                return bad(format!(
+                return refuse(SettingError::says(format!(
                     "file set {:?}: weight must be a positive number, not {}",
                     set.name, set.weight
-                ));
+                )));
             }
         }
         if self.transforms.instance.is_some() {
             if self.transforms.workers == 0 {
-                return bad("transform workers must be at least 1, not 0".into());
+                return refuse(
+                    SettingError::says("transform ")
+                        .named(S::Workers)
+                        .text(" must be at least 1, not 0"),
+                );
             }
             if self.transforms.workers > MAX_READERS {
-                return bad(format!(
-                    "transform workers must be at most {MAX_READERS}, not {}",
-                    self.transforms.workers
-                ));
+                return refuse(
+                    SettingError::says("transform ")
+                        .named(S::Workers)
+                        .text(format!(
+                            " must be at most {MAX_READERS}, not {}",
+                            self.transforms.workers
+                        )),
+                );
             }
         }
         let set_readers: usize = self.sets.iter().map(|s| s.readers).sum();
         if set_readers > MAX_READERS {
-            return bad(format!(
+            return refuse(SettingError::says(format!(
                 "the file sets' readers must be at most {MAX_READERS} together, not {set_readers}"
-            ));
+            )));
         }
         if let Some(t) = self.stall_timeout {
             if t.is_zero() {
-                return bad("stall_timeout must be more than 0 (None: never)".into());
+                return refuse(
+                    SettingError::name(S::StallTimeout).text(" must be more than 0 (None: never)"),
+                );
             }
         }
         let Shard { rank, world_size } = self.shard;
         if world_size == 0 || rank >= world_size {
-            return bad(format!(
-                "shard: rank must be below world_size, at least 1 (rank {rank} of {world_size})"
-            ));
+            return refuse(SettingError::name(S::Shard).text(format!(
+                ": rank must be below world_size, at least 1 (rank {rank} of {world_size})"
+            )));
         }
         if let ErrorPolicy::Skip {
             max_bad_fraction: Some(f),
@@ -500,91 +646,209 @@ impl PipelineConfig {
         } = self.error_policy
         {
             if !(0.0..=1.0).contains(&f) {
-                return bad(format!("max_bad_fraction must be within 0..=1, not {f}"));
+                return refuse(
+                    SettingError::name(S::MaxBadFraction)
+                        .text(format!(" must be within 0..=1, not {f}")),
+                );
             }
         }
         if let Some(p) = &self.pack {
-            p.check().map_err(PipelineError::Config)?;
-            // Settings left at their defaults are not "given" here; the
-            // front ends that know what was given ask the same question.
-            let window = (p.window != DEFAULT_PACK_WINDOW).then_some(p.window);
-            let long_docs = (p.long_docs != LongDocs::Split).then_some(p.long_docs);
+            p.check().map_err(|m| {
+                PipelineError::Config(num(S::Pack, p.length).text(format!(": {m}")))
+            })?;
+            // What a face gave, else the settings that differ from their
+            // defaults (the builder's `Pack` cannot say what was given).
+            let window =
+                (self.given.pack_window).or((p.window != DEFAULT_PACK_WINDOW).then_some(p.window));
+            let long_docs =
+                (self.given.long_docs).or((p.long_docs != LongDocs::Split).then_some(p.long_docs));
             if let Some(unused) = UnusedPackSetting::of(p.policy, window, long_docs) {
-                return bad(unused.to_string());
+                return refuse(unused.error());
             }
             if !matches!(self.batch, BatchPolicy::Fixed(_)) {
-                return bad("packing needs a fixed batch size (the rows of a packed batch)".into());
+                return refuse(
+                    SettingError::says("packing (")
+                        .named(S::Pack)
+                        .text(") needs a fixed batch size (")
+                        .named(S::Batch)
+                        .text(": the rows of a packed batch)"),
+                );
             }
             if self.drop_last {
-                return bad("drop_last with packing: a pass's last packed batch is filled with padding rows (segment ids 0), not dropped".into());
+                return refuse(
+                    SettingError::name(S::DropLast)
+                        .text(" with ")
+                        .with(S::Pack, Value::number(p.length))
+                        .text(": a pass's last packed batch is filled with padding rows (segment ids 0), not dropped"),
+                );
             }
             if self.push.is_some() {
-                return bad("packing reads files: push mode does not pack".into());
+                return refuse(
+                    SettingError::says("packing (")
+                        .named(S::Pack)
+                        .text(") reads files: push mode does not pack"),
+                );
             }
         }
         if self.equalize != Equalize::Off && !matches!(self.batch, BatchPolicy::Fixed(_)) {
-            return bad("equalizing ranks needs a fixed batch size".into());
+            return refuse(
+                SettingError::says("equalizing ranks (")
+                    .named(S::Equalize)
+                    .text(") needs a fixed batch size"),
+            );
         }
-        if let Some(m) = self
-            .min_pool
-            .filter(|&m| self.shuffle > 0 && m > self.shuffle)
-        {
-            return bad(format!(
-                "min_pool ({m}) must be at most the shuffle pool's size ({})",
-                self.shuffle
-            ));
+        if let Some(m) = self.min_pool {
+            if self.shuffle == 0 {
+                return refuse(
+                    num(S::MinPool, m)
+                        .text(" applies only with a shuffle pool (")
+                        .with(S::Shuffle, Value::number(0))
+                        .text(" does not shuffle): give ")
+                        .named(S::Shuffle)
+                        .text(" N"),
+                );
+            }
+            if m > self.shuffle {
+                return refuse(
+                    num(S::MinPool, m)
+                        .text(" is more than the pool holds (")
+                        .with(S::Shuffle, Value::number(self.shuffle))
+                        .text(format!("): give at most {}", self.shuffle)),
+                );
+            }
         }
         self.check_inputs()?;
         self.batch.validate().map_err(|e| match e {
-            feedline::Error::Config(m) => PipelineError::Config(m),
+            feedline::Error::Config(m) => PipelineError::Config(
+                num(
+                    S::Batch,
+                    match &self.batch {
+                        BatchPolicy::Fixed(n) => n.to_string(),
+                        _ => "budget".into(),
+                    },
+                )
+                .text(format!(": {m}")),
+            ),
             e => e.into(),
         })
+    }
+
+    /// The settings that apply only with others ([`Given`]): each given
+    /// without the one it needs, or with one that excludes it, is refused.
+    fn check_given(&self) -> Result<(), PipelineError> {
+        use Setting as S;
+        let g = &self.given;
+        if let (Some(n), false) = (g.readers, self.sets.is_empty()) {
+            return refuse(
+                num(S::Readers, n)
+                    .text(" does not apply with file sets: each set gives its own readers (")
+                    .named(S::FileSet)
+                    .text(")"),
+            );
+        }
+        if let (Some(n), ErrorPolicy::Fail) = (g.max_bad, &self.error_policy) {
+            return refuse(
+                num(S::MaxBad, n)
+                    .text(" applies only with ")
+                    .with(S::OnError, Value::text("skip"))
+                    .text(" (with ")
+                    .with(S::OnError, Value::text("fail"))
+                    .text(" the first bad record stops the run): add ")
+                    .with(S::OnError, Value::text("skip")),
+            );
+        }
+        if let (Some(b), 0) = (g.shuffle_bytes, self.shuffle) {
+            return refuse(
+                num(S::ShuffleBytes, b)
+                    .text(" applies only with a shuffle pool (")
+                    .with(S::Shuffle, Value::number(0))
+                    .text(" does not shuffle): give ")
+                    .named(S::Shuffle)
+                    .text(" N"),
+            );
+        }
+        g.check_transforms().map_err(PipelineError::Config)?;
+        if self.pack.is_none() {
+            let given = [
+                g.pack_policy.is_some().then_some(S::PackPolicy),
+                g.pack_window.map(|_| S::PackWindow),
+                g.long_docs.map(|_| S::LongDocs),
+                g.pack_field.then_some(S::PackField),
+            ];
+            if let Some(s) = given.into_iter().flatten().next() {
+                return refuse(
+                    SettingError::name(s)
+                        .text(" applies only with ")
+                        .named(S::Pack)
+                        .text(" (packing)"),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The inputs: files or file sets (not both, at least one), or a push
     /// source (neither); set names unique; no equalizing with sets.
     fn check_inputs(&self) -> Result<(), PipelineError> {
-        let bad = |m: String| Err(PipelineError::Config(m));
+        use Setting as S;
         if self.push.is_some() {
             if !self.sets.is_empty() {
-                return bad("push mode reads no file sets".into());
+                return refuse(SettingError::says("push mode reads no file sets"));
             }
             if !self.files.is_empty() {
-                return bad(format!(
+                return refuse(SettingError::says(format!(
                     "push mode reads no files ({} given); to mix user code with files use generator sources",
                     self.files.len()
-                ));
+                )));
             }
             if self.schema.is_none() {
-                return bad(
-                    "push mode needs a schema (there are no files to infer it from)".into(),
+                return refuse(
+                    SettingError::says("push mode needs a ")
+                        .named(S::Schema)
+                        .text(" (there are no files to infer it from)"),
                 );
             }
             return Ok(());
         }
         if self.sets.is_empty() {
             if self.files.is_empty() {
-                return bad("no input files".into());
+                return refuse(
+                    SettingError::says("no input files: give ")
+                        .named(S::Files)
+                        .text(" or ")
+                        .named(S::FileSet),
+                );
             }
             return Ok(());
         }
         if !self.files.is_empty() {
-            return bad(format!(
-                "give files or file sets, not both ({} files and {} sets)",
-                self.files.len(),
-                self.sets.len()
-            ));
+            return refuse(
+                SettingError::says(format!(
+                    "give files or file sets, not both ({} ",
+                    self.files.len()
+                ))
+                .named(S::Files)
+                .text(format!(" and {} ", self.sets.len()))
+                .named(S::FileSet)
+                .text("): put the files in a set of their own"),
+            );
         }
         if self.equalize != Equalize::Off {
-            return bad("equalizing ranks is not supported with file sets".into());
+            return refuse(
+                SettingError::says("equalizing ranks (")
+                    .named(S::Equalize)
+                    .text(") is not supported with file sets"),
+            );
         }
         let mut names = std::collections::HashSet::new();
         if let Some(set) = self.sets.iter().find(|s| !names.insert(&s.name)) {
-            return bad(format!("two file sets are named {:?}", set.name));
+            return refuse(SettingError::says(format!(
+                "two file sets are named {:?}",
+                set.name
+            )));
         }
         Ok(())
     }
-
     /// Upper bound of the payload bytes the pipeline holds, for records of
     /// `record_bytes`:
     /// - chunks: each reader's unacknowledged chunks plus the one it reads;

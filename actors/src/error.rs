@@ -71,9 +71,10 @@ pub enum PipelineError {
         /// What happened.
         message: String,
     },
-    /// The configuration is invalid.
+    /// The configuration is invalid: a sentence naming the settings by
+    /// key, which each face spells its own way ([`SettingError::spelled`]).
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(crate::setting::SettingError),
     /// The pipeline was stopped (the loader dropped, or the system stopped).
     #[error("the pipeline has stopped")]
     Stopped,
@@ -85,6 +86,13 @@ pub enum PipelineError {
         /// Which stage is stuck, as far as the stats tell.
         why: String,
     },
+}
+
+impl PipelineError {
+    /// A configuration error of this sentence.
+    pub(crate) fn config(sentence: impl Into<crate::setting::SettingError>) -> Self {
+        PipelineError::Config(sentence.into())
+    }
 }
 
 impl From<feedline::Error> for PipelineError {

@@ -121,6 +121,7 @@ mod progress;
 mod push;
 mod recorder;
 mod resume_plan;
+mod setting;
 mod settings;
 mod shuffle_batch;
 mod stall;
@@ -133,7 +134,7 @@ mod trainer;
 mod watch;
 
 pub use crate::config::{
-    ErrorPolicy, FileSet, PipelineConfig, StallPolicy, UnusedPackSetting, ENDLESS,
+    ErrorPolicy, FileSet, Given, PipelineConfig, StallPolicy, UnusedPackSetting, ENDLESS,
     MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
     ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
@@ -148,6 +149,7 @@ pub use crate::pipeline::{Pipeline, StartOptions};
 pub use crate::progress::{input_files, CheckpointBase, DrawSnapshots, Progress};
 pub use crate::push::{FeedHandle, PushStats};
 pub use crate::resume_plan::ResumePlan;
+pub use crate::setting::{BuilderSpelling, Setting, SettingError, Spelling, Value};
 pub use crate::stats::{
     Bottleneck, DeviceSnapshot, PackingSnapshot, SkippedRecord, StageSnapshot, Stats,
     StatsSnapshot, MAX_SKIPPED_LISTED,

@@ -142,7 +142,7 @@ impl Loader {
                     arbiters.stop_and_join();
                 }
             })
-            .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| PipelineError::config(format!("cannot start a thread: {e}")))?;
         let (mut running, system) = match rx.recv().map_err(|_| PipelineError::Stopped) {
             Ok(Ok(x)) => x,
             Ok(Err(e)) | Err(e) => {
@@ -254,14 +254,13 @@ impl Loader {
     /// loader is stopped.
     pub fn set_epoch(&mut self, pass: u64) -> Result<(), PipelineError> {
         if self.given.push.is_some() {
-            return Err(PipelineError::Config(
-                "a push-mode loader cannot start again at another pass: its data is what is pushed"
-                    .into(),
+            return Err(PipelineError::config(
+                "a push-mode loader cannot start again at another pass: its data is what is pushed",
             ));
         }
         let passes = self.config.passes;
         if passes != ENDLESS && pass >= passes {
-            return Err(PipelineError::Config(format!(
+            return Err(PipelineError::config(format!(
                 "set_epoch({pass}): this loader runs {passes} passes: epochs 0..{}",
                 passes - 1
             )));
@@ -463,8 +462,8 @@ impl Loader {
         let given = &self.given;
         let base = self.base.get_or_insert_with(|| {
             if given.push.is_some() {
-                Err(PipelineError::Config(
-                    "a push-mode loader has no checkpoint: its data is what is pushed".into(),
+                Err(PipelineError::config(
+                    "a push-mode loader has no checkpoint: its data is what is pushed",
                 ))
             } else {
                 CheckpointBase::of(given)

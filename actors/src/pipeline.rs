@@ -157,7 +157,7 @@ impl Pipeline {
         async move {
             match rx {
                 Some(rx) => rx.await.unwrap_or(Err(PipelineError::Stopped)),
-                None => Err(PipelineError::Config("finished() was already taken".into())),
+                None => Err(PipelineError::config("finished() was already taken")),
             }
         }
     }
@@ -187,8 +187,8 @@ impl Pipeline {
     /// ```
     pub fn checkpoint(&self) -> Result<Checkpoint, PipelineError> {
         let Some(progress) = &self.running.progress else {
-            return Err(PipelineError::Config(
-                "this pipeline keeps no progress (push mode, or track_progress off)".into(),
+            return Err(PipelineError::config(
+                "this pipeline keeps no progress (push mode, or track_progress off)",
             ));
         };
         let base = self

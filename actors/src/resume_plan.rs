@@ -563,8 +563,8 @@ impl ResumePlan {
     /// settings; the error says what changed.
     pub fn new(checkpoints: &[Checkpoint], config: &PipelineConfig) -> Result<Self, PipelineError> {
         if config.push.is_some() {
-            return Err(PipelineError::Config(
-                "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
+            return Err(PipelineError::config(
+                "push mode cannot resume from a checkpoint: its data is what is pushed",
             ));
         }
         // Every field against what it must agree with, before anything

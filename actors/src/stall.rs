@@ -27,7 +27,7 @@ pub(crate) fn within_stall_timeout<T: Send + 'static>(
         .spawn(move || {
             let _ = tx.send(work());
         })
-        .map_err(|e| PipelineError::Config(format!("cannot start a thread: {e}")))?;
+        .map_err(|e| PipelineError::config(format!("cannot start a thread: {e}")))?;
     rx.recv_timeout(timeout).map_err(|e| match e {
         std::sync::mpsc::RecvTimeoutError::Timeout => PipelineError::ReaderStuck {
             file: format!("{file} ({what}, before reading started)"),

@@ -8,7 +8,7 @@ use feedline::{Array, Batch, BatchField};
 use crate::error::PipelineError;
 
 fn config(e: String) -> PipelineError {
-    PipelineError::Config(e)
+    PipelineError::config(e)
 }
 
 /// The token field `name` of `batch` and its offsets, checked: offsets

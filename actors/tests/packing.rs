@@ -670,14 +670,14 @@ fn concat_refuses_a_window_or_a_long_document_policy_naming_both() {
     let dir = tempfile::tempdir().unwrap();
     let (files, _) = corpus(dir.path(), 1, 5, 4);
     for (pack, setting) in [
-        (Pack::concat(64).window(16), "pack_window=16"),
+        (Pack::concat(64).window(16), "pack_window(16)"),
         (
             Pack::concat(64).long_docs(feedline_actors::LongDocs::Truncate),
-            "long_docs=\"truncate\"",
+            "long_docs(\"truncate\")",
         ),
         (
             Pack::concat(64).long_docs(feedline_actors::LongDocs::Drop),
-            "long_docs=\"drop\"",
+            "long_docs(\"drop\")",
         ),
     ] {
         let e = match builder(&files, pack.clone(), false, 1, 1).build() {
@@ -685,7 +685,7 @@ fn concat_refuses_a_window_or_a_long_document_policy_naming_both() {
             Err(e) => e.to_string(),
         };
         assert!(
-            e.contains(setting) && e.contains("pack_policy=\"concat\""),
+            e.contains(setting) && e.contains("pack_policy(\"concat\")"),
             "{pack:?}: {e}"
         );
         // The same setting is best-fit's: used, accepted.

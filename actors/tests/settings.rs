@@ -154,3 +154,49 @@ fn the_same_file_in_two_file_sets_is_refused() {
         &["synth:f1", "\"a\"", "\"b\"", "twice"],
     );
 }
+
+/// The mistakes made through every face (`cli/tests/cli_settings.rs`,
+/// `python/tests/test_settings.py` make the same ones): the same sentence,
+/// each setting spelled as the builder's method.
+#[test]
+fn a_mistake_reads_as_the_builders_methods_name_its_settings() {
+    use feedline_actors::{Pack, Setting, SettingError};
+    let said = |b: LoaderBuilder| -> SettingError {
+        match b.build() {
+            Err(PipelineError::Config(e)) => e,
+            Err(e) => panic!("expected a Config error, got {e}"),
+            Ok(_) => panic!("accepted"),
+        }
+    };
+    let cases: Vec<(LoaderBuilder, &str)> = vec![
+        (
+            base().shuffle(1000).min_pool(3000),
+            "min_pool(3000) is more than the pool holds (shuffle(1000)): give at most 1000",
+        ),
+        (
+            base().pack(Pack::concat(64).window(16)),
+            "pack_window(16) does not apply with pack_policy(\"concat\") (concat fills one row \
+             at a time: it holds no window of open rows): leave pack_window out, or give \
+             pack_policy best-fit or first-fit",
+        ),
+        (
+            base().pack(Pack::best_fit(64)).drop_last(true),
+            "drop_last with pack(64): a pass's last packed batch is filled with padding rows \
+             (segment ids 0), not dropped",
+        ),
+        (
+            synth_loader(SynthFormat::with_files(&[3]).build()).config(Default::default()),
+            "no input files: give files or file_set",
+        ),
+    ];
+    for (b, sentence) in cases {
+        let e = said(b);
+        assert_eq!(e.to_string(), sentence);
+        assert_eq!(
+            PipelineError::Config(e.clone()).to_string(),
+            format!("invalid configuration: {sentence}")
+        );
+        // The sentence names its settings by key, not by any face's words.
+        assert!(e.settings().all(|s: Setting| sentence.contains(s.key())));
+    }
+}

@@ -16,8 +16,9 @@ pub enum CliError {
     /// Bad data or settings found by the core crate.
     #[error(transparent)]
     Core(#[from] feedline::Error),
-    /// The pipeline failed, or refused its settings.
-    #[error(transparent)]
+    /// The pipeline failed, or refused its settings (said with the
+    /// settings spelled as the command's flags).
+    #[error("{}", said(.0))]
     Pipeline(#[from] PipelineError),
     /// A file the command writes (the trace) could not be written.
     #[error("{}: {source}", path.display())]
@@ -48,6 +49,14 @@ impl CliError {
     /// A usage error from its message.
     pub fn usage(message: impl Into<String>) -> Self {
         CliError::Usage(message.into())
+    }
+}
+
+/// `e` as the command says it: a refused setting by its flag.
+fn said(e: &PipelineError) -> String {
+    match e {
+        PipelineError::Config(s) => crate::pipeline_args::Flags::say(s),
+        e => e.to_string(),
     }
 }
 

@@ -1,8 +1,9 @@
 //! The pipeline's flags, shared by `run` and `bench` (and the peers
-//! harness adapter in `benches/`), and the one place that checks them: every
-//! number has a stated range (a value outside it is refused by name, value
-//! and range before anything starts), and every flag that would be silently
-//! ignored in combination with another is an error that says what to do.
+//! harness adapter in `benches/`), translated into the pipeline settings:
+//! every number has a stated range (a value outside it is refused by clap,
+//! by name, value and range); every rule across settings is the settings'
+//! own ([`PipelineConfig::check`]), whose sentence the command prints with
+//! the settings spelled as its flags ([`Flags`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +15,10 @@ use feedline::format::{Compression, OpenOptions};
 use feedline::plan::{Equalize, Shard};
 use feedline::transform::InstanceMap;
 use feedline::Schema;
-use feedline_actors::{ErrorPolicy, FileSet, PipelineConfig, UnusedPackSetting};
+use feedline_actors::{
+    ErrorPolicy, FileSet, Given, PipelineConfig, PipelineError, Setting, SettingError, Spelling,
+    Value,
+};
 
 use crate::error::{CliError, CliResult};
 
@@ -45,6 +49,87 @@ pub fn millis(text: &str) -> Result<Duration, String> {
         return Err(format!("{ms} is not in 0..={MAX_MILLIS} (milliseconds)"));
     }
     Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// The command's spelling of the settings: its flags (`--min-pool`,
+/// `--min-pool 3000`); a setting with no flag by its key.
+pub struct Flags;
+
+impl Flags {
+    /// The flag of `setting`, if the command has one.
+    fn flag(setting: Setting) -> Option<&'static str> {
+        use Setting as S;
+        Some(match setting {
+            S::Files => "FILES",
+            S::FileSet => "--set",
+            S::Schema => "--schema",
+            S::Readers => "--readers",
+            S::ChunkRecords => "--chunk-records",
+            S::ChunkBytes => "--chunk-mib",
+            S::Shuffle => "--shuffle",
+            S::MinPool => "--min-pool",
+            S::ShuffleBytes => "--shuffle-mib",
+            S::Passes => "--passes",
+            S::Deterministic => "--deterministic",
+            S::Shard => "--rank/--world-size",
+            S::Equalize => "--equalize",
+            S::Batch => "--batch",
+            S::DropLast => "--drop-last",
+            S::BatchesInFlight => "--batches-in-flight",
+            S::Pack => "--pack",
+            S::PackPolicy => "--pack-policy",
+            S::PackWindow => "--pack-window",
+            S::LongDocs => "--long-docs",
+            S::PackField => "--pack-field",
+            S::Transform => "--transform",
+            S::MaxPixels => "--max-pixels",
+            S::Tokenizer => "--tokenizer",
+            S::TextField => "--text-field",
+            S::AddEos => "--add-eos",
+            S::AddBos => "--add-bos",
+            S::Workers => "--workers",
+            S::Devices => "--devices",
+            S::Capacity => "--capacity",
+            S::OnError => "--on-error",
+            S::MaxBad => "--max-bad",
+            _ => return None,
+        })
+    }
+
+    /// `e` as the command says it.
+    pub fn say(e: &SettingError) -> String {
+        format!("invalid configuration: {}", e.spelled(&Flags))
+    }
+}
+
+impl Spelling for Flags {
+    fn name(&self, setting: Setting) -> String {
+        Flags::flag(setting).map_or_else(|| setting.key().to_string(), String::from)
+    }
+
+    fn given(&self, setting: Setting, value: &Value) -> String {
+        let (Value::Number(v) | Value::Text(v)) = value;
+        // The byte bounds are given in MiB.
+        let v = match (setting, v.parse::<u64>()) {
+            (Setting::ShuffleBytes | Setting::ChunkBytes, Ok(b)) if b % (1 << 20) == 0 => {
+                (b >> 20).to_string()
+            }
+            _ => v.clone(),
+        };
+        match Flags::flag(setting) {
+            Some(flag) => format!("{flag} {v}"),
+            None => format!("{} {v}", setting.key()),
+        }
+    }
+}
+
+/// A refused setting as the command says it (exit code 2); any other
+/// pipeline error as it is.
+pub fn refused(e: PipelineError) -> CliError {
+    match e {
+        PipelineError::Config(e) => CliError::usage(Flags::say(&e)),
+        e => CliError::Pipeline(e),
+    }
 }
 
 /// How files are read: their format and compression.
@@ -247,50 +332,50 @@ pub struct PackArgs {
 }
 
 impl PackArgs {
-    /// The packing these flags ask for, if any.
+    /// The packing these flags ask for, if any (what was given is in
+    /// [`given`](Self::given), for the settings' check).
     pub fn pack(&self) -> CliResult<Option<feedline::pack::Pack>> {
         let Some(length) = self.pack else {
-            let given = [
-                self.pack_policy.as_ref().map(|_| "--pack-policy"),
-                self.pack_window.map(|_| "--pack-window"),
-                self.long_docs.as_ref().map(|_| "--long-docs"),
-                self.pack_field.as_ref().map(|_| "--pack-field"),
-            ];
-            if let Some(flag) = given.into_iter().flatten().next() {
-                return Err(CliError::usage(format!(
-                    "{flag} applies only with --pack L (packing)"
-                )));
-            }
             return Ok(None);
         };
-        let policy = match &self.pack_policy {
-            Some(p) => p.parse().map_err(CliError::usage)?,
-            None => feedline::pack::PackPolicy::BestFit,
-        };
-        let long_docs: Option<feedline::pack::LongDocs> = (self.long_docs.as_deref())
-            .map(str::parse)
-            .transpose()
-            .map_err(CliError::usage)?;
-        // The library's judge of an ignored packing setting, asked for the
-        // flags given (a default value given is still given).
-        if let Some(u) = UnusedPackSetting::of(policy, self.pack_window, long_docs) {
-            let flag = format!("--{}", u.setting.replace('_', "-"));
-            return Err(CliError::usage(format!(
-                "{flag} {} does not apply with --pack-policy {} ({}): leave {flag} out, or give --pack-policy best-fit or first-fit",
-                u.value, u.policy, u.why
-            )));
-        }
-        let mut pack = feedline::pack::Pack::new(policy, length);
+        let mut pack = feedline::pack::Pack::new(
+            self.policy()?
+                .unwrap_or(feedline::pack::PackPolicy::BestFit),
+            length,
+        );
         if let Some(w) = self.pack_window {
             pack = pack.window(w);
         }
-        if let Some(l) = long_docs {
+        if let Some(l) = self.long_docs()? {
             pack = pack.long_docs(l);
         }
         if let Some(f) = &self.pack_field {
             pack = pack.field(f);
         }
         Ok(Some(pack))
+    }
+
+    fn policy(&self) -> CliResult<Option<feedline::pack::PackPolicy>> {
+        (self.pack_policy.as_deref())
+            .map(str::parse)
+            .transpose()
+            .map_err(CliError::usage)
+    }
+
+    fn long_docs(&self) -> CliResult<Option<feedline::pack::LongDocs>> {
+        (self.long_docs.as_deref())
+            .map(str::parse)
+            .transpose()
+            .map_err(CliError::usage)
+    }
+
+    /// The packing flags given (a default value given is still given).
+    fn given(&self, g: &mut Given) -> CliResult<()> {
+        g.pack_policy = self.policy()?;
+        g.pack_window = self.pack_window;
+        g.long_docs = self.long_docs()?;
+        g.pack_field = self.pack_field.is_some();
+        Ok(())
     }
 }
 
@@ -325,7 +410,7 @@ pub struct TransformArgs {
     /// Hugging Face tokenizer.json, on the transform workers, into a ragged
     /// i32 field `input_ids` (the ids Python's tokenizers gives with
     /// `encode(text).ids`); instead of --transform.
-    #[arg(long, value_name = "TOKENIZER_JSON", conflicts_with = "transform")]
+    #[arg(long, value_name = "TOKENIZER_JSON")]
     pub tokenizer: Option<std::path::PathBuf>,
     /// The text field --tokenizer reads (default: text).
     #[arg(long, value_name = "FIELD")]
@@ -344,28 +429,9 @@ impl TransformArgs {
     /// The image transform these flags ask for, if any (a spec that does
     /// not parse is refused with where and what).
     pub fn image_transform(&self) -> CliResult<Option<feedline_vision::ImageTransform>> {
-        if let (Some(n), None, None) = (self.workers, &self.transform, &self.tokenizer) {
-            return Err(CliError::usage(format!(
-                "--workers {n} applies only with --transform or --tokenizer (the transform workers): give --transform SPEC"
-            )));
-        }
-        if self.tokenizer.is_none() {
-            let given = [
-                self.text_field.as_ref().map(|_| "--text-field"),
-                self.add_eos.then_some("--add-eos"),
-                self.add_bos.then_some("--add-bos"),
-            ];
-            if let Some(flag) = given.into_iter().flatten().next() {
-                return Err(CliError::usage(format!(
-                    "{flag} applies only with --tokenizer TOKENIZER_JSON"
-                )));
-            }
-        }
-        if let (Some(n), None) = (self.max_pixels, &self.transform) {
-            return Err(CliError::usage(format!(
-                "--max-pixels {n} applies only with --transform (the images it decodes): give --transform SPEC"
-            )));
-        }
+        self.given()
+            .check_transforms()
+            .map_err(|e| CliError::usage(Flags::say(&e)))?;
         let Some(spec) = &self.transform else {
             return Ok(None);
         };
@@ -409,6 +475,20 @@ impl TransformArgs {
         }
     }
 
+    /// The transform flags given, for the settings' check.
+    pub fn given(&self) -> Given {
+        Given {
+            tokenizer: self.tokenizer.is_some(),
+            transform: self.transform.is_some(),
+            max_pixels: self.max_pixels,
+            workers: self.workers,
+            text_field: self.text_field.is_some(),
+            add_eos: self.add_eos,
+            add_bos: self.add_bos,
+            ..Given::default()
+        }
+    }
+
     /// The transforms of the pipeline settings.
     pub fn transforms(&self) -> CliResult<feedline::transform::Transforms> {
         let mut t = feedline::transform::Transforms::default();
@@ -429,46 +509,6 @@ impl PipelineArgs {
     /// checked: one pass, one device (the caller sets what it runs).
     pub fn config(&self) -> CliResult<PipelineConfig> {
         let defaults = PipelineConfig::default();
-        if self.files.is_empty() && self.sets.is_empty() {
-            return Err(CliError::usage(
-                "no input files: give files, globs or @lists, or --set",
-            ));
-        }
-        if !self.files.is_empty() && !self.sets.is_empty() {
-            return Err(CliError::usage(format!(
-                "give input files or --set, not both ({} files and {} --set): put the files in a set of their own",
-                self.files.len(),
-                self.sets.len()
-            )));
-        }
-        if let (Some(n), false) = (self.readers, self.sets.is_empty()) {
-            return Err(CliError::usage(format!(
-                "--readers {n} does not apply with --set: each set gives its own readers (NAME,WEIGHT,READERS,FILES)"
-            )));
-        }
-        if let (Some(n), OnError::Fail) = (self.max_bad, self.on_error) {
-            return Err(CliError::usage(format!(
-                "--max-bad {n} applies only with --on-error skip (with --on-error fail the first bad record stops the run): add --on-error skip"
-            )));
-        }
-        if let (Some(m), 0) = (self.shuffle_mib, self.shuffle) {
-            return Err(CliError::usage(format!(
-                "--shuffle-mib {m} applies only with a shuffle pool (--shuffle 0 does not shuffle): give --shuffle N"
-            )));
-        }
-        if let Some(m) = self.min_pool {
-            if self.shuffle == 0 {
-                return Err(CliError::usage(format!(
-                    "--min-pool {m} applies only with a shuffle pool (--shuffle 0 does not shuffle): give --shuffle N"
-                )));
-            }
-            if m > self.shuffle {
-                return Err(CliError::usage(format!(
-                    "--min-pool {m} is more than the pool holds (--shuffle {}): give at most {}",
-                    self.shuffle, self.shuffle
-                )));
-            }
-        }
         let error_policy = match self.on_error {
             OnError::Fail => ErrorPolicy::Fail,
             OnError::Skip => ErrorPolicy::Skip {
@@ -485,7 +525,7 @@ impl PipelineArgs {
             .iter()
             .map(|s| parse_set(s))
             .collect::<CliResult<Vec<_>>>()?;
-        Ok(PipelineConfig {
+        let config = PipelineConfig {
             files: self.files.clone(),
             sets,
             format: self.format.format.clone(),
@@ -513,8 +553,24 @@ impl PipelineArgs {
             transforms: self.transform.transforms()?,
             pack: self.pack.pack()?,
             remote_cache: self.cache.cache(),
+            given: self.given()?,
             ..defaults
-        })
+        };
+        config.check().map_err(refused)?;
+        Ok(config)
+    }
+
+    /// The flags given that the settings' values cannot tell, for the
+    /// settings' check.
+    fn given(&self) -> CliResult<Given> {
+        let mut g = Given {
+            readers: self.readers,
+            shuffle_bytes: self.shuffle_mib.map(|m| m << 20),
+            max_bad: self.max_bad,
+            ..self.transform.given()
+        };
+        self.pack.given(&mut g)?;
+        Ok(g)
     }
 
     /// This process's shard: the flags, else $RANK and $WORLD_SIZE (the

@@ -108,7 +108,7 @@ fn readers_with_set_is_refused_and_says_where_readers_go() {
     let set = format!("a,1,2,{}", files[0]);
     assert_refused(
         &["run", "--set", &set, "--readers", "7"],
-        &["--readers 7", "--set", "NAME,WEIGHT,READERS,FILES"],
+        &["--readers 7", "--set", "each set gives its own readers"],
     );
     assert_refused(&["run", &files[0], "--set", &set], &["--set", "not both"]);
 }

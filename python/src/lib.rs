@@ -30,8 +30,8 @@ use feedline::Schema;
 use feedline_actors::counting::{self, LenError, RecordCounts};
 use feedline_actors::epochs::{Epochs, PassEnd};
 use feedline_actors::{
-    Equalize, ErrorPolicy, Loader as RustLoader, LoaderBuilder, PipelineConfig, PipelineError,
-    Popped, Stats,
+    Equalize, ErrorPolicy, Given, Loader as RustLoader, LoaderBuilder, PipelineConfig,
+    PipelineError, Popped, Setting, SettingError, Spelling, Stats, Value,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
@@ -116,9 +116,49 @@ class FeedArray(_np.ndarray):
         return arr if type(arr) is _np.ndarray else arr.view(_np.ndarray)
 "#;
 
+/// Python's spelling of the settings: its keywords (`batch_size`,
+/// `min_pool=3000`, `pack_policy="concat"`); a setting with no keyword by
+/// its key.
+struct Keywords;
+
+impl Keywords {
+    fn keyword(setting: Setting) -> &'static str {
+        use Setting as S;
+        match setting {
+            S::FileSet => "file sets",
+            S::PushSource => "Loader.with_feed",
+            S::Shard => "rank/world_size",
+            S::Batch => "batch_size",
+            S::MapSchema => "map_schema",
+            S::Tokenizer => "tokenizer",
+            S::OnError => "on_error",
+            s => s.key(),
+        }
+    }
+
+    /// `e` as Python says it.
+    fn say(e: &SettingError) -> String {
+        format!("invalid configuration: {}", e.spelled(&Keywords))
+    }
+}
+
+impl Spelling for Keywords {
+    fn name(&self, setting: Setting) -> String {
+        Keywords::keyword(setting).to_string()
+    }
+
+    fn given(&self, setting: Setting, value: &Value) -> String {
+        let k = Keywords::keyword(setting);
+        match value {
+            Value::Number(n) => format!("{k}={n}"),
+            Value::Text(t) => format!("{k}={t:?}"),
+        }
+    }
+}
+
 fn to_py_err(e: PipelineError) -> PyErr {
     match e {
-        PipelineError::Config(_) => PyValueError::new_err(e.to_string()),
+        PipelineError::Config(e) => PyValueError::new_err(Keywords::say(&e)),
         other => FeedlineError::new_err(other.to_string()),
     }
 }
@@ -224,14 +264,7 @@ fn file_list(py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Vec<String>> 
 
 fn error_policy(on_error: &str, max_bad: Option<u64>) -> PyResult<ErrorPolicy> {
     match on_error {
-        "fail" => {
-            if max_bad.is_some() {
-                return Err(PyValueError::new_err(
-                    "max_bad is only meaningful with on_error=\"skip\"",
-                ));
-            }
-            Ok(ErrorPolicy::Fail)
-        }
+        "fail" => Ok(ErrorPolicy::Fail),
         "skip" => Ok(ErrorPolicy::Skip {
             max_bad,
             max_bad_fraction: None,
@@ -757,45 +790,39 @@ fn passes_arg(passes: Option<u64>) -> PyResult<(u64, bool)> {
     }
 }
 
-/// The packing of `pack=` and its settings (each refused without it).
+/// The packing of `pack=` and its settings; the settings given noted in
+/// `given` (the settings' check refuses those that do not apply).
 fn pack_arg(
     pack: Option<usize>,
     window: Option<usize>,
     policy: Option<&str>,
     long_docs: Option<&str>,
     field: Option<String>,
+    given: &mut Given,
 ) -> PyResult<Option<feedline_actors::Pack>> {
-    let Some(length) = pack else {
-        let given = [
-            window.map(|_| "pack_window"),
-            policy.map(|_| "pack_policy"),
-            long_docs.map(|_| "long_docs"),
-            field.as_ref().map(|_| "pack_field"),
-        ];
-        if let Some(name) = given.into_iter().flatten().next() {
-            return Err(PyValueError::new_err(format!(
-                "{name} is a setting of pack=L (packing): give pack="
-            )));
-        }
-        return Ok(None);
-    };
-    let policy = match policy {
-        Some(p) => p
-            .parse()
-            .map_err(|e: String| PyValueError::new_err(format!("pack_policy: {e}")))?,
-        None => feedline_actors::PackPolicy::BestFit,
-    };
+    let policy: Option<feedline_actors::PackPolicy> = policy
+        .map(|p| {
+            p.parse()
+                .map_err(|e: String| PyValueError::new_err(format!("pack_policy: {e}")))
+        })
+        .transpose()?;
     let long_docs: Option<feedline_actors::LongDocs> = long_docs
         .map(|l| {
             l.parse()
                 .map_err(|e: String| PyValueError::new_err(format!("long_docs: {e}")))
         })
         .transpose()?;
-    // A keyword given — its default value too — that the policy would ignore.
-    if let Some(u) = feedline_actors::UnusedPackSetting::of(policy, window, long_docs) {
-        return Err(PyValueError::new_err(u.to_string()));
-    }
-    let mut p = feedline_actors::Pack::new(policy, length);
+    given.pack_policy = policy;
+    given.pack_window = window;
+    given.long_docs = long_docs;
+    given.pack_field = field.is_some();
+    let Some(length) = pack else {
+        return Ok(None);
+    };
+    let mut p = feedline_actors::Pack::new(
+        policy.unwrap_or(feedline_actors::PackPolicy::BestFit),
+        length,
+    );
     if let Some(w) = window {
         p = p.window(w);
     }
@@ -927,7 +954,7 @@ impl PyLoader {
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
         resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
         tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
-        pack_policy=None, long_docs=None, pack_field=None))]
+        pack_policy=None, long_docs=None, pack_field=None, min_pool=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -962,6 +989,7 @@ impl PyLoader {
         pack_policy: Option<&str>,
         long_docs: Option<&str>,
         pack_field: Option<String>,
+        min_pool: Option<usize>,
     ) -> PyResult<Self> {
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes)?;
@@ -990,22 +1018,62 @@ impl PyLoader {
             Some(s) => Some(schema::parse_schema(py, &s)?),
             None => None,
         };
-        if let Some(p) = pack_arg(pack, pack_window, pack_policy, long_docs, pack_field)? {
+        if let Some(m) = min_pool {
+            b = b.min_pool(m);
+        }
+        // What was given, for the settings' check (which holds every rule
+        // across settings: this only translates keywords).
+        let map = map.filter(|m| !m.is_none());
+        let mut given = Given {
+            max_bad,
+            tokenizer: tokenizer.is_some(),
+            map: map.is_some(),
+            transform: transform.is_some(),
+            max_pixels,
+            map_schema: map_schema.is_some(),
+            workers,
+            text_field: text_field.is_some(),
+            add_eos,
+            add_bos,
+            ..Given::default()
+        };
+        if let Some(p) = pack_arg(
+            pack,
+            pack_window,
+            pack_policy,
+            long_docs,
+            pack_field,
+            &mut given,
+        )? {
             b = b.pack(p);
         }
-        let map = map.filter(|m| !m.is_none());
-        let tokenized = tokenizer.is_some();
-        if let Some(path) = tokenizer {
-            if map.is_some() || transform.is_some() {
-                return Err(PyValueError::new_err(
-                    "give tokenizer= or map=/transform=, not both (the tokenizer is the instance transform)",
-                ));
+        if let Some(spec) = transform {
+            let image =
+                feedline_vision::ImageTransform::parse(spec, feedline_vision::ImageFields::Detect)
+                    .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
+            let image = match max_pixels {
+                Some(n) if n > 0 => image.max_pixels(n),
+                _ => image,
+            };
+            let image = std::sync::Arc::new(image);
+            image_transform = Some(image.clone());
+            b = b.transform(image);
+        }
+        if let Some(f) = map {
+            if !f.is_callable() {
+                return Err(PyValueError::new_err(format!(
+                    "map: expected a callable (instance, rng) -> dict, got {}",
+                    f.get_type()
+                )));
             }
-            if max_pixels.is_some() || map_schema.is_some() {
-                return Err(PyValueError::new_err(
-                    "max_pixels and map_schema are settings of transform= and map=, not of tokenizer=",
-                ));
+            if let Some(s) = &map_schema {
+                b = b.output_schema(s.clone());
             }
+            b = b.transform(std::sync::Arc::new(feedline::transform::map_fn(
+                map::python_map(f.unbind(), map_schema),
+            )));
+        }
+        if let Some(path) = tokenizer.filter(|_| !(given.map || given.transform)) {
             let bad = |e: feedline_actors::feedline::tokenize::TokenizeError| {
                 PyValueError::new_err(format!("tokenizer={}: {e}", path.display()))
             };
@@ -1020,74 +1088,11 @@ impl PyLoader {
             .map_err(bad)?;
             stage.check().map_err(bad)?;
             b = b.tokenize_with(stage);
-            if let Some(w) = workers {
-                b = b.workers(w);
-            }
-        } else if text_field.is_some() || add_eos || add_bos {
-            return Err(PyValueError::new_err(
-                "text_field, add_eos and add_bos are settings of tokenizer=: give tokenizer=\"tokenizer.json\"",
-            ));
         }
-        match (map, transform) {
-            (Some(_), Some(t)) => {
-                return Err(PyValueError::new_err(format!(
-                    "give map= or transform={t:?}, not both (a Python map after the built-in \
-                     transform is not supported)"
-                )))
-            }
-            _ if max_pixels.is_some() && transform.is_none() => {
-                return Err(PyValueError::new_err(
-                    "max_pixels is a setting of transform= (the images it decodes)",
-                ))
-            }
-            (None, Some(spec)) => {
-                if map_schema.is_some() {
-                    return Err(PyValueError::new_err(
-                        "map_schema is a setting of map=: the built-in transforms know their output",
-                    ));
-                }
-                let image = feedline_vision::ImageTransform::parse(
-                    spec,
-                    feedline_vision::ImageFields::Detect,
-                )
-                .map_err(|e| PyValueError::new_err(format!("transform={spec:?}: {e}")))?;
-                let image = match max_pixels {
-                    Some(0) => return Err(PyValueError::new_err("max_pixels must be >= 1")),
-                    Some(n) => image.max_pixels(n),
-                    None => image,
-                };
-                let image = std::sync::Arc::new(image);
-                image_transform = Some(image.clone());
-                b = b.transform(image);
-                if let Some(w) = workers {
-                    b = b.workers(w);
-                }
-            }
-            (Some(f), None) => {
-                if !f.is_callable() {
-                    return Err(PyValueError::new_err(format!(
-                        "map: expected a callable (instance, rng) -> dict, got {}",
-                        f.get_type()
-                    )));
-                }
-                if let Some(s) = &map_schema {
-                    b = b.output_schema(s.clone());
-                }
-                b = b.transform(std::sync::Arc::new(feedline::transform::map_fn(
-                    map::python_map(f.unbind(), map_schema),
-                )));
-                if let Some(w) = workers {
-                    b = b.workers(w);
-                }
-            }
-            (None, None) if map_schema.is_some() || (workers.is_some() && !tokenized) => {
-                return Err(PyValueError::new_err(
-                    "map_schema and workers are settings of map= (workers also of transform=): \
-                     give a map or a transform",
-                ))
-            }
-            (None, None) => {}
+        if let Some(w) = workers {
+            b = b.workers(w);
         }
+        b = b.given(given);
         let from_env = rank.is_none()
             && world_size.is_none()
             && (std::env::var_os("RANK").is_some() || std::env::var_os("WORLD_SIZE").is_some());

@@ -173,7 +173,7 @@ def test_stop_state_dict_and_resume_is_exactly_once(data, det, stop):
 
 def test_bad_settings_are_refused_naming_them(data, tmp_path):
     paths, tok_path, _ = data
-    with pytest.raises(ValueError, match="pack_window is a setting of pack"):
+    with pytest.raises(ValueError, match="pack_window applies only with pack"):
         feedline.Loader(files=paths, pack_window=10)
     with pytest.raises(ValueError, match="pack_policy"):
         feedline.Loader(files=paths, tokenizer=tok_path, pack=64, pack_policy="tightest")

@@ -82,7 +82,7 @@ pub(crate) enum Packed {
 }
 
 fn config(e: String) -> PipelineError {
-    PipelineError::Config(e)
+    PipelineError::config(e)
 }
 
 impl PackStage {

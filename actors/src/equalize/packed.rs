@@ -201,7 +201,7 @@ pub(crate) fn count_tokens(
                     }
                     let n = pack.packed_tokens(n);
                     lens[i] = u32::try_from(n).map_err(|_| {
-                        PipelineError::Config(format!(
+                        PipelineError::config(format!(
                             "{f}: record {origin}: a document of {n} tokens is more than equalizing packed rows counts"
                         ))
                     })?;

@@ -256,7 +256,7 @@ impl LoaderBuilder {
     ///     .build()?;
     /// # Ok::<(), feedline_actors::PipelineError>(())
     /// ```
-    pub fn map<F, E>(self, f: F) -> Self
+    pub fn map<F, E>(mut self, f: F) -> Self
     where
         F: Fn(Instance, &mut TransformCtx) -> Result<feedline::format::generator::Sample, E>
             + Send
@@ -264,13 +264,16 @@ impl LoaderBuilder {
             + 'static,
         E: Into<BoxError> + 'static,
     {
-        self.transform(Arc::new(map_fn(f)))
+        self.config.transforms.instance = Some(Arc::new(map_fn(f)));
+        self.config.given.map = true;
+        self
     }
 
     /// A per-instance map of your own type (such as `feedline_vision`'s
     /// `ImageTransform`, which writes straight into the batch): see [`map`](Self::map).
     pub fn transform(mut self, map: Arc<dyn InstanceMap>) -> Self {
         self.config.transforms.instance = Some(map);
+        self.config.given.transform = true;
         self
     }
 
@@ -298,6 +301,7 @@ impl LoaderBuilder {
     #[cfg(feature = "tokenize")]
     pub fn tokenize_with(mut self, stage: feedline::tokenize::Tokenize) -> Self {
         self.config.transforms.instance = Some(Arc::new(stage));
+        self.config.given.tokenizer = true;
         self
     }
 
@@ -402,6 +406,15 @@ impl LoaderBuilder {
         self
     }
 
+    /// What a face was given that the settings' values cannot tell (the
+    /// command's flags, Python's keywords: see [`Given`](crate::Given)),
+    /// judged with every other setting; it replaces what the builder's own
+    /// methods noted (which instance transform was given).
+    pub fn given(mut self, given: crate::config::Given) -> Self {
+        self.config.given = given;
+        self
+    }
+
     /// The settings so far.
     pub fn settings(&self) -> &PipelineConfig {
         &self.config
@@ -410,8 +423,8 @@ impl LoaderBuilder {
     /// Start the pipeline on threads of its own.
     pub fn build(self) -> Result<Loader, PipelineError> {
         if self.config.push.is_some() {
-            return Err(PipelineError::Config(
-                "push mode: build it with build_with_feed() to get the FeedHandle".into(),
+            return Err(PipelineError::config(
+                "push mode: build it with build_with_feed() to get the FeedHandle",
             ));
         }
         let (config, options) = self.finish()?;
@@ -473,7 +486,7 @@ impl LoaderBuilder {
         self.config.push.get_or_insert_with(|| "push".to_string());
         let (config, options) = self.finish()?;
         let (loader, feed) = Loader::start_full(config, options)?;
-        let feed = feed.ok_or_else(|| PipelineError::Config("no push source started".into()))?;
+        let feed = feed.ok_or_else(|| PipelineError::config("no push source started"))?;
         Ok((loader, feed))
     }
 
@@ -487,7 +500,7 @@ impl LoaderBuilder {
             let (rank, world) = (var("RANK"), var("WORLD_SIZE"));
             if rank.is_some() || world.is_some() {
                 config.shard = Shard::from_vars(rank.as_deref(), world.as_deref())
-                    .map_err(|e| PipelineError::Config(format!("{e} (from the environment; LoaderBuilder::shard_from_env(false) ignores it)")))?;
+                    .map_err(|e| PipelineError::config(format!("{e} (from the environment; LoaderBuilder::shard_from_env(false) ignores it)")))?;
                 log::info!(
                     "data-parallel shard from the environment: rank {} of {} (RANK={}, WORLD_SIZE={}; .shard() or .shard_from_env(false) overrides)",
                     config.shard.rank,
@@ -517,7 +530,7 @@ impl LoaderBuilder {
         generators: Vec<GeneratorSource>,
     ) -> Result<(), PipelineError> {
         if let Some(f) = &config.format {
-            return Err(PipelineError::Config(format!(
+            return Err(PipelineError::config(format!(
                 "format `{f}` is set for every input, generator sources included: \
                  give the files a FORMAT: prefix instead"
             )));

@@ -102,7 +102,7 @@ fn from_first_pass(
 ) -> Result<Option<Arc<ResumePlan>>, PipelineError> {
     match (resume, first_pass) {
         (resume, 0) => Ok(resume),
-        (Some(_), n) => Err(PipelineError::Config(format!(
+        (Some(_), n) => Err(PipelineError::config(format!(
             "first_pass {n} and a resume: the checkpoint says where the run goes on (give one or the other)"
         ))),
         (None, n) => Ok(Some(Arc::new(ResumePlan::at_pass(n)))),
@@ -117,8 +117,8 @@ fn check_resume(
     resume: Option<&ResumePlan>,
 ) -> Result<(), PipelineError> {
     if resume.is_some() && config.push.is_some() {
-        return Err(PipelineError::Config(
-            "push mode cannot resume from a checkpoint: its data is what is pushed".into(),
+        return Err(PipelineError::config(
+            "push mode cannot resume from a checkpoint: its data is what is pushed",
         ));
     }
     // The snapshot a deterministic resume draws from, against the plan.
@@ -139,13 +139,13 @@ fn count_packed_ranks(
     Ok(match (&config.pack, config.equalize) {
         (Some(pack), how) if how != Equalize::Off && plans[0].get_shard().world_size > 1 => {
             if plans.len() > 1 {
-                return Err(PipelineError::Config(format!(
+                return Err(PipelineError::config(format!(
                     "equalize {how:?} with packing takes one file set, not {}",
                     plans.len()
                 )));
             }
             if resume.is_some_and(|r| r.elastic()) {
-                return Err(PipelineError::Config(format!(
+                return Err(PipelineError::config(format!(
                     "equalize {how:?} with packing resumes only on the same shard (rank and world size): this checkpoint goes on on another shard, whose packed rows left are not counted"
                 )));
             }
@@ -259,7 +259,7 @@ fn settle_batches(
 /// `pack` (when the batches' schema is known before the first batch).
 fn check_pack_field(pack: &Pack, docs: &Schema, transformed: bool) -> Result<(), PipelineError> {
     let Ok(f) = docs.field(&pack.field) else {
-        return Err(PipelineError::Config(format!(
+        return Err(PipelineError::config(format!(
             "packing: no field `{}` to pack in the {} (fields: {}); tokenize a text field first or name the token field",
             pack.field,
             if transformed { "transform's output" } else { "instances" },
@@ -268,7 +268,7 @@ fn check_pack_field(pack: &Pack, docs: &Schema, transformed: bool) -> Result<(),
     };
     let ints = matches!(f.dtype, feedline::DType::I32 | feedline::DType::I64);
     if !ints || !f.is_ragged() || f.shape.len() != 1 || f.ragged != feedline::Ragged::Offsets {
-        return Err(PipelineError::Config(format!(
+        return Err(PipelineError::config(format!(
             "packing: field `{}` is {}, expected a ragged list of token ids (i32 or i64 [?], offsets layout)",
             pack.field,
             f.describe()
@@ -311,7 +311,7 @@ fn restore_draw(
 fn settle(
     mut config: PipelineConfig,
 ) -> Result<(PipelineConfig, Schema, Vec<PassPlan>), PipelineError> {
-    let bad = |m: &str| Err(PipelineError::Config(m.to_string()));
+    let bad = |m: &str| Err(PipelineError::config(m.to_string()));
     config.check()?;
     if config.push.is_some() {
         let (config, schema, plan) = prepare_push(config);
@@ -345,7 +345,7 @@ fn settle(
             .collect()
     };
     if config.passes > 0 && plans.iter().all(|p| p.tasks(0).is_empty()) {
-        return Err(PipelineError::Config(format!(
+        return Err(PipelineError::config(format!(
             "a pass has no files: {} files for rank {} of {}",
             config.files.len(),
             config.shard.rank,
@@ -362,7 +362,7 @@ fn set_seed(seed: u64, i: usize) -> u64 {
 
 /// Expand the file sets; `files` and `readers` become all of them.
 fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
-    let bad = |m: String| Err(PipelineError::Config(m));
+    let bad = |m: String| Err(PipelineError::config(m));
     for set in &mut config.sets {
         if !set.files.is_empty() {
             set.files = expand_inputs(&set.files)?;
@@ -414,7 +414,7 @@ fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
     }
     Err(first_error
         .map(PipelineError::from)
-        .unwrap_or_else(|| PipelineError::Config("no input files".into())))
+        .unwrap_or_else(|| PipelineError::config("no input files")))
 }
 
 /// Settle a push-mode configuration (checked: a schema, no files): no

@@ -178,6 +178,7 @@ class Loader(Iterator[Batch]):
         pack_policy: Optional[Literal["best-fit", "first-fit", "concat"]] = None,
         long_docs: Optional[Literal["split", "truncate", "drop"]] = None,
         pack_field: Optional[str] = None,
+        min_pool: Optional[int] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -216,7 +217,11 @@ class Loader(Iterator[Batch]):
         pack_field the token field (default "input_ids"). stats()["packing"]
         has the fill.
         With equalize=, every rank gets as many packed rows; not with
-        drop_last=True."""
+        drop_last=True.
+        min_pool: instances held before the shuffle draws start, at most
+        `shuffle` (default: the pool size).
+        A refused setting is a ValueError whose sentence is the one the Rust
+        builder and the command give, each setting spelled as its keyword."""
     @staticmethod
     def with_feed(
         schema: _SchemaSpec,
