@@ -83,7 +83,7 @@ pub fn group_plan(
     world: usize,
     shuffle: bool,
 ) -> Result<GroupPlan, PipelineError> {
-    let bad = |m: String| Err(PipelineError::Config(m));
+    let bad = |m: String| Err(PipelineError::config(m));
     if world == 0 {
         return bad("world_size must be at least 1".into());
     }
