@@ -36,11 +36,12 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyo3(signature = (inputs))]
 pub fn _expand_inputs(py: Python<'_>, inputs: Vec<String>) -> PyResult<Vec<String>> {
     if inputs.is_empty() {
-        // the Loader refuses an empty list in its settings' check
-        // (`PipelineConfig::check`), before it expands anything
-        return Err(crate::start_err(PipelineError::Config(
-            "no input files".into(),
-        )));
+        // The Loader refuses an empty list in its settings' check, before
+        // it expands anything: that check's own refusal.
+        let none = feedline_actors::PipelineConfig::default();
+        if let Err(e) = none.check() {
+            return Err(crate::start_err(e));
+        }
     }
     py.allow_threads(|| feedline::plan::expand_inputs(&inputs))
         .map_err(|e| crate::start_err(PipelineError::from(e)))
