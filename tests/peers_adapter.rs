@@ -7,6 +7,9 @@
 #[path = "../cli/src/error.rs"]
 mod error;
 #[allow(dead_code)]
+#[path = "../cli/src/flags.rs"]
+mod flags;
+#[allow(dead_code)]
 #[path = "../cli/src/measure.rs"]
 mod measure;
 #[allow(dead_code)]

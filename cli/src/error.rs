@@ -55,7 +55,7 @@ impl CliError {
 /// `e` as the command says it: a refused setting by its flag.
 fn said(e: &PipelineError) -> String {
     match e {
-        PipelineError::Config(s) => crate::pipeline_args::Flags::say(s),
+        PipelineError::Config(s) => crate::flags::Flags::say(s),
         e => e.to_string(),
     }
 }

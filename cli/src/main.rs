@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod error;
 mod files;
+mod flags;
 mod measure;
 mod output;
 mod pipeline_args;
