@@ -9,7 +9,7 @@
 //!
 //! A checkpoint records what the consumer took of each pass not yet
 //! complete ([`PassProgress`]): the numbers of the batches and the records
-//! in them, as compact sorted range sets ([`RecordRanges`]) — a pass cut
+//! in them, as compact sorted range sets ([`RecordRanges`], `ranges.rs`) — a pass cut
 //! mid-way with a 10,000-instance pool is ~10,000 ranges. References are
 //! encoded compactly: a checkpoint holds one table of source names and
 //! every reference names its source by its index there ([`RefList`] keeps
@@ -27,7 +27,10 @@ use sha2::{Digest, Sha256};
 use crate::format::{OpenOptions, Registry};
 use crate::{Origin, Record, SourceId};
 
+mod ranges;
 mod save;
+
+pub use ranges::RecordRanges;
 #[doc(hidden)]
 pub use save::save_atomic_with;
 pub use save::{check_save_path, save_atomic, save_atomic_sparing, InputFiles, PathKind};
@@ -252,95 +255,6 @@ impl SourceTable {
     /// The names, by index.
     pub fn into_names(self) -> Vec<String> {
         self.names
-    }
-}
-
-/// A set of record indices of one source as sorted, disjoint, non-adjacent
-/// half-open ranges `[start, end)`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RecordRanges(Vec<[u64; 2]>);
-
-impl RecordRanges {
-    /// The ranges covering `records` (any order, duplicates allowed).
-    pub fn from_records(records: impl IntoIterator<Item = u64>) -> Self {
-        let mut v: Vec<u64> = records.into_iter().collect();
-        v.sort_unstable();
-        v.dedup();
-        let mut ranges: Vec<[u64; 2]> = Vec::new();
-        for r in v {
-            match ranges.last_mut() {
-                Some(last) if last[1] == r => last[1] = r + 1,
-                _ => ranges.push([r, r + 1]),
-            }
-        }
-        RecordRanges(ranges)
-    }
-
-    /// The set covering `ranges` (half-open `[start, end)`, any order,
-    /// overlapping or adjacent ones merged; empty ones dropped).
-    pub fn from_ranges(ranges: impl IntoIterator<Item = [u64; 2]>) -> Self {
-        let mut all: Vec<[u64; 2]> = ranges.into_iter().filter(|[s, e]| s < e).collect();
-        all.sort_unstable();
-        let mut out: Vec<[u64; 2]> = Vec::with_capacity(all.len());
-        for [s, e] in all {
-            match out.last_mut() {
-                Some(last) if s <= last[1] => last[1] = last[1].max(e),
-                _ => out.push([s, e]),
-            }
-        }
-        RecordRanges(out)
-    }
-
-    /// The union of `sets`.
-    pub fn union<'a>(sets: impl IntoIterator<Item = &'a RecordRanges>) -> Self {
-        Self::from_ranges(sets.into_iter().flat_map(|s| s.0.iter().copied()))
-    }
-
-    /// The record indices, ascending.
-    pub fn records(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0.iter().flat_map(|&[s, e]| s..e)
-    }
-
-    /// How many records.
-    pub fn count(&self) -> u64 {
-        self.0.iter().map(|&[s, e]| e.saturating_sub(s)).sum()
-    }
-
-    /// True if `record` is in the set.
-    pub fn contains(&self, record: u64) -> bool {
-        let i = self.0.partition_point(|&[_, e]| e <= record);
-        self.0.get(i).is_some_and(|&[s, _]| s <= record)
-    }
-
-    /// The ranges.
-    pub fn ranges(&self) -> &[[u64; 2]] {
-        &self.0
-    }
-
-    /// `Ok` when the ranges are as this type keeps them — each non-empty
-    /// (`start < end`), in order, none overlapping the next (touching is
-    /// allowed) —; otherwise what is wrong, naming the ranges.
-    pub fn check_sorted(&self) -> Result<(), String> {
-        for (k, &[s, e]) in self.0.iter().enumerate() {
-            if s >= e {
-                return Err(format!("range #{k} [{s}, {e}) is empty or reversed"));
-            }
-            if let Some(&[ps, pe]) = k.checked_sub(1).and_then(|j| self.0.get(j)) {
-                if s < pe {
-                    return Err(format!(
-                        "range #{k} [{s}, {e}) overlaps or comes before range #{} [{ps}, {pe})",
-                        k - 1
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The end of the last range (0 when empty): every record is below it.
-    pub fn end(&self) -> u64 {
-        self.0.last().map_or(0, |r| r[1])
     }
 }
 
@@ -1113,7 +1027,7 @@ impl Checkpoint {
                 ),
             );
         }
-        if !p.by_seq && !p.seqs.0.is_empty() {
+        if !p.by_seq && !p.seqs.ranges().is_empty() {
             return bad(
                 format!("passes[{i}].seqs"),
                 "batch numbers in a pass resumed by record (`by_seq` false)".into(),
@@ -1131,17 +1045,17 @@ impl Checkpoint {
                 d.delivered
                     .check_sorted()
                     .or_else(|what| bad(field.clone(), what))?;
-                let end = d.delivered.0.last().map_or(0, |r| r[1]);
-                if d.delivered.0.is_empty() || end > d.tokens {
+                let end = d.delivered.end();
+                if d.delivered.ranges().is_empty() || end > d.tokens {
                     return bad(
                         field,
                         format!(
                             "delivered token ranges {:?} of a document of {} tokens: expected some, within it",
-                            d.delivered.0, d.tokens
+                            d.delivered.ranges(), d.tokens
                         ),
                     );
                 }
-                if d.delivered.0 == [[0, d.tokens]] {
+                if *d.delivered.ranges() == [[0, d.tokens]] {
                     return bad(
                         field,
                         format!(
@@ -1168,10 +1082,7 @@ impl Checkpoint {
                 format!("is {}, in the progress of pass {}", s.pass, p.pass),
             );
         }
-        let first_gap = match p.seqs.0.first() {
-            Some(&[0, e]) => e,
-            _ => 0,
-        };
+        let first_gap = p.seqs.first_gap();
         if s.seq == 0 || s.seq > first_gap {
             return bad(
                 field("seq"),
@@ -1479,14 +1390,14 @@ mod tests {
     #[test]
     fn record_ranges_are_compact_and_exact() {
         let r = RecordRanges::from_records([9, 3, 4, 5, 4, 12, 10]);
-        assert_eq!(r.ranges(), &[[3, 6], [9, 11], [12, 13]]);
+        assert_eq!(&*r.ranges(), &[[3, 6], [9, 11], [12, 13]]);
         assert_eq!(r.records().collect::<Vec<_>>(), vec![3, 4, 5, 9, 10, 12]);
         assert_eq!(r.count(), 6);
         assert!(r.contains(10) && !r.contains(11) && !r.contains(0) && !r.contains(13));
         let u = RecordRanges::union([&r, &RecordRanges::from_ranges([[6, 9], [20, 20], [11, 12]])]);
-        assert_eq!(u.ranges(), &[[3, 13]]);
+        assert_eq!(&*u.ranges(), &[[3, 13]]);
         let v = RecordRanges::from_ranges([[8, 10], [0, 2], [2, 3], [9, 12]]);
-        assert_eq!(v.ranges(), &[[0, 3], [8, 12]]);
+        assert_eq!(&*v.ranges(), &[[0, 3], [8, 12]]);
     }
 
     /// `Checkpoint::save_atomic` (the Rust face without a loader) refuses
@@ -1755,12 +1666,12 @@ mod tests {
                 "passes 1 to 2 were not run",
             ),
             (
-                Box::new(|c| c.passes[0].seqs = RecordRanges(vec![[0, u64::MAX]])),
+                Box::new(|c| c.passes[0].seqs = RecordRanges::unchecked(vec![[0, u64::MAX]])),
                 "`passes[0].seqs`",
                 "numbers 18446744073709551615 batches, but `batches` is 17",
             ),
             (
-                Box::new(|c| c.passes[0].seqs = RecordRanges(vec![[0, 10], [5, 12]])),
+                Box::new(|c| c.passes[0].seqs = RecordRanges::unchecked(vec![[0, 10], [5, 12]])),
                 "`passes[0].seqs`",
                 "overlaps",
             ),
@@ -1768,14 +1679,16 @@ mod tests {
                 Box::new(|c| {
                     c.passes[0]
                         .records
-                        .insert(0, RecordRanges(vec![[0, 10], [9, 20]]));
+                        .insert(0, RecordRanges::unchecked(vec![[0, 10], [9, 20]]));
                 }),
                 "`passes[0].records.0`",
                 "range #1 [9, 20) overlaps",
             ),
             (
                 Box::new(|c| {
-                    c.passes[0].records.insert(0, RecordRanges(vec![[7, 7]]));
+                    c.passes[0]
+                        .records
+                        .insert(0, RecordRanges::unchecked(vec![[7, 7]]));
                 }),
                 "`passes[0].records.0`",
                 "empty or reversed",
@@ -1787,7 +1700,7 @@ mod tests {
                         vec![DocPieces {
                             record: 3,
                             tokens: 10,
-                            delivered: RecordRanges(vec![[4, 12]]),
+                            delivered: RecordRanges::unchecked(vec![[4, 12]]),
                         }],
                     );
                 }),
@@ -1801,7 +1714,7 @@ mod tests {
                         vec![DocPieces {
                             record: 3,
                             tokens: 10,
-                            delivered: RecordRanges(vec![[0, 10]]),
+                            delivered: RecordRanges::unchecked(vec![[0, 10]]),
                         }],
                     );
                 }),
@@ -1815,7 +1728,7 @@ mod tests {
                         vec![DocPieces {
                             record: 3,
                             tokens: 10,
-                            delivered: RecordRanges(vec![[5, 2]]),
+                            delivered: RecordRanges::unchecked(vec![[5, 2]]),
                         }],
                     );
                 }),

@@ -927,7 +927,7 @@ impl Packer {
         };
         let mut left = Vec::new();
         let mut at = 0;
-        for &[s, e] in d.ranges() {
+        for &[s, e] in d.ranges().iter() {
             let (s, e) = ((s as usize).min(doc_tokens), (e as usize).min(doc_tokens));
             if s > at {
                 left.push((at, s));

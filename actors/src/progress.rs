@@ -29,100 +29,10 @@ use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::messages::Delivered;
 
-/// A set of integers under construction: disjoint, non-adjacent ranges
-/// `start → end` (half-open), each insert O(log n).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RangeSet(BTreeMap<u64, u64>);
-
-impl RangeSet {
-    pub(crate) fn of(r: &RecordRanges) -> Self {
-        RangeSet(r.ranges().iter().map(|&[s, e]| (s, e)).collect())
-    }
-
-    pub(crate) fn insert(&mut self, x: u64) {
-        let below = self.0.range(..=x).next_back().map(|(&s, &e)| (s, e));
-        if below.is_some_and(|(_, e)| x < e) {
-            return;
-        }
-        let start = match below {
-            Some((s, e)) if e == x => s,
-            _ => x,
-        };
-        let end = self.0.remove(&(x + 1)).unwrap_or(x + 1);
-        self.0.insert(start, end);
-    }
-
-    pub(crate) fn ranges(&self) -> RecordRanges {
-        RecordRanges::from_ranges(self.0.iter().map(|(&s, &e)| [s, e]))
-    }
-}
-
-/// The records taken of one source: the ranges below `base`, and a bitset
-/// from `base` on whose lowest words move into the ranges as they fill —
-/// O(1) per record, and the bitset spans only the records read but not all
-/// taken (the shuffle pool's window), unless records are never taken (a
-/// bad record skipped, another rank's stride).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RecordSet {
-    low: Vec<[u64; 2]>,
-    base: u64,
-    bits: VecDeque<u64>,
-}
-
-impl RecordSet {
-    pub(crate) fn of(r: &RecordRanges) -> Self {
-        let mut set = RecordSet::default();
-        for x in r.records() {
-            set.insert(x);
-        }
-        set
-    }
-
-    fn push_low(&mut self, s: u64, e: u64) {
-        match self.low.last_mut() {
-            Some(last) if last[1] == s => last[1] = e,
-            _ => self.low.push([s, e]),
-        }
-    }
-
-    fn insert(&mut self, r: u64) {
-        let Some(off) = r.checked_sub(self.base) else {
-            return; // below `base`: taken already
-        };
-        let w = (off / 64) as usize;
-        if w >= self.bits.len() {
-            self.bits.resize(w + 1, 0);
-        }
-        self.bits[w] |= 1 << (off % 64);
-        while self.bits.front() == Some(&u64::MAX) {
-            self.bits.pop_front();
-            self.push_low(self.base, self.base + 64);
-            self.base += 64;
-        }
-    }
-
-    pub(crate) fn ranges(&self) -> RecordRanges {
-        let mut out = self.low.clone();
-        let mut push = |s: u64, e: u64| match out.last_mut() {
-            Some(last) if last[1] == s => last[1] = e,
-            _ => out.push([s, e]),
-        };
-        for (w, &word) in self.bits.iter().enumerate() {
-            let at = self.base + 64 * w as u64;
-            let mut rest = word;
-            while rest != 0 {
-                let start = rest.trailing_zeros() as u64;
-                let ones = (rest >> start).trailing_ones() as u64;
-                push(at + start, at + start + ones);
-                rest = if start + ones >= 64 {
-                    0
-                } else {
-                    rest & !(((1u64 << ones) - 1) << start)
-                };
-            }
-        }
-        RecordRanges::from_ranges(out)
-    }
+/// `set` as ranges alone, for a checkpoint (its window of insertions, if
+/// any, turned into ranges).
+fn settled(set: &RecordRanges) -> RecordRanges {
+    RecordRanges::from_ranges(set.ranges().iter().copied())
 }
 
 /// What was taken of one pass.
@@ -131,24 +41,14 @@ pub(crate) struct PassTaken {
     pub complete: bool,
     pub batches: u64,
     pub by_seq: bool,
-    pub seqs: RangeSet,
-    pub records: HashMap<SourceId, RecordSet>,
+    pub seqs: RecordRanges,
+    pub records: HashMap<SourceId, RecordRanges>,
     /// The snapshot of the draw this pass was resumed from, if any.
     pub snapshot: Option<Arc<DrawSnapshot>>,
     /// Packing: the documents partly delivered — their tokens as packed
     /// and the token ranges delivered; a document moves to `records`
     /// once its ranges cover it.
     pub pieces: BTreeMap<Origin, (u64, RecordRanges)>,
-}
-
-impl RangeSet {
-    /// The smallest number not in the set.
-    pub(crate) fn first_gap(&self) -> u64 {
-        match self.0.first_key_value() {
-            Some((&0, &e)) => e,
-            _ => 0,
-        }
-    }
 }
 
 /// How many of the latest snapshots of the draw are kept for checkpoints.
@@ -275,7 +175,7 @@ impl Progress {
                     Some((tokens, had)) => {
                         let r =
                             RecordRanges::from_ranges(had.ranges().iter().copied().chain([range]));
-                        if r.ranges() == [[0, tokens]] {
+                        if *r.ranges() == [[0, tokens]] {
                             true
                         } else {
                             p.pieces.insert(s.origin, (tokens, r));
@@ -292,7 +192,7 @@ impl Progress {
             }
             return;
         }
-        let mut last: Option<(SourceId, &mut RecordSet)> = None;
+        let mut last: Option<(SourceId, &mut RecordRanges)> = None;
         for o in d.batch.origins() {
             match &mut last {
                 Some((s, set)) if *s == o.source => set.insert(o.record),
@@ -340,7 +240,7 @@ impl Progress {
         let passes = (self.passes.iter())
             .map(|(&p, t)| {
                 let mut records: Vec<(SourceId, RecordRanges)> =
-                    t.records.iter().map(|(&s, r)| (s, r.ranges())).collect();
+                    t.records.iter().map(|(&s, r)| (s, settled(r))).collect();
                 records.sort_by_key(|(s, _)| s.name());
                 let snapshot = (t.by_seq && !t.complete)
                     .then(|| {
@@ -374,7 +274,7 @@ impl Progress {
                     batches: t.batches,
                     by_seq: t.by_seq,
                     seqs: if t.by_seq {
-                        t.seqs.ranges()
+                        settled(&t.seqs)
                     } else {
                         RecordRanges::default()
                     },
@@ -590,23 +490,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn range_set_inserts_merge_neighbours() {
-        let mut s = RangeSet::default();
+    fn taken_sets_merge_neighbours() {
+        let mut s = RecordRanges::default();
         for x in [5, 3, 4, 9, 7, 8, 4, 0, 6] {
             s.insert(x);
         }
-        assert_eq!(s.ranges().ranges(), &[[0, 1], [3, 10]]);
-        assert_eq!(s.0.len(), 2);
+        assert_eq!(settled(&s).ranges(), &[[0, 1], [3, 10]][..]);
         s.insert(1);
         s.insert(2);
-        assert_eq!(s.ranges().ranges(), &[[0, 10]]);
+        assert_eq!(settled(&s).ranges(), &[[0, 10]][..]);
+        assert_eq!(s.first_gap(), 10);
     }
 
     #[test]
-    fn record_sets_fold_full_words_and_give_exact_ranges() {
+    fn taken_records_give_exact_ranges() {
         let mut rng = 12345u64;
         for _ in 0..50 {
-            let mut set = RecordSet::default();
+            let mut set = RecordRanges::default();
             let mut want = std::collections::BTreeSet::new();
             for _ in 0..400 {
                 rng = rng
@@ -620,13 +520,13 @@ mod tests {
                 set.insert(r);
                 want.insert(r);
             }
-            assert!(set.base >= 128, "full words fold: base {}", set.base);
             assert_eq!(
-                set.ranges(),
+                settled(&set),
                 RecordRanges::from_records(want.iter().copied())
             );
-            let again = RecordSet::of(&set.ranges());
-            assert_eq!(again.ranges(), set.ranges());
+            let mut again = settled(&set);
+            again.insert(1000);
+            assert_eq!(settled(&again).count(), set.count() + 1);
         }
     }
 

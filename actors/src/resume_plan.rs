@@ -50,7 +50,7 @@ use feedline::{Chunk, Origin, SourceId};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
-use crate::progress::{CheckpointBase, PassTaken, Progress, RangeSet, RecordSet};
+use crate::progress::{CheckpointBase, PassTaken, Progress};
 
 mod check;
 
@@ -237,7 +237,7 @@ impl ResumePlan {
             }
             let mut whole: HashMap<SourceId, Vec<u64>> = HashMap::new();
             pieces.retain(|o, (tokens, r)| {
-                let all = r.ranges() == [[0, *tokens]];
+                let all = *r.ranges() == [[0, *tokens]];
                 if all {
                     whole.entry(o.source).or_default().push(o.record);
                 }
@@ -265,14 +265,11 @@ impl ResumePlan {
                 batches: (parts.iter()).fold(0u64, |n, (_, p)| n.saturating_add(p.batches)),
                 by_seq,
                 seqs: if by_seq {
-                    RangeSet::of(&seqs)
+                    seqs.clone()
                 } else {
-                    RangeSet::default()
+                    RecordRanges::default()
                 },
-                records: records
-                    .iter()
-                    .map(|(&s, r)| (s, RecordSet::of(r)))
-                    .collect(),
+                records: records.iter().map(|(&s, r)| (s, r.clone())).collect(),
                 pieces: pieces.clone(),
             };
             taken.insert(pass, t);
@@ -397,8 +394,8 @@ impl ResumePlan {
                 .filter_map(|&fi| {
                     let (name, total) = files.get(fi)?;
                     let t = taken.get(&SourceId::intern(name));
-                    let r = t.map_or(&[][..], |r| r.ranges());
-                    Some((fi, complement(r, *total)))
+                    let r = t.map(|r| r.ranges());
+                    Some((fi, complement(r.as_deref().unwrap_or(&[]), *total)))
                 })
                 .collect();
             let all: u64 = (left.iter())
@@ -761,7 +758,7 @@ impl MakerResume {
         Some(PackedBefore {
             batches: taken.batches,
             records: (taken.records.iter())
-                .map(|(s, set)| (*s, set.ranges()))
+                .map(|(s, set)| (*s, RecordRanges::from_ranges(set.ranges().iter().copied())))
                 .collect(),
             delivered: self.delivered(pass),
         })

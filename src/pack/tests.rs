@@ -278,7 +278,7 @@ fn a_resumed_packer_delivers_exactly_what_was_not_delivered() {
                     .get(o)
                     .map(|r| RecordRanges::from_ranges(r.iter().copied()));
                 if let Some(r) = &ranges {
-                    if r.ranges() == [[0, doc_len[o]]] {
+                    if *r.ranges() == [[0, doc_len[o]]] {
                         continue;
                     }
                 }
