@@ -10,8 +10,15 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Words of 64 numbers that the window of a set built by insertion spans
-/// at most (1 Mi numbers, 128 KiB): past it, its lowest words move into the
-/// ranges whether full or not.
+/// at most (1 Gi numbers, 128 MiB, allocated only as far as numbers come):
+/// past it, its lowest words move into the ranges whether full or not. A
+/// set with a gap every few numbers (every k-th record: another rank takes
+/// the rest) costs a bit per number within the window, 16 bytes per range
+/// past it — so the window spans a whole source of up to 1 Gi records.
+/// The unit tests move the window at 1 Mi numbers (the same code, small).
+#[cfg(not(test))]
+const MAX_WINDOW_WORDS: usize = 1 << 24;
+#[cfg(test)]
 const MAX_WINDOW_WORDS: usize = 1 << 14;
 
 /// The numbers the window spans at most.
