@@ -146,8 +146,6 @@ pub struct RecordCounts {
     result: Mutex<Option<Counted>>,
     ready: Condvar,
     started: AtomicBool,
-    /// Every input is a local file (counting reads no remote object).
-    local: bool,
     /// Set when the loader goes: a count in progress stops at the next file.
     cancelled: Arc<AtomicBool>,
 }
@@ -174,26 +172,27 @@ impl RecordCounts {
         } else {
             None
         };
-        let remote = |f: &String| {
-            feedline::remote::is_remote(f)
-                || (config.registry.resolve(f, config.format.as_deref()))
-                    .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
-        };
-        let local = !config.files.iter().any(remote);
         Arc::new(RecordCounts {
             config,
             result: Mutex::new(unknown.map(Counted::Unknown)),
             ready: Condvar::new(),
             started: AtomicBool::new(false),
-            local,
             cancelled: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// Start counting now when every input is a local file (a count of a
     /// remote object reads it whole: that waits for the first `len()`).
+    /// (Each input is resolved here, not when the counts are made: a loader
+    /// that never asks pays nothing.)
     pub fn start_if_local(self: &Arc<Self>) {
-        if self.local {
+        let config = &self.config;
+        let remote = |f: &String| {
+            feedline::remote::is_remote(f)
+                || (config.registry.resolve(f, config.format.as_deref()))
+                    .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
+        };
+        if !config.files.iter().any(remote) {
             self.start();
         }
     }
