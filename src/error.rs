@@ -139,6 +139,11 @@ pub enum Error {
 pub enum Feature {
     /// `parquet`: Parquet files (`.parquet`, `.pq`, `parquet:`).
     Parquet,
+    /// `arrow`: Arrow IPC streams and files (`.arrow`, `.feather`,
+    /// `arrow:`), Hugging Face `save_to_disk` directories.
+    Arrow,
+    /// `mds`: Mosaic Streaming MDS datasets (`index.json`, `mds:`).
+    Mds,
     /// `remote`: `s3://`, `gs://`, `http://` and `https://` inputs.
     Remote,
     /// `toml`: schema files in TOML (`.toml`).
@@ -150,6 +155,8 @@ impl Feature {
     pub fn name(self) -> &'static str {
         match self {
             Feature::Parquet => "parquet",
+            Feature::Arrow => "arrow",
+            Feature::Mds => "mds",
             Feature::Remote => "remote",
             Feature::Toml => "toml",
         }
@@ -159,6 +166,8 @@ impl Feature {
     pub fn enabled(self) -> bool {
         match self {
             Feature::Parquet => cfg!(feature = "parquet"),
+            Feature::Arrow => cfg!(feature = "arrow"),
+            Feature::Mds => cfg!(feature = "mds"),
             Feature::Remote => cfg!(feature = "remote"),
             Feature::Toml => cfg!(feature = "toml"),
         }
@@ -176,6 +185,8 @@ impl Feature {
     pub fn not_compiled_in(self) -> String {
         let what = match self {
             Feature::Parquet => "Parquet support is",
+            Feature::Arrow => "Arrow IPC support is",
+            Feature::Mds => "MDS (Mosaic Streaming) support is",
             Feature::Remote => "Remote sources (s3://, gs://, http://, https://) are",
             Feature::Toml => "TOML schema support is",
         };

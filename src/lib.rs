@@ -30,9 +30,11 @@
 //! ## Features
 //!
 //! TFRecord, npy/npz, JSON Lines, CSV/TSV and WebDataset tar are always in.
-//! Two cargo features, both on by default, add the heavy parts:
-//! `parquet` (Parquet files, through arrow-rs) and `remote` (`s3://`,
-//! `gs://`, `http(s)://` inputs, through object_store and tokio). Without
+//! Cargo features, on by default, add the heavy parts: `parquet` (Parquet
+//! files, through arrow-rs), `arrow` (Arrow IPC files and Hugging Face
+//! `save_to_disk` directories, through arrow-rs), `mds` (Mosaic Streaming
+//! MDS datasets) and `remote` (`s3://`, `gs://`, `http(s)://` inputs,
+//! through object_store and tokio). Without
 //! one, an input that needs it is refused with
 //! [`Error::NotCompiledIn`], which names the feature to enable; URLs are
 //! recognised in every build ([`remote::is_remote`]).
@@ -68,6 +70,7 @@ mod backing;
 mod batch;
 mod chunk;
 mod collate;
+mod dataset_dir;
 mod error;
 pub mod format;
 mod infer;

@@ -100,6 +100,12 @@ const MAX_LIST_DEPTH: usize = 16;
 ///   that matches no file is an error (directories are skipped); on an object
 ///   store (`s3://b/train/*.tfrecord`, `gs://…`) the pattern is matched
 ///   against a listing of the keys under its first wildcard's folder;
+/// - a dataset directory another tool wrote: a Hugging Face
+///   `save_to_disk` directory (its Arrow files, in its `state.json`'s
+///   order), or a Mosaic Streaming MDS directory (its shards, in its
+///   `index.json`'s order, as `mds:DIR/shard.00000.mds`); a `DatasetDict`
+///   directory is an error naming its splits. `arrow:DIR` and `mds:DIR`
+///   name one kind;
 /// - a path or a remote URL (`s3://`, `gs://`, `http(s)://`, see
 ///   [`crate::remote`]), kept as given (its existence is checked when it is
 ///   opened).
@@ -288,6 +294,17 @@ fn expand_one(
                     .iter()
                     .map(|p| (with_prefix(prefix, p), String::new())),
             );
+            return Ok(());
+        }
+    }
+    if literal.is_dir() {
+        if let Some(files) =
+            crate::dataset_dir::expand_dir(&literal, prefix).map_err(|e| match e {
+                Error::Config(what) => Error::Config(format!("input `{input}`: {what}")),
+                other => other,
+            })?
+        {
+            out.extend(files.into_iter().map(|f| (f, String::new())));
             return Ok(());
         }
     }

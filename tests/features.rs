@@ -12,12 +12,22 @@ use feedline::format::Registry;
 #[cfg(not(feature = "remote"))]
 use feedline::plan::expand_inputs;
 use feedline::Feature;
-#[cfg(not(all(feature = "parquet", feature = "remote")))]
+#[cfg(not(all(
+    feature = "parquet",
+    feature = "remote",
+    feature = "arrow",
+    feature = "mds"
+)))]
 use feedline::{format::OpenOptions, Error};
 
 /// The text of the error `f` gives, asserting it is `NotCompiledIn` for
 /// `feature` and names `input`.
-#[cfg(not(all(feature = "parquet", feature = "remote")))]
+#[cfg(not(all(
+    feature = "parquet",
+    feature = "remote",
+    feature = "arrow",
+    feature = "mds"
+)))]
 fn refused<T>(got: feedline::Result<T>, feature: Feature, input: &str) -> String {
     let e = match got {
         Ok(_) => panic!("{input}: accepted without the `{feature}` feature"),
@@ -38,6 +48,10 @@ fn refused<T>(got: feedline::Result<T>, feature: Feature, input: &str) -> String
 #[test]
 fn each_feature_names_itself_and_says_whether_it_is_in() {
     assert_eq!(Feature::Parquet.name(), "parquet");
+    assert_eq!(Feature::Arrow.name(), "arrow");
+    assert_eq!(Feature::Mds.to_string(), "mds");
+    assert_eq!(Feature::Arrow.enabled(), cfg!(feature = "arrow"));
+    assert_eq!(Feature::Mds.enabled(), cfg!(feature = "mds"));
     assert_eq!(Feature::Remote.to_string(), "remote");
     assert_eq!(Feature::Parquet.enabled(), cfg!(feature = "parquet"));
     assert_eq!(Feature::Remote.enabled(), cfg!(feature = "remote"));
@@ -124,6 +138,41 @@ fn without_parquet_a_parquet_input_is_refused_naming_the_feature() {
     // Another unknown extension is still "no format", not a feature.
     let e = reg.resolve("x.unknown", None).map(|_| ()).unwrap_err();
     assert!(matches!(e, Error::UnknownFormat { .. }), "{e:?}");
+}
+
+/// Without `arrow` or `mds`: their extensions, prefixes and names, and
+/// the dataset directories that name their files, are refused naming the
+/// feature.
+#[cfg(not(all(feature = "arrow", feature = "mds")))]
+#[test]
+fn without_arrow_or_mds_their_inputs_are_refused_naming_the_feature() {
+    let reg = Registry::with_builtin();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    if !Feature::Arrow.enabled() {
+        for spec in ["x.arrow", "x.feather", "arrow:x.dat"] {
+            refused(reg.resolve(spec, None), Feature::Arrow, spec);
+        }
+        refused(reg.resolve("x.dat", Some("arrow")), Feature::Arrow, "x.dat");
+        let hf = fixtures.join("arrow/hf").display().to_string();
+        let specs = feedline::plan::expand_inputs(&[hf]).unwrap();
+        refused(
+            reg.open(&specs[0], None, &OpenOptions::default()),
+            Feature::Arrow,
+            &specs[0],
+        );
+    }
+    if !Feature::Mds.enabled() {
+        for spec in ["x.mds", "mds:x.mds.zstd"] {
+            refused(reg.resolve(spec, None), Feature::Mds, spec);
+        }
+        let dir = fixtures.join("mds/plain").display().to_string();
+        let specs = feedline::plan::expand_inputs(&[dir]).unwrap();
+        refused(
+            reg.open(&specs[0], None, &OpenOptions::default()),
+            Feature::Mds,
+            &specs[0],
+        );
+    }
 }
 
 #[cfg(not(feature = "remote"))]

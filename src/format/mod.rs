@@ -28,10 +28,16 @@ use crate::error::{Error, Result};
 use crate::provenance::SourceId;
 use crate::record::Record;
 
+#[cfg(feature = "arrow")]
+pub mod arrow;
+#[cfg(any(feature = "parquet", feature = "arrow"))]
+mod arrow_columns;
 pub mod csv;
 pub mod example;
 pub mod generator;
 pub mod jsonl;
+#[cfg(feature = "mds")]
+pub mod mds;
 pub mod npy;
 #[cfg(feature = "parquet")]
 pub mod parquet;

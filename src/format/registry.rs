@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+#[cfg(feature = "arrow")]
+use super::arrow;
+#[cfg(feature = "mds")]
+use super::mds;
 #[cfg(feature = "parquet")]
 use super::parquet;
 use super::{csv, jsonl, npy, tfrecord, wds, Compression, Format, OpenOptions, RecordReader};
@@ -39,7 +43,8 @@ impl Registry {
     }
 
     /// TFRecord, NPY, NPZ, NPY column groups (`npy-columns:`), JSON Lines,
-    /// CSV, TSV, WebDataset tar, and Parquet with the `parquet` feature.
+    /// CSV, TSV, WebDataset tar, Parquet with the `parquet` feature, Arrow
+    /// IPC with `arrow` and MDS with `mds`.
     pub fn with_builtin() -> Self {
         let mut r = Self::empty();
         r.register(Arc::new(tfrecord::TfRecordFormat));
@@ -51,6 +56,10 @@ impl Registry {
         r.register(Arc::new(csv::CsvFormat::tsv()));
         #[cfg(feature = "parquet")]
         r.register(Arc::new(parquet::ParquetFormat));
+        #[cfg(feature = "arrow")]
+        r.register(Arc::new(arrow::ArrowFormat));
+        #[cfg(feature = "mds")]
+        r.register(Arc::new(mds::MdsFormat));
         r.register(Arc::new(wds::WdsFormat));
         r
     }
@@ -175,8 +184,11 @@ impl Registry {
     /// that name is registered (a user's own Parquet reader).
     fn left_out(&self, name: &str, ext: impl Fn(&str) -> bool) -> Option<Feature> {
         /// The built-in formats behind a feature: name, extensions, feature.
-        const GATED: &[(&str, &[&str], Feature)] =
-            &[("parquet", &["parquet", "pq"], Feature::Parquet)];
+        const GATED: &[(&str, &[&str], Feature)] = &[
+            ("parquet", &["parquet", "pq"], Feature::Parquet),
+            ("arrow", &["arrow", "feather"], Feature::Arrow),
+            ("mds", &["mds"], Feature::Mds),
+        ];
         GATED
             .iter()
             .find(|(n, exts, f)| {
