@@ -58,11 +58,18 @@ fn transformed(map: &dyn InstanceMap, record: &Record, seed: u64) -> CliResult<R
 
 /// The paths given to `cat` and `inspect`, with WebDataset brace ranges
 /// (`shard-{000..009}.tar`, `{a,b}`) expanded in place, for local paths and
-/// URLs alike; a path that exists as written is kept as it is.
+/// URLs alike, and dataset directories (a Hugging Face `save_to_disk`
+/// directory, an MDS directory, also as `arrow:DIR`, `mds:DIR`) as the
+/// files they name, in order; a file that exists as written is kept as it is.
 fn expand_brace_args(paths: &[String]) -> CliResult<Vec<String>> {
     let mut out = Vec::with_capacity(paths.len());
     for p in paths {
-        if p.contains('{') && !std::path::Path::new(p).exists() {
+        let path = std::path::Path::new(p);
+        let dir = path.is_dir()
+            || (!path.exists()
+                && p.split_once(':')
+                    .is_some_and(|(_, rest)| std::path::Path::new(rest).is_dir()));
+        if dir || (p.contains('{') && !path.exists()) {
             out.extend(feedline::plan::expand_inputs(std::slice::from_ref(p))?);
         } else {
             out.push(p.clone());
