@@ -230,6 +230,25 @@ fn a_sample_count_that_disagrees_is_refused_naming_the_shard() {
 }
 
 #[test]
+fn columns_that_disagree_with_the_shards_settings_are_refused_naming_the_shard() {
+    let dir = copy("nested");
+    let index = dir.path().join("s0/index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    assert!(text.contains("\"u8\""), "{text}");
+    std::fs::write(&index, text.replace("\"u8\"", "\"u9\"")).unwrap();
+    let shard = dir.path().join("s0/shard.00000.mds");
+    let msg = open_err(&format!("mds:{}", shard.display()));
+    assert_contains(
+        &msg,
+        &[
+            &shard.display().to_string(),
+            "its settings name the columns",
+            "u9",
+        ],
+    );
+}
+
+#[test]
 fn a_flipped_byte_is_refused_by_the_listed_hash() {
     for (name, shard, algo) in [
         ("plain", "shard.00001.mds", "sha1"),
