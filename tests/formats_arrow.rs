@@ -234,6 +234,28 @@ fn a_null_is_a_bad_record_naming_the_row_and_the_column() {
     assert!(r.next_record().unwrap().is_none());
 }
 
+#[test]
+fn starting_past_a_batch_or_skipping_it_does_not_decode_it() {
+    // null.arrow: three batches of one row; the second holds a null. Opened
+    // at row 2, or skipped to it, the second batch is never decoded.
+    let mut r = open(&fixture("null.arrow"), 2);
+    assert_eq!(
+        r.next_record().unwrap().unwrap().to_json(),
+        serde_json::json!({"v": [3]})
+    );
+    let mut r = open(&fixture("null.arrow"), 0);
+    assert_eq!(
+        r.next_record().unwrap().unwrap().to_json(),
+        serde_json::json!({"v": [1]})
+    );
+    r.skip_to(2).unwrap();
+    assert_eq!(
+        r.next_record().unwrap().unwrap().to_json(),
+        serde_json::json!({"v": [3]})
+    );
+    assert!(r.next_record().unwrap().is_none());
+}
+
 /// Every truncation of `path` fails to open, naming the file; none panics.
 fn every_truncation_is_refused(path: &Path) {
     let bytes = std::fs::read(path).unwrap();
