@@ -136,6 +136,43 @@ fn start_record_and_skip_to_use_the_offset_table() {
 }
 
 #[test]
+fn starting_past_a_bad_sample_or_skipping_it_does_not_decode_it() {
+    // Sample 0's `s` made invalid UTF-8 (the index lists no hash): reading
+    // it is a bad record; opening at 1, or skipping to 1, never decodes it.
+    let dir = copy("nested");
+    let shard = dir.path().join("s0/shard.00000.mds");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let text = "sample 0 \u{fc}".as_bytes();
+    let at = bytes.windows(text.len()).position(|w| w == text).unwrap();
+    bytes[at + text.len() - 2] = 0xff;
+    std::fs::write(&shard, &bytes).unwrap();
+    let mut r = MdsFormat.open(&shard, &OpenOptions::default()).unwrap();
+    let msg = err_string(r.next_record());
+    assert_contains(
+        &msg,
+        &["shard.00000.mds", "record 0", "field `s`", "not UTF-8"],
+    );
+    let want = expected("nested");
+    let opts = OpenOptions {
+        start_record: 1,
+        ..OpenOptions::default()
+    };
+    let mut r = MdsFormat.open(&shard, &opts).unwrap();
+    let got: Vec<_> = all_records(r.as_mut())
+        .iter()
+        .map(|r| r.to_json())
+        .collect();
+    assert_samples(&got, &want[1..3], "from 1");
+    let mut r = MdsFormat.open(&shard, &OpenOptions::default()).unwrap();
+    r.skip_to(1).unwrap();
+    let got: Vec<_> = all_records(r.as_mut())
+        .iter()
+        .map(|r| r.to_json())
+        .collect();
+    assert_samples(&got, &want[1..3], "skipped to 1");
+}
+
+#[test]
 fn the_schema_follows_the_encodings() {
     let reg = Registry::with_builtin();
     let spec = &specs(&fixture("plain"))[0];
