@@ -506,6 +506,60 @@ impl Given {
 }
 
 /// `Err` of a [`SettingError`].
+/// The data-parallel shard of a face that was given a rank, a world size,
+/// both or neither: each one not given comes from `RANK` / `WORLD_SIZE`,
+/// else 0 / 1 (`None`: neither was given, nor is either variable set).
+/// The one rule of every face (the command's `--rank`/`--world-size`,
+/// Python's `rank=`/`world_size=`, `feedline.torch.IterableDataset`); a
+/// refusal names the variable and which values were given, as the face
+/// spells them.
+///
+/// ```
+/// use feedline_actors::{shard_given, Shard};
+/// assert_eq!(shard_given(Some(1), Some(4)).unwrap(), Some(Shard { rank: 1, world_size: 4 }));
+/// let e = shard_given(Some(3), Some(2)).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) (RANK from rank, WORLD_SIZE from world_size)"
+/// );
+/// ```
+pub fn shard_given(
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> Result<Option<Shard>, SettingError> {
+    let env = |name: &str| std::env::var(name).ok();
+    let rank_text = rank.map(|r| r.to_string()).or_else(|| env("RANK"));
+    let world_text = world_size.map(|w| w.to_string()).or_else(|| env("WORLD_SIZE"));
+    if rank_text.is_none() && world_text.is_none() {
+        return Ok(None);
+    }
+    Shard::from_vars(rank_text.as_deref(), world_text.as_deref())
+        .map(Some)
+        .map_err(|e| {
+            let said = match e {
+                feedline::Error::Config(s) => s,
+                other => other.to_string(),
+            };
+            let from_face: Vec<(&str, Setting)> = [
+                rank.map(|_| ("RANK", Setting::Rank)),
+                world_size.map(|_| ("WORLD_SIZE", Setting::WorldSize)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let mut sentence = SettingError::says(said);
+            for (i, (var, setting)) in from_face.iter().enumerate() {
+                let lead = if i == 0 { " (" } else { ", " };
+                sentence = sentence.text(format!("{lead}{var} from ")).named(*setting);
+            }
+            if from_face.is_empty() {
+                sentence.text(" (from the environment)")
+            } else {
+                sentence.text(")")
+            }
+        })
+}
+
 fn refuse(e: SettingError) -> Result<(), PipelineError> {
     Err(PipelineError::Config(e))
 }

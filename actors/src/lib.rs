@@ -138,6 +138,7 @@ pub use crate::config::{
     MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
     ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
+pub use crate::config::shard_given;
 pub use crate::error::{PipelineError, PushError};
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 #[doc(hidden)]

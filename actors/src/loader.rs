@@ -24,7 +24,7 @@ use feedline::feed_queue::Lanes;
 use feedline::Schema;
 
 use crate::arbiters::Arbiters;
-use crate::config::{PipelineConfig, ENDLESS};
+use crate::config::PipelineConfig;
 use crate::counting::{len_from, packed_len, LenError, RecordCounts};
 use crate::epochs::{Epochs, EventStream, PassEnd, Settled};
 use crate::error::PipelineError;
@@ -258,13 +258,7 @@ impl Loader {
                 "a push-mode loader cannot start again at another pass: its data is what is pushed",
             ));
         }
-        let passes = self.config.passes;
-        if passes != ENDLESS && pass >= passes {
-            return Err(PipelineError::config(format!(
-                "set_epoch({pass}): this loader runs {passes} passes: epochs 0..{}",
-                passes - 1
-            )));
-        }
+        Epochs::check_set_epoch(pass, self.config.passes).map_err(PipelineError::Config)?;
         let exhausted = matches!(self.settle(None)?, Settled::Exhausted);
         if !exhausted && self.epochs.set_is_free(pass) {
             return Ok(());

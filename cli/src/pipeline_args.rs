@@ -499,27 +499,13 @@ impl PipelineArgs {
         Ok(g)
     }
 
-    /// This process's shard: the flags, else $RANK and $WORLD_SIZE (the
-    /// core's [`Shard::from_vars`] parses and checks them; a message that
-    /// names a variable says which values came from flags).
+    /// This process's shard: the flags, each one not given from $RANK /
+    /// $WORLD_SIZE, else 0 / 1 (the one rule, [`shard_given`], its refusal
+    /// in the command's words).
     fn shard(&self) -> CliResult<Shard> {
-        let env = |name: &str| std::env::var(name).ok();
-        let rank = self.rank.map(|r| r.to_string()).or_else(|| env("RANK"));
-        let world = (self.world_size.map(|w| w.to_string())).or_else(|| env("WORLD_SIZE"));
-        Shard::from_vars(rank.as_deref(), world.as_deref()).map_err(|e| {
-            let from_flags: Vec<&str> = [
-                self.rank.map(|_| "RANK from --rank"),
-                self.world_size.map(|_| "WORLD_SIZE from --world-size"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            if from_flags.is_empty() {
-                CliError::from(e)
-            } else {
-                CliError::usage(format!("{e} ({})", from_flags.join(", ")))
-            }
-        })
+        Ok(feedline_actors::shard_given(self.rank, self.world_size)
+            .map_err(|e| CliError::usage(Flags::say(&e)))?
+            .unwrap_or_default())
     }
 }
 

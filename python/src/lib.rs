@@ -119,7 +119,7 @@ class FeedArray(_np.ndarray):
 /// Python's spelling of the settings: its keywords (`batch_size`,
 /// `min_pool=3000`, `pack_policy="concat"`); a setting with no keyword by
 /// its key.
-struct Keywords;
+pub(crate) struct Keywords;
 
 impl Keywords {
     fn keyword(setting: Setting) -> &'static str {
@@ -137,7 +137,7 @@ impl Keywords {
     }
 
     /// `e` as Python says it.
-    fn say(e: &SettingError) -> String {
+    pub(crate) fn say(e: &SettingError) -> String {
         format!("invalid configuration: {}", e.spelled(&Keywords))
     }
 }
@@ -779,14 +779,12 @@ impl Drop for PyLoader {
     }
 }
 
-/// `passes=`: None (epochs by iteration, endless) or at least 1.
-fn passes_arg(passes: Option<u64>) -> PyResult<(u64, bool)> {
+/// `passes=`: None (epochs by iteration, endless) or a number of passes
+/// (0 is refused by the settings' check, as every face's is).
+fn passes_arg(passes: Option<u64>) -> (u64, bool) {
     match passes {
-        None => Ok((feedline_actors::ENDLESS, true)),
-        Some(0) => Err(PyValueError::new_err(
-            "passes must be at least 1, not 0 (None: one pass per loop, as many loops as you run)",
-        )),
-        Some(n) => Ok((n, false)),
+        None => (feedline_actors::ENDLESS, true),
+        Some(n) => (n, false),
     }
 }
 
@@ -832,8 +830,7 @@ fn pack_arg(
     if let Some(f) = field {
         p = p.field(&f);
     }
-    p.check()
-        .map_err(|e| PyValueError::new_err(format!("pack={length}: {e}")))?;
+    // Its values are judged by the settings' check, with the rest.
     Ok(Some(p))
 }
 
@@ -992,7 +989,7 @@ impl PyLoader {
         min_pool: Option<usize>,
     ) -> PyResult<Self> {
         logbridge::sync_level(py)?;
-        let (passes, endless) = passes_arg(passes)?;
+        let (passes, endless) = passes_arg(passes);
         let mut image_transform = None;
         let mut b = RustLoader::builder()
             .files(file_list(py, files)?)
@@ -1096,14 +1093,11 @@ impl PyLoader {
         let from_env = rank.is_none()
             && world_size.is_none()
             && (std::env::var_os("RANK").is_some() || std::env::var_os("WORLD_SIZE").is_some());
-        b = match (rank, world_size) {
-            (Some(r), Some(w)) => b.shard(r, w),
-            (None, None) => b.shard_from_env(true),
-            _ => {
-                return Err(PyValueError::new_err(
-                    "rank and world_size: give both or neither (neither: from RANK / WORLD_SIZE, else 0 / 1)",
-                ))
-            }
+        b = match feedline_actors::shard_given(rank, world_size)
+            .map_err(|e| PyValueError::new_err(Keywords::say(&e)))?
+        {
+            Some(shard) => b.shard(shard.rank, shard.world_size),
+            None => b.shard_from_env(true),
         };
         // Restarts (set_epoch, load_state_dict) start from the settings
         // without the resume.
@@ -1298,14 +1292,8 @@ impl PyLoader {
     /// runs passes `epoch..N`.
     fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
         self.check_process()?;
-        if !self.endless && epoch >= self.config.passes {
-            return Err(PyValueError::new_err(format!(
-                "set_epoch({epoch}): this loader runs {} passes (passes={}): epochs 0..{}",
-                self.config.passes,
-                self.config.passes,
-                self.config.passes - 1
-            )));
-        }
+        Epochs::check_set_epoch(epoch, self.config.passes)
+            .map_err(|e| PyValueError::new_err(Keywords::say(&e)))?;
         self.settle(py)?;
         let (free, closed) = py.allow_threads(|| {
             let slot = self.lock();
