@@ -44,7 +44,8 @@ use crate::bad_records::BadRecords;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchOrder, BatchPlace, BatchQueue, Delivered, Made, OrderQueue, QueueItem, Shutdown, StreamQueued,
+    BatchOrder, BatchPlace, BatchQueue, Delivered, Made, OrderQueue, QueueItem, Shutdown,
+    StreamQueued,
 };
 use crate::recorder::MakerRecorder;
 use crate::settings::BatchMakerSettings;
@@ -67,7 +68,10 @@ enum Release {
         made: feedline::Result<Transformed>,
     },
     /// A ready-made batch.
-    Ready { place: BatchPlace, batch: Arc<Batch> },
+    Ready {
+        place: BatchPlace,
+        batch: Arc<Batch>,
+    },
     /// The end of a pass.
     PassEnd { pass: u64, records: u64 },
 }
@@ -174,7 +178,9 @@ impl BatchMaker {
     /// whose packed batches go out as there is room for them
     /// ([`fill_out`](Self::fill_out)).
     fn out_batch(&mut self, place: BatchPlace, batch: Arc<Batch>) -> Result<(), PipelineError> {
-        let BatchPlace { lane, pass, seq, .. } = place;
+        let BatchPlace {
+            lane, pass, seq, ..
+        } = place;
         match &mut self.packing {
             Some(p) => {
                 // The documents are counted as made; the packed batches go out

@@ -180,11 +180,11 @@ impl Epochs {
         if passes == crate::ENDLESS || pass < passes {
             return Ok(());
         }
-        Err(
-            SettingError::says(format!("set_epoch({pass}): this loader runs {passes} passes ("))
-                .with(Setting::Passes, Value::number(passes))
-                .text(format!("): epochs 0..{}", passes.saturating_sub(1))),
-        )
+        Err(SettingError::says(format!(
+            "set_epoch({pass}): this loader runs {passes} passes ("
+        ))
+        .with(Setting::Passes, Value::number(passes))
+        .text(format!("): epochs 0..{}", passes.saturating_sub(1))))
     }
 
     /// `set_epoch(pass)` needs no restart: `pass` is the one the next epoch

@@ -133,12 +133,13 @@ mod token_field;
 mod trainer;
 mod watch;
 
-pub use crate::config::{
-    ErrorPolicy, FileSet, Given, PipelineConfig, StallPolicy, UnusedPackSetting, ENDLESS,
-    MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
-    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
-};
 pub use crate::config::shard_given;
+pub use crate::config::{
+    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Order, PipelineConfig, Reading,
+    Resume, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
+    MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
+    SNAPSHOT_EVERY,
+};
 pub use crate::error::{PipelineError, PushError};
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 #[doc(hidden)]

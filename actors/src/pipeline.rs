@@ -41,13 +41,11 @@ use feedline::checkpoint::Checkpoint;
 /// # let files: Vec<String> = feedline_actors::feedline::synthetic::generate(&opts)?
 /// #     .iter().map(|p| p.display().to_string()).collect();
 ///
-/// let config = PipelineConfig {
-///     files,                               // 2 files of 100 records
-///     batch: BatchPolicy::Fixed(32),
-///     passes: 2,
-///     devices: 1,                          // one consumer: index 0
-///     ..PipelineConfig::default()
-/// };
+/// let mut config = PipelineConfig::default();
+/// config.inputs.files = files;                 // 2 files of 100 records
+/// config.batching.batch = BatchPolicy::Fixed(32);
+/// config.order.passes = 2;
+/// config.feeding.devices = 1;                  // one consumer: index 0
 /// let sys = System::new();
 /// let (pipeline, rows) = sys.block_on(async move {
 ///     let pipeline = Pipeline::start(config)?;          // from inside the System
@@ -175,7 +173,8 @@ impl Pipeline {
     /// ```no_run
     /// use feedline_actors::{Pipeline, PipelineConfig, Pop, Popped};
     /// # async fn demo() -> Result<(), feedline_actors::PipelineError> {
-    /// let config = PipelineConfig { files: vec!["data/*.jsonl".into()], ..Default::default() };
+    /// let mut config = PipelineConfig::default();
+    /// config.inputs.files = vec!["data/*.jsonl".into()];
     /// let pipeline = Pipeline::start(config)?;
     /// let feed = pipeline.feed();
     /// for _ in 0..10 {

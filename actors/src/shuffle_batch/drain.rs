@@ -201,7 +201,10 @@ mod tests {
             .map(|_| n.next())
             .map(|p| (p.lane, p.pass, p.seq, p.padded))
             .collect();
-        assert_eq!(first, [(0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 2, 0), (0, 0, 3, 0)]);
+        assert_eq!(
+            first,
+            [(0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 2, 0), (0, 0, 3, 0)]
+        );
         assert_eq!(n.batches(), 4);
         n.start_pass(1);
         assert_eq!(
@@ -265,8 +268,8 @@ mod tests {
             serde_json::from_str::<Vec<PendingState<i32>>>(&json).unwrap(),
             st
         );
-        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 0));
-        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 1));
+        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.place.seq == 0));
+        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.place.seq == 1));
         assert!(matches!(
             d.pop(),
             Some(Pending::EndOfPass {
