@@ -20,7 +20,7 @@ use crate::error::PipelineError;
 
 use crate::setting::{Setting, SettingError, Value};
 
-/// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
+/// By default ([`Resume::snapshot_every`]) a snapshot of the draw
 /// is taken before every batch whose number is a multiple of this
 /// (deterministic mode): a resume draws at most this many batches (plus
 /// those the consumers had not taken yet) before its first.
@@ -198,7 +198,7 @@ pub struct Reading {
     /// when its large mapped bytes are copied into a batch rather than when
     /// it is read ([`OpenOptions::defer_checksums`]: those bytes are read
     /// from memory once, not twice); the readers check as they read
-    /// whenever [`error_policy`](Self::error_policy) skips bad records, so
+    /// whenever [`Faults::error_policy`] skips bad records, so
     /// that they can skip them.
     pub open: OpenOptions,
     /// Instances per chunk, at most.
@@ -292,9 +292,9 @@ pub struct Batching {
     /// the transform workers), or made and not yet in the feed queue. More
     /// lets the workers go on past a batch's slowest instance (decode times
     /// are skewed, as image sizes are) at the cost of that many batches of
-    /// memory ([`in_flight_bound_bytes`](Self::in_flight_bound_bytes)); the
+    /// memory ([`PipelineConfig::in_flight_bound_bytes`]); the
     /// batches and their order do not depend on it. `None` (the default):
-    /// [`in_flight_batches`](Self::in_flight_batches) decides from the
+    /// [`PipelineConfig::in_flight_batches`] decides from the
     /// transform workers and the batch size.
     pub batches_in_flight: Option<usize>,
 }
@@ -408,7 +408,7 @@ pub struct PipelineConfig {
     pub given: Given,
 }
 
-/// [`PipelineConfig::passes`] of a run whose passes never run out.
+/// [`Order::passes`] of a run whose passes never run out.
 pub const ENDLESS: u64 = u64::MAX;
 
 /// A packing setting that the packing policy does not use: concat fills one
@@ -1011,12 +1011,12 @@ impl PipelineConfig {
     /// - the end-of-pass drain, which collates what the pool held;
     /// - batches: the queue, one being pushed, and per device one in use and
     ///   one requested ahead;
-    /// - batch making ([`batches_in_flight`](Self::batches_in_flight) `= K`):
+    /// - batch making ([`Batching::batches_in_flight`] `= K`):
     ///   the drawn rows of up to `2K` batches waiting to be made (handed
     ///   over, and in the order queue), and the batch maker's `K` batches
     ///   — their rows, and the batches made of them (with packing: being
     ///   made, or made and their documents being packed).
-    /// - packing ([`pack`](Self::pack)): the window's open rows, the rows
+    /// - packing ([`Batching::pack`]): the window's open rows, the rows
     ///   made waiting for a batch, and the packed batches — in the queue
     ///   and up to `K` made waiting for room in it. A document is held
     ///   once, in its made batch (`record_bytes`), while its packed
@@ -1120,7 +1120,7 @@ impl PipelineConfig {
     }
 
     /// The batches the batch maker holds at most, in force: the setting
-    /// ([`batches_in_flight`](Self::batches_in_flight)), or by default
+    /// ([`Batching::batches_in_flight`]), or by default
     /// enough for [`ROWS_IN_FLIGHT_PER_WORKER`] rows per transform worker
     /// with an instance map — `⌈16 × workers / batch size⌉`, at least
     /// [`MIN_BATCHES_IN_FLIGHT`], at most [`MAX_BATCHES_IN_FLIGHT`] (a

@@ -119,7 +119,7 @@ impl Pipeline {
         }
     }
 
-    /// Push mode ([`PipelineConfig::push`]): the handle that feeds the
+    /// Push mode ([`Inputs::push`](crate::Inputs::push)): the handle that feeds the
     /// pipeline, taken once (dropping it, and every clone, ends the stream).
     pub fn take_feed_handle(&mut self) -> Option<FeedHandle> {
         self.running.push.take()

@@ -327,7 +327,7 @@ impl ResumePlan {
         self.first_pass
     }
 
-    /// A run that starts at pass `first_pass` ([`PipelineConfig::first_pass`])
+    /// A run that starts at pass `first_pass` ([`Resume::first_pass`](crate::Resume::first_pass))
     /// as if every earlier pass had been consumed and nothing of this one:
     /// no checkpoint, nothing left out, no snapshot — the pass is read and
     /// drawn from its start, as a run from pass 0 reads and draws it.

@@ -144,7 +144,7 @@ impl LoaderBuilder {
     }
 
     setter! {
-        /// How files are opened (compression, checksums, record size cap; the default: `PipelineConfig::open`).
+        /// How files are opened (compression, checksums, record size cap; the default: `Reading::open`).
         open_options: OpenOptions => reading.open;
         /// The formats known (add your own).
         registry: Registry => inputs.registry;
