@@ -30,6 +30,7 @@
 
 mod in_order;
 mod packing;
+pub(crate) mod pieces;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -102,6 +102,7 @@
 mod arbiters;
 mod bad_records;
 mod batch_maker;
+pub mod checkpoint;
 mod config;
 pub mod counting;
 pub mod epochs;
@@ -133,6 +134,7 @@ mod token_field;
 mod trainer;
 mod watch;
 
+pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
     Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Order, PipelineConfig, Reading,
@@ -159,7 +161,6 @@ pub use crate::stats::{
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
 pub use feedline::batch_policy::BatchPolicy;
-pub use feedline::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};

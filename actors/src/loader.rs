@@ -24,6 +24,7 @@ use feedline::feed_queue::Lanes;
 use feedline::Schema;
 
 use crate::arbiters::Arbiters;
+use crate::checkpoint::{Checkpoint, InputFiles};
 use crate::config::PipelineConfig;
 use crate::counting::{len_from, packed_len, LenError, RecordCounts};
 use crate::epochs::{Epochs, EventStream, PassEnd, Settled};
@@ -37,7 +38,6 @@ use crate::recorder::{DeviceClock, Recorders};
 use crate::resume_plan::ConsumerResume;
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
-use feedline::checkpoint::{Checkpoint, InputFiles};
 
 /// A running loader for plain (non-actor) code.
 ///
@@ -473,7 +473,7 @@ impl Loader {
     /// regular file (a device such as `/dev/null`, a FIFO, a socket, a
     /// directory, through a symbolic link too), one of this loader's input
     /// files ([`input_files`](Self::input_files)) and a path in a missing
-    /// directory — [`feedline::checkpoint::check_save_path`]. A previous
+    /// directory — [`crate::checkpoint::check_save_path`]. A previous
     /// checkpoint at `path` is replaced.
     pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), PipelineError> {
         let cp = self.checkpoint()?;

@@ -9,6 +9,7 @@ mod prepare;
 use actix::prelude::*;
 use feedline::Schema;
 
+use crate::checkpoint::Checkpoint;
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::guard::FaultPlan;
@@ -19,7 +20,6 @@ use crate::resume_plan::ResumePlan;
 use crate::stats::Stats;
 use crate::trainer::{SimulatedDevice, TrainStep};
 pub(crate) use builder::Running;
-use feedline::checkpoint::Checkpoint;
 
 /// A running pipeline's handle.
 ///

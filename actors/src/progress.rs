@@ -13,15 +13,17 @@
 //! `step`, `pass_ended` in `end_of_pass`, one consumer per device), as
 //! `feedline run --checkpoint` does.
 
+pub(crate) mod pass;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use feedline::batch_policy::BatchPolicy;
-use feedline::checkpoint::{
+use crate::checkpoint::{
     Checkpoint, DocPieces, DrawSnapshot, FileStamp, InputFiles, InputFingerprint, PassProgress,
     RecordRanges, SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
+use feedline::batch_policy::BatchPolicy;
 use feedline::plan::{expand_inputs, Equalize, ShardBy};
 use feedline::{Origin, SourceId};
 
@@ -378,7 +380,7 @@ fn data_files(config: &PipelineConfig) -> Result<Vec<(String, PathBuf)>, Pipelin
 }
 
 /// The local files a pipeline of `config` reads, which a checkpoint is
-/// never saved over ([`feedline::checkpoint::check_save_path`]): every data
+/// never saved over ([`crate::checkpoint::check_save_path`]): every data
 /// file (of its file sets too) and every list file given (`@train.list`,
 /// `train.list`), each `stat`ed once here. Remote objects and generators
 /// are no local files. The command adds its `--schema` file.

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
+use crate::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
 use feedline::plan::Equalize;
 use feedline::{Chunk, Origin, SourceId};
 

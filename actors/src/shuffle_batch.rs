@@ -28,6 +28,7 @@
 //! readers' unacknowledged windows.
 
 mod drain;
+pub(crate) mod draw_snapshot;
 mod intake;
 mod mix;
 mod quota;
@@ -139,7 +140,7 @@ impl PaddingRows {
 pub(crate) struct RestoredDraw {
     buffer: ShuffleBuffer,
     tracker: DrawTracker,
-    snapshot: feedline::checkpoint::DrawSnapshot,
+    snapshot: crate::checkpoint::DrawSnapshot,
 }
 
 impl RestoredDraw {

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use feedline::checkpoint::{
+use feedline_actors::checkpoint::{
     check_save_path, save_atomic_sparing, CheckpointError, CheckpointResult, InputFiles, PathKind,
 };
 use feedline_actors::{

@@ -67,8 +67,8 @@ pub(crate) fn to_py_err(e: PipelineError) -> PyErr {
 /// the data says: a file that is not what its format says, …) as during
 /// iteration.
 pub(crate) fn start_err(e: PipelineError) -> PyErr {
-    use feedline::checkpoint::CheckpointError as C;
     use feedline::Error as E;
+    use feedline_actors::checkpoint::CheckpointError as C;
     if let PipelineError::Checkpoint(c) = &e {
         // A resume that does not fit these settings or inputs: what changed.
         if !matches!(&**c, C::Io { .. } | C::Read(_)) {

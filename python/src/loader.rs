@@ -284,14 +284,17 @@ impl PyLoader {
 
     /// The checkpoint of the batches taken so far (the first one stamps
     /// the inputs).
-    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline::checkpoint::Checkpoint> {
+    fn take_checkpoint(&self, py: Python<'_>) -> PyResult<feedline_actors::checkpoint::Checkpoint> {
         self.check_process()?;
         self.on_pipeline(py, |l| l.checkpoint())
     }
 
     /// The local files the loader reads, which a checkpoint is never saved
     /// over (found once).
-    fn input_files(&self, py: Python<'_>) -> PyResult<Arc<feedline::checkpoint::InputFiles>> {
+    fn input_files(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<Arc<feedline_actors::checkpoint::InputFiles>> {
         self.on_pipeline(py, |l| l.input_files())
     }
 
@@ -547,7 +550,7 @@ enum Item {
 /// Where a pipeline starts again.
 enum Restart {
     AtPass(u64),
-    Resume(Vec<feedline::checkpoint::Checkpoint>),
+    Resume(Vec<feedline_actors::checkpoint::Checkpoint>),
 }
 
 impl Drop for PyLoader {
@@ -932,7 +935,7 @@ impl PyLoader {
     /// Write the loader's position to `path` atomically, as `feedline run
     /// --checkpoint` writes it (a JSON file; `resume=json.load(f)` reads it).
     /// Refused as the Rust `Loader::save_checkpoint` refuses (one rule,
-    /// `feedline::checkpoint::check_save_path`): a path that is not a
+    /// `feedline_actors::checkpoint::check_save_path`): a path that is not a
     /// regular file, one of this loader's input files, one in a missing
     /// directory — nothing written.
     fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {

@@ -12,6 +12,7 @@ use feedline::transform::{map_fn, BoxError, InstanceMap, TransformCtx};
 use feedline::{Batch, Instance, Schema};
 
 use super::Loader;
+use crate::checkpoint::Checkpoint;
 use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::guard::FaultPlan;
@@ -19,7 +20,6 @@ use crate::paths::IntoPaths;
 use crate::pipeline::StartOptions;
 use crate::push::FeedHandle;
 use crate::resume_plan::ResumePlan;
-use feedline::checkpoint::Checkpoint;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]

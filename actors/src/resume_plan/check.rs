@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot};
 use feedline::batch_policy::BatchPolicy;
-use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 
 use crate::config::PipelineConfig;
