@@ -30,7 +30,6 @@
 
 mod in_order;
 mod packing;
-pub(crate) mod pieces;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,12 +1,16 @@
 //! The checkpoint: a loader's position as plain serde values — provenance,
 //! not data ([`Checkpoint`]). It holds the envelope's fields (version,
 //! rank and world size, the source table, the inputs' and settings'
-//! fingerprints) and, by pass, the consumers' progress
-//! ([`PassProgress`]), which holds the
-//! shuffle stage's snapshot of its draw and the packer's partly delivered
-//! documents: each part is defined and checked beside its stage, this
-//! module checks what ties them together. Its JSON form, sealed with a
-//! checksum, and the atomic save are the core's (`feedline::checkpoint`).
+//! fingerprints) and, by pass, each stage's part, one file each with its
+//! own checks and tests: the consumers' progress of a pass
+//! (`pass_progress.rs`, [`PassProgress`]), the shuffle stage's snapshot of
+//! its draw (`draw_snapshot.rs`, [`DrawSnapshot`]), the packer's partly
+//! delivered documents (`doc_pieces.rs`, [`DocPieces`]). This module checks
+//! what ties them together. The parts import nothing of the crate, so that
+//! every stage may name them (the progress holds the shuffle stage's
+//! snapshot; the stages take their resume parts from the plan, which
+//! builds on the progress). Its JSON form, sealed with a checksum, and the
+//! atomic save are the core's (`feedline::checkpoint`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -14,9 +18,13 @@ use std::path::Path;
 pub use feedline::checkpoint::*;
 use serde::{Deserialize, Serialize};
 
-pub use crate::batch_maker::pieces::DocPieces;
-pub use crate::progress::pass::PassProgress;
-pub use crate::shuffle_batch::draw_snapshot::{ChunkRef, DrawSnapshot};
+mod doc_pieces;
+mod draw_snapshot;
+mod pass_progress;
+
+pub use doc_pieces::DocPieces;
+pub use draw_snapshot::{ChunkRef, DrawSnapshot};
+pub use pass_progress::PassProgress;
 
 /// A loader's position: the provenance of everything consumed so far,
 /// enough to go on from exactly there. See the module doc.

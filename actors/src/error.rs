@@ -37,7 +37,7 @@ pub enum PipelineError {
     /// Saving, loading or resuming from a checkpoint failed (names the
     /// file, or what changed since the checkpoint, old vs new).
     #[error("{0}")]
-    Checkpoint(Arc<crate::checkpoint::CheckpointError>),
+    Checkpoint(Arc<feedline::checkpoint::CheckpointError>),
     /// A reader made no progress for too long.
     #[error("{file}: reader stuck at record {record} for {stuck:?}")]
     ReaderStuck {

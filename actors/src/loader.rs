@@ -473,7 +473,7 @@ impl Loader {
     /// regular file (a device such as `/dev/null`, a FIFO, a socket, a
     /// directory, through a symbolic link too), one of this loader's input
     /// files ([`input_files`](Self::input_files)) and a path in a missing
-    /// directory — [`crate::checkpoint::check_save_path`]. A previous
+    /// directory — [`feedline::checkpoint::check_save_path`]. A previous
     /// checkpoint at `path` is replaced.
     pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), PipelineError> {
         let cp = self.checkpoint()?;

@@ -13,8 +13,6 @@
 //! `step`, `pass_ended` in `end_of_pass`, one consumer per device), as
 //! `feedline run --checkpoint` does.
 
-pub(crate) mod pass;
-
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -380,7 +378,7 @@ fn data_files(config: &PipelineConfig) -> Result<Vec<(String, PathBuf)>, Pipelin
 }
 
 /// The local files a pipeline of `config` reads, which a checkpoint is
-/// never saved over ([`crate::checkpoint::check_save_path`]): every data
+/// never saved over ([`feedline::checkpoint::check_save_path`]): every data
 /// file (of its file sets too) and every list file given (`@train.list`,
 /// `train.list`), each `stat`ed once here. Remote objects and generators
 /// are no local files. The command adds its `--schema` file.

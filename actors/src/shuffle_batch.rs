@@ -28,7 +28,6 @@
 //! readers' unacknowledged windows.
 
 mod drain;
-pub(crate) mod draw_snapshot;
 mod intake;
 mod mix;
 mod quota;

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::{PathKind, OLDEST_CHECKPOINT_VERSION};
+use super::path_kind::PathKind;
+use super::OLDEST_CHECKPOINT_VERSION;
 
 /// What went wrong saving, loading or resuming from a checkpoint.
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,7 @@
 mod envelope;
 mod error;
 mod fingerprint;
+mod path_kind;
 mod ranges;
 mod reread;
 mod save;
@@ -30,11 +31,12 @@ pub use error::{CheckpointError, CheckpointResult};
 pub use fingerprint::{
     content_fingerprint, FileStamp, InputFingerprint, SettingsFingerprint, FINGERPRINT_EDGE_BYTES,
 };
+pub use path_kind::PathKind;
 pub use ranges::RecordRanges;
 pub use reread::reread;
 #[doc(hidden)]
 pub use save::save_atomic_with;
-pub use save::{check_save_path, save_atomic, save_atomic_sparing, InputFiles, PathKind};
+pub use save::{check_save_path, save_atomic, save_atomic_sparing, InputFiles};
 pub use sources::{RefList, SourceTable};
 pub use split::{split_remainder, Progression, Remainder};
 

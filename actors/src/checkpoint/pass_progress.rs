@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use feedline::checkpoint::{CheckpointError, CheckpointResult, RecordRanges};
 use serde::{Deserialize, Serialize};
 
-use crate::batch_maker::pieces::DocPieces;
-use crate::shuffle_batch::draw_snapshot::DrawSnapshot;
+use super::doc_pieces::DocPieces;
+use super::draw_snapshot::DrawSnapshot;
 
 /// What was consumed of one pass: the batches taken (their numbers, when
 /// the pass's numbering is the uninterrupted run's) and the records in them.
