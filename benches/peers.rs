@@ -330,20 +330,24 @@ fn variant(plan: &Plan) -> String {
     let mut v = if plan.measure.single_thread {
         "single_thread".to_string()
     } else {
-        format!("r{}", config.readers)
+        format!("r{}", config.reading.readers)
     };
-    v.push_str(&format!("_s{}_b{}", config.shuffle, plan.batch_size()));
-    if config.deterministic {
+    v.push_str(&format!(
+        "_s{}_b{}",
+        config.order.shuffle,
+        plan.batch_size()
+    ));
+    if config.order.deterministic {
         v.push_str("_det");
     }
-    if config.chunk_records != defaults.chunk_records {
-        v.push_str(&format!("_cr{}", config.chunk_records));
+    if config.reading.chunk_records != defaults.reading.chunk_records {
+        v.push_str(&format!("_cr{}", config.reading.chunk_records));
     }
-    if let Some(m) = config.min_pool {
+    if let Some(m) = config.order.min_pool {
         v.push_str(&format!("_minpool{m}"));
     }
-    if config.capacity != defaults.capacity {
-        v.push_str(&format!("_cap{}", config.capacity));
+    if config.feeding.capacity != defaults.feeding.capacity {
+        v.push_str(&format!("_cap{}", config.feeding.capacity));
     }
     if plan.measure.multi_pass {
         v.push_str("_multipass");
@@ -351,9 +355,9 @@ fn variant(plan: &Plan) -> String {
     if config.transforms.instance.is_some() {
         v.push_str(&format!("_w{}", config.transforms.workers));
     }
-    if !config.open.verify_checksums {
+    if !config.reading.open.verify_checksums {
         v.push_str("_nocrc");
-    } else if !config.open.defer_checksums {
+    } else if !config.reading.open.defer_checksums {
         v.push_str("_crc_on_read");
     }
     if let Some(d) = plan.measure.consumer_sleep_ms.filter(|d| !d.is_zero()) {
@@ -458,12 +462,12 @@ fn run(args: Args) -> CliResult<bool> {
         ds.schema(),
     )?;
     let (shuffle, batch) = ds.reference();
-    if plan.config.shuffle != shuffle || plan.batch_size() != batch.to_string() {
+    if plan.config.order.shuffle != shuffle || plan.batch_size() != batch.to_string() {
         writeln!(
             Stderr,
             "[feedline] note: dataset {} reference settings are shuffle {shuffle} / batch {batch}; this run uses shuffle {} / batch {}",
             ds.name(),
-            plan.config.shuffle,
+            plan.config.order.shuffle,
             plan.batch_size()
         )?;
     }

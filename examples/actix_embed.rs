@@ -12,6 +12,7 @@
 //! cargo run --release --example actix_embed -- --files 'data/*.tfrecord' --passes 3
 //! ```
 
+use feedline_actors::{Feeding, Inputs, Order};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -178,9 +179,18 @@ fn main() -> ExitCode {
     };
     let step = Duration::from_secs_f64(args.step_ms.max(0.0) / 1000.0);
     let config = PipelineConfig {
-        files,
-        passes: args.passes,
-        devices: 2, // the two ModelWorkers are consumers 0 and 1
+        inputs: Inputs {
+            files,
+            ..Default::default()
+        },
+        order: Order {
+            passes: args.passes,
+            ..Default::default()
+        },
+        feeding: Feeding {
+            devices: 2,
+            ..Default::default()
+        },
         ..PipelineConfig::default()
     };
 

@@ -18,6 +18,7 @@
 #[path = "common/report.rs"]
 mod report;
 
+use feedline_actors::{Batching, Inputs, Order, Reading};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -239,12 +240,24 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("transform: {plan}");
     let config = PipelineConfig {
-        files,
-        readers: args.readers,
-        batch: BatchPolicy::Fixed(args.batch),
-        shuffle: args.shuffle,
-        passes: args.passes,
-        seed: args.seed,
+        inputs: Inputs {
+            files,
+            ..Default::default()
+        },
+        reading: Reading {
+            readers: args.readers,
+            ..Default::default()
+        },
+        order: Order {
+            shuffle: args.shuffle,
+            passes: args.passes,
+            seed: args.seed,
+            ..Default::default()
+        },
+        batching: Batching {
+            batch: BatchPolicy::Fixed(args.batch),
+            ..Default::default()
+        },
         transforms: Transforms {
             instance: Some(Arc::new(ImageTransform::new(
                 plan,

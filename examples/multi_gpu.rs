@@ -18,6 +18,7 @@ mod plot;
 #[path = "common/report.rs"]
 mod report;
 
+use feedline_actors::{Batching, Feeding, Inputs, Order, Reading};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -174,19 +175,34 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let pass_records = generated.then(|| (args.gen_files * args.gen_records) as u64);
     let config = PipelineConfig {
-        files,
-        readers: args.readers,
-        batch: feedline::batch_policy::BatchPolicy::Fixed(args.batch),
-        shuffle: args.shuffle,
-        passes: args.passes,
-        seed: args.seed,
-        deterministic: args.deterministic,
-        feed: if args.round_robin {
-            FeedMode::RoundRobin
-        } else {
-            FeedMode::Shared
+        inputs: Inputs {
+            files,
+            ..Default::default()
         },
-        capacity: args.capacity,
+        reading: Reading {
+            readers: args.readers,
+            ..Default::default()
+        },
+        order: Order {
+            shuffle: args.shuffle,
+            passes: args.passes,
+            seed: args.seed,
+            deterministic: args.deterministic,
+            ..Default::default()
+        },
+        batching: Batching {
+            batch: feedline::batch_policy::BatchPolicy::Fixed(args.batch),
+            ..Default::default()
+        },
+        feeding: Feeding {
+            feed: if args.round_robin {
+                FeedMode::RoundRobin
+            } else {
+                FeedMode::Shared
+            },
+            capacity: args.capacity,
+            ..Default::default()
+        },
         ..PipelineConfig::default()
     };
     let devices: Vec<SimulatedDevice> = steps

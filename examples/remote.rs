@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! cargo run --release --example remote
-//! cargo run --release --example remote -- --latency-ms 50 --link-mbit 1000     # the issue's benchmark
+//! cargo run --release --example remote -- --latency-ms 50 --link-mbit 1000     # the remote-read benchmark
 //! cargo run --release --example remote -- --latency-ms 50 --link-mbit 1000 --min-pool 32   # first batch sooner
 //! cargo run --release --example remote -- --preset small --gen-files 8 --gen-records 20000 --readers 1,4
 //! ```

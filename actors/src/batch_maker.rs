@@ -44,7 +44,8 @@ use crate::bad_records::BadRecords;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
 use crate::messages::{
-    BatchOrder, BatchQueue, Delivered, Made, OrderQueue, QueueItem, Shutdown, StreamQueued,
+    BatchOrder, BatchPlace, BatchQueue, Delivered, Made, OrderQueue, QueueItem, Shutdown,
+    StreamQueued,
 };
 use crate::recorder::MakerRecorder;
 use crate::settings::BatchMakerSettings;
@@ -63,17 +64,12 @@ pub(crate) struct MakerLinks {
 enum Release {
     /// A batch made (or failed) from drawn rows.
     Made {
-        lane: usize,
-        pass: u64,
-        seq: u64,
-        padded: usize,
+        place: BatchPlace,
         made: feedline::Result<Transformed>,
     },
     /// A ready-made batch.
     Ready {
-        lane: usize,
-        pass: u64,
-        seq: u64,
+        place: BatchPlace,
         batch: Arc<Batch>,
     },
     /// The end of a pass.
@@ -177,17 +173,14 @@ impl BatchMaker {
         }
     }
 
-    /// `batch` (of `pass`, number `seq`, for `lane`) goes out — or, when
+    /// `batch` (at `place`: of its pass, its number, for its lane) goes out — or, when
     /// packing, its documents to the packing step (the bad ones judged),
     /// whose packed batches go out as there is room for them
     /// ([`fill_out`](Self::fill_out)).
-    fn out_batch(
-        &mut self,
-        lane: usize,
-        pass: u64,
-        seq: u64,
-        batch: Arc<Batch>,
-    ) -> Result<(), PipelineError> {
+    fn out_batch(&mut self, place: BatchPlace, batch: Arc<Batch>) -> Result<(), PipelineError> {
+        let BatchPlace {
+            lane, pass, seq, ..
+        } = place;
         match &mut self.packing {
             Some(p) => {
                 // The documents are counted as made; the packed batches go out
@@ -334,14 +327,11 @@ impl BatchMaker {
                 Some(t) => {
                     let ticket = self.release.start();
                     let me = ctx.address();
-                    let (lane, pass, seq, padded) = (job.lane, job.pass, job.seq, job.padded);
-                    t.spawn(job.rows, pass, move |made| {
+                    let place = job.place;
+                    t.spawn(job.rows, place.pass, move |made| {
                         me.do_send(Made {
                             ticket,
-                            lane,
-                            pass,
-                            seq,
-                            padded,
+                            place,
                             made,
                         })
                     });
@@ -356,27 +346,14 @@ impl BatchMaker {
                         });
                     self.recorder.busy(t0.elapsed());
                     self.release.done_now(Release::Made {
-                        lane: job.lane,
-                        pass: job.pass,
-                        seq: job.seq,
-                        padded: job.padded,
+                        place: job.place,
                         made,
                     });
                     self.release_ready(ctx);
                 }
             },
-            BatchOrder::Ready {
-                lane,
-                pass,
-                seq,
-                batch,
-            } => {
-                self.release.done_now(Release::Ready {
-                    lane,
-                    pass,
-                    seq,
-                    batch,
-                });
+            BatchOrder::Ready { place, batch } => {
+                self.release.done_now(Release::Ready { place, batch });
                 self.release_ready(ctx);
             }
             BatchOrder::PassEnd { pass, records } => {
@@ -390,22 +367,10 @@ impl BatchMaker {
     fn on_made(&mut self, msg: Made, ctx: &mut Context<Self>) {
         let Made {
             ticket,
-            lane,
-            pass,
-            seq,
-            padded,
+            place,
             made,
         } = msg;
-        let fresh = self.release.finish(
-            ticket,
-            Release::Made {
-                lane,
-                pass,
-                seq,
-                padded,
-                made,
-            },
-        );
+        let fresh = self.release.finish(ticket, Release::Made { place, made });
         debug_assert!(fresh, "batch {ticket} made twice");
         self.release_ready(ctx);
         self.pump(ctx);
@@ -429,13 +394,8 @@ impl BatchMaker {
             self.making -= 1;
         }
         match r {
-            Release::Made {
-                lane,
-                pass,
-                seq,
-                padded,
-                made,
-            } => {
+            Release::Made { place, made } => {
+                let pass = place.pass;
                 let t = made?;
                 self.recorder.busy(t.busy);
                 for e in t.failed {
@@ -449,17 +409,12 @@ impl BatchMaker {
                     self.bad.judge(rec, pass, e)?;
                 }
                 // A failed row leaves the batch shorter; padding stays its last rows.
-                let padded = padded.min(t.batch.len());
+                let padded = place.padded.min(t.batch.len());
                 let batch = t.batch.with_padded_rows(padded)?;
-                self.out_batch(lane, pass, seq, Arc::new(batch))?;
+                self.out_batch(place, Arc::new(batch))?;
             }
-            Release::Ready {
-                lane,
-                pass,
-                seq,
-                batch,
-            } => {
-                self.out_batch(lane, pass, seq, batch)?;
+            Release::Ready { place, batch } => {
+                self.out_batch(place, batch)?;
             }
             Release::PassEnd { pass, records } => {
                 self.bad.judge_pass(pass, records)?;

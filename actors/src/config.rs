@@ -20,7 +20,7 @@ use crate::error::PipelineError;
 
 use crate::setting::{Setting, SettingError, Value};
 
-/// By default ([`PipelineConfig::snapshot_every`]) a snapshot of the draw
+/// By default ([`Resume::snapshot_every`]) a snapshot of the draw
 /// is taken before every batch whose number is a multiple of this
 /// (deterministic mode): a resume draws at most this many batches (plus
 /// those the consumers had not taken yet) before its first.
@@ -145,9 +145,9 @@ impl FileSet {
     }
 }
 
-/// Every setting of a pipeline.
+/// The inputs: which files (or file sets, or a push source), in which format, with which schema, and this process's share of them.
 #[derive(Clone, Debug)]
-pub struct PipelineConfig {
+pub struct Inputs {
     /// Input files (paths, `FORMAT:`-prefixed paths; globs and list files are
     /// expanded by the builder).
     pub files: Vec<String>,
@@ -157,168 +157,259 @@ pub struct PipelineConfig {
     pub sets: Vec<FileSet>,
     /// A format for every file (default: by prefix or extension).
     pub format: Option<String>,
-    /// How files are opened. The default checks a TFRecord record's CRC
-    /// when its large mapped bytes are copied into a batch rather than when
-    /// it is read ([`OpenOptions::defer_checksums`]: those bytes are read
-    /// from memory once, not twice); the readers check as they read
-    /// whenever [`error_policy`](Self::error_policy) skips bad records, so
-    /// that they can skip them.
-    pub open: OpenOptions,
     /// The formats known.
     pub registry: Registry,
     /// The schema (default: inferred from the first file's first records).
     pub schema: Option<Schema>,
+    /// This process's data-parallel shard.
+    pub shard: Shard,
+    /// Shard by file or by record.
+    pub shard_by: ShardBy,
+    /// Push mode: no files; the data is what a [`FeedHandle`](crate::FeedHandle)
+    /// pushes, its instances named after this source (e.g. `"push"`). The
+    /// stream is one pass; readers and sharding do not apply.
+    pub push: Option<String>,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Inputs {
+            files: Vec::new(),
+            sets: Vec::new(),
+            format: None,
+            registry: Registry::with_builtin(),
+            schema: None,
+            shard: Shard {
+                rank: 0,
+                world_size: 1,
+            },
+            shard_by: ShardBy::Auto,
+            push: None,
+        }
+    }
+}
+
+/// How the prefetch readers read: how many, how files are opened, how records are cut into chunks, how many chunks each may have in flight, and the cache of remote inputs.
+#[derive(Clone, Debug)]
+pub struct Reading {
     /// Prefetch readers (one OS thread each).
     pub readers: usize,
+    /// How files are opened. The default checks a TFRecord record's CRC
+    /// when its large mapped bytes are copied into a batch rather than when
+    /// it is read ([`OpenOptions::defer_checksums`]: those bytes are read
+    /// from memory once, not twice); the readers check as they read
+    /// whenever [`Faults::error_policy`] skips bad records, so
+    /// that they can skip them.
+    pub open: OpenOptions,
     /// Instances per chunk, at most.
     pub chunk_records: usize,
     /// Payload bytes per chunk, at most (a chunk ends after the record that reaches it).
     pub chunk_bytes: usize,
     /// Chunks a reader may have sent but not had acknowledged.
     pub chunks_in_flight: usize,
-    /// Shuffle pool size in instances (0: no shuffle).
-    pub shuffle: usize,
-    /// Instances held before draws start (default: the pool size).
-    pub min_pool: Option<usize>,
-    /// Byte bound of the shuffle pool.
-    pub shuffle_bytes: usize,
-    /// Batching: fixed size or a cost budget.
-    pub batch: BatchPolicy,
-    /// Drop the last partial batch of each pass.
-    pub drop_last: bool,
-    /// Passes (epochs); [`ENDLESS`] (`u64::MAX`): passes never run out —
-    /// the run goes on until it is stopped (epochs by iteration, as the
-    /// Python `Loader(passes=None)` runs them), and the bad-record count
-    /// budget (`ErrorPolicy::Skip::max_bad`) is each pass's own.
-    pub passes: u64,
-    /// The pass the run starts with (default 0): passes `first_pass..passes`
-    /// run, each as it would in a run started at pass 0 (the same files,
-    /// the same order; in deterministic mode the same batches). A resume
-    /// says where it starts itself: the two do not go together.
-    pub first_pass: u64,
-    /// Seed of file order and shuffle.
-    pub seed: u64,
-    /// Reshuffle the file order every pass (else the given order).
-    pub shuffle_files: bool,
-    /// Same batches on every run, whatever the reader count and timing.
-    pub deterministic: bool,
-    /// Bytes of out-of-order chunks held in deterministic mode.
-    pub reorder_window: usize,
-    /// Deterministic mode: the shuffle stage snapshots its draw before
-    /// every `snapshot_every`-th batch of a pass, for checkpoints (a resume
-    /// draws on from the latest snapshot before its first batch instead of
-    /// from the pass's start); 0 = never. It does not change the batches.
-    pub snapshot_every: u64,
-    /// Devices (trainers, or per-device iterators).
-    pub devices: usize,
-    /// Shared queue or round-robin.
-    pub feed: FeedMode,
-    /// Feed-queue capacity in batches (per lane).
-    pub capacity: usize,
-    /// Batches the batch maker holds at most: being made (side by side on
-    /// the transform workers), or made and not yet in the feed queue. More
-    /// lets the workers go on past a batch's slowest instance (decode times
-    /// are skewed, as image sizes are) at the cost of that many batches of
-    /// memory ([`in_flight_bound_bytes`](Self::in_flight_bound_bytes)); the
-    /// batches and their order do not depend on it. `None` (the default):
-    /// [`in_flight_batches`](Self::in_flight_batches) decides from the
-    /// transform workers and the batch size.
-    pub batches_in_flight: Option<usize>,
-    /// Sequence packing ([`feedline::pack`]): each pass's documents (the
-    /// ragged token field `Pack::field` of the transforms' output, e.g.
-    /// [`LoaderBuilder::tokenize`](crate::LoaderBuilder::tokenize)'s) packed
-    /// into batches of `batch` rows of `Pack::length` tokens by the batch
-    /// maker, after the draw; `None`: batches of instances.
-    pub pack: Option<Pack>,
-    /// Bad-record policy.
-    pub error_policy: ErrorPolicy,
-    /// This process's data-parallel shard.
-    pub shard: Shard,
-    /// Shard by file or by record.
-    pub shard_by: ShardBy,
-    /// Give every rank the same number of batches per pass (drop or pad),
-    /// since unequal batch counts hang distributed training. Needs a fixed
-    /// batch size; records are counted once at start-up — with packing,
-    /// every document's tokens, and ranks get as many packed rows.
-    pub equalize: Equalize,
-    /// Readers that may fail (panic, or stall) on one file before the pass fails.
-    pub max_attempts: u32,
-    /// A reader inside one open or read for longer than this is stuck (`None`: never).
-    pub stall_timeout: Option<std::time::Duration>,
-    /// What to do with a stuck reader.
-    pub on_stall: StallPolicy,
-    /// Push mode: no files; the data is what a [`FeedHandle`](crate::FeedHandle)
-    /// pushes, its instances named after this source (e.g. `"push"`). The
-    /// stream is one pass; readers and sharding do not apply.
-    pub push: Option<String>,
-    /// User work in the pipeline: a record filter / map on the readers, a
-    /// per-instance map on `transforms.workers` transform workers after the
-    /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
-    pub transforms: Transforms,
     /// A local cache directory for remote inputs: each object is kept on
     /// disk after its first whole read, and later passes and runs read it
     /// from there (see [`feedline::remote::cache`]). `None` (the default):
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
+}
+
+impl Default for Reading {
+    fn default() -> Self {
+        Reading {
+            readers: 2,
+            open: OpenOptions {
+                defer_checksums: true,
+                ..OpenOptions::default()
+            },
+            chunk_records: 1024,
+            chunk_bytes: 1 << 20,
+            chunks_in_flight: 2,
+            remote_cache: None,
+        }
+    }
+}
+
+/// The order of records: passes, the seed, the file order, the shuffle pool and deterministic mode.
+#[derive(Clone, Debug)]
+pub struct Order {
+    /// Passes (epochs); [`ENDLESS`] (`u64::MAX`): passes never run out —
+    /// the run goes on until it is stopped (epochs by iteration, as the
+    /// Python `Loader(passes=None)` runs them), and the bad-record count
+    /// budget (`ErrorPolicy::Skip::max_bad`) is each pass's own.
+    pub passes: u64,
+    /// Seed of file order and shuffle.
+    pub seed: u64,
+    /// Shuffle pool size in instances (0: no shuffle).
+    pub shuffle: usize,
+    /// Instances held before draws start (default: the pool size).
+    pub min_pool: Option<usize>,
+    /// Byte bound of the shuffle pool.
+    pub shuffle_bytes: usize,
+    /// Reshuffle the file order every pass (else the given order).
+    pub shuffle_files: bool,
+    /// Same batches on every run, whatever the reader count and timing.
+    pub deterministic: bool,
+    /// Bytes of out-of-order chunks held in deterministic mode.
+    pub reorder_window: usize,
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Order {
+            passes: 1,
+            seed: 0,
+            shuffle: 10_000,
+            min_pool: None,
+            shuffle_bytes: 256 << 20,
+            shuffle_files: true,
+            deterministic: false,
+            reorder_window: 64 << 20,
+        }
+    }
+}
+
+/// How instances become batches: the batch size or budget, the last partial batch, packing, equal batch counts across ranks, and the batches held in flight.
+#[derive(Clone, Debug)]
+pub struct Batching {
+    /// Batching: fixed size or a cost budget.
+    pub batch: BatchPolicy,
+    /// Drop the last partial batch of each pass.
+    pub drop_last: bool,
+    /// Sequence packing ([`feedline::pack`]): each pass's documents (the
+    /// ragged token field `Pack::field` of the transforms' output, e.g.
+    /// [`LoaderBuilder::tokenize`](crate::LoaderBuilder::tokenize)'s) packed
+    /// into batches of `batch` rows of `Pack::length` tokens by the batch
+    /// maker, after the draw; `None`: batches of instances.
+    pub pack: Option<Pack>,
+    /// Give every rank the same number of batches per pass (drop or pad),
+    /// since unequal batch counts hang distributed training. Needs a fixed
+    /// batch size; records are counted once at start-up — with packing,
+    /// every document's tokens, and ranks get as many packed rows.
+    pub equalize: Equalize,
+    /// Batches the batch maker holds at most: being made (side by side on
+    /// the transform workers), or made and not yet in the feed queue. More
+    /// lets the workers go on past a batch's slowest instance (decode times
+    /// are skewed, as image sizes are) at the cost of that many batches of
+    /// memory ([`PipelineConfig::in_flight_bound_bytes`]); the
+    /// batches and their order do not depend on it. `None` (the default):
+    /// [`PipelineConfig::in_flight_batches`] decides from the
+    /// transform workers and the batch size.
+    pub batches_in_flight: Option<usize>,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching {
+            batch: BatchPolicy::Fixed(256),
+            drop_last: false,
+            pack: None,
+            equalize: Equalize::Off,
+            batches_in_flight: None,
+        }
+    }
+}
+
+/// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed queue's capacity.
+#[derive(Clone, Debug)]
+pub struct Feeding {
+    /// Devices (trainers, or per-device iterators).
+    pub devices: usize,
+    /// Shared queue or round-robin.
+    pub feed: FeedMode,
+    /// Feed-queue capacity in batches (per lane).
+    pub capacity: usize,
+}
+
+impl Default for Feeding {
+    fn default() -> Self {
+        Feeding {
+            devices: 1,
+            feed: FeedMode::Shared,
+            capacity: 4,
+        }
+    }
+}
+
+/// What happens when data or readers fail: the bad-record policy, readers' attempts on one file, and stuck readers.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    /// Bad-record policy.
+    pub error_policy: ErrorPolicy,
+    /// Readers that may fail (panic, or stall) on one file before the pass fails.
+    pub max_attempts: u32,
+    /// A reader inside one open or read for longer than this is stuck (`None`: never).
+    pub stall_timeout: Option<std::time::Duration>,
+    /// What to do with a stuck reader.
+    pub on_stall: StallPolicy,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            error_policy: ErrorPolicy::Fail,
+            max_attempts: 3,
+            stall_timeout: Some(std::time::Duration::from_secs(60)),
+            on_stall: StallPolicy::Retry,
+        }
+    }
+}
+
+/// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots for checkpoints.
+#[derive(Clone, Debug)]
+pub struct Resume {
+    /// The pass the run starts with (default 0): passes `first_pass..passes`
+    /// run, each as it would in a run started at pass 0 (the same files,
+    /// the same order; in deterministic mode the same batches). A resume
+    /// says where it starts itself: the two do not go together.
+    pub first_pass: u64,
+    /// Deterministic mode: the shuffle stage snapshots its draw before
+    /// every `snapshot_every`-th batch of a pass, for checkpoints (a resume
+    /// draws on from the latest snapshot before its first batch instead of
+    /// from the pass's start); 0 = never. It does not change the batches.
+    pub snapshot_every: u64,
+}
+
+impl Default for Resume {
+    fn default() -> Self {
+        Resume {
+            first_pass: 0,
+            snapshot_every: SNAPSHOT_EVERY,
+        }
+    }
+}
+
+/// Every setting of a pipeline, by concern: each group is a value of its
+/// own with its own defaults, and [`check`](Self::check) judges them all
+/// together.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineConfig {
+    /// The inputs: which files (or file sets, or a push source), in which format, with which schema, and this process's share of them.
+    pub inputs: Inputs,
+    /// How the prefetch readers read: how many, how files are opened, how records are cut into chunks, how many chunks each may have in flight, and the cache of remote inputs.
+    pub reading: Reading,
+    /// The order of records: passes, the seed, the file order, the shuffle pool and deterministic mode.
+    pub order: Order,
+    /// How instances become batches: the batch size or budget, the last partial batch, packing, equal batch counts across ranks, and the batches held in flight.
+    pub batching: Batching,
+    /// User work in the pipeline: a record filter / map on the readers, a
+    /// per-instance map on `transforms.workers` transform workers after the
+    /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
+    pub transforms: Transforms,
+    /// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed queue's capacity.
+    pub feeding: Feeding,
+    /// What happens when data or readers fail: the bad-record policy, readers' attempts on one file, and stuck readers.
+    pub faults: Faults,
+    /// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots for checkpoints.
+    pub resume: Resume,
     /// What the face that made these settings was given, for the rules of
     /// settings that apply only with others ([`Given`]).
     pub given: Given,
 }
 
-/// [`PipelineConfig::passes`] of a run whose passes never run out.
+/// [`Order::passes`] of a run whose passes never run out.
 pub const ENDLESS: u64 = u64::MAX;
-
-impl Default for PipelineConfig {
-    fn default() -> Self {
-        PipelineConfig {
-            files: Vec::new(),
-            sets: Vec::new(),
-            format: None,
-            open: OpenOptions {
-                defer_checksums: true,
-                ..OpenOptions::default()
-            },
-            registry: Registry::with_builtin(),
-            schema: None,
-            readers: 2,
-            chunk_records: 1024,
-            chunk_bytes: 1 << 20,
-            chunks_in_flight: 2,
-            shuffle: 10_000,
-            min_pool: None,
-            shuffle_bytes: 256 << 20,
-            batch: BatchPolicy::Fixed(256),
-            drop_last: false,
-            passes: 1,
-            first_pass: 0,
-            seed: 0,
-            shuffle_files: true,
-            deterministic: false,
-            reorder_window: 64 << 20,
-            snapshot_every: SNAPSHOT_EVERY,
-            devices: 1,
-            feed: FeedMode::Shared,
-            capacity: 4,
-            batches_in_flight: None,
-            pack: None,
-            error_policy: ErrorPolicy::Fail,
-            shard: Shard {
-                rank: 0,
-                world_size: 1,
-            },
-            shard_by: ShardBy::Auto,
-            equalize: Equalize::Off,
-            max_attempts: 3,
-            stall_timeout: Some(std::time::Duration::from_secs(60)),
-            on_stall: StallPolicy::Retry,
-            push: None,
-            transforms: Transforms::default(),
-            remote_cache: None,
-            given: Given::default(),
-        }
-    }
-}
 
 /// A packing setting that the packing policy does not use: concat fills one
 /// row at a time, so it has no window of open rows (`pack_window`), and cuts
@@ -506,6 +597,62 @@ impl Given {
 }
 
 /// `Err` of a [`SettingError`].
+/// The data-parallel shard of a face that was given a rank, a world size,
+/// both or neither: each one not given comes from `RANK` / `WORLD_SIZE`,
+/// else 0 / 1 (`None`: neither was given, nor is either variable set).
+/// The one rule of every face (the command's `--rank`/`--world-size`,
+/// Python's `rank=`/`world_size=`, `feedline.torch.IterableDataset`); a
+/// refusal names the variable and which values were given, as the face
+/// spells them.
+///
+/// ```
+/// use feedline_actors::{shard_given, Shard};
+/// assert_eq!(shard_given(Some(1), Some(4)).unwrap(), Some(Shard { rank: 1, world_size: 4 }));
+/// let e = shard_given(Some(3), Some(2)).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) (RANK from rank, WORLD_SIZE from world_size)"
+/// );
+/// ```
+pub fn shard_given(
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> Result<Option<Shard>, SettingError> {
+    let env = |name: &str| std::env::var(name).ok();
+    let rank_text = rank.map(|r| r.to_string()).or_else(|| env("RANK"));
+    let world_text = world_size
+        .map(|w| w.to_string())
+        .or_else(|| env("WORLD_SIZE"));
+    if rank_text.is_none() && world_text.is_none() {
+        return Ok(None);
+    }
+    Shard::from_vars(rank_text.as_deref(), world_text.as_deref())
+        .map(Some)
+        .map_err(|e| {
+            let said = match e {
+                feedline::Error::Config(s) => s,
+                other => other.to_string(),
+            };
+            let from_face: Vec<(&str, Setting)> = [
+                rank.map(|_| ("RANK", Setting::Rank)),
+                world_size.map(|_| ("WORLD_SIZE", Setting::WorldSize)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let mut sentence = SettingError::says(said);
+            for (i, (var, setting)) in from_face.iter().enumerate() {
+                let lead = if i == 0 { " (" } else { ", " };
+                sentence = sentence.text(format!("{lead}{var} from ")).named(*setting);
+            }
+            if from_face.is_empty() {
+                sentence.text(" (from the environment)")
+            } else {
+                sentence.text(")")
+            }
+        })
+}
+
 fn refuse(e: SettingError) -> Result<(), PipelineError> {
     Err(PipelineError::Config(e))
 }
@@ -524,45 +671,49 @@ impl PipelineConfig {
         use Setting as S;
         self.check_given()?;
         let at_least_1 = [
-            (S::Passes, self.passes),
-            (S::ChunkRecords, self.chunk_records as u64),
-            (S::ChunkBytes, self.chunk_bytes as u64),
-            (S::ChunksInFlight, self.chunks_in_flight as u64),
-            (S::ShuffleBytes, self.shuffle_bytes as u64),
-            (S::Capacity, self.capacity as u64),
+            (S::Passes, self.order.passes),
+            (S::ChunkRecords, self.reading.chunk_records as u64),
+            (S::ChunkBytes, self.reading.chunk_bytes as u64),
+            (S::ChunksInFlight, self.reading.chunks_in_flight as u64),
+            (S::ShuffleBytes, self.order.shuffle_bytes as u64),
+            (S::Capacity, self.feeding.capacity as u64),
             (
                 S::BatchesInFlight,
-                self.batches_in_flight.unwrap_or(1) as u64,
+                self.batching.batches_in_flight.unwrap_or(1) as u64,
             ),
-            (S::Devices, self.devices as u64),
-            (S::MaxAttempts, u64::from(self.max_attempts)),
+            (S::Devices, self.feeding.devices as u64),
+            (S::MaxAttempts, u64::from(self.faults.max_attempts)),
         ];
         for (setting, v) in at_least_1 {
             if v == 0 {
                 return refuse(SettingError::name(setting).text(" must be at least 1, not 0"));
             }
         }
-        if self.first_pass >= self.passes {
+        if self.resume.first_pass >= self.order.passes {
             return refuse(
                 SettingError::name(S::FirstPass)
                     .text(" must be below ")
                     .named(S::Passes)
-                    .text(format!(" ({}), not {}", self.passes, self.first_pass)),
+                    .text(format!(
+                        " ({}), not {}",
+                        self.order.passes, self.resume.first_pass
+                    )),
             );
         }
-        if self.push.is_some() && self.first_pass > 0 {
+        if self.inputs.push.is_some() && self.resume.first_pass > 0 {
             return refuse(SettingError::name(S::FirstPass).text(format!(
                 " must be 0 in push mode (the pushed stream is one pass), not {}",
-                self.first_pass
+                self.resume.first_pass
             )));
         }
-        if self.deterministic && self.reorder_window == 0 {
+        if self.order.deterministic && self.order.reorder_window == 0 {
             return refuse(
                 SettingError::name(S::ReorderWindow)
                     .text(" must be at least 1 byte in deterministic mode, not 0"),
             );
         }
         if let Some(k) = self
+            .batching
             .batches_in_flight
             .filter(|&k| k > MAX_BATCHES_IN_FLIGHT)
         {
@@ -571,24 +722,24 @@ impl PipelineConfig {
                     .text(format!(" must be at most {MAX_BATCHES_IN_FLIGHT}, not {k}")),
             );
         }
-        if self.devices > MAX_DEVICES {
+        if self.feeding.devices > MAX_DEVICES {
             return refuse(SettingError::name(S::Devices).text(format!(
                 " must be at most {MAX_DEVICES}, not {}",
-                self.devices
+                self.feeding.devices
             )));
         }
-        if self.sets.is_empty() && self.push.is_none() {
-            if self.readers == 0 {
+        if self.inputs.sets.is_empty() && self.inputs.push.is_none() {
+            if self.reading.readers == 0 {
                 return refuse(SettingError::name(S::Readers).text(" must be at least 1, not 0"));
             }
-            if self.readers > MAX_READERS {
+            if self.reading.readers > MAX_READERS {
                 return refuse(SettingError::name(S::Readers).text(format!(
                     " must be at most {MAX_READERS}, not {}",
-                    self.readers
+                    self.reading.readers
                 )));
             }
         }
-        for set in &self.sets {
+        for set in &self.inputs.sets {
             if set.readers == 0 {
                 return refuse(SettingError::says(format!(
                     "file set {:?}: readers must be at least 1, not 0",
@@ -621,20 +772,20 @@ impl PipelineConfig {
                 );
             }
         }
-        let set_readers: usize = self.sets.iter().map(|s| s.readers).sum();
+        let set_readers: usize = self.inputs.sets.iter().map(|s| s.readers).sum();
         if set_readers > MAX_READERS {
             return refuse(SettingError::says(format!(
                 "the file sets' readers must be at most {MAX_READERS} together, not {set_readers}"
             )));
         }
-        if let Some(t) = self.stall_timeout {
+        if let Some(t) = self.faults.stall_timeout {
             if t.is_zero() {
                 return refuse(
                     SettingError::name(S::StallTimeout).text(" must be more than 0 (None: never)"),
                 );
             }
         }
-        let Shard { rank, world_size } = self.shard;
+        let Shard { rank, world_size } = self.inputs.shard;
         if world_size == 0 || rank >= world_size {
             return refuse(SettingError::name(S::Shard).text(format!(
                 ": rank must be below world_size, at least 1 (rank {rank} of {world_size})"
@@ -643,7 +794,7 @@ impl PipelineConfig {
         if let ErrorPolicy::Skip {
             max_bad_fraction: Some(f),
             ..
-        } = self.error_policy
+        } = self.faults.error_policy
         {
             if !(0.0..=1.0).contains(&f) {
                 return refuse(
@@ -652,7 +803,7 @@ impl PipelineConfig {
                 );
             }
         }
-        if let Some(p) = &self.pack {
+        if let Some(p) = &self.batching.pack {
             p.check().map_err(|m| {
                 PipelineError::Config(num(S::Pack, p.length).text(format!(": {m}")))
             })?;
@@ -665,7 +816,7 @@ impl PipelineConfig {
             if let Some(unused) = UnusedPackSetting::of(p.policy, window, long_docs) {
                 return refuse(unused.error());
             }
-            if !matches!(self.batch, BatchPolicy::Fixed(_)) {
+            if !matches!(self.batching.batch, BatchPolicy::Fixed(_)) {
                 return refuse(
                     SettingError::says("packing (")
                         .named(S::Pack)
@@ -674,7 +825,7 @@ impl PipelineConfig {
                         .text(": the rows of a packed batch)"),
                 );
             }
-            if self.drop_last {
+            if self.batching.drop_last {
                 return refuse(
                     SettingError::name(S::DropLast)
                         .text(" with ")
@@ -682,7 +833,7 @@ impl PipelineConfig {
                         .text(": a pass's last packed batch is filled with padding rows (segment ids 0), not dropped"),
                 );
             }
-            if self.push.is_some() {
+            if self.inputs.push.is_some() {
                 return refuse(
                     SettingError::says("packing (")
                         .named(S::Pack)
@@ -690,15 +841,17 @@ impl PipelineConfig {
                 );
             }
         }
-        if self.equalize != Equalize::Off && !matches!(self.batch, BatchPolicy::Fixed(_)) {
+        if self.batching.equalize != Equalize::Off
+            && !matches!(self.batching.batch, BatchPolicy::Fixed(_))
+        {
             return refuse(
                 SettingError::says("equalizing ranks (")
                     .named(S::Equalize)
                     .text(") needs a fixed batch size"),
             );
         }
-        if let Some(m) = self.min_pool {
-            if self.shuffle == 0 {
+        if let Some(m) = self.order.min_pool {
+            if self.order.shuffle == 0 {
                 return refuse(
                     num(S::MinPool, m)
                         .text(" applies only with a shuffle pool (")
@@ -708,21 +861,21 @@ impl PipelineConfig {
                         .text(" N"),
                 );
             }
-            if m > self.shuffle {
+            if m > self.order.shuffle {
                 return refuse(
                     num(S::MinPool, m)
                         .text(" is more than the pool holds (")
-                        .with(S::Shuffle, Value::number(self.shuffle))
-                        .text(format!("): give at most {}", self.shuffle)),
+                        .with(S::Shuffle, Value::number(self.order.shuffle))
+                        .text(format!("): give at most {}", self.order.shuffle)),
                 );
             }
         }
         self.check_inputs()?;
-        self.batch.validate().map_err(|e| match e {
+        self.batching.batch.validate().map_err(|e| match e {
             feedline::Error::Config(m) => PipelineError::Config(
                 num(
                     S::Batch,
-                    match &self.batch {
+                    match &self.batching.batch {
                         BatchPolicy::Fixed(n) => n.to_string(),
                         _ => "budget".into(),
                     },
@@ -738,7 +891,7 @@ impl PipelineConfig {
     fn check_given(&self) -> Result<(), PipelineError> {
         use Setting as S;
         let g = &self.given;
-        if let (Some(n), false) = (g.readers, self.sets.is_empty()) {
+        if let (Some(n), false) = (g.readers, self.inputs.sets.is_empty()) {
             return refuse(
                 num(S::Readers, n)
                     .text(" does not apply with file sets: each set gives its own readers (")
@@ -746,7 +899,7 @@ impl PipelineConfig {
                     .text(")"),
             );
         }
-        if let (Some(n), ErrorPolicy::Fail) = (g.max_bad, &self.error_policy) {
+        if let (Some(n), ErrorPolicy::Fail) = (g.max_bad, &self.faults.error_policy) {
             return refuse(
                 num(S::MaxBad, n)
                     .text(" applies only with ")
@@ -757,7 +910,7 @@ impl PipelineConfig {
                     .with(S::OnError, Value::text("skip")),
             );
         }
-        if let (Some(b), 0) = (g.shuffle_bytes, self.shuffle) {
+        if let (Some(b), 0) = (g.shuffle_bytes, self.order.shuffle) {
             return refuse(
                 num(S::ShuffleBytes, b)
                     .text(" applies only with a shuffle pool (")
@@ -768,7 +921,7 @@ impl PipelineConfig {
             );
         }
         g.check_transforms().map_err(PipelineError::Config)?;
-        if self.pack.is_none() {
+        if self.batching.pack.is_none() {
             let given = [
                 g.pack_policy.is_some().then_some(S::PackPolicy),
                 g.pack_window.map(|_| S::PackWindow),
@@ -791,17 +944,17 @@ impl PipelineConfig {
     /// source (neither); set names unique; no equalizing with sets.
     fn check_inputs(&self) -> Result<(), PipelineError> {
         use Setting as S;
-        if self.push.is_some() {
-            if !self.sets.is_empty() {
+        if self.inputs.push.is_some() {
+            if !self.inputs.sets.is_empty() {
                 return refuse(SettingError::says("push mode reads no file sets"));
             }
-            if !self.files.is_empty() {
+            if !self.inputs.files.is_empty() {
                 return refuse(SettingError::says(format!(
                     "push mode reads no files ({} given); to mix user code with files use generator sources",
-                    self.files.len()
+                    self.inputs.files.len()
                 )));
             }
-            if self.schema.is_none() {
+            if self.inputs.schema.is_none() {
                 return refuse(
                     SettingError::says("push mode needs a ")
                         .named(S::Schema)
@@ -810,8 +963,8 @@ impl PipelineConfig {
             }
             return Ok(());
         }
-        if self.sets.is_empty() {
-            if self.files.is_empty() {
+        if self.inputs.sets.is_empty() {
+            if self.inputs.files.is_empty() {
                 return refuse(
                     SettingError::says("no input files: give ")
                         .named(S::Files)
@@ -821,19 +974,19 @@ impl PipelineConfig {
             }
             return Ok(());
         }
-        if !self.files.is_empty() {
+        if !self.inputs.files.is_empty() {
             return refuse(
                 SettingError::says(format!(
                     "give files or file sets, not both ({} ",
-                    self.files.len()
+                    self.inputs.files.len()
                 ))
                 .named(S::Files)
-                .text(format!(" and {} ", self.sets.len()))
+                .text(format!(" and {} ", self.inputs.sets.len()))
                 .named(S::FileSet)
                 .text("): put the files in a set of their own"),
             );
         }
-        if self.equalize != Equalize::Off {
+        if self.batching.equalize != Equalize::Off {
             return refuse(
                 SettingError::says("equalizing ranks (")
                     .named(S::Equalize)
@@ -841,7 +994,7 @@ impl PipelineConfig {
             );
         }
         let mut names = std::collections::HashSet::new();
-        if let Some(set) = self.sets.iter().find(|s| !names.insert(&s.name)) {
+        if let Some(set) = self.inputs.sets.iter().find(|s| !names.insert(&s.name)) {
             return refuse(SettingError::says(format!(
                 "two file sets are named {:?}",
                 set.name
@@ -858,12 +1011,12 @@ impl PipelineConfig {
     /// - the end-of-pass drain, which collates what the pool held;
     /// - batches: the queue, one being pushed, and per device one in use and
     ///   one requested ahead;
-    /// - batch making ([`batches_in_flight`](Self::batches_in_flight) `= K`):
+    /// - batch making ([`Batching::batches_in_flight`] `= K`):
     ///   the drawn rows of up to `2K` batches waiting to be made (handed
     ///   over, and in the order queue), and the batch maker's `K` batches
     ///   — their rows, and the batches made of them (with packing: being
     ///   made, or made and their documents being packed).
-    /// - packing ([`pack`](Self::pack)): the window's open rows, the rows
+    /// - packing ([`Batching::pack`]): the window's open rows, the rows
     ///   made waiting for a batch, and the packed batches — in the queue
     ///   and up to `K` made waiting for room in it. A document is held
     ///   once, in its made batch (`record_bytes`), while its packed
@@ -889,21 +1042,26 @@ impl PipelineConfig {
     ///
     /// [`InstanceMap::working_memory_bytes`]: feedline::transform::InstanceMap::working_memory_bytes
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
-        let chunk = (self.chunk_bytes + record_bytes).min(self.chunk_records.max(1) * record_bytes);
-        let chunks = self.readers * (self.chunks_in_flight + 1) * chunk;
-        let pool_rows = self.shuffle.saturating_add(self.chunk_records);
-        let pool = (self.shuffle_bytes + chunk).min(pool_rows.saturating_mul(chunk));
+        let chunk = (self.reading.chunk_bytes + record_bytes)
+            .min(self.reading.chunk_records.max(1) * record_bytes);
+        let chunks = self.reading.readers * (self.reading.chunks_in_flight + 1) * chunk;
+        let pool_rows = self
+            .order
+            .shuffle
+            .saturating_add(self.reading.chunk_records);
+        let pool = (self.order.shuffle_bytes + chunk).min(pool_rows.saturating_mul(chunk));
         let drain = self
+            .order
             .shuffle_bytes
             .min(pool_rows.saturating_mul(record_bytes));
-        let lanes = self.feed.lanes(self.devices).count();
-        let batch = match &self.batch {
+        let lanes = self.feeding.feed.lanes(self.feeding.devices).count();
+        let batch = match &self.batching.batch {
             BatchPolicy::Fixed(n) => *n,
-            _ => self.chunk_records,
+            _ => self.reading.chunk_records,
         };
-        let batches = lanes * self.capacity + 1 + 2 * self.devices;
-        let reorder = if self.deterministic {
-            self.reorder_window
+        let batches = lanes * self.feeding.capacity + 1 + 2 * self.feeding.devices;
+        let reorder = if self.order.deterministic {
+            self.order.reorder_window
         } else {
             0
         };
@@ -916,7 +1074,7 @@ impl PipelineConfig {
         // are in their made batches, among the K of `making`: a long
         // document is held whole, once, while its packed batches are made
         // from it one at a time.
-        let packing = self.pack.as_ref().map_or(0, |p| {
+        let packing = self.batching.pack.as_ref().map_or(0, |p| {
             let row = 4 * p.length + 32;
             let packed = batches + self.in_flight_batches();
             (p.window + 1 + batch + 2) * row + packed * batch * 4 * 4 * p.length
@@ -962,7 +1120,7 @@ impl PipelineConfig {
     }
 
     /// The batches the batch maker holds at most, in force: the setting
-    /// ([`batches_in_flight`](Self::batches_in_flight)), or by default
+    /// ([`Batching::batches_in_flight`]), or by default
     /// enough for [`ROWS_IN_FLIGHT_PER_WORKER`] rows per transform worker
     /// with an instance map — `⌈16 × workers / batch size⌉`, at least
     /// [`MIN_BATCHES_IN_FLIGHT`], at most [`MAX_BATCHES_IN_FLIGHT`] (a
@@ -971,21 +1129,22 @@ impl PipelineConfig {
     ///
     /// ```
     /// use feedline_actors::{BatchPolicy, PipelineConfig};
-    /// let mut c = PipelineConfig { batch: BatchPolicy::Fixed(64), ..Default::default() };
+    /// let mut c = PipelineConfig::default();
+    /// c.batching.batch = BatchPolicy::Fixed(64);
     /// assert_eq!(c.in_flight_batches(), 2); // no instance map
-    /// c.batches_in_flight = Some(5);
+    /// c.batching.batches_in_flight = Some(5);
     /// assert_eq!(c.in_flight_batches(), 5);
     /// ```
     pub fn in_flight_batches(&self) -> usize {
-        if let Some(k) = self.batches_in_flight {
+        if let Some(k) = self.batching.batches_in_flight {
             return k;
         }
         if self.transforms.instance.is_none() {
             return MIN_BATCHES_IN_FLIGHT;
         }
-        let rows = match &self.batch {
+        let rows = match &self.batching.batch {
             BatchPolicy::Fixed(n) => *n,
-            _ => self.chunk_records,
+            _ => self.reading.chunk_records,
         }
         .max(1);
         (ROWS_IN_FLIGHT_PER_WORKER * self.transforms.workers)
@@ -1001,10 +1160,14 @@ impl PipelineConfig {
     /// expanded list, ask the built pipeline's config
     /// ([`Loader::config`](crate::Loader::config)).
     pub fn remote_read_ahead_bytes(&self) -> usize {
-        let remote = (self.files.iter())
-            .chain(self.sets.iter().flat_map(|s| &s.files))
+        let remote = (self.inputs.files.iter())
+            .chain(self.inputs.sets.iter().flat_map(|s| &s.files))
             .any(|f| {
-                let bare = match self.registry.resolve(f, self.format.as_deref()) {
+                let bare = match self
+                    .inputs
+                    .registry
+                    .resolve(f, self.inputs.format.as_deref())
+                {
                     Ok((_, bare, _)) => bare.to_string_lossy().into_owned(),
                     Err(_) => f.clone(),
                 };
@@ -1014,7 +1177,10 @@ impl PipelineConfig {
             return 0;
         }
         let per_reader = feedline::remote::options().unwrap_or_default().held_bytes();
-        let readers = self.readers.max(self.sets.iter().map(|s| s.readers).sum());
+        let readers = self
+            .reading
+            .readers
+            .max(self.inputs.sets.iter().map(|s| s.readers).sum());
         usize::try_from(per_reader)
             .unwrap_or(usize::MAX)
             .saturating_mul(readers)
@@ -1031,8 +1197,14 @@ mod tests {
         let per_reader = feedline::remote::options().unwrap().held_bytes() as usize;
         assert!(per_reader > 0);
         let mut c = PipelineConfig {
-            files: vec!["data/a.tfrecord".into(), "data/b.tfrecord".into()],
-            readers: 4,
+            inputs: Inputs {
+                files: vec!["data/a.tfrecord".into(), "data/b.tfrecord".into()],
+                ..Default::default()
+            },
+            reading: Reading {
+                readers: 4,
+                ..Default::default()
+            },
             ..PipelineConfig::default()
         };
         assert_eq!(c.remote_read_ahead_bytes(), 0);
@@ -1042,7 +1214,7 @@ mod tests {
             "tfrecord:s3://bucket/c",
             "gs://bucket/d.jsonl",
         ] {
-            c.files = vec!["data/a.tfrecord".into(), url.into()];
+            c.inputs.files = vec!["data/a.tfrecord".into(), url.into()];
             assert_eq!(c.remote_read_ahead_bytes(), 4 * per_reader, "{url}");
             assert_eq!(
                 c.in_flight_bound_bytes(1000),
@@ -1051,9 +1223,9 @@ mod tests {
             );
         }
         // File sets: every set's readers.
-        c.files.clear();
-        c.readers = 0;
-        c.sets = vec![
+        c.inputs.files.clear();
+        c.reading.readers = 0;
+        c.inputs.sets = vec![
             FileSet::new("a", ["data/a.tfrecord"]).readers(3),
             FileSet::new("b", ["https://h/b.tfrecord"]).readers(5),
         ];

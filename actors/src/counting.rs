@@ -89,12 +89,12 @@ pub fn packed_len(
         // The pipeline decides when it counts; this says why it did not.
         Some(None) => Err(PackedLenUnknown::NotCounted {
             length,
-            without: if config.equalize == Equalize::Off {
+            without: if config.batching.equalize == Equalize::Off {
                 "without equalize".into()
-            } else if config.shard.world_size <= 1 {
+            } else if config.inputs.shard.world_size <= 1 {
                 format!(
                     "with equalize over one rank (world_size={}: nothing to equalize, no rows counted)",
-                    config.shard.world_size
+                    config.inputs.shard.world_size
                 )
             } else {
                 "whose pipeline did not count its packed rows".into()
@@ -163,11 +163,11 @@ impl RecordCounts {
     /// [`start`](Self::start) starts them (what is not known, a push-mode
     /// loader say, is known at once).
     pub fn new(config: Arc<PipelineConfig>) -> Arc<Self> {
-        let unknown = if config.push.is_some() {
+        let unknown = if config.inputs.push.is_some() {
             Some(LenUnknown::Pushed)
-        } else if !matches!(config.batch, BatchPolicy::Fixed(_)) {
+        } else if !matches!(config.batching.batch, BatchPolicy::Fixed(_)) {
             Some(LenUnknown::CostBudget)
-        } else if !config.sets.is_empty() {
+        } else if !config.inputs.sets.is_empty() {
             Some(LenUnknown::FileSets)
         } else {
             None
@@ -189,10 +189,13 @@ impl RecordCounts {
         let config = &self.config;
         let remote = |f: &String| {
             feedline::remote::is_remote(f)
-                || (config.registry.resolve(f, config.format.as_deref()))
-                    .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
+                || (config
+                    .inputs
+                    .registry
+                    .resolve(f, config.inputs.format.as_deref()))
+                .is_ok_and(|(_, p, _)| feedline::remote::is_remote(&p.to_string_lossy()))
         };
-        if !config.files.iter().any(remote) {
+        if !config.inputs.files.iter().any(remote) {
             self.start();
         }
     }
@@ -244,8 +247,8 @@ impl RecordCounts {
 }
 
 fn count_all(config: &PipelineConfig, cancelled: &AtomicBool) -> Counted {
-    let mut out = Vec::with_capacity(config.files.len());
-    for spec in &config.files {
+    let mut out = Vec::with_capacity(config.inputs.files.len());
+    for spec in &config.inputs.files {
         if cancelled.load(Ordering::SeqCst) {
             return Counted::Failed(CountFailed {
                 file: spec.clone(),
@@ -275,8 +278,9 @@ enum CountError {
 fn count_file(config: &PipelineConfig, spec: &str) -> Result<u64, CountError> {
     let failed = |e: feedline::Error| CountError::Failed(e.to_string());
     let (_, path, _) = config
+        .inputs
         .registry
-        .resolve(spec, config.format.as_deref())
+        .resolve(spec, config.inputs.format.as_deref())
         .map_err(failed)?;
     let remote = feedline::remote::is_remote(&path.to_string_lossy());
     let key = if remote {
@@ -296,8 +300,9 @@ fn count_file(config: &PipelineConfig, spec: &str) -> Result<u64, CountError> {
         Some(key)
     };
     let mut r = config
+        .inputs
         .registry
-        .open(spec, config.format.as_deref(), &config.open)
+        .open(spec, config.inputs.format.as_deref(), &config.reading.open)
         .map_err(failed)?;
     let n = match r.len_hint() {
         Some(n) => n,
@@ -339,15 +344,15 @@ pub fn len_from(config: &PipelineConfig, counted: Counted, pass: u64) -> Result<
 /// Batches of `pass` for this rank, from every input's `counts` (bad
 /// records that `on_error="skip"` will pass over are not foreseen).
 pub fn batches_in_pass(config: &PipelineConfig, counts: &[u64], pass: u64) -> u64 {
-    let batch = match &config.batch {
+    let batch = match &config.batching.batch {
         BatchPolicy::Fixed(n) => (*n).max(1) as u64,
         _ => return 0,
     };
-    let plan = PassPlan::new(config.files.clone())
-        .seed(config.seed)
-        .shuffle_files(config.shuffle_files)
-        .shard(config.shard)
-        .shard_by(config.shard_by);
+    let plan = PassPlan::new(config.inputs.files.clone())
+        .seed(config.order.seed)
+        .shuffle_files(config.order.shuffle_files)
+        .shard(config.inputs.shard)
+        .shard_by(config.inputs.shard_by);
     let records_of = |p: &PassPlan| -> u64 {
         p.tasks(pass)
             .iter()
@@ -357,18 +362,21 @@ pub fn batches_in_pass(config: &PipelineConfig, counts: &[u64], pass: u64) -> u6
             })
             .sum()
     };
-    if config.equalize != Equalize::Off {
-        let per_rank: Vec<u64> = (0..config.shard.world_size)
+    if config.batching.equalize != Equalize::Off {
+        let per_rank: Vec<u64> = (0..config.inputs.shard.world_size)
             .map(|r| plan.for_rank(r).map_or(0, |p| records_of(&p)))
             .collect();
-        if let Ok(c) =
-            equalized_counts(&per_rank, batch as usize, config.drop_last, config.equalize)
-        {
-            return c[config.shard.rank].batches;
+        if let Ok(c) = equalized_counts(
+            &per_rank,
+            batch as usize,
+            config.batching.drop_last,
+            config.batching.equalize,
+        ) {
+            return c[config.inputs.shard.rank].batches;
         }
     }
     let records = records_of(&plan);
-    if config.drop_last {
+    if config.batching.drop_last {
         records / batch
     } else {
         records.div_ceil(batch)

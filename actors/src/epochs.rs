@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::error::PipelineError;
 use crate::messages::Popped;
+use crate::setting::{Setting, SettingError, Value};
 
 /// The stream epochs are settled against: a loader's merged iteration
 /// (the `Loader` implements it).
@@ -162,6 +163,28 @@ impl Epochs {
         }
         self.skip_empty = false;
         PassEnd::Within
+    }
+
+    /// Whether `set_epoch(pass)` fits a loader of `passes` passes
+    /// ([`ENDLESS`](crate::ENDLESS): every pass does): the one judgement of
+    /// every face's `set_epoch`, its refusal naming the passes setting as
+    /// the face spells it.
+    ///
+    /// ```
+    /// use feedline_actors::epochs::Epochs;
+    /// assert!(Epochs::check_set_epoch(1, 2).is_ok());
+    /// let e = Epochs::check_set_epoch(2, 2).unwrap_err();
+    /// assert_eq!(e.to_string(), "set_epoch(2): this loader runs 2 passes (passes(2)): epochs 0..1");
+    /// ```
+    pub fn check_set_epoch(pass: u64, passes: u64) -> Result<(), SettingError> {
+        if passes == crate::ENDLESS || pass < passes {
+            return Ok(());
+        }
+        Err(SettingError::says(format!(
+            "set_epoch({pass}): this loader runs {passes} passes ("
+        ))
+        .with(Setting::Passes, Value::number(passes))
+        .text(format!("): epochs 0..{}", passes.saturating_sub(1))))
     }
 
     /// `set_epoch(pass)` needs no restart: `pass` is the one the next epoch

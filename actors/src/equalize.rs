@@ -153,20 +153,23 @@ pub(crate) fn count_records(
     config: &PipelineConfig,
     resumed: bool,
 ) -> Result<(Vec<u64>, Vec<String>), PipelineError> {
-    let mut counts = Vec::with_capacity(config.files.len());
-    let mut sources = Vec::with_capacity(config.files.len());
+    let mut counts = Vec::with_capacity(config.inputs.files.len());
+    let mut sources = Vec::with_capacity(config.inputs.files.len());
     // Equalize counts the records a read yields; an elastic resume alone
     // only needs where each file's records end.
-    let counts_bad = config.equalize != Equalize::Off;
-    for f in &config.files {
+    let counts_bad = config.batching.equalize != Equalize::Off;
+    for f in &config.inputs.files {
         let (registry, format, open, file) = (
-            config.registry.clone(),
-            config.format.clone(),
-            config.open.clone(),
+            config.inputs.registry.clone(),
+            config.inputs.format.clone(),
+            config.reading.open.clone(),
             f.clone(),
         );
-        let (n, source) =
-            within_stall_timeout(config.stall_timeout, f, "counting its records", move || {
+        let (n, source) = within_stall_timeout(
+            config.faults.stall_timeout,
+            f,
+            "counting its records",
+            move || {
                 let resolved = match registry.resolve(&file, format.as_deref()) {
                     Ok((_, path, _)) => path.to_string_lossy().into_owned(),
                     Err(_) => file.clone(),
@@ -206,7 +209,8 @@ pub(crate) fn count_records(
                     n += 1;
                 }
                 Ok((n, source))
-            })??;
+            },
+        )??;
         counts.push(n);
         sources.push(source);
     }

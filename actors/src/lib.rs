@@ -102,6 +102,7 @@
 mod arbiters;
 mod bad_records;
 mod batch_maker;
+pub mod checkpoint;
 mod config;
 pub mod counting;
 pub mod epochs;
@@ -133,10 +134,13 @@ mod token_field;
 mod trainer;
 mod watch;
 
+pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
+pub use crate::config::shard_given;
 pub use crate::config::{
-    ErrorPolicy, FileSet, Given, PipelineConfig, StallPolicy, UnusedPackSetting, ENDLESS,
-    MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
-    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
+    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Order, PipelineConfig, Reading,
+    Resume, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
+    MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
+    SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
@@ -157,7 +161,6 @@ pub use crate::stats::{
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
 pub use feedline::batch_policy::BatchPolicy;
-pub use feedline::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};
 pub use feedline::format::{Compression, Format, OpenOptions, RecordReader, Registry};

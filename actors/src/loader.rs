@@ -24,7 +24,8 @@ use feedline::feed_queue::Lanes;
 use feedline::Schema;
 
 use crate::arbiters::Arbiters;
-use crate::config::{PipelineConfig, ENDLESS};
+use crate::checkpoint::{Checkpoint, InputFiles};
+use crate::config::PipelineConfig;
 use crate::counting::{len_from, packed_len, LenError, RecordCounts};
 use crate::epochs::{Epochs, EventStream, PassEnd, Settled};
 use crate::error::PipelineError;
@@ -37,7 +38,6 @@ use crate::recorder::{DeviceClock, Recorders};
 use crate::resume_plan::ConsumerResume;
 use crate::stats::{Stats, StatsSnapshot};
 pub use builder::LoaderBuilder;
-use feedline::checkpoint::{Checkpoint, InputFiles};
 
 /// A running loader for plain (non-actor) code.
 ///
@@ -155,14 +155,14 @@ impl Loader {
         // Device iterators: one consumer per device, each sees every end of pass.
         let progress = Arc::new(Mutex::new(
             match &running.resume {
-                Some(r) => r.progress(config.devices),
-                None => Progress::new(config.devices),
+                Some(r) => r.progress(config.feeding.devices),
+                None => Progress::new(config.feeding.devices),
             }
             .with_snapshots(running.snapshots.clone()),
         ));
         let first_pass = match &running.resume {
             Some(r) => r.first_pass(),
-            None => config.first_pass,
+            None => config.resume.first_pass,
         };
         let loader = Loader {
             epochs: Epochs::new(first_pass, running.resume.is_some(), true),
@@ -206,7 +206,7 @@ impl Loader {
     /// pass runs (and without packing, the batches follow from the
     /// records: `feedline::plan`).
     pub fn packed_batches_in_pass(&self, pass: u64) -> Option<u64> {
-        let rows = match self.config.batch {
+        let rows = match self.config.batching.batch {
             feedline::batch_policy::BatchPolicy::Fixed(n) => n,
             _ => return None,
         };
@@ -253,24 +253,18 @@ impl Loader {
     /// `N` or more. Should the new start fail, the error says why and the
     /// loader is stopped.
     pub fn set_epoch(&mut self, pass: u64) -> Result<(), PipelineError> {
-        if self.given.push.is_some() {
+        if self.given.inputs.push.is_some() {
             return Err(PipelineError::config(
                 "a push-mode loader cannot start again at another pass: its data is what is pushed",
             ));
         }
-        let passes = self.config.passes;
-        if passes != ENDLESS && pass >= passes {
-            return Err(PipelineError::config(format!(
-                "set_epoch({pass}): this loader runs {passes} passes: epochs 0..{}",
-                passes - 1
-            )));
-        }
+        Epochs::check_set_epoch(pass, self.config.order.passes).map_err(PipelineError::Config)?;
         let exhausted = matches!(self.settle(None)?, Settled::Exhausted);
         if !exhausted && self.epochs.set_is_free(pass) {
             return Ok(());
         }
         let mut config = (*self.given).clone();
-        config.first_pass = pass;
+        config.resume.first_pass = pass;
         // The old pipeline stops first (its memory and threads go).
         self.shutdown();
         let mut fresh = Loader::start(config, StartOptions::default())?;
@@ -300,7 +294,7 @@ impl Loader {
     /// once, at the first call.
     #[allow(clippy::len_without_is_empty)] // a pass's length, not a collection's
     pub fn len(&self) -> Option<u64> {
-        self.len_of_pass(self.epochs.pass_for_len(self.config.passes))
+        self.len_of_pass(self.epochs.pass_for_len(self.config.order.passes))
             .ok()
     }
 
@@ -313,7 +307,7 @@ impl Loader {
     /// cost budget, weighted file sets, a stream input, a file that cannot
     /// be read through, packing whose rows are not counted.
     pub fn len_of_pass(&self, pass: u64) -> Result<u64, LenError> {
-        if let Some(pack) = &self.config.pack {
+        if let Some(pack) = &self.config.batching.pack {
             return packed_len(&self.config, pack, || {
                 Some(self.packed_batches_in_pass(pass))
             })
@@ -461,7 +455,7 @@ impl Loader {
     pub fn checkpoint(&mut self) -> Result<Checkpoint, PipelineError> {
         let given = &self.given;
         let base = self.base.get_or_insert_with(|| {
-            if given.push.is_some() {
+            if given.inputs.push.is_some() {
                 Err(PipelineError::config(
                     "a push-mode loader has no checkpoint: its data is what is pushed",
                 ))

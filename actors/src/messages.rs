@@ -214,20 +214,30 @@ pub(crate) struct TrainerDone {
 #[rtype(result = "()")]
 pub(crate) struct Take(pub Result<Popped, PipelineError>);
 
-/// The rows of one batch with its place: drawn by the shuffle stage, to
-/// be made into a batch by the batch maker.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct BatchJob<R> {
+/// A batch's place in the stream, given when the draw numbers it and
+/// carried whole to its delivery: the feed-queue lane it goes to, its pass,
+/// its number in the pass, and how many of its last rows are equalize
+/// padding (repeated instances).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BatchPlace {
     /// The feed queue lane it goes to.
     pub lane: usize,
     /// Its pass.
     pub pass: u64,
     /// Its number in the pass.
     pub seq: u64,
+    /// Of its rows, the last `padded` are equalize padding.
+    pub padded: usize,
+}
+
+/// The rows of one batch with its place: drawn by the shuffle stage, to
+/// be made into a batch by the batch maker.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct BatchJob<R> {
+    /// Where it goes.
+    pub place: BatchPlace,
     /// Its rows.
     pub rows: Vec<R>,
-    /// Of them, the last `padded` are equalize padding (repeated instances).
-    pub padded: usize,
 }
 
 /// What the shuffle stage hands the batch maker, in batch-number order
@@ -237,14 +247,10 @@ pub(crate) enum BatchOrder {
     /// A batch's drawn rows: made into the batch (transforms, collation,
     /// padding marks).
     Rows(BatchJob<RowRef>),
-    /// A ready-made (pushed) batch, numbered and laned.
+    /// A ready-made (pushed) batch, numbered and laned (nothing padded).
     Ready {
-        /// Its feed queue lane.
-        lane: usize,
-        /// Its pass.
-        pass: u64,
-        /// Its number in the pass.
-        seq: u64,
+        /// Where it goes.
+        place: BatchPlace,
         /// The batch.
         batch: Arc<Batch>,
     },
@@ -268,14 +274,8 @@ pub(crate) type OrderQueue = FeedQueue<BatchOrder, PipelineError>;
 pub(crate) struct Made {
     /// The order's place among the orders taken.
     pub ticket: u64,
-    /// The batch's feed queue lane.
-    pub lane: usize,
-    /// Its pass.
-    pub pass: u64,
-    /// Its number in the pass.
-    pub seq: u64,
-    /// Of its rows, the last `padded` are equalize padding.
-    pub padded: usize,
+    /// Where the batch goes.
+    pub place: BatchPlace,
     /// What the transforms gave.
     pub made: feedline::Result<feedline::transform::Transformed>,
 }

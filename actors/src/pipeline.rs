@@ -9,6 +9,7 @@ mod prepare;
 use actix::prelude::*;
 use feedline::Schema;
 
+use crate::checkpoint::Checkpoint;
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::guard::FaultPlan;
@@ -19,7 +20,6 @@ use crate::resume_plan::ResumePlan;
 use crate::stats::Stats;
 use crate::trainer::{SimulatedDevice, TrainStep};
 pub(crate) use builder::Running;
-use feedline::checkpoint::Checkpoint;
 
 /// A running pipeline's handle.
 ///
@@ -41,13 +41,11 @@ use feedline::checkpoint::Checkpoint;
 /// # let files: Vec<String> = feedline_actors::feedline::synthetic::generate(&opts)?
 /// #     .iter().map(|p| p.display().to_string()).collect();
 ///
-/// let config = PipelineConfig {
-///     files,                               // 2 files of 100 records
-///     batch: BatchPolicy::Fixed(32),
-///     passes: 2,
-///     devices: 1,                          // one consumer: index 0
-///     ..PipelineConfig::default()
-/// };
+/// let mut config = PipelineConfig::default();
+/// config.inputs.files = files;                 // 2 files of 100 records
+/// config.batching.batch = BatchPolicy::Fixed(32);
+/// config.order.passes = 2;
+/// config.feeding.devices = 1;                  // one consumer: index 0
 /// let sys = System::new();
 /// let (pipeline, rows) = sys.block_on(async move {
 ///     let pipeline = Pipeline::start(config)?;          // from inside the System
@@ -121,7 +119,7 @@ impl Pipeline {
         }
     }
 
-    /// Push mode ([`PipelineConfig::push`]): the handle that feeds the
+    /// Push mode ([`Inputs::push`](crate::Inputs::push)): the handle that feeds the
     /// pipeline, taken once (dropping it, and every clone, ends the stream).
     pub fn take_feed_handle(&mut self) -> Option<FeedHandle> {
         self.running.push.take()
@@ -175,7 +173,8 @@ impl Pipeline {
     /// ```no_run
     /// use feedline_actors::{Pipeline, PipelineConfig, Pop, Popped};
     /// # async fn demo() -> Result<(), feedline_actors::PipelineError> {
-    /// let config = PipelineConfig { files: vec!["data/*.jsonl".into()], ..Default::default() };
+    /// let mut config = PipelineConfig::default();
+    /// config.inputs.files = vec!["data/*.jsonl".into()];
     /// let pipeline = Pipeline::start(config)?;
     /// let feed = pipeline.feed();
     /// for _ in 0..10 {

@@ -17,11 +17,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use feedline::batch_policy::BatchPolicy;
-use feedline::checkpoint::{
+use crate::checkpoint::{
     Checkpoint, DocPieces, DrawSnapshot, FileStamp, InputFiles, InputFingerprint, PassProgress,
     RecordRanges, SettingsFingerprint, SourceTable, CHECKPOINT_VERSION,
 };
+use feedline::batch_policy::BatchPolicy;
 use feedline::plan::{expand_inputs, Equalize, ShardBy};
 use feedline::{Origin, SourceId};
 
@@ -347,9 +347,9 @@ impl CheckpointBase {
             inputs: InputFingerprint { files },
             settings: order_settings(config),
             legacy_settings: legacy_order_settings(config),
-            rank: config.shard.rank as u32,
-            world_size: config.shard.world_size as u32,
-            deterministic: config.deterministic,
+            rank: config.inputs.shard.rank as u32,
+            world_size: config.inputs.shard.world_size as u32,
+            deterministic: config.order.deterministic,
         })
     }
 }
@@ -359,10 +359,15 @@ impl CheckpointBase {
 /// off as the registry takes it off).
 fn data_files(config: &PipelineConfig) -> Result<Vec<(String, PathBuf)>, PipelineError> {
     let mut out = Vec::new();
-    let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
+    let lists =
+        std::iter::once(&config.inputs.files).chain(config.inputs.sets.iter().map(|s| &s.files));
     for list in lists.filter(|l| !l.is_empty()) {
         for spec in expand_inputs(list)? {
-            let bare = match config.registry.resolve(&spec, config.format.as_deref()) {
+            let bare = match config
+                .inputs
+                .registry
+                .resolve(&spec, config.inputs.format.as_deref())
+            {
                 Ok((_, bare, _)) => bare,
                 Err(_) => PathBuf::from(&spec),
             };
@@ -379,7 +384,8 @@ fn data_files(config: &PipelineConfig) -> Result<Vec<(String, PathBuf)>, Pipelin
 /// are no local files. The command adds its `--schema` file.
 pub fn input_files(config: &PipelineConfig) -> Result<InputFiles, PipelineError> {
     let mut files = InputFiles::of(data_files(config)?.into_iter().map(|(_, bare)| bare));
-    let given = (config.files.iter()).chain(config.sets.iter().flat_map(|s| &s.files));
+    let given =
+        (config.inputs.files.iter()).chain(config.inputs.sets.iter().flat_map(|s| &s.files));
     for spec in given.map(|s| s.trim()) {
         match spec.strip_prefix('@') {
             Some(list) => files.add(list),
@@ -402,21 +408,21 @@ pub fn input_files(config: &PipelineConfig) -> Result<InputFiles, PipelineError>
 /// ([`LoaderBuilder::transform_version`](crate::LoaderBuilder::transform_version)).
 pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
     use serde_json::json;
-    let batch = match &config.batch {
+    let batch = match &config.batching.batch {
         BatchPolicy::Fixed(n) => json!(n),
         BatchPolicy::Budget { max_cost, .. } => json!({ "max_cost": max_cost }),
     };
-    let shard_by = match config.shard_by {
+    let shard_by = match config.inputs.shard_by {
         ShardBy::Auto => "auto",
         ShardBy::File => "file",
         ShardBy::Record => "record",
     };
-    let equalize = match config.equalize {
+    let equalize = match config.batching.equalize {
         Equalize::Off => "off",
         Equalize::Drop => "drop",
         Equalize::Pad => "pad",
     };
-    let sets: Vec<serde_json::Value> = (config.sets.iter())
+    let sets: Vec<serde_json::Value> = (config.inputs.sets.iter())
         .map(|s| json!({ "name": s.name, "files": s.files, "weight": s.weight }))
         .collect();
     let t = &config.transforms;
@@ -428,24 +434,24 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         "batch": t.batch.is_some(),
     });
     let fingerprint = SettingsFingerprint::new()
-        .with("seed", config.seed)
-        .with("shuffle", config.shuffle)
-        .with("min_pool", config.min_pool)
-        .with("shuffle_bytes", config.shuffle_bytes)
+        .with("seed", config.order.seed)
+        .with("shuffle", config.order.shuffle)
+        .with("min_pool", config.order.min_pool)
+        .with("shuffle_bytes", config.order.shuffle_bytes)
         .with("batch", batch)
-        .with("drop_last", config.drop_last)
-        .with("shuffle_files", config.shuffle_files)
-        .with("deterministic", config.deterministic)
-        .with("chunk_records", config.chunk_records)
-        .with("chunk_bytes", config.chunk_bytes)
+        .with("drop_last", config.batching.drop_last)
+        .with("shuffle_files", config.order.shuffle_files)
+        .with("deterministic", config.order.deterministic)
+        .with("chunk_records", config.reading.chunk_records)
+        .with("chunk_bytes", config.reading.chunk_bytes)
         .with("shard_by", shard_by)
         .with("equalize", equalize)
-        .with("format", &config.format)
+        .with("format", &config.inputs.format)
         .with("sets", sets)
         .with("transforms", transforms);
     // Packing changes the batches; only recorded when on, so checkpoints
     // taken before it existed still compare equal.
-    match &config.pack {
+    match &config.batching.pack {
         Some(p) => fingerprint.with("pack", p),
         None => fingerprint,
     }
@@ -456,23 +462,23 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
 /// as that version knew them).
 fn legacy_order_settings(config: &PipelineConfig) -> SettingsFingerprint {
     let t = &config.transforms;
-    let sets: Vec<String> = (config.sets.iter())
+    let sets: Vec<String> = (config.inputs.sets.iter())
         .map(|s| format!("{}={:?}*{}", s.name, s.files, s.weight))
         .collect();
     SettingsFingerprint::new()
-        .with("seed", config.seed.to_string())
-        .with("shuffle", config.shuffle.to_string())
-        .with("min_pool", format!("{:?}", config.min_pool))
-        .with("shuffle_bytes", config.shuffle_bytes.to_string())
-        .with("batch", format!("{:?}", config.batch))
-        .with("drop_last", config.drop_last.to_string())
-        .with("shuffle_files", config.shuffle_files.to_string())
-        .with("deterministic", config.deterministic.to_string())
-        .with("chunk_records", config.chunk_records.to_string())
-        .with("chunk_bytes", config.chunk_bytes.to_string())
-        .with("shard_by", format!("{:?}", config.shard_by))
-        .with("equalize", format!("{:?}", config.equalize))
-        .with("format", format!("{:?}", config.format))
+        .with("seed", config.order.seed.to_string())
+        .with("shuffle", config.order.shuffle.to_string())
+        .with("min_pool", format!("{:?}", config.order.min_pool))
+        .with("shuffle_bytes", config.order.shuffle_bytes.to_string())
+        .with("batch", format!("{:?}", config.batching.batch))
+        .with("drop_last", config.batching.drop_last.to_string())
+        .with("shuffle_files", config.order.shuffle_files.to_string())
+        .with("deterministic", config.order.deterministic.to_string())
+        .with("chunk_records", config.reading.chunk_records.to_string())
+        .with("chunk_bytes", config.reading.chunk_bytes.to_string())
+        .with("shard_by", format!("{:?}", config.inputs.shard_by))
+        .with("equalize", format!("{:?}", config.batching.equalize))
+        .with("format", format!("{:?}", config.inputs.format))
         .with("sets", format!("[{}]", sets.join(", ")))
         .with(
             "transforms",

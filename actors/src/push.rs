@@ -1,7 +1,7 @@
 //! Feeding from user code: the push source and its [`FeedHandle`] (Paddle's
 //! `py_reader` / `PyArrayFeedQueue`).
 //!
-//! A pipeline started in push mode ([`PipelineConfig::push`],
+//! A pipeline started in push mode ([`Inputs::push`](crate::Inputs::push),
 //! [`LoaderBuilder::build_with_feed`](crate::LoaderBuilder::build_with_feed))
 //! reads no files: its data is what producers push through a `FeedHandle`
 //! (cloneable, `Send`), from any number of threads, until the stream is
@@ -25,7 +25,7 @@
 //! ## Backpressure
 //!
 //! The push source has the credits of a reader: at most
-//! [`chunks_in_flight`](PipelineConfig::chunks_in_flight) messages (chunks or
+//! [`chunks_in_flight`](crate::Reading::chunks_in_flight) messages (chunks or
 //! batches) sent and not yet acknowledged by the shuffle-batch actor, which
 //! stops acknowledging while the feed queue is full. With a credit free a
 //! pushed instance is sent at once (low latency); without, instances gather

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
+use crate::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot, PassProgress, RecordRanges};
 use feedline::plan::Equalize;
 use feedline::{Chunk, Origin, SourceId};
 
@@ -327,7 +327,7 @@ impl ResumePlan {
         self.first_pass
     }
 
-    /// A run that starts at pass `first_pass` ([`PipelineConfig::first_pass`])
+    /// A run that starts at pass `first_pass` ([`Resume::first_pass`](crate::Resume::first_pass))
     /// as if every earlier pass had been consumed and nothing of this one:
     /// no checkpoint, nothing left out, no snapshot — the pass is read and
     /// drawn from its start, as a run from pass 0 reads and draws it.
@@ -559,7 +559,7 @@ impl ResumePlan {
     /// Every checkpoint must match `config`'s inputs and order-fixing
     /// settings; the error says what changed.
     pub fn new(checkpoints: &[Checkpoint], config: &PipelineConfig) -> Result<Self, PipelineError> {
-        if config.push.is_some() {
+        if config.inputs.push.is_some() {
             return Err(PipelineError::config(
                 "push mode cannot resume from a checkpoint: its data is what is pushed",
             ));
@@ -575,7 +575,12 @@ impl ResumePlan {
         Self::same_inputs_and_settings(checkpoints, &now)?;
         check::against_settings(checkpoints, config)?;
         check::against_files(checkpoints, config)?;
-        let plan = ResumePlan::plan(checkpoints, &now, config.passes, config.equalize)?;
+        let plan = ResumePlan::plan(
+            checkpoints,
+            &now,
+            config.order.passes,
+            config.batching.equalize,
+        )?;
         // The checkpoints of one job (the plan): no record taken twice.
         check::consumed_once(checkpoints)?;
         Ok(plan)

@@ -46,6 +46,11 @@ pub enum Setting {
     ReorderWindow,
     /// The data-parallel shard (rank of world size).
     Shard,
+    /// The data-parallel rank, given alone (its world size may come from
+    /// the environment).
+    Rank,
+    /// The data-parallel world size, given alone.
+    WorldSize,
     /// Equal batch counts on every rank.
     Equalize,
     // Batching.
@@ -124,6 +129,8 @@ impl Setting {
             Deterministic => "deterministic",
             ReorderWindow => "reorder_window",
             Shard => "shard",
+            Rank => "rank",
+            WorldSize => "world_size",
             Equalize => "equalize",
             Batch => "batch",
             DropLast => "drop_last",

@@ -151,14 +151,14 @@ pub(crate) struct StageSettings {
 /// (the packer's window is not in the snapshot: a packed pass is drawn again
 /// from its start).
 pub(crate) fn snapshots_possible(config: &PipelineConfig) -> bool {
-    config.deterministic
-        && config.sets.len() <= 1
-        && config.push.is_none()
+    config.order.deterministic
+        && config.inputs.sets.len() <= 1
+        && config.inputs.push.is_none()
         && config.transforms.records.is_none()
-        && config.pack.is_none()
-        && config.equalize == Equalize::Off
+        && config.batching.pack.is_none()
+        && config.batching.equalize == Equalize::Off
         && !matches!(
-            config.error_policy,
+            config.faults.error_policy,
             ErrorPolicy::Skip {
                 max_bad_fraction: Some(_),
                 ..
@@ -171,35 +171,35 @@ impl StageSettings {
     /// instances are of `schema`, batches going into `lanes`, the run
     /// starting at pass `first_pass` (a resume's).
     pub fn derive(config: &PipelineConfig, schema: &Schema, lanes: Lanes, first_pass: u64) -> Self {
-        let mut open = config.open.clone();
-        open.defer_checksums &= checksums_may_wait(&config.error_policy);
+        let mut open = config.reading.open.clone();
+        open.defer_checksums &= checksums_may_wait(&config.faults.error_policy);
         StageSettings {
             reader: ReaderSettings {
-                registry: config.registry.clone(),
-                format: config.format.clone(),
+                registry: config.inputs.registry.clone(),
+                format: config.inputs.format.clone(),
                 open,
-                chunk_records: config.chunk_records.max(1),
-                chunk_bytes: config.chunk_bytes,
-                chunks_in_flight: config.chunks_in_flight.max(1),
+                chunk_records: config.reading.chunk_records.max(1),
+                chunk_bytes: config.reading.chunk_bytes,
+                chunks_in_flight: config.reading.chunks_in_flight.max(1),
                 records: config.transforms.records.clone(),
-                remote_cache: config.remote_cache.clone(),
+                remote_cache: config.reading.remote_cache.clone(),
                 schema: schema.clone(),
             },
             shuffle: ShuffleSettings {
                 pool: ShuffleConfig {
-                    pool_size: config.shuffle,
-                    min_pool_size: config.min_pool,
-                    max_bytes: config.shuffle_bytes,
-                    seed: config.seed,
+                    pool_size: config.order.shuffle,
+                    min_pool_size: config.order.min_pool,
+                    max_bytes: config.order.shuffle_bytes,
+                    seed: config.order.seed,
                 },
-                deterministic: config.deterministic,
-                reorder_window: config.reorder_window,
-                sets: (config.sets.iter())
+                deterministic: config.order.deterministic,
+                reorder_window: config.order.reorder_window,
+                sets: (config.inputs.sets.iter())
                     .map(|s| (s.name.clone(), s.weight))
                     .collect(),
-                passes: config.passes,
+                passes: config.order.passes,
                 snapshot_every: if snapshots_possible(config) {
-                    config.snapshot_every
+                    config.resume.snapshot_every
                 } else {
                     0
                 },
@@ -209,7 +209,7 @@ impl StageSettings {
                 in_flight: config.in_flight_batches(),
                 lanes,
                 schema: schema.clone(),
-                pack: match (&config.pack, &config.batch) {
+                pack: match (&config.batching.pack, &config.batching.batch) {
                     (Some(p), feedline::batch_policy::BatchPolicy::Fixed(rows)) => {
                         Some((p.clone(), *rows))
                     }
@@ -217,16 +217,16 @@ impl StageSettings {
                 },
             },
             supervisor: SupervisorSettings {
-                stall_timeout: config.stall_timeout,
-                on_stall: config.on_stall,
-                max_attempts: config.max_attempts,
-                passes_to_run: config.passes.saturating_sub(first_pass),
+                stall_timeout: config.faults.stall_timeout,
+                on_stall: config.faults.on_stall,
+                max_attempts: config.faults.max_attempts,
+                passes_to_run: config.order.passes.saturating_sub(first_pass),
             },
             push: PushSettings {
-                chunks_in_flight: config.chunks_in_flight.max(1),
-                chunk_records: config.chunk_records.max(1),
-                chunk_bytes: config.chunk_bytes,
-                full_chunks_only: config.deterministic,
+                chunks_in_flight: config.reading.chunks_in_flight.max(1),
+                chunk_records: config.reading.chunk_records.max(1),
+                chunk_bytes: config.reading.chunk_bytes,
+                full_chunks_only: config.order.deterministic,
             },
         }
     }

@@ -139,7 +139,7 @@ impl PaddingRows {
 pub(crate) struct RestoredDraw {
     buffer: ShuffleBuffer,
     tracker: DrawTracker,
-    snapshot: feedline::checkpoint::DrawSnapshot,
+    snapshot: crate::checkpoint::DrawSnapshot,
 }
 
 impl RestoredDraw {
@@ -367,8 +367,9 @@ impl ShuffleBatch {
     fn emit(&mut self, rows: Vec<RowRef>) {
         let padded = self.padding.rows_out(rows.len());
         let mut job = self.numbering.job(rows);
-        job.padded = padded;
-        let next = job.seq + 1;
+        job.place.padded = padded;
+        let place = job.place;
+        let next = place.seq + 1;
         if self.snapshotting
             && next % self.settings.snapshot_every == 0
             && !self.drain.is_drawing()
@@ -377,7 +378,7 @@ impl ShuffleBatch {
             let rows = [self.padding.rows_in, self.padding.out];
             let t0 = Instant::now();
             let s = self.tracker.capture(DrawState {
-                pass: job.pass,
+                pass: place.pass,
                 seq: next,
                 buffer: &self.buffer,
                 pending: &self.pending,
@@ -387,7 +388,7 @@ impl ShuffleBatch {
             if let Some(s) = s {
                 log::trace!(
                     "snapshot of the draw before batch {next} of pass {}: {} rows, {} chunks, in {:.1} µs",
-                    job.pass,
+                    place.pass,
                     s.row_slots.len(),
                     s.chunks.iter().flatten().count(),
                     t0.elapsed().as_secs_f64() * 1e6
@@ -397,7 +398,7 @@ impl ShuffleBatch {
         }
         // Resumed: a batch the checkpoint says was consumed is left out
         // (after the padding count, which the uninterrupted run made too).
-        if (self.resume.as_ref()).is_some_and(|r| r.skips_batch(job.pass, job.seq)) {
+        if (self.resume.as_ref()).is_some_and(|r| r.skips_batch(place.pass, place.seq)) {
             return;
         }
         if self.drain.is_drawing() {
@@ -570,14 +571,9 @@ impl ShuffleBatch {
     /// Queue a ready-made (pushed) batch with the stage's own: numbered and
     /// laned like them, not shuffled.
     fn enqueue_ready(&mut self, batch: Arc<feedline::Batch>) {
-        let (lane, pass, seq) = self.numbering.next();
+        let place = self.numbering.next();
         self.pass_records += batch.len() as u64;
-        let ready = BatchOrder::Ready {
-            lane,
-            pass,
-            seq,
-            batch,
-        };
+        let ready = BatchOrder::Ready { place, batch };
         self.out.push_back((0, Item::Batch(ready)));
     }
 

@@ -1042,17 +1042,16 @@ fn hostile_checkpoints_are_refused_naming_the_field() {
     all(make(false).resume(shuffled.clone()).build().unwrap());
 
     type Edit = Box<dyn Fn(&mut Checkpoint)>;
-    let on_snapshot =
-        |f: Box<dyn Fn(&mut feedline_actors::feedline::checkpoint::DrawSnapshot)>| -> Edit {
-            Box::new(move |c: &mut Checkpoint| f(c.passes[0].snapshot.as_mut().unwrap()))
-        };
+    let on_snapshot = |f: Box<dyn Fn(&mut feedline_actors::checkpoint::DrawSnapshot)>| -> Edit {
+        Box::new(move |c: &mut Checkpoint| f(c.passes[0].snapshot.as_mut().unwrap()))
+    };
     // A source's records with its last consumed record moved to `to`.
     let moved = |c: &mut Checkpoint, to: u64| {
         let (&s, r) = c.passes[0].records.iter().next().unwrap();
         let mut rec: Vec<u64> = r.records().collect();
         rec.pop();
         rec.push(to);
-        let r = feedline_actors::feedline::checkpoint::RecordRanges::from_records(rec);
+        let r = feedline_actors::checkpoint::RecordRanges::from_records(rec);
         c.passes[0].records.insert(s, r);
         s
     };
@@ -1069,10 +1068,7 @@ fn hostile_checkpoints_are_refused_naming_the_field() {
         (
             false,
             Box::new(|c| {
-                let r = feedline_actors::feedline::checkpoint::RecordRanges::from_ranges([[
-                    0,
-                    u64::MAX,
-                ]]);
+                let r = feedline_actors::checkpoint::RecordRanges::from_ranges([[0, u64::MAX]]);
                 c.passes[0].records.insert(0, r);
             }),
             "checkpoint field `passes[0].batches`",
@@ -1089,8 +1085,7 @@ fn hostile_checkpoints_are_refused_naming_the_field() {
         (
             true,
             Box::new(|c| {
-                c.passes[0].seqs =
-                    feedline_actors::feedline::checkpoint::RecordRanges::from_ranges([[0, 8]])
+                c.passes[0].seqs = feedline_actors::checkpoint::RecordRanges::from_ranges([[0, 8]])
             }),
             "checkpoint field `passes[0].seqs`",
             "numbers 8 batches, but `batches` is 7",
@@ -1236,13 +1231,11 @@ fn hostile_checkpoints_are_refused_naming_the_field() {
         (both[1].sources.len() - 1) as u32
     });
     let mine = both[1].passes[0].records.entry(s).or_default();
-    *mine = feedline_actors::feedline::checkpoint::RecordRanges::from_records(
-        mine.records().chain([record]),
-    );
+    *mine = feedline_actors::checkpoint::RecordRanges::from_records(mine.records().chain([record]));
     // (its batch count has room for one record more only if short of a batch)
     both[1].passes[0].batches += 1;
     let seqs = &both[1].passes[0].seqs;
-    both[1].passes[0].seqs = feedline_actors::feedline::checkpoint::RecordRanges::from_ranges(
+    both[1].passes[0].seqs = feedline_actors::checkpoint::RecordRanges::from_ranges(
         seqs.ranges().iter().copied().chain([[1000, 1001]]),
     );
     let mut b = make(false).shard(0, 3);

@@ -137,7 +137,7 @@ fn after_the_last_pass_next_epoch_is_empty_and_set_epoch_beyond_it_is_refused() 
     assert_eq!(loader.next_epoch().count(), 0);
     let e = loader.set_epoch(2).unwrap_err().to_string();
     assert!(
-        e.contains("set_epoch(2): this loader runs 2 passes: epochs 0..1"),
+        e.contains("set_epoch(2): this loader runs 2 passes (passes(2)): epochs 0..1"),
         "{e}"
     );
     // Back to pass 1 of the two: it runs again.

@@ -15,6 +15,7 @@
 
 mod common;
 
+use feedline_actors::{Batching, Faults, Feeding, Inputs, Order, Reading};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -192,30 +193,47 @@ impl Schedule {
             None => BatchPolicy::Fixed(self.batch),
         };
         PipelineConfig {
-            files,
-            sets,
-            registry: synth_registry(synth),
-            schema: Some(SynthFormat::schema()),
-            readers: self.readers,
-            devices: self.devices,
-            feed: if self.round_robin {
-                FeedMode::RoundRobin
-            } else {
-                FeedMode::Shared
+            inputs: Inputs {
+                files,
+                sets,
+                registry: synth_registry(synth),
+                schema: Some(SynthFormat::schema()),
+                ..Default::default()
             },
-            deterministic: self.deterministic,
-            error_policy: if self.skip {
-                ErrorPolicy::skip()
-            } else {
-                ErrorPolicy::Fail
+            reading: Reading {
+                readers: self.readers,
+                chunk_records: self.chunk_records,
+                ..Default::default()
             },
-            passes: self.passes,
-            batch,
-            shuffle: self.shuffle,
-            chunk_records: self.chunk_records,
-            capacity: self.capacity,
-            stall_timeout: Some(Duration::from_millis(100)),
-            on_stall: StallPolicy::Retry,
+            order: Order {
+                deterministic: self.deterministic,
+                passes: self.passes,
+                shuffle: self.shuffle,
+                ..Default::default()
+            },
+            batching: Batching {
+                batch,
+                ..Default::default()
+            },
+            feeding: Feeding {
+                devices: self.devices,
+                feed: if self.round_robin {
+                    FeedMode::RoundRobin
+                } else {
+                    FeedMode::Shared
+                },
+                capacity: self.capacity,
+            },
+            faults: Faults {
+                error_policy: if self.skip {
+                    ErrorPolicy::skip()
+                } else {
+                    ErrorPolicy::Fail
+                },
+                stall_timeout: Some(Duration::from_millis(100)),
+                on_stall: StallPolicy::Retry,
+                ..Default::default()
+            },
             ..PipelineConfig::default()
         }
     }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use feedline_actors::{Inputs, Order};
 use std::sync::{Arc, Mutex};
 
 use common::{
@@ -200,10 +201,16 @@ fn trainers_inside_an_actix_system_consume_everything() {
     let synth = SynthFormat::with_files(&[300, 200, 100]).build();
     let total = synth.total() as usize;
     let config = PipelineConfig {
-        files: synth.specs(),
-        registry: synth_registry(synth),
-        schema: Some(SynthFormat::schema()),
-        passes: 2,
+        inputs: Inputs {
+            files: synth.specs(),
+            registry: synth_registry(synth),
+            schema: Some(SynthFormat::schema()),
+            ..Default::default()
+        },
+        order: Order {
+            passes: 2,
+            ..Default::default()
+        },
         ..PipelineConfig::default()
     };
     let log = Arc::new(Mutex::new(Vec::new()));

@@ -4,6 +4,7 @@
 
 mod common;
 
+use feedline_actors::{Feeding, Inputs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -138,11 +139,17 @@ fn a_panicking_trainer_stops_the_pipeline_with_its_message() {
     let before = threads();
     let synth = SynthFormat::with_files(&[2000, 2000]).build();
     let config = PipelineConfig {
-        files: synth.specs(),
-        registry: synth_registry(synth),
-        schema: Some(SynthFormat::schema()),
-        // Round-robin: device 0 surely gets its 3rd batch (8 of the 16 are its).
-        feed: FeedMode::RoundRobin,
+        inputs: Inputs {
+            files: synth.specs(),
+            registry: synth_registry(synth),
+            schema: Some(SynthFormat::schema()),
+            ..Default::default()
+        },
+        feeding: Feeding {
+            // Round-robin: device 0 surely gets its 3rd batch (8 of the 16 are its).
+            feed: FeedMode::RoundRobin,
+            ..Default::default()
+        },
         ..PipelineConfig::default()
     };
     let sys = actix::System::new();

@@ -5,6 +5,7 @@
 
 mod common;
 
+use feedline_actors::{Batching, Feeding, Inputs, Order, Reading};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -502,13 +503,28 @@ fn actors_push_through_the_recipient_answered_when_there_is_room() {
     let sys = System::new();
     let (got, mut pipeline) = sys.block_on(async {
         let config = PipelineConfig {
-            schema: Some(SynthFormat::schema()),
-            push: Some("actors".into()),
-            capacity: 1,
-            batch: feedline::batch_policy::BatchPolicy::Fixed(4),
-            shuffle: 0,
-            chunk_records: 2,
-            chunks_in_flight: 1,
+            inputs: Inputs {
+                schema: Some(SynthFormat::schema()),
+                push: Some("actors".into()),
+                ..Default::default()
+            },
+            reading: Reading {
+                chunk_records: 2,
+                chunks_in_flight: 1,
+                ..Default::default()
+            },
+            order: Order {
+                shuffle: 0,
+                ..Default::default()
+            },
+            batching: Batching {
+                batch: feedline::batch_policy::BatchPolicy::Fixed(4),
+                ..Default::default()
+            },
+            feeding: Feeding {
+                capacity: 1,
+                ..Default::default()
+            },
             ..PipelineConfig::default()
         };
         let mut pipeline = Pipeline::start(config).unwrap();

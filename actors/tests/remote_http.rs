@@ -625,7 +625,7 @@ fn brace_ranges_expand_to_urls_and_the_bytes_read_are_the_bytes_served() {
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
     assert_eq!(got, files["/data/part2.jsonl"]);
-    let stamp = feedline::checkpoint::FileStamp::of(&urls[2]).unwrap();
+    let stamp = feedline_actors::checkpoint::FileStamp::of(&urls[2]).unwrap();
     assert_eq!(stamp.size, got.len() as u64);
     assert!(stamp.mtime_ns.is_some());
 }

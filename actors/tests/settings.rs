@@ -200,3 +200,44 @@ fn a_mistake_reads_as_the_builders_methods_name_its_settings() {
         assert!(e.settings().all(|s: Setting| sentence.contains(s.key())));
     }
 }
+
+/// The shard's one rule (`shard_given`): what a face was given wins, and a
+/// refusal names which values were given, spelled by the face (the
+/// command and Python make the same mistake: `cli/tests/cli_flags.rs`,
+/// `python/tests/test_settings.py`).
+#[test]
+fn a_shard_out_of_range_is_refused_naming_what_was_given() {
+    use feedline_actors::{shard_given, Setting, Shard};
+    assert_eq!(
+        shard_given(Some(1), Some(4)).unwrap(),
+        Some(Shard {
+            rank: 1,
+            world_size: 4
+        })
+    );
+    let e = shard_given(Some(3), Some(2)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) \
+         (RANK from rank, WORLD_SIZE from world_size)"
+    );
+    assert_eq!(
+        e.settings().collect::<Vec<_>>(),
+        [Setting::Rank, Setting::WorldSize]
+    );
+    let e = shard_given(Some(0), Some(0)).unwrap_err();
+    assert!(e.starts_with("WORLD_SIZE=0: must be at least 1"), "{e}");
+}
+
+/// `set_epoch`'s range is one judgement (`Epochs::check_set_epoch`), its
+/// sentence the same from Python (`python/tests/test_settings.py`).
+#[test]
+fn set_epoch_past_the_last_pass_is_refused_naming_the_passes() {
+    let mut loader = base().batch(4).passes(2).build().unwrap();
+    assert!(loader.set_epoch(1).is_ok());
+    let e = loader.set_epoch(2).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: set_epoch(2): this loader runs 2 passes (passes(2)): epochs 0..1"
+    );
+}

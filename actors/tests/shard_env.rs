@@ -53,7 +53,13 @@ fn rank_and_world_size_from_the_environment() {
     // The loader's settings say which shard is in force.
     set(Some("1"), Some("2"));
     let l = builder().build().unwrap();
-    assert_eq!((l.config().shard.rank, l.config().shard.world_size), (1, 2));
+    assert_eq!(
+        (
+            l.config().inputs.shard.rank,
+            l.config().inputs.shard.world_size
+        ),
+        (1, 2)
+    );
     drop(l);
     // .shard() wins; .shard_from_env(false) reads all.
     assert_eq!(ids_of(builder().shard(0, 1)), all);

@@ -5,6 +5,7 @@
 
 mod common;
 
+use feedline_actors::{Batching, Feeding, Inputs, Order};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -189,17 +190,29 @@ fn bounded<F: std::future::Future + 'static>(fut: F) -> F::Output {
 fn config(passes: u64, round_robin: bool) -> PipelineConfig {
     let synth = files();
     PipelineConfig {
-        files: synth.specs(),
-        registry: synth_registry(synth),
-        schema: Some(SynthFormat::schema()),
-        passes,
-        batch: BatchPolicy::Fixed(5),
-        shuffle: 30,
-        capacity: 1,
-        feed: if round_robin {
-            feedline_actors::FeedMode::RoundRobin
-        } else {
-            feedline_actors::FeedMode::Shared
+        inputs: Inputs {
+            files: synth.specs(),
+            registry: synth_registry(synth),
+            schema: Some(SynthFormat::schema()),
+            ..Default::default()
+        },
+        order: Order {
+            passes,
+            shuffle: 30,
+            ..Default::default()
+        },
+        batching: Batching {
+            batch: BatchPolicy::Fixed(5),
+            ..Default::default()
+        },
+        feeding: Feeding {
+            capacity: 1,
+            feed: if round_robin {
+                feedline_actors::FeedMode::RoundRobin
+            } else {
+                feedline_actors::FeedMode::Shared
+            },
+            ..Default::default()
         },
         ..PipelineConfig::default()
     }
@@ -329,10 +342,19 @@ fn without_trainers_finished_waits_for_the_last_drain_and_a_stop_then_loses_noth
     for round_robin in [false, true] {
         // The pool holds whole passes: every batch comes from the end-of-pass
         // drain, which reaches the one-batch lanes only as consumers pop.
-        let config = PipelineConfig {
-            shuffle: 10_000,
-            devices: 2,
-            ..config(2, round_robin)
+        let config = {
+            let base = config(2, round_robin);
+            PipelineConfig {
+                order: Order {
+                    shuffle: 10_000,
+                    ..base.order
+                },
+                feeding: Feeding {
+                    devices: 2,
+                    ..base.feeding
+                },
+                ..base
+            }
         };
         let (seen, ends) = bounded(async move {
             let mut p = Pipeline::start(config).unwrap();

@@ -26,6 +26,8 @@ impl Flags {
             S::Passes => "--passes",
             S::Deterministic => "--deterministic",
             S::Shard => "--rank/--world-size",
+            S::Rank => "--rank",
+            S::WorldSize => "--world-size",
             S::Equalize => "--equalize",
             S::Batch => "--batch",
             S::DropLast => "--drop-last",

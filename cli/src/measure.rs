@@ -288,18 +288,18 @@ impl Plan {
             args.files = files;
         }
         let mut config = args.config()?;
-        if config.schema.is_none() {
-            config.schema = schema;
+        if config.inputs.schema.is_none() {
+            config.inputs.schema = schema;
         }
         let total = measure.warmup + measure.repeats;
-        config.passes = if measure.multi_pass { total as u64 } else { 1 };
+        config.order.passes = if measure.multi_pass { total as u64 } else { 1 };
         let mode = if measure.single_thread {
             if pipeline.on_error == OnError::Skip {
                 return Err(CliError::usage(
                     "--on-error skip is not supported by --single-thread (its first bad record ends the pass): drop one of them",
                 ));
             }
-            if config.equalize != feedline::plan::Equalize::Off {
+            if config.batching.equalize != feedline::plan::Equalize::Off {
                 return Err(CliError::usage(
                     "--equalize is not supported by --single-thread: drop one of them",
                 ));
@@ -310,26 +310,26 @@ impl Plan {
         } else {
             "fresh-loader"
         };
-        if config.schema.is_none() && config.sets.is_empty() {
+        if config.inputs.schema.is_none() && config.inputs.sets.is_empty() {
             // Once, before the timed passes: a fresh pipeline per pass
             // would otherwise infer it every pass.
-            let files = expand_inputs(&config.files)?;
+            let files = expand_inputs(&config.inputs.files)?;
             let first = files
                 .first()
                 .ok_or_else(|| CliError::usage("the inputs name no files"))?;
-            let schema = config.registry.infer_schema(
+            let schema = config.inputs.registry.infer_schema(
                 first,
-                config.format.as_deref(),
+                config.inputs.format.as_deref(),
                 feedline_actors::SCHEMA_SAMPLE_RECORDS,
             )?;
             writeln!(
                 Stderr,
                 "[feedline] schema inferred from {first} (before timing): {schema}"
             )?;
-            config.schema = Some(schema);
+            config.inputs.schema = Some(schema);
         }
         if measure.single_thread {
-            config.files = expand_inputs(&config.files)?;
+            config.inputs.files = expand_inputs(&config.inputs.files)?;
         }
         Ok(Plan {
             config,
@@ -354,7 +354,7 @@ impl Plan {
 
     /// The batch setting, as text.
     pub fn batch_size(&self) -> String {
-        match &self.config.batch {
+        match &self.config.batching.batch {
             feedline::batch_policy::BatchPolicy::Fixed(n) => n.to_string(),
             other => format!("{other:?}"),
         }
@@ -396,7 +396,7 @@ impl Plan {
     fn fresh_loader_pass(&self, pass: u64, c: &mut impl Consume) -> CliResult<PassResult> {
         let mut config = self.config.clone();
         // A new pipeline per epoch, a new shuffle each time.
-        config.seed = self.config.seed.wrapping_add(pass);
+        config.order.seed = self.config.order.seed.wrapping_add(pass);
         let mut clock = PassClock::start();
         let loader = Loader::builder().config(config).build()?;
         clock.started();
@@ -413,32 +413,33 @@ impl Plan {
     fn single_thread_pass(&self, pass: u64, c: &mut impl Consume) -> CliResult<PassResult> {
         let cfg = &self.config;
         let schema = cfg
+            .inputs
             .schema
             .clone()
             .ok_or_else(|| CliError::usage("the single-thread path needs a schema"))?;
         let mut clock = PassClock::start();
-        let seed = cfg.seed.wrapping_add(pass);
-        let files = PassPlan::new(cfg.files.clone())
+        let seed = cfg.order.seed.wrapping_add(pass);
+        let files = PassPlan::new(cfg.inputs.files.clone())
             .seed(seed)
-            .shuffle_files(cfg.shuffle_files)
-            .shard(cfg.shard)
-            .shard_by(cfg.shard_by);
+            .shuffle_files(cfg.order.shuffle_files)
+            .shard(cfg.inputs.shard)
+            .shard_by(cfg.inputs.shard_by);
         let reader = batches(
-            cfg.registry.clone(),
+            cfg.inputs.registry.clone(),
             files,
             schema,
-            cfg.open.clone(),
+            cfg.reading.open.clone(),
             BatchesConfig {
                 shuffle: ShuffleConfig {
-                    pool_size: cfg.shuffle,
-                    min_pool_size: cfg.min_pool,
-                    max_bytes: cfg.shuffle_bytes,
+                    pool_size: cfg.order.shuffle,
+                    min_pool_size: cfg.order.min_pool,
+                    max_bytes: cfg.order.shuffle_bytes,
                     seed,
                 },
-                policy: cfg.batch.clone(),
-                drop_last: cfg.drop_last,
-                chunk_rows: cfg.chunk_records,
-                chunk_bytes: cfg.chunk_bytes,
+                policy: cfg.batching.batch.clone(),
+                drop_last: cfg.batching.drop_last,
+                chunk_rows: cfg.reading.chunk_records,
+                chunk_bytes: cfg.reading.chunk_bytes,
             },
         )?;
         clock.started();
@@ -508,7 +509,7 @@ impl Plan {
     /// Bytes one record holds in flight: payload, one end offset per field, origin.
     fn record_memory_bytes(&self, r: &PassResult) -> usize {
         let payload = (r.payload / r.records.max(1)) as usize;
-        let fields = self.config.schema.as_ref().map_or(1, |s| s.len());
+        let fields = self.config.inputs.schema.as_ref().map_or(1, |s| s.len());
         payload + 8 * fields + std::mem::size_of::<feedline::Origin>()
     }
 
@@ -533,13 +534,19 @@ impl Plan {
             "first_batch_ms",
             json!(r.first_batch.map(|s| round(s * 1e3, 2))),
         );
-        put("readers", json!(self.config.readers));
-        put("shuffle", json!(self.config.shuffle));
+        put("readers", json!(self.config.reading.readers));
+        put("shuffle", json!(self.config.order.shuffle));
         put("batch", json!(self.batch_size()));
-        put("capacity", json!(self.config.capacity));
-        put("deterministic", json!(self.config.deterministic));
-        put("verify_checksums", json!(self.config.open.verify_checksums));
-        put("defer_checksums", json!(self.config.open.defer_checksums));
+        put("capacity", json!(self.config.feeding.capacity));
+        put("deterministic", json!(self.config.order.deterministic));
+        put(
+            "verify_checksums",
+            json!(self.config.reading.open.verify_checksums),
+        );
+        put(
+            "defer_checksums",
+            json!(self.config.reading.open.defer_checksums),
+        );
         put(
             "consumer_sleep_ms",
             json!(self

@@ -5,6 +5,7 @@
 //! own ([`PipelineConfig::check`]), whose sentence the command prints with
 //! the settings spelled as its flags ([`Flags`]).
 
+use feedline_actors::{Batching, Faults, Feeding, Inputs, Order, Reading};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -451,36 +452,58 @@ impl PipelineArgs {
             .iter()
             .map(|s| parse_set(s))
             .collect::<CliResult<Vec<_>>>()?;
-        let config = PipelineConfig {
-            files: self.files.clone(),
-            sets,
-            format: self.format.format.clone(),
-            open,
-            schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
-            readers: self.readers.unwrap_or(defaults.readers),
-            chunk_records: self.chunk_records,
-            chunk_bytes: self.chunk_mib << 20,
-            shuffle: self.shuffle,
-            min_pool: self.min_pool,
-            shuffle_bytes: self.shuffle_mib.map_or(defaults.shuffle_bytes, |m| m << 20),
-            batch: BatchPolicy::Fixed(self.batch),
-            drop_last: self.drop_last,
-            seed: self.seed,
-            deterministic: self.deterministic,
-            capacity: self.capacity,
-            batches_in_flight: self.batches_in_flight,
-            error_policy,
-            shard: self.shard()?,
-            equalize: match self.equalize {
-                EqualizeArg::Off => Equalize::Off,
-                EqualizeArg::Drop => Equalize::Drop,
-                EqualizeArg::Pad => Equalize::Pad,
-            },
-            transforms: self.transform.transforms()?,
-            pack: self.pack.pack()?,
-            remote_cache: self.cache.cache(),
-            given: self.given()?,
-            ..defaults
+        let config = {
+            let base = PipelineConfig::default();
+            PipelineConfig {
+                inputs: Inputs {
+                    files: self.files.clone(),
+                    sets,
+                    format: self.format.format.clone(),
+                    schema: self.schema.as_ref().map(Schema::from_file).transpose()?,
+                    shard: self.shard()?,
+                    ..base.inputs
+                },
+                reading: Reading {
+                    open,
+                    readers: self.readers.unwrap_or(defaults.reading.readers),
+                    chunk_records: self.chunk_records,
+                    chunk_bytes: self.chunk_mib << 20,
+                    remote_cache: self.cache.cache(),
+                    ..base.reading
+                },
+                order: Order {
+                    shuffle: self.shuffle,
+                    min_pool: self.min_pool,
+                    shuffle_bytes: self
+                        .shuffle_mib
+                        .map_or(defaults.order.shuffle_bytes, |m| m << 20),
+                    seed: self.seed,
+                    deterministic: self.deterministic,
+                    ..base.order
+                },
+                batching: Batching {
+                    batch: BatchPolicy::Fixed(self.batch),
+                    drop_last: self.drop_last,
+                    batches_in_flight: self.batches_in_flight,
+                    equalize: match self.equalize {
+                        EqualizeArg::Off => Equalize::Off,
+                        EqualizeArg::Drop => Equalize::Drop,
+                        EqualizeArg::Pad => Equalize::Pad,
+                    },
+                    pack: self.pack.pack()?,
+                },
+                feeding: Feeding {
+                    capacity: self.capacity,
+                    ..base.feeding
+                },
+                faults: Faults {
+                    error_policy,
+                    ..base.faults
+                },
+                transforms: self.transform.transforms()?,
+                given: self.given()?,
+                ..base
+            }
         };
         config.check().map_err(refused)?;
         Ok(config)
@@ -499,27 +522,13 @@ impl PipelineArgs {
         Ok(g)
     }
 
-    /// This process's shard: the flags, else $RANK and $WORLD_SIZE (the
-    /// core's [`Shard::from_vars`] parses and checks them; a message that
-    /// names a variable says which values came from flags).
+    /// This process's shard: the flags, each one not given from $RANK /
+    /// $WORLD_SIZE, else 0 / 1 (the one rule, [`shard_given`], its refusal
+    /// in the command's words).
     fn shard(&self) -> CliResult<Shard> {
-        let env = |name: &str| std::env::var(name).ok();
-        let rank = self.rank.map(|r| r.to_string()).or_else(|| env("RANK"));
-        let world = (self.world_size.map(|w| w.to_string())).or_else(|| env("WORLD_SIZE"));
-        Shard::from_vars(rank.as_deref(), world.as_deref()).map_err(|e| {
-            let from_flags: Vec<&str> = [
-                self.rank.map(|_| "RANK from --rank"),
-                self.world_size.map(|_| "WORLD_SIZE from --world-size"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            if from_flags.is_empty() {
-                CliError::from(e)
-            } else {
-                CliError::usage(format!("{e} ({})", from_flags.join(", ")))
-            }
-        })
+        Ok(feedline_actors::shard_given(self.rank, self.world_size)
+            .map_err(|e| CliError::usage(Flags::say(&e)))?
+            .unwrap_or_default())
     }
 }
 
@@ -571,9 +580,9 @@ mod tests {
     #[test]
     fn stated_defaults_are_the_librarys() {
         let d = PipelineConfig::default();
-        assert_eq!(d.readers, 2, "--readers says (default: 2)");
+        assert_eq!(d.reading.readers, 2, "--readers says (default: 2)");
         assert_eq!(
-            d.shuffle_bytes,
+            d.order.shuffle_bytes,
             256 << 20,
             "--shuffle-mib says (default: 256)"
         );

@@ -12,6 +12,7 @@
 //! the process dies. `--stop-after N` delivers N batches, saves and exits 0;
 //! `--resume PATH` (once per rank of an old job) goes on from checkpoints.
 
+use feedline_actors::{Feeding, Order};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use feedline::checkpoint::{
+use feedline_actors::checkpoint::{
     check_save_path, save_atomic_sparing, CheckpointError, CheckpointResult, InputFiles, PathKind,
 };
 use feedline_actors::{
@@ -410,15 +411,24 @@ enum Outcome {
 pub fn run(args: RunArgs) -> CliResult<ExitCode> {
     // First: every thread started from here on inherits the blocked signals.
     let signals = signals::handle().map_err(CliError::Signals)?;
-    let config = PipelineConfig {
-        passes: args.passes,
-        devices: args.devices,
-        feed: if args.round_robin {
-            FeedMode::RoundRobin
-        } else {
-            FeedMode::Shared
-        },
-        ..args.pipeline.config()?
+    let config = {
+        let base = args.pipeline.config()?;
+        PipelineConfig {
+            order: Order {
+                passes: args.passes,
+                ..base.order
+            },
+            feeding: Feeding {
+                devices: args.devices,
+                feed: if args.round_robin {
+                    FeedMode::RoundRobin
+                } else {
+                    FeedMode::Shared
+                },
+                ..base.feeding
+            },
+            ..base
+        }
     };
     // The devices keep the progress, with the trace (`Delivery`).
     let mut options = StartOptions {
@@ -672,7 +682,7 @@ impl Memory {
             (stage.payload_bytes / stage.records.max(1)) as usize
         };
         let payload = per(&s.readers).max(per(&s.batch_maker));
-        let fields = config.schema.as_ref().map_or(1, |s| s.len());
+        let fields = config.inputs.schema.as_ref().map_or(1, |s| s.len());
         let record_bytes = payload + 8 * fields + std::mem::size_of::<feedline::Origin>();
         Memory {
             bound: config.in_flight_bound_bytes(record_bytes),

@@ -206,6 +206,26 @@ fn a_rank_outside_the_world_is_refused_naming_where_it_came_from() {
         .unwrap();
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("RANK=5"), "{}", stderr(&o));
+    // A rank given alone takes the world size from the environment (the
+    // one rule of every face, `shard_given`), and a refusal says which
+    // value came from a flag.
+    let o = command(&["run", f, "--rank", "2"])
+        .env("WORLD_SIZE", "2")
+        .env_remove("RANK")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim_end(),
+        "feedline: error: invalid configuration: RANK=2 is out of range for WORLD_SIZE=2 \
+         (ranks are 0..2) (RANK from --rank)"
+    );
+    let o = command(&["run", f, "--rank", "1"])
+        .env("WORLD_SIZE", "2")
+        .env_remove("RANK")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
     // The flag overrides a bad variable.
     let o = command(&["run", f, "--rank", "0"])
         .env("RANK", "x")

@@ -328,7 +328,7 @@ fn identity(path: &Path) -> (u64, std::fs::FileType, u64, Option<Vec<u8>>) {
 }
 
 /// Issue 39: `--checkpoint` is refused by the library's one rule
-/// (`feedline::checkpoint::check_save_path`), with the library's sentence
+/// (`feedline_actors::checkpoint::check_save_path`), with the library's sentence
 /// after the flag, exit code 2, before anything is written and with
 /// nothing at the path touched: one of the inputs (a data file, the list
 /// file, the schema file), a symbolic link to `/dev/null`, a FIFO, and a
@@ -338,7 +338,7 @@ fn identity(path: &Path) -> (u64, std::fs::FileType, u64, Option<Vec<u8>>) {
 /// save refuses, at the end (exit code 1, not 2).
 #[test]
 fn a_checkpoint_path_is_refused_with_the_librarys_sentence() {
-    use feedline::checkpoint::{check_save_path, InputFiles};
+    use feedline_actors::checkpoint::{check_save_path, InputFiles};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let files = tfrecord_files(&d.join("data"), 2, 40);

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use feedline::checkpoint::{Checkpoint, CheckpointError};
+use feedline_actors::checkpoint::{Checkpoint, CheckpointError};
 use pyo3::exceptions::{PyFileNotFoundError, PyNotADirectoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};

@@ -12,6 +12,10 @@
 //!   one `feedline.Loader`), its file order the Loader's own permutation of
 //!   `(seed, pass)` (`PassPlan::order`).
 //!
+//! - `_shard`: the shard `feedline.Loader(rank=, world_size=)` takes
+//!   (`feedline_actors::shard_given`), for `feedline.torch.IterableDataset`,
+//!   which splits it again between its workers.
+//!
 //! `feedline.ray` (`python/pysrc/feedline/ray.py`) only translates these
 //! to and from its own values (lists of str, dicts of parts).
 
@@ -24,6 +28,7 @@ use pyo3::types::PyModule;
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_expand_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(_group_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(_shard, m)?)?;
     Ok(())
 }
 
@@ -76,4 +81,19 @@ pub fn _group_plan(
         })
         .collect();
     Ok((groups, plan.records, plan.by_record))
+}
+
+/// `(rank, world_size, from_env)`: the shard `feedline.Loader(rank=rank,
+/// world_size=world_size)` reads (each one not given from `RANK` /
+/// `WORLD_SIZE`, else 0 / 1: `feedline_actors::shard_given`), and whether
+/// neither was given and the environment said it. Refused as the Loader
+/// refuses it (ValueError, the same sentence).
+#[pyfunction]
+#[pyo3(signature = (rank=None, world_size=None))]
+pub fn _shard(rank: Option<usize>, world_size: Option<usize>) -> PyResult<(usize, usize, bool)> {
+    let shard = feedline_actors::shard_given(rank, world_size)
+        .map_err(|e| PyValueError::new_err(crate::Keywords::say(&e)))?;
+    let from_env = shard.is_some() && rank.is_none() && world_size.is_none();
+    let shard = shard.unwrap_or_default();
+    Ok((shard.rank, shard.world_size, from_env))
 }

@@ -47,3 +47,46 @@ def test_rules_across_keywords_are_the_settings_own():
         with pytest.raises(ValueError) as e:
             feedline.Loader(files=[DOCS], rank=0, world_size=1, **kwargs)
         assert str(e.value).startswith("invalid configuration: " + words), str(e.value)
+
+
+def test_a_shard_out_of_range_reads_as_the_command_and_the_builder_say_it():
+    """The shard's one rule (`shard_given`): the command says `(RANK from
+    --rank, WORLD_SIZE from --world-size)`, Python its keywords."""
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[DOCS], rank=3, world_size=2)
+    assert str(e.value) == (
+        "invalid configuration: RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) "
+        "(RANK from rank, WORLD_SIZE from world_size)")
+
+
+def test_a_rank_given_alone_takes_the_world_size_from_the_environment(monkeypatch):
+    """As the command's `--rank` does: what is not given comes from
+    WORLD_SIZE (no "give both or neither" of Python's own)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("RANK", raising=False)
+    with feedline.Loader(files=[DOCS], rank=1) as l:
+        assert (l.rank, l.world_size) == (1, 2)
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[DOCS], rank=2)
+    assert str(e.value) == (
+        "invalid configuration: RANK=2 is out of range for WORLD_SIZE=2 (ranks are 0..2) "
+        "(RANK from rank)")
+    from feedline.torch import IterableDataset
+    with pytest.raises(ValueError) as e2:
+        IterableDataset([DOCS], rank=2)
+    assert str(e2.value) == str(e.value)
+
+
+def test_set_epoch_past_the_last_pass_reads_as_the_rust_loader_says_it():
+    with feedline.Loader(files=[DOCS], passes=2, rank=0, world_size=1) as l:
+        l.set_epoch(1)
+        with pytest.raises(ValueError) as e:
+            l.set_epoch(2)
+    assert str(e.value) == (
+        "invalid configuration: set_epoch(2): this loader runs 2 passes (passes=2): epochs 0..1")
+
+
+def test_passes_0_is_the_settings_refusal():
+    with pytest.raises(ValueError) as e:
+        feedline.Loader(files=[DOCS], passes=0, rank=0, world_size=1)
+    assert str(e.value) == "invalid configuration: passes must be at least 1, not 0"

@@ -94,8 +94,8 @@ impl RecordRanges {
     }
 
     /// A set of these ranges as given, not checked (tests of the checks).
-    #[cfg(test)]
-    pub(crate) fn unchecked(ranges: Vec<[u64; 2]>) -> Self {
+    #[doc(hidden)]
+    pub fn unchecked(ranges: Vec<[u64; 2]>) -> Self {
         Self::of_vec(ranges)
     }
 

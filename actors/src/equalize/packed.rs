@@ -165,19 +165,19 @@ pub(crate) fn count_tokens(
     pack: &Pack,
 ) -> Result<PackedRanks, PipelineError> {
     let t0 = std::time::Instant::now();
-    let transformer = BatchTransformer::new(&config.transforms, schema, config.seed)?;
+    let transformer = BatchTransformer::new(&config.transforms, schema, config.order.seed)?;
     let mut tokens = Vec::with_capacity(plan.files().len());
     let mut sources = Vec::with_capacity(plan.files().len());
     let (mut documents, mut total) = (0u64, 0u64);
     for f in plan.files() {
         let (registry, format, open, file) = (
-            config.registry.clone(),
-            config.format.clone(),
-            config.open.clone(),
+            config.inputs.registry.clone(),
+            config.inputs.format.clone(),
+            config.reading.open.clone(),
             f.clone(),
         );
         let mut reader = within_stall_timeout(
-            config.stall_timeout,
+            config.faults.stall_timeout,
             f,
             "opening it to count its tokens",
             move || registry.open(&file, format.as_deref(), &open),
@@ -234,7 +234,7 @@ pub(crate) fn count_tokens(
         sources,
         plan: plan.clone(),
         pack: pack.clone(),
-        how: config.equalize,
+        how: config.batching.equalize,
     })
 }
 

@@ -12,6 +12,7 @@ use feedline::transform::{map_fn, BoxError, InstanceMap, TransformCtx};
 use feedline::{Batch, Instance, Schema};
 
 use super::Loader;
+use crate::checkpoint::Checkpoint;
 use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
 use crate::error::PipelineError;
 use crate::guard::FaultPlan;
@@ -19,7 +20,6 @@ use crate::paths::IntoPaths;
 use crate::pipeline::StartOptions;
 use crate::push::FeedHandle;
 use crate::resume_plan::ResumePlan;
-use feedline::checkpoint::Checkpoint;
 
 /// Builds a [`Loader`]. Every setting has a default but the files.
 #[derive(Clone, Debug, Default)]
@@ -37,10 +37,10 @@ pub struct LoaderBuilder {
 }
 
 macro_rules! setter {
-    ($(#[$doc:meta] $name:ident: $t:ty => $field:ident;)*) => {$(
+    ($(#[$doc:meta] $name:ident: $t:ty => $($field:ident).+;)*) => {$(
         #[$doc]
         pub fn $name(mut self, v: $t) -> Self {
-            self.config.$field = v;
+            self.config.$($field).+ = v;
             self
         }
     )*};
@@ -57,7 +57,7 @@ impl LoaderBuilder {
     /// let many = Loader::builder().files(["data/a-*.tfrecord", "npy:data/b.bin"]);
     /// ```
     pub fn files(mut self, files: impl IntoPaths) -> Self {
-        self.config.files.extend(files.into_paths());
+        self.config.inputs.files.extend(files.into_paths());
         self
     }
 
@@ -75,7 +75,7 @@ impl LoaderBuilder {
     /// # Ok::<(), feedline_actors::PipelineError>(())
     /// ```
     pub fn file_set(mut self, set: FileSet) -> Self {
-        self.config.sets.push(set);
+        self.config.inputs.sets.push(set);
         self
     }
 
@@ -97,19 +97,20 @@ impl LoaderBuilder {
     /// # Ok::<(), feedline_actors::PipelineError>(())
     /// ```
     pub fn remote_cache(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
-        self.config.remote_cache = Some(feedline::remote::cache::RemoteCache::new(dir, max_bytes));
+        self.config.reading.remote_cache =
+            Some(feedline::remote::cache::RemoteCache::new(dir, max_bytes));
         self
     }
 
     /// The schema (default: inferred from the first file).
     pub fn schema(mut self, schema: Schema) -> Self {
-        self.config.schema = Some(schema);
+        self.config.inputs.schema = Some(schema);
         self
     }
 
     /// Fixed batch size.
     pub fn batch(mut self, n: usize) -> Self {
-        self.config.batch = BatchPolicy::Fixed(n);
+        self.config.batching.batch = BatchPolicy::Fixed(n);
         self
     }
 
@@ -118,7 +119,7 @@ impl LoaderBuilder {
     /// comes from the environment variables `RANK` and `WORLD_SIZE` (as
     /// `torchrun` sets them), when set — see [`shard_from_env`](Self::shard_from_env).
     pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
-        self.config.shard = Shard { rank, world_size };
+        self.config.inputs.shard = Shard { rank, world_size };
         self.shard_given = true;
         self
     }
@@ -134,7 +135,7 @@ impl LoaderBuilder {
 
     /// Batch `k` to device `k mod D` (true) or a shared queue (false, default).
     pub fn round_robin(mut self, yes: bool) -> Self {
-        self.config.feed = if yes {
+        self.config.feeding.feed = if yes {
             FeedMode::RoundRobin
         } else {
             FeedMode::Shared
@@ -143,54 +144,54 @@ impl LoaderBuilder {
     }
 
     setter! {
-        /// How files are opened (compression, checksums, record size cap; the default: `PipelineConfig::open`).
-        open_options: OpenOptions => open;
+        /// How files are opened (compression, checksums, record size cap; the default: `Reading::open`).
+        open_options: OpenOptions => reading.open;
         /// The formats known (add your own).
-        registry: Registry => registry;
+        registry: Registry => inputs.registry;
         /// Prefetch readers (default 2).
-        readers: usize => readers;
+        readers: usize => reading.readers;
         /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
-        shuffle: usize => shuffle;
+        shuffle: usize => order.shuffle;
         /// Byte bound of the shuffle pool (default 256 MiB).
-        shuffle_bytes: usize => shuffle_bytes;
+        shuffle_bytes: usize => order.shuffle_bytes;
         /// Batching by a cost budget, or fixed.
-        batch_policy: BatchPolicy => batch;
+        batch_policy: BatchPolicy => batching.batch;
         /// Drop each pass's last partial batch.
-        drop_last: bool => drop_last;
+        drop_last: bool => batching.drop_last;
         /// Passes (default 1).
-        passes: u64 => passes;
+        passes: u64 => order.passes;
         /// Start at this pass (default 0; below `passes`): passes `first_pass..passes` run as a run from pass 0 runs them (the same order; in deterministic mode the same batches); not with [`resume`](Self::resume).
-        first_pass: u64 => first_pass;
+        first_pass: u64 => resume.first_pass;
         /// Seed (default 0).
-        seed: u64 => seed;
+        seed: u64 => order.seed;
         /// Reshuffle file order each pass (default true).
-        shuffle_files: bool => shuffle_files;
+        shuffle_files: bool => order.shuffle_files;
         /// Identical batches across runs, reader counts and timings.
-        deterministic: bool => deterministic;
+        deterministic: bool => order.deterministic;
         /// Devices (default 1).
-        devices: usize => devices;
+        devices: usize => feeding.devices;
         /// Feed-queue capacity in batches (default 4).
-        capacity: usize => capacity;
+        capacity: usize => feeding.capacity;
         /// Bad-record policy (default: fail).
-        error_policy: ErrorPolicy => error_policy;
+        error_policy: ErrorPolicy => faults.error_policy;
         /// Shard by file or by record.
-        shard_by: ShardBy => shard_by;
+        shard_by: ShardBy => inputs.shard_by;
         /// Same batch count on every rank: drop or pad (default off); with packing, in packed rows.
-        equalize: Equalize => equalize;
+        equalize: Equalize => batching.equalize;
         /// Instances per chunk (default 1024).
-        chunk_records: usize => chunk_records;
+        chunk_records: usize => reading.chunk_records;
         /// Payload bytes per chunk (default 1 MiB).
-        chunk_bytes: usize => chunk_bytes;
+        chunk_bytes: usize => reading.chunk_bytes;
         /// Unacknowledged chunks per reader (default 2).
-        chunks_in_flight: usize => chunks_in_flight;
+        chunks_in_flight: usize => reading.chunks_in_flight;
         /// Out-of-order bytes held in deterministic mode (default 64 MiB).
-        reorder_window: usize => reorder_window;
+        reorder_window: usize => order.reorder_window;
         /// Deterministic mode: snapshot the draw for checkpoints before every n-th batch (default [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY); 0 = never).
-        snapshot_every: u64 => snapshot_every;
+        snapshot_every: u64 => resume.snapshot_every;
         /// What to do with a stuck reader (default: retry its file on a fresh reader).
-        on_stall: StallPolicy => on_stall;
+        on_stall: StallPolicy => faults.on_stall;
         /// Readers that may fail on one file before the pass fails (default 3).
-        max_attempts: u32 => max_attempts;
+        max_attempts: u32 => faults.max_attempts;
     }
 
     /// Batches the batch maker holds at most — being made side by side on
@@ -198,33 +199,33 @@ impl LoaderBuilder {
     /// (default: [`PipelineConfig::in_flight_batches`] decides); the batches
     /// do not depend on it.
     pub fn batches_in_flight(mut self, n: usize) -> Self {
-        self.config.batches_in_flight = Some(n);
+        self.config.batching.batches_in_flight = Some(n);
         self
     }
 
     /// A format for every file (a name of the [registry](Self::registry):
     /// `"npy"`, `"jsonl"`, …), instead of choosing by extension or prefix.
     pub fn format(mut self, name: impl Into<String>) -> Self {
-        self.config.format = Some(name.into());
+        self.config.inputs.format = Some(name.into());
         self
     }
 
     /// Instances held before draws start (default: the pool size).
     pub fn min_pool(mut self, n: usize) -> Self {
-        self.config.min_pool = Some(n);
+        self.config.order.min_pool = Some(n);
         self
     }
 
     /// A reader inside one open/read longer than this is stuck (default
     /// 60 s; [`no_stall_timeout`](Self::no_stall_timeout): never).
     pub fn stall_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.config.stall_timeout = Some(timeout);
+        self.config.faults.stall_timeout = Some(timeout);
         self
     }
 
     /// Never take a reader for stuck, however long one open/read lasts.
     pub fn no_stall_timeout(mut self) -> Self {
-        self.config.stall_timeout = None;
+        self.config.faults.stall_timeout = None;
         self
     }
 
@@ -312,7 +313,7 @@ impl LoaderBuilder {
     /// `cu_seqlens` and `max_seqlen`, and [`Batch::segments`](feedline::Batch::segments)
     /// says where every piece came from.
     pub fn pack(mut self, pack: feedline::pack::Pack) -> Self {
-        self.config.pack = Some(pack);
+        self.config.batching.pack = Some(pack);
         self
     }
 
@@ -422,7 +423,7 @@ impl LoaderBuilder {
 
     /// Start the pipeline on threads of its own.
     pub fn build(self) -> Result<Loader, PipelineError> {
-        if self.config.push.is_some() {
+        if self.config.inputs.push.is_some() {
             return Err(PipelineError::config(
                 "push mode: build it with build_with_feed() to get the FeedHandle",
             ));
@@ -449,7 +450,7 @@ impl LoaderBuilder {
         I::Item: IntoSample + 'static,
     {
         let source = GeneratorSource::new(name, creator);
-        self.config.files.push(source.spec());
+        self.config.inputs.files.push(source.spec());
         self.generators.push(source);
         self
     }
@@ -475,7 +476,7 @@ impl LoaderBuilder {
     /// Push mode with this source name (default `"push"`); see
     /// [`build_with_feed`](Self::build_with_feed).
     pub fn push_source(mut self, name: impl Into<String>) -> Self {
-        self.config.push = Some(name.into());
+        self.config.inputs.push = Some(name.into());
         self
     }
 
@@ -483,7 +484,10 @@ impl LoaderBuilder {
     /// pushed through the returned [`FeedHandle`] until the stream is closed.
     /// It needs a [`schema`](Self::schema).
     pub fn build_with_feed(mut self) -> Result<(Loader, FeedHandle), PipelineError> {
-        self.config.push.get_or_insert_with(|| "push".to_string());
+        self.config
+            .inputs
+            .push
+            .get_or_insert_with(|| "push".to_string());
         let (config, options) = self.finish()?;
         let (loader, feed) = Loader::start_full(config, options)?;
         let feed = feed.ok_or_else(|| PipelineError::config("no push source started"))?;
@@ -499,12 +503,12 @@ impl LoaderBuilder {
             let var = |name: &str| std::env::var(name).ok();
             let (rank, world) = (var("RANK"), var("WORLD_SIZE"));
             if rank.is_some() || world.is_some() {
-                config.shard = Shard::from_vars(rank.as_deref(), world.as_deref())
+                config.inputs.shard = Shard::from_vars(rank.as_deref(), world.as_deref())
                     .map_err(|e| PipelineError::config(format!("{e} (from the environment; LoaderBuilder::shard_from_env(false) ignores it)")))?;
                 log::info!(
                     "data-parallel shard from the environment: rank {} of {} (RANK={}, WORLD_SIZE={}; .shard() or .shard_from_env(false) overrides)",
-                    config.shard.rank,
-                    config.shard.world_size,
+                    config.inputs.shard.rank,
+                    config.inputs.shard.world_size,
                     rank.as_deref().unwrap_or("unset"),
                     world.as_deref().unwrap_or("unset"),
                 );
@@ -529,7 +533,7 @@ impl LoaderBuilder {
         config: &mut PipelineConfig,
         generators: Vec<GeneratorSource>,
     ) -> Result<(), PipelineError> {
-        if let Some(f) = &config.format {
+        if let Some(f) = &config.inputs.format {
             return Err(PipelineError::config(format!(
                 "format `{f}` is set for every input, generator sources included: \
                  give the files a FORMAT: prefix instead"
@@ -539,7 +543,7 @@ impl LoaderBuilder {
         for g in generators {
             gens.add(g)?;
         }
-        gens.register(&mut config.registry);
+        gens.register(&mut config.inputs.registry);
         Ok(())
     }
 }

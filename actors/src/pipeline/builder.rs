@@ -95,7 +95,7 @@ pub(crate) fn build<S: TrainStep>(
     account_in_queue: bool,
 ) -> Result<Running, PipelineError> {
     if !steps.is_empty() {
-        config.devices = steps.len();
+        config.feeding.devices = steps.len();
     }
     let StartOptions {
         resume,
@@ -210,8 +210,12 @@ impl Site {
         faults: FaultPlan,
     ) -> Result<(Site, Context<Supervisor>), PipelineError> {
         let arbiters = Arbiters::default();
-        let queue = BatchQueue::new(lanes, config.capacity)?;
-        let recorders = Recorders::new(config.devices, config.readers, queue.gauge());
+        let queue = BatchQueue::new(lanes, config.feeding.capacity)?;
+        let recorders = Recorders::new(
+            config.feeding.devices,
+            config.reading.readers,
+            queue.gauge(),
+        );
         let supervisor_ctx = Context::<Supervisor>::new();
         let supervisor = supervisor_ctx.address();
         let guard = StageGuard::new(
@@ -237,16 +241,19 @@ impl Site {
     /// The bad-record policy of the settings, with its recorder.
     fn bad_records(&self) -> BadRecords {
         let config = &self.config;
-        BadRecords::new(config.error_policy.clone(), self.recorders.bad_records())
-            .per_pass(config.passes == crate::config::ENDLESS)
+        BadRecords::new(
+            config.faults.error_policy.clone(),
+            self.recorders.bad_records(),
+        )
+        .per_pass(config.order.passes == crate::config::ENDLESS)
     }
 
     /// What the consumers take, when tracked (`wanted`: `Pop` consumers or
     /// trainers, and `track_progress`; never in push mode): from the
     /// resume's consumers' part, its snapshots going where the draw's go.
     fn consumer_progress(&self, wanted: bool) -> Option<SharedProgress> {
-        let devices = self.config.devices;
-        (wanted && self.config.push.is_none()).then(|| {
+        let devices = self.config.feeding.devices;
+        (wanted && self.config.inputs.push.is_none()).then(|| {
             let p = match &self.parts {
                 Some(p) => p.consumers.progress(devices),
                 None => Progress::new(devices),
@@ -267,7 +274,7 @@ fn start_feed_queue(
 ) -> Addr<FeedQueueActor> {
     let recorders = &site.recorders;
     let clocks = account_in_queue.then(|| {
-        (0..site.config.devices)
+        (0..site.config.feeding.devices)
             .map(|d| recorders.device(d))
             .collect()
     });
@@ -369,10 +376,10 @@ fn start_file_queue(
     let config = &site.config;
     let queues: Vec<Arc<TaskQueues>> = plans.iter().map(|_| Arc::default()).collect();
     // Each reader's file set: the sets' readers one after the other.
-    let reader_set: Vec<usize> = if config.sets.is_empty() {
-        vec![0; config.readers]
+    let reader_set: Vec<usize> = if config.inputs.sets.is_empty() {
+        vec![0; config.reading.readers]
     } else {
-        (config.sets.iter().enumerate())
+        (config.inputs.sets.iter().enumerate())
             .flat_map(|(i, s)| std::iter::repeat_n(i, s.readers))
             .collect()
     };
@@ -382,7 +389,7 @@ fn start_file_queue(
     let file_queue = FileQueue::new(FileQueueContext {
         sets,
         reader_set: reader_set.clone(),
-        passes: config.passes,
+        passes: config.order.passes,
         resume: site.parts.as_ref().map(|p| p.file_queue.clone()),
         shuffle: shuffle.clone().recipient(),
         equalize,
@@ -462,7 +469,7 @@ fn start_supervisor(
         recorder: site.recorders.supervisor(),
         stats: site.recorders.stats(),
         links,
-        readers: site.config.readers,
+        readers: site.config.reading.readers,
         start_reader,
         trainers,
         done: done_tx,
@@ -493,7 +500,7 @@ fn start_input(
     shuffle: &Addr<ShuffleBatch>,
     file_queue: &Addr<FileQueue>,
 ) -> Option<FeedHandle> {
-    match &site.config.push {
+    match &site.config.inputs.push {
         Some(name) => {
             let links = PushLinks {
                 chunks: shuffle.clone().recipient(),

@@ -64,16 +64,16 @@ pub(crate) fn prepare(
     config: PipelineConfig,
     resume: Option<Arc<ResumePlan>>,
 ) -> Result<Prepared, PipelineError> {
-    let resume = from_first_pass(resume, config.first_pass)?;
+    let resume = from_first_pass(resume, config.resume.first_pass)?;
     let (config, schema, plans) = settle(config)?;
     check_resume(&config, &plans, resume.as_deref())?;
     let packed_ranks = count_packed_ranks(&config, &schema, &plans, resume.as_deref())?;
     let (equalize, resume) = count_records_and_rebalance(&config, &plans, resume)?;
-    let batcher = Batcher::new(config.batch.clone(), config.drop_last)?;
+    let batcher = Batcher::new(config.batching.batch.clone(), config.batching.drop_last)?;
     let (transformer, batch_schema) = settle_batches(&config, &schema)?;
-    let packing = config.pack.is_some();
+    let packing = config.batching.pack.is_some();
     let resume = snapshot_policy(resume, packing);
-    let lanes = config.feed.lanes(config.devices);
+    let lanes = config.feeding.feed.lanes(config.feeding.devices);
     let first_pass = resume.as_ref().map_or(0, |r| r.first_pass());
     let settings = StageSettings::derive(&config, &schema, lanes, first_pass);
     let (restored, resume) = restore_draw(&settings, &plans[0], resume, packing);
@@ -116,7 +116,7 @@ fn check_resume(
     plans: &[PassPlan],
     resume: Option<&ResumePlan>,
 ) -> Result<(), PipelineError> {
-    if resume.is_some() && config.push.is_some() {
+    if resume.is_some() && config.inputs.push.is_some() {
         return Err(PipelineError::config(
             "push mode cannot resume from a checkpoint: its data is what is pushed",
         ));
@@ -136,7 +136,7 @@ fn count_packed_ranks(
     plans: &[PassPlan],
     resume: Option<&ResumePlan>,
 ) -> Result<Option<Arc<PackedRanks>>, PipelineError> {
-    Ok(match (&config.pack, config.equalize) {
+    Ok(match (&config.batching.pack, config.batching.equalize) {
         (Some(pack), how) if how != Equalize::Off && plans[0].get_shard().world_size > 1 => {
             if plans.len() > 1 {
                 return Err(PipelineError::config(format!(
@@ -163,7 +163,7 @@ fn count_records_and_rebalance(
     plans: &[PassPlan],
     mut resume: Option<Arc<ResumePlan>>,
 ) -> Result<(Option<EqualizeRanks>, Option<Arc<ResumePlan>>), PipelineError> {
-    let fixed_batch = match &config.batch {
+    let fixed_batch = match &config.batching.batch {
         BatchPolicy::Fixed(n) => Some(*n),
         _ => None,
     };
@@ -172,7 +172,8 @@ fn count_records_and_rebalance(
     let elastic = (resume.as_ref())
         .filter(|r| r.elastic() && r.by_record() && plans.len() == 1)
         .cloned();
-    let records_equalized = config.equalize != Equalize::Off && config.pack.is_none();
+    let records_equalized =
+        config.batching.equalize != Equalize::Off && config.batching.pack.is_none();
     let counted = if elastic.is_some() || records_equalized {
         let t0 = std::time::Instant::now();
         match count_records(config, resume.is_some()) {
@@ -210,16 +211,16 @@ fn count_records_and_rebalance(
             shard.world_size,
         )));
     }
-    let equalize = match (config.equalize, fixed_batch) {
+    let equalize = match (config.batching.equalize, fixed_batch) {
         (Equalize::Off, _) | (_, None) => None,
-        _ if config.pack.is_some() => None,
+        _ if config.batching.pack.is_some() => None,
         (how, Some(batch)) => {
             let (counts, sources) = counted.unwrap_or_default();
             Some(EqualizeRanks {
                 counts,
                 sources,
                 batch,
-                drop_last: config.drop_last,
+                drop_last: config.batching.drop_last,
                 how,
             })
         }
@@ -235,8 +236,8 @@ fn settle_batches(
     config: &PipelineConfig,
     schema: &Schema,
 ) -> Result<(Option<BatchTransformer>, Schema), PipelineError> {
-    let transformer = BatchTransformer::new(&config.transforms, schema, config.seed)?;
-    let batch_schema = match &config.pack {
+    let transformer = BatchTransformer::new(&config.transforms, schema, config.order.seed)?;
+    let batch_schema = match &config.batching.pack {
         Some(p) => {
             // The documents' schema, when it is known before the first batch.
             let docs = match &transformer {
@@ -313,43 +314,43 @@ fn settle(
 ) -> Result<(PipelineConfig, Schema, Vec<PassPlan>), PipelineError> {
     let bad = |m: &str| Err(PipelineError::config(m.to_string()));
     config.check()?;
-    if config.push.is_some() {
+    if config.inputs.push.is_some() {
         let (config, schema, plan) = prepare_push(config);
         return Ok((config, schema, vec![plan]));
     }
-    if !config.sets.is_empty() {
+    if !config.inputs.sets.is_empty() {
         expand_sets(&mut config)?;
     } else {
-        config.files = expand_inputs(&config.files)?;
-        if config.files.is_empty() {
+        config.inputs.files = expand_inputs(&config.inputs.files)?;
+        if config.inputs.files.is_empty() {
             return bad("the inputs name no files");
         }
     }
-    let schema = match &config.schema {
+    let schema = match &config.inputs.schema {
         Some(s) => s.clone(),
         None => infer_schema(&config)?,
     };
     let plan = |files: Vec<String>, seed: u64| {
         PassPlan::new(files)
             .seed(seed)
-            .shuffle_files(config.shuffle_files)
-            .shard(config.shard)
-            .shard_by(config.shard_by)
+            .shuffle_files(config.order.shuffle_files)
+            .shard(config.inputs.shard)
+            .shard_by(config.inputs.shard_by)
     };
-    let plans: Vec<PassPlan> = if config.sets.is_empty() {
-        vec![plan(config.files.clone(), config.seed)]
+    let plans: Vec<PassPlan> = if config.inputs.sets.is_empty() {
+        vec![plan(config.inputs.files.clone(), config.order.seed)]
     } else {
         // Set 0 uses the seed itself; the others get seeds of their own.
-        (config.sets.iter().enumerate())
-            .map(|(i, s)| plan(s.files.clone(), set_seed(config.seed, i)))
+        (config.inputs.sets.iter().enumerate())
+            .map(|(i, s)| plan(s.files.clone(), set_seed(config.order.seed, i)))
             .collect()
     };
-    if config.passes > 0 && plans.iter().all(|p| p.tasks(0).is_empty()) {
+    if config.order.passes > 0 && plans.iter().all(|p| p.tasks(0).is_empty()) {
         return Err(PipelineError::config(format!(
             "a pass has no files: {} files for rank {} of {}",
-            config.files.len(),
-            config.shard.rank,
-            config.shard.world_size
+            config.inputs.files.len(),
+            config.inputs.shard.rank,
+            config.inputs.shard.world_size
         )));
     }
     Ok((config, schema, plans))
@@ -363,7 +364,7 @@ fn set_seed(seed: u64, i: usize) -> u64 {
 /// Expand the file sets; `files` and `readers` become all of them.
 fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     let bad = |m: String| Err(PipelineError::config(m));
-    for set in &mut config.sets {
+    for set in &mut config.inputs.sets {
         if !set.files.is_empty() {
             set.files = expand_inputs(&set.files)?;
         }
@@ -374,7 +375,7 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     // Each set's inputs are checked for repeats as they expand; a file in
     // two sets would be delivered twice a pass too.
     let mut owner = std::collections::HashMap::new();
-    for set in &config.sets {
+    for set in &config.inputs.sets {
         for f in &set.files {
             if let Some(first) = owner.insert(f.as_str(), set.name.as_str()) {
                 return bad(format!(
@@ -384,8 +385,13 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
             }
         }
     }
-    config.files = config.sets.iter().flat_map(|s| s.files.clone()).collect();
-    config.readers = config.sets.iter().map(|s| s.readers).sum();
+    config.inputs.files = config
+        .inputs
+        .sets
+        .iter()
+        .flat_map(|s| s.files.clone())
+        .collect();
+    config.reading.readers = config.inputs.sets.iter().map(|s| s.readers).sum();
     Ok(())
 }
 
@@ -393,10 +399,14 @@ fn expand_sets(config: &mut PipelineConfig) -> Result<(), PipelineError> {
 /// that are empty or bad from their first record are passed over).
 fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
     let mut first_error = None;
-    for file in &config.files {
-        let (registry, format, f) = (config.registry.clone(), config.format.clone(), file.clone());
+    for file in &config.inputs.files {
+        let (registry, format, f) = (
+            config.inputs.registry.clone(),
+            config.inputs.format.clone(),
+            file.clone(),
+        );
         let inferred = within_stall_timeout(
-            config.stall_timeout,
+            config.faults.stall_timeout,
             file,
             "inferring the schema",
             move || registry.infer_schema(&f, format.as_deref(), SCHEMA_SAMPLE_RECORDS),
@@ -421,13 +431,14 @@ fn infer_schema(config: &PipelineConfig) -> Result<Schema, PipelineError> {
 /// readers, and the stream is one pass.
 fn prepare_push(mut config: PipelineConfig) -> (PipelineConfig, Schema, PassPlan) {
     let schema = config
+        .inputs
         .schema
         .clone()
         .expect("checked: push mode has a schema");
-    if config.passes != 1 {
+    if config.order.passes != 1 {
         log::debug!("push mode: the pushed stream is one pass");
     }
-    config.passes = 1;
-    config.readers = 0;
+    config.order.passes = 1;
+    config.reading.readers = 0;
     (config, schema, PassPlan::new(Vec::new()))
 }

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot};
 use feedline::batch_policy::BatchPolicy;
-use feedline::checkpoint::{Checkpoint, CheckpointError, DrawSnapshot};
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
 
 use crate::config::PipelineConfig;
@@ -57,24 +57,24 @@ pub(super) fn alone(
             e => PipelineError::Checkpoint(Arc::new(e)),
         })?;
         // All passes done is `pass` = `passes`; past that, no pass was run.
-        if cp.pass > config.passes {
+        if cp.pass > config.order.passes {
             return Err(invalid(
                 format!("{}pass", which(k, n)),
                 format!(
                     "is {}, beyond the {} passes of these settings: a pass beyond the passes run",
-                    cp.pass, config.passes
+                    cp.pass, config.order.passes
                 ),
             ));
         }
         for (i, p) in cp.passes.iter().enumerate() {
-            if p.pass >= config.passes {
+            if p.pass >= config.order.passes {
                 return Err(invalid(
                     format!("{}passes[{i}].pass", which(k, n)),
                     format!(
                         "is {}, beyond the {} passes of these settings (passes 0 to {})",
                         p.pass,
-                        config.passes,
-                        config.passes as i128 - 1
+                        config.order.passes,
+                        config.order.passes as i128 - 1
                     ),
                 ));
             }
@@ -97,11 +97,11 @@ pub(super) fn against_settings(
             let records: u128 = p.records.values().map(|r| r.count() as u128).sum();
             // A packed batch of b rows holds up to b × L documents (of a
             // token each), and may hold pieces of documents only.
-            let per_batch = |b: usize| match &config.pack {
+            let per_batch = |b: usize| match &config.batching.pack {
                 Some(pack) => b as u128 * pack.length as u128,
                 None => b as u128,
             };
-            if let BatchPolicy::Fixed(b) = config.batch {
+            if let BatchPolicy::Fixed(b) = config.batching.batch {
                 if records > p.batches as u128 * per_batch(b) {
                     return Err(invalid(
                         field("batches"),
@@ -116,8 +116,8 @@ pub(super) fn against_settings(
             // Every batch holds a record of its own, unless user code may
             // drop rows or padding repeats them.
             if config.transforms.is_empty()
-                && config.pack.is_none()
-                && config.equalize == Equalize::Off
+                && config.batching.pack.is_none()
+                && config.batching.equalize == Equalize::Off
                 && (p.batches as u128) > records
             {
                 return Err(invalid(
@@ -145,8 +145,9 @@ fn snapshot_against_settings(
 ) -> Result<(), PipelineError> {
     // Rows held at most: the pool's size (or what its byte bound lets it
     // hold) and one chunk over; each table grows to at most twice that.
-    let pool = (config.shuffle as u64).min(config.shuffle_bytes as u64 / POOL_ROW_BYTES);
-    let rows = pool.saturating_add(config.chunk_records as u64);
+    let pool =
+        (config.order.shuffle as u64).min(config.order.shuffle_bytes as u64 / POOL_ROW_BYTES);
+    let rows = pool.saturating_add(config.reading.chunk_records as u64);
     let most = rows.saturating_mul(2).saturating_add(8);
     for (k, &cap) in s.capacities.iter().enumerate() {
         if cap > most {
@@ -154,7 +155,7 @@ fn snapshot_against_settings(
                 field(&format!("capacities[{k}]")),
                 format!(
                     "is {cap}, beyond the {most} a pool of {} rows ({} bytes) in chunks of {} records can grow to",
-                    config.shuffle, config.shuffle_bytes, config.chunk_records
+                    config.order.shuffle, config.order.shuffle_bytes, config.reading.chunk_records
                 ),
             ));
         }
@@ -169,7 +170,7 @@ fn snapshot_against_settings(
         ));
     }
     let [into, out] = s.batcher_rows;
-    if let BatchPolicy::Fixed(b) = config.batch {
+    if let BatchPolicy::Fixed(b) = config.batching.batch {
         if out as u128 != s.seq as u128 * b as u128 {
             return Err(invalid(
                 field("batcher_rows"),
@@ -182,7 +183,7 @@ fn snapshot_against_settings(
         }
     }
     let draws = into;
-    let words = if config.shuffle == 0 {
+    let words = if config.order.shuffle == 0 {
         0
     } else {
         draws
@@ -249,10 +250,15 @@ pub(super) fn consumed_once(checkpoints: &[Checkpoint]) -> Result<(), PipelineEr
 /// readers name it (the name its first record carries when they differ).
 fn input_names(config: &PipelineConfig) -> Result<Vec<(String, String)>, PipelineError> {
     let mut out = Vec::new();
-    let lists = std::iter::once(&config.files).chain(config.sets.iter().map(|s| &s.files));
+    let lists =
+        std::iter::once(&config.inputs.files).chain(config.inputs.sets.iter().map(|s| &s.files));
     for list in lists.filter(|l| !l.is_empty()) {
         for spec in expand_inputs(list)? {
-            let name = match config.registry.resolve(&spec, config.format.as_deref()) {
+            let name = match config
+                .inputs
+                .registry
+                .resolve(&spec, config.inputs.format.as_deref())
+            {
                 Ok((_, path, _)) => path.to_string_lossy().into_owned(),
                 Err(_) => spec.clone(),
             };
@@ -274,12 +280,12 @@ fn on_file<T: Send + 'static>(
         + 'static,
 ) -> Result<feedline::Result<T>, PipelineError> {
     let (registry, format, options, file) = (
-        config.registry.clone(),
-        config.format.clone(),
-        config.open.clone(),
+        config.inputs.registry.clone(),
+        config.inputs.format.clone(),
+        config.reading.open.clone(),
         spec.to_string(),
     );
-    within_stall_timeout(config.stall_timeout, spec, what, move || {
+    within_stall_timeout(config.faults.stall_timeout, spec, what, move || {
         work(&|start| {
             let mut open = options.clone();
             open.start_record = start;

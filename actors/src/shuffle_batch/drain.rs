@@ -18,7 +18,7 @@
 use feedline::feed_queue::Lanes;
 use serde::{Deserialize, Serialize};
 
-use crate::messages::BatchJob;
+use crate::messages::{BatchJob, BatchPlace};
 
 /// Numbers the batches of each pass and gives each its lane.
 #[derive(Debug)]
@@ -48,22 +48,23 @@ impl BatchNumbering {
         self.seq
     }
 
-    /// Number the next batch: `(lane, pass, seq)`.
-    pub fn next(&mut self) -> (usize, u64, u64) {
+    /// Number the next batch (nothing padded yet).
+    pub fn next(&mut self) -> BatchPlace {
         let seq = self.seq;
         self.seq += 1;
-        (self.lanes.of_batch(seq), self.pass, seq)
+        BatchPlace {
+            lane: self.lanes.of_batch(seq),
+            pass: self.pass,
+            seq,
+            padded: 0,
+        }
     }
 
     /// A job of these rows, numbered next.
     pub fn job<R>(&mut self, rows: Vec<R>) -> BatchJob<R> {
-        let (lane, pass, seq) = self.next();
         BatchJob {
-            lane,
-            pass,
-            seq,
+            place: self.next(),
             rows,
-            padded: 0,
         }
     }
 
@@ -174,9 +175,9 @@ impl<R> EndOfPassDrain<R> {
         (self.pending.iter())
             .map(|p| match p {
                 Pending::Job(j) => PendingState::Job {
-                    lane: j.lane,
-                    pass: j.pass,
-                    seq: j.seq,
+                    lane: j.place.lane,
+                    pass: j.place.pass,
+                    seq: j.place.seq,
                     rows: j.rows.iter().map(&describe).collect(),
                 },
                 Pending::EndOfPass { pass, records } => PendingState::EndOfPass {
@@ -196,22 +197,30 @@ mod tests {
     #[test]
     fn batches_are_numbered_per_pass_and_laned_by_the_feed_mode() {
         let mut n = BatchNumbering::new(FeedMode::RoundRobin.lanes(3));
-        let first: Vec<_> = (0..4).map(|_| n.next()).collect();
-        assert_eq!(first, [(0, 0, 0), (1, 0, 1), (2, 0, 2), (0, 0, 3)]);
+        let first: Vec<_> = (0..4)
+            .map(|_| n.next())
+            .map(|p| (p.lane, p.pass, p.seq, p.padded))
+            .collect();
+        assert_eq!(
+            first,
+            [(0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 2, 0), (0, 0, 3, 0)]
+        );
         assert_eq!(n.batches(), 4);
         n.start_pass(1);
         assert_eq!(
             n.job(vec!['a']),
             BatchJob {
-                lane: 0,
-                pass: 1,
-                seq: 0,
+                place: BatchPlace {
+                    lane: 0,
+                    pass: 1,
+                    seq: 0,
+                    padded: 0
+                },
                 rows: vec!['a'],
-                padded: 0,
             }
         );
         let mut shared = BatchNumbering::new(FeedMode::Shared.lanes(3));
-        assert!((0..5).all(|_| shared.next().0 == 0));
+        assert!((0..5).all(|_| shared.next().lane == 0));
     }
 
     #[test]
@@ -259,8 +268,8 @@ mod tests {
             serde_json::from_str::<Vec<PendingState<i32>>>(&json).unwrap(),
             st
         );
-        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 0));
-        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.seq == 1));
+        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.place.seq == 0));
+        assert!(matches!(d.pop(), Some(Pending::Job(j)) if j.place.seq == 1));
         assert!(matches!(
             d.pop(),
             Some(Pending::EndOfPass {

@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use feedline::checkpoint::{ChunkRef, DrawSnapshot};
+use crate::checkpoint::{ChunkRef, DrawSnapshot};
 use feedline::plan::PassPlan;
 use feedline::shuffle::{PoolParts, ShuffleBuffer, ShuffleConfig};
 use feedline::Chunk;

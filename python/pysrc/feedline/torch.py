@@ -33,6 +33,7 @@ import warnings
 from typing import Any, Iterator, Mapping, Optional
 
 import feedline
+from feedline import _native
 from feedline._native import FeedlineError, Loader
 
 __all__ = ["DataLoader", "IterableDataset", "to_tensors", "hf_trainer_callback"]
@@ -642,16 +643,6 @@ def _worker_shard(rank: int, world_size: int):
     return rank * info.num_workers + info.id, world_size * info.num_workers
 
 
-def _rank_from_env():
-    """The shard the Loader would take from RANK / WORLD_SIZE (or 0 / 1)."""
-    import os
-
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None and world is None:
-        return None
-    return int(rank or 0), int(world or 1)
-
-
 class IterableDataset:
     """For code that keeps its own ``torch.utils.data.DataLoader(dataset,
     batch_size=None, num_workers=N)``: each worker makes its own
@@ -676,9 +667,10 @@ class IterableDataset:
         self.batch_size = batch_size
         self.loader_kwargs = dict(loader_kwargs)
         self.epoch = 0
-        given = ("rank" in loader_kwargs, "world_size" in loader_kwargs)
-        if given[0] != given[1]:
-            raise ValueError("rank and world_size: give both or neither")
+        # The shard's one rule (each of rank and world_size not given from
+        # RANK / WORLD_SIZE) is the Loader's: a mistake is refused here,
+        # before any worker starts, with the Loader's sentence.
+        _native._shard(self.loader_kwargs.get("rank"), self.loader_kwargs.get("world_size"))
 
     def __class_getitem__(cls, item):
         return cls
@@ -688,17 +680,13 @@ class IterableDataset:
 
     def _shard(self):
         kw = self.loader_kwargs
-        if "rank" in kw and kw["rank"] is not None:
-            return kw["rank"], kw["world_size"]
-        env = _rank_from_env()
-        if env is None:
-            return 0, 1
-        if env[1] > 1:
-            msg = (f"feedline.torch.IterableDataset: rank={env[0]} and world_size={env[1]} were "
-                   f"taken from the environment (RANK, WORLD_SIZE): it reads 1/{env[1]} of the "
-                   f"data ({100 / env[1]:.1f}%) -- pass rank=0, world_size=1 to read all of it")
+        rank, world, from_env = _native._shard(kw.get("rank"), kw.get("world_size"))
+        if from_env and world > 1:
+            msg = (f"feedline.torch.IterableDataset: rank={rank} and world_size={world} were "
+                   f"taken from the environment (RANK, WORLD_SIZE): it reads 1/{world} of the "
+                   f"data ({100 / world:.1f}%) -- pass rank=0, world_size=1 to read all of it")
             warnings.warn(msg, UserWarning, stacklevel=3)
-        return env
+        return rank, world
 
     def _loader(self, epoch: int) -> Loader:
         rank, world = self._shard()
