@@ -427,31 +427,9 @@ mod tests {
         assert_eq!(old.passes, cp.passes);
     }
 
+    /// The draw snapshot of `draw_snapshot`'s tests (a pool that adds up).
     fn snapshot() -> DrawSnapshot {
-        let chunk = |file, start, rows, bytes| {
-            Some(ChunkRef {
-                file,
-                chunk: 0,
-                start,
-                rows,
-                bytes,
-            })
-        };
-        DrawSnapshot {
-            pass: 1,
-            seq: 3,
-            chunks: vec![chunk(0, 0, 4, 100), None, chunk(1, 10, 2, 50)],
-            row_slots: vec![0, 0, 2],
-            row_records: vec![1, 3, 11],
-            free_slots: vec![1],
-            capacities: [8, 4, 4],
-            word_pos: 14,
-            next_file: 2,
-            next_chunk: 0,
-            next_record: None,
-            pass_records: 10,
-            batcher_rows: [7, 7],
-        }
+        draw_snapshot::tests::pool()
     }
 
     /// Hand-edited checkpoints whose checksum was made again (or that have

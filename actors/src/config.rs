@@ -145,7 +145,8 @@ impl FileSet {
     }
 }
 
-/// The inputs: which files (or file sets, or a push source), in which format, with which schema, and this process's share of them.
+/// The inputs: which files (or file sets, or a push source), in which format, with which schema,
+/// and this process's share of them.
 #[derive(Clone, Debug)]
 pub struct Inputs {
     /// Input files (paths, `FORMAT:`-prefixed paths; globs and list files are
@@ -189,7 +190,8 @@ impl Default for Inputs {
     }
 }
 
-/// How the prefetch readers read: how many, how files are opened, how records are cut into chunks, how many chunks each may have in flight, and the cache of remote inputs.
+/// How the prefetch readers read: how many, how files are opened, how records are cut into chunks,
+/// how many chunks each may have in flight, and the cache of remote inputs.
 #[derive(Clone, Debug)]
 pub struct Reading {
     /// Prefetch readers (one OS thread each).
@@ -270,7 +272,8 @@ impl Default for Order {
     }
 }
 
-/// How instances become batches: the batch size or budget, the last partial batch, packing, equal batch counts across ranks, and the batches held in flight.
+/// How instances become batches: the batch size or budget, the last partial batch, packing, equal
+/// batch counts across ranks, and the batches held in flight.
 #[derive(Clone, Debug)]
 pub struct Batching {
     /// Batching: fixed size or a cost budget.
@@ -311,7 +314,8 @@ impl Default for Batching {
     }
 }
 
-/// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed queue's capacity.
+/// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed
+/// queue's capacity.
 #[derive(Clone, Debug)]
 pub struct Feeding {
     /// Devices (trainers, or per-device iterators).
@@ -332,7 +336,8 @@ impl Default for Feeding {
     }
 }
 
-/// What happens when data or readers fail: the bad-record policy, readers' attempts on one file, and stuck readers.
+/// What happens when data or readers fail: the bad-record policy, readers' attempts on one file,
+/// and stuck readers.
 #[derive(Clone, Debug)]
 pub struct Faults {
     /// Bad-record policy.
@@ -356,7 +361,8 @@ impl Default for Faults {
     }
 }
 
-/// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots for checkpoints.
+/// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots for
+/// checkpoints.
 #[derive(Clone, Debug)]
 pub struct Resume {
     /// The pass the run starts with (default 0): passes `first_pass..passes`
@@ -385,23 +391,30 @@ impl Default for Resume {
 /// together.
 #[derive(Clone, Debug, Default)]
 pub struct PipelineConfig {
-    /// The inputs: which files (or file sets, or a push source), in which format, with which schema, and this process's share of them.
+    /// The inputs: which files (or file sets, or a push source), in which format, with which
+    /// schema, and this process's share of them.
     pub inputs: Inputs,
-    /// How the prefetch readers read: how many, how files are opened, how records are cut into chunks, how many chunks each may have in flight, and the cache of remote inputs.
+    /// How the prefetch readers read: how many, how files are opened, how records are cut into
+    /// chunks, how many chunks each may have in flight, and the cache of remote inputs.
     pub reading: Reading,
-    /// The order of records: passes, the seed, the file order, the shuffle pool and deterministic mode.
+    /// The order of records: passes, the seed, the file order, the shuffle pool and deterministic
+    /// mode.
     pub order: Order,
-    /// How instances become batches: the batch size or budget, the last partial batch, packing, equal batch counts across ranks, and the batches held in flight.
+    /// How instances become batches: the batch size or budget, the last partial batch, packing,
+    /// equal batch counts across ranks, and the batches held in flight.
     pub batching: Batching,
     /// User work in the pipeline: a record filter / map on the readers, a
     /// per-instance map on `transforms.workers` transform workers after the
     /// shuffle draw, a batch map after collation (see [`feedline::transform`]).
     pub transforms: Transforms,
-    /// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed queue's capacity.
+    /// How batches reach the devices: how many devices, a shared queue or round-robin, and the feed
+    /// queue's capacity.
     pub feeding: Feeding,
-    /// What happens when data or readers fail: the bad-record policy, readers' attempts on one file, and stuck readers.
+    /// What happens when data or readers fail: the bad-record policy, readers' attempts on one
+    /// file, and stuck readers.
     pub faults: Faults,
-    /// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots for checkpoints.
+    /// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots
+    /// for checkpoints.
     pub resume: Resume,
     /// What the face that made these settings was given, for the rules of
     /// settings that apply only with others ([`Given`]).
@@ -437,7 +450,8 @@ impl UnusedPackSetting {
     /// use feedline_actors::{LongDocs, PackPolicy, UnusedPackSetting};
     /// let u = UnusedPackSetting::of(PackPolicy::Concat, None, Some(LongDocs::Drop)).unwrap();
     /// assert_eq!((u.setting, u.value.as_str()), ("long_docs", "drop"));
-    /// assert!(UnusedPackSetting::of(PackPolicy::BestFit, Some(16), Some(LongDocs::Drop)).is_none());
+    /// assert!(UnusedPackSetting::of(PackPolicy::BestFit, Some(16),
+    /// Some(LongDocs::Drop)).is_none());
     /// ```
     pub fn of(
         policy: PackPolicy,
@@ -611,7 +625,8 @@ impl Given {
 /// let e = shard_given(Some(3), Some(2)).unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
-///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) (RANK from rank, WORLD_SIZE from world_size)"
+///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) (RANK from rank, WORLD_SIZE from
+/// world_size)"
 /// );
 /// ```
 pub fn shard_given(
@@ -1040,7 +1055,8 @@ impl PipelineConfig {
     /// Not in the bound: memory-mapped input files' file-backed,
     /// reclaimable pages.
     ///
-    /// [`InstanceMap::working_memory_bytes`]: feedline::transform::InstanceMap::working_memory_bytes
+    /// [`InstanceMap::working_memory_bytes`]:
+    /// feedline::transform::InstanceMap::working_memory_bytes
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunk = (self.reading.chunk_bytes + record_bytes)
             .min(self.reading.chunk_records.max(1) * record_bytes);

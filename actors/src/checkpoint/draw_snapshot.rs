@@ -204,12 +204,12 @@ impl DrawSnapshot {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A pool of two chunks (4 and 2 rows) in slots 0 and 2, slot 1 free,
     /// 10 records taken and 7 drawn: 3 rows pooled.
-    fn pool() -> DrawSnapshot {
+    pub(in crate::checkpoint) fn pool() -> DrawSnapshot {
         let chunk = |file, start, rows, bytes| {
             Some(ChunkRef {
                 file,
