@@ -450,8 +450,7 @@ impl UnusedPackSetting {
     /// use feedline_actors::{LongDocs, PackPolicy, UnusedPackSetting};
     /// let u = UnusedPackSetting::of(PackPolicy::Concat, None, Some(LongDocs::Drop)).unwrap();
     /// assert_eq!((u.setting, u.value.as_str()), ("long_docs", "drop"));
-    /// assert!(UnusedPackSetting::of(PackPolicy::BestFit, Some(16),
-    /// Some(LongDocs::Drop)).is_none());
+    /// assert!(UnusedPackSetting::of(PackPolicy::BestFit, Some(16), Some(LongDocs::Drop)).is_none());
     /// ```
     pub fn of(
         policy: PackPolicy,
@@ -625,8 +624,8 @@ impl Given {
 /// let e = shard_given(Some(3), Some(2)).unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
-///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) (RANK from rank, WORLD_SIZE from
-/// world_size)"
+///     "RANK=3 is out of range for WORLD_SIZE=2 (ranks are 0..2) \
+///      (RANK from rank, WORLD_SIZE from world_size)"
 /// );
 /// ```
 pub fn shard_given(
@@ -1055,8 +1054,7 @@ impl PipelineConfig {
     /// Not in the bound: memory-mapped input files' file-backed,
     /// reclaimable pages.
     ///
-    /// [`InstanceMap::working_memory_bytes`]:
-    /// feedline::transform::InstanceMap::working_memory_bytes
+    /// [`InstanceMap::working_memory_bytes`]: feedline::transform::InstanceMap::working_memory_bytes
     pub fn in_flight_bound_bytes(&self, record_bytes: usize) -> usize {
         let chunk = (self.reading.chunk_bytes + record_bytes)
             .min(self.reading.chunk_records.max(1) * record_bytes);
