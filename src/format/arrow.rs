@@ -70,10 +70,11 @@ use arrow_ipc::reader::FileDecoder;
 use arrow_ipc::{Block, MessageHeader, MetadataVersion};
 use arrow_schema::SchemaRef;
 
-use super::arrow_columns::{contain_panic, layout, schema_of_arrow, unsupported, OpenBatch};
-use super::{
-    check_chunk_budget, fill_chunk, source_id, Compression, Format, OpenOptions, RecordReader,
+use super::arrow_columns::{
+    contain_panic, layout, next_record_projected, read_chunk_projected, schema_of_arrow,
+    unsupported, OpenBatch, ProjectedRows,
 };
+use super::{source_id, Compression, Format, OpenOptions, RecordReader};
 use crate::chunk::Chunk;
 use crate::error::{Error, Result};
 use crate::provenance::{Location, SourceId};
@@ -616,10 +617,19 @@ impl ArrowReader {
     }
 }
 
+impl ProjectedRows for ArrowReader {
+    fn project(&mut self, names: Option<Vec<String>>) -> Result<()> {
+        ArrowReader::project(self, names)
+    }
+
+    fn next_row(&mut self) -> Result<Option<Record>> {
+        ArrowReader::next_row(self)
+    }
+}
+
 impl RecordReader for ArrowReader {
     fn next_record(&mut self) -> Result<Option<Record>> {
-        self.project(None)?;
-        self.next_row()
+        next_record_projected(self)
     }
 
     fn read_chunk(
@@ -628,15 +638,7 @@ impl RecordReader for ArrowReader {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<usize> {
-        check_chunk_budget(max_records, max_bytes)?;
-        let names: Vec<String> = chunk
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name.clone())
-            .collect();
-        self.project(Some(names))?;
-        fill_chunk(chunk, max_records, max_bytes, || self.next_row())
+        read_chunk_projected(self, chunk, max_records, max_bytes)
     }
 
     fn next_index(&self) -> u64 {

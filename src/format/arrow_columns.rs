@@ -355,3 +355,35 @@ fn push_bytes<'a, S: AsRef<[u8]> + ?Sized + 'a>(
         b.push(s.as_ref());
     }
 }
+
+/// A reader of Arrow record batches that decodes only the columns it is
+/// asked for (Parquet's and Arrow IPC's): its `RecordReader` reads are
+/// these two steps, shared.
+pub(crate) trait ProjectedRows {
+    /// Decode only the columns `names` from here on (`None`: every column).
+    fn project(&mut self, names: Option<Vec<String>>) -> Result<()>;
+    /// The next row, of the columns projected.
+    fn next_row(&mut self) -> Result<Option<Record>>;
+}
+
+/// `RecordReader::next_record` of a [`ProjectedRows`]: every column.
+pub(crate) fn next_record_projected(r: &mut impl ProjectedRows) -> Result<Option<Record>> {
+    r.project(None)?;
+    r.next_row()
+}
+
+/// `RecordReader::read_chunk` of a [`ProjectedRows`]: the chunk's columns
+/// only, within its budget.
+pub(crate) fn read_chunk_projected(
+    r: &mut impl ProjectedRows,
+    chunk: &mut crate::chunk::Chunk,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<usize> {
+    super::check_chunk_budget(max_records, max_bytes)?;
+    let names: Vec<String> = (chunk.schema().fields().iter())
+        .map(|f| f.name.clone())
+        .collect();
+    r.project(Some(names))?;
+    super::fill_chunk(chunk, max_records, max_bytes, || r.next_row())
+}
