@@ -500,17 +500,18 @@ impl LoaderBuilder {
     fn finish(self) -> Result<(PipelineConfig, StartOptions), PipelineError> {
         let mut config = self.config;
         if !self.shard_given && !self.ignore_env_shard {
-            let var = |name: &str| std::env::var(name).ok();
-            let (rank, world) = (var("RANK"), var("WORLD_SIZE"));
-            if rank.is_some() || world.is_some() {
-                config.inputs.shard = Shard::from_vars(rank.as_deref(), world.as_deref())
-                    .map_err(|e| PipelineError::config(format!("{e} (from the environment; LoaderBuilder::shard_from_env(false) ignores it)")))?;
+            // The one rule of the shard, nothing given: the environment's.
+            let from_env = crate::config::shard_given(None, None).map_err(|e| {
+                PipelineError::Config(
+                    e.text("; LoaderBuilder::shard_from_env(false) ignores the environment"),
+                )
+            })?;
+            if let Some(shard) = from_env {
+                config.inputs.shard = shard;
                 log::info!(
-                    "data-parallel shard from the environment: rank {} of {} (RANK={}, WORLD_SIZE={}; .shard() or .shard_from_env(false) overrides)",
-                    config.inputs.shard.rank,
-                    config.inputs.shard.world_size,
-                    rank.as_deref().unwrap_or("unset"),
-                    world.as_deref().unwrap_or("unset"),
+                    "data-parallel shard from the environment: rank {} of {} (RANK, WORLD_SIZE; .shard() or .shard_from_env(false) overrides)",
+                    shard.rank,
+                    shard.world_size,
                 );
             }
         }
