@@ -238,6 +238,11 @@ impl Window {
         self.mem.len() - self.start
     }
 
+    /// Read `block` bytes at a time from now on (at least 1).
+    pub(crate) fn set_block(&mut self, block: usize) {
+        self.block = block.max(1);
+    }
+
     /// Bytes `pos..pos + n` of `file` (which has them: the caller checked
     /// against [`InputFile::len`]), from the window, read into it first if
     /// it does not hold them all. A read starts at `pos` and takes a block

@@ -215,6 +215,11 @@ pub struct Reading {
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
+    /// Where the record indexes of [`ShuffleMode::Global`] are kept (built
+    /// once per file, rebuilt when the file changes). `None` (the default):
+    /// [`feedline::record_index::default_index_dir`], under the user's
+    /// cache directory.
+    pub index_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Reading {
@@ -229,6 +234,7 @@ impl Default for Reading {
             chunk_bytes: 1 << 20,
             chunks_in_flight: 2,
             remote_cache: None,
+            index_dir: None,
         }
     }
 }
@@ -255,6 +261,65 @@ pub struct Order {
     pub deterministic: bool,
     /// Bytes of out-of-order chunks held in deterministic mode.
     pub reorder_window: usize,
+    /// How records are shuffled: a streaming pool ([`ShuffleMode::Buffer`],
+    /// the default) or an exact permutation of each pass
+    /// ([`ShuffleMode::Global`]).
+    pub shuffle_mode: ShuffleMode,
+}
+
+/// How the records of a pass are ordered.
+///
+/// ```
+/// use feedline_actors::ShuffleMode;
+/// assert_eq!("global".parse::<ShuffleMode>().unwrap(), ShuffleMode::Global);
+/// assert_eq!(ShuffleMode::default().to_string(), "buffer");
+/// assert!("perfect".parse::<ShuffleMode>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ShuffleMode {
+    /// Files shuffled, records drawn from a bounded pool (`shuffle`
+    /// records): streaming, any input.
+    #[default]
+    Buffer,
+    /// Each pass an exact, uniformly random permutation of every record of
+    /// the pass, drawn from `(seed, pass)`, read by position through a
+    /// record index of every file (local, uncompressed inputs); the same
+    /// batches whatever the readers and timing; checkpoints of constant size.
+    Global,
+    /// Records permuted within blocks that span shards, for object storage.
+    /// Not built yet: refused by the settings' check.
+    Block,
+}
+
+impl ShuffleMode {
+    /// The mode's name (`buffer`, `global`, `block`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ShuffleMode::Buffer => "buffer",
+            ShuffleMode::Global => "global",
+            ShuffleMode::Block => "block",
+        }
+    }
+}
+
+impl std::fmt::Display for ShuffleMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ShuffleMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "buffer" => Ok(ShuffleMode::Buffer),
+            "global" => Ok(ShuffleMode::Global),
+            "block" => Ok(ShuffleMode::Block),
+            other => Err(format!(
+                "unknown shuffle mode {other:?}: buffer, global or block"
+            )),
+        }
+    }
 }
 
 impl Default for Order {
@@ -268,6 +333,7 @@ impl Default for Order {
             shuffle_files: true,
             deterministic: false,
             reorder_window: 64 << 20,
+            shuffle_mode: ShuffleMode::Buffer,
         }
     }
 }
@@ -680,6 +746,12 @@ impl PipelineConfig {
     /// Check every setting — the one place that does — before anything
     /// starts: an error names the setting by key ([`Setting`]), its value
     /// and what it must be, and each face spells the keys its own way.
+    /// Whether the batches are the same whatever the readers and timing:
+    /// asked for (`deterministic`), or the global order's (always).
+    pub fn deterministic(&self) -> bool {
+        self.order.deterministic || self.order.shuffle_mode == ShuffleMode::Global
+    }
+
     /// `passes(0)` is refused (a pipeline of no passes would only end).
     pub fn check(&self) -> Result<(), PipelineError> {
         use Setting as S;
@@ -719,6 +791,23 @@ impl PipelineConfig {
                 " must be 0 in push mode (the pushed stream is one pass), not {}",
                 self.resume.first_pass
             )));
+        }
+        match self.order.shuffle_mode {
+            ShuffleMode::Block => {
+                return refuse(
+                    SettingError::given(S::ShuffleMode, Value::text("block")).text(
+                        " is not built yet: give global (local files, read by position) or buffer",
+                    ),
+                );
+            }
+            ShuffleMode::Global if self.inputs.push.is_some() => {
+                return refuse(
+                    SettingError::given(S::ShuffleMode, Value::text("global"))
+                        .text(" needs files to read by position, not a ")
+                        .named(S::PushSource),
+                );
+            }
+            _ => {}
         }
         if self.order.deterministic && self.order.reorder_window == 0 {
             return refuse(

@@ -110,6 +110,7 @@ mod equalize;
 mod error;
 mod feed_queue_actor;
 mod file_queue;
+mod global_shuffle;
 mod group_plan;
 mod guard;
 mod loader;
@@ -138,11 +139,12 @@ pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
     Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Order, PipelineConfig, Reading,
-    Resume, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES,
-    MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS,
-    SNAPSHOT_EVERY,
+    Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT,
+    MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER,
+    SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
+pub use crate::global_shuffle::real_origin;
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;

@@ -176,7 +176,12 @@ impl PrefetchReader {
     }
 
     fn open(&self, task: &ReadTask) -> Result<Box<dyn RecordReader>, feedline::Error> {
-        self.settings.open_file(&task.task.file, task.start_record)
+        self.settings.open_file(
+            &task.task.file,
+            task.start_record,
+            task.task.pass,
+            task.task.stride,
+        )
     }
 
     fn mark_busy(&mut self) {

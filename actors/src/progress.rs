@@ -349,7 +349,7 @@ impl CheckpointBase {
             legacy_settings: legacy_order_settings(config),
             rank: config.inputs.shard.rank as u32,
             world_size: config.inputs.shard.world_size as u32,
-            deterministic: config.order.deterministic,
+            deterministic: config.deterministic(),
         })
     }
 }
@@ -441,7 +441,7 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         .with("batch", batch)
         .with("drop_last", config.batching.drop_last)
         .with("shuffle_files", config.order.shuffle_files)
-        .with("deterministic", config.order.deterministic)
+        .with("deterministic", config.deterministic())
         .with("chunk_records", config.reading.chunk_records)
         .with("chunk_bytes", config.reading.chunk_bytes)
         .with("shard_by", shard_by)
@@ -449,6 +449,12 @@ pub(crate) fn order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         .with("format", &config.inputs.format)
         .with("sets", sets)
         .with("transforms", transforms);
+    // The global order changes the batches; only recorded when on, so
+    // checkpoints taken before it existed still compare equal.
+    let fingerprint = match config.order.shuffle_mode {
+        crate::config::ShuffleMode::Buffer => fingerprint,
+        mode => fingerprint.with("shuffle_mode", mode.name()),
+    };
     // Packing changes the batches; only recorded when on, so checkpoints
     // taken before it existed still compare equal.
     match &config.batching.pack {
@@ -473,7 +479,7 @@ fn legacy_order_settings(config: &PipelineConfig) -> SettingsFingerprint {
         .with("batch", format!("{:?}", config.batching.batch))
         .with("drop_last", config.batching.drop_last.to_string())
         .with("shuffle_files", config.order.shuffle_files.to_string())
-        .with("deterministic", config.order.deterministic.to_string())
+        .with("deterministic", config.deterministic().to_string())
         .with("chunk_records", config.reading.chunk_records.to_string())
         .with("chunk_bytes", config.reading.chunk_bytes.to_string())
         .with("shard_by", format!("{:?}", config.inputs.shard_by))

@@ -42,6 +42,10 @@ pub enum Setting {
     FirstPass,
     /// Deterministic mode.
     Deterministic,
+    /// The shuffle mode (buffer, global, block).
+    ShuffleMode,
+    /// Where record indexes are kept.
+    IndexDir,
     /// Out-of-order bytes held in deterministic mode.
     ReorderWindow,
     /// The data-parallel shard (rank of world size).
@@ -127,6 +131,8 @@ impl Setting {
             Passes => "passes",
             FirstPass => "first_pass",
             Deterministic => "deterministic",
+            ShuffleMode => "shuffle_mode",
+            IndexDir => "index_dir",
             ReorderWindow => "reorder_window",
             Shard => "shard",
             Rank => "rank",

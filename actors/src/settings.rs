@@ -54,9 +54,13 @@ impl ReaderSettings {
         &self,
         file: &str,
         start: u64,
+        pass: u64,
+        keep: feedline::plan::RecordStride,
     ) -> Result<Box<dyn RecordReader>, feedline::Error> {
         let mut opts = self.open.clone();
         opts.start_record = start;
+        opts.pass = pass;
+        opts.keep = keep;
         self.registry.open(file, self.format.as_deref(), &opts)
     }
 

@@ -25,6 +25,8 @@ impl Flags {
             S::ShuffleBytes => "--shuffle-mib",
             S::Passes => "--passes",
             S::Deterministic => "--deterministic",
+            S::ShuffleMode => "--shuffle-mode",
+            S::IndexDir => "--index-dir",
             S::Shard => "--rank/--world-size",
             S::Rank => "--rank",
             S::WorldSize => "--world-size",

@@ -5,7 +5,7 @@
 //! own ([`PipelineConfig::check`]), whose sentence the command prints with
 //! the settings spelled as its flags ([`Flags`]).
 
-use feedline_actors::{Batching, Faults, Feeding, Inputs, Order, Reading};
+use feedline_actors::{Batching, Faults, Feeding, Inputs, Order, Reading, ShuffleMode};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -176,6 +176,16 @@ pub struct PipelineArgs {
     /// Same batches on every run whatever the reader count and timing.
     #[arg(long)]
     pub deterministic: bool,
+    /// How records are shuffled: `buffer` (a streaming pool of --shuffle
+    /// records, the default), `global` (each pass an exact permutation of
+    /// every record, read by position through a record index of every
+    /// file; the same batches whatever the readers), `block` (not built yet).
+    #[arg(long, default_value = "buffer", value_parser = parse_shuffle_mode)]
+    pub shuffle_mode: ShuffleMode,
+    /// Where `--shuffle-mode global` keeps its record indexes (default:
+    /// $XDG_CACHE_HOME/feedline/index or ~/.cache/feedline/index).
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// Feed-queue capacity in batches, 1..=1024.
     #[arg(long, default_value_t = 4, value_parser = count(1, 1024))]
     pub capacity: usize,
@@ -469,6 +479,7 @@ impl PipelineArgs {
                     chunk_records: self.chunk_records,
                     chunk_bytes: self.chunk_mib << 20,
                     remote_cache: self.cache.cache(),
+                    index_dir: self.index_dir.clone(),
                     ..base.reading
                 },
                 order: Order {
@@ -479,6 +490,7 @@ impl PipelineArgs {
                         .map_or(defaults.order.shuffle_bytes, |m| m << 20),
                     seed: self.seed,
                     deterministic: self.deterministic,
+                    shuffle_mode: self.shuffle_mode,
                     ..base.order
                 },
                 batching: Batching {
@@ -533,6 +545,11 @@ impl PipelineArgs {
 }
 
 /// `NAME,WEIGHT,READERS,FILE[,FILE…]` of `--set`.
+/// `--shuffle-mode`: buffer, global or block.
+fn parse_shuffle_mode(s: &str) -> Result<ShuffleMode, String> {
+    s.parse()
+}
+
 fn parse_set(spec: &str) -> CliResult<FileSet> {
     let bad = |what: String| {
         CliError::usage(format!(

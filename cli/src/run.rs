@@ -105,7 +105,11 @@ impl Trace {
     /// doc_tokens]` (as Python's `batch.segments`), since a row's
     /// `records` entry names only its first piece.
     fn write(&self, device: usize, d: &Delivered) -> std::io::Result<()> {
+        // In global shuffle mode an origin is a position of the pass's
+        // order: the trace names the file and record it stands for.
+        let real = |o: feedline::Origin| feedline_actors::real_origin(d.pass, o);
         let records: Vec<(Arc<str>, u64)> = (d.batch.origins().iter())
+            .map(|&o| real(o))
             .map(|o| (o.source.name(), o.record))
             .collect();
         let mut value =
@@ -113,10 +117,11 @@ impl Trace {
         if let (Some(segments), Some(map)) = (d.batch.segments(), value.as_object_mut()) {
             let pieces: Vec<serde_json::Value> = (segments.iter())
                 .map(|s| {
+                    let origin = real(s.origin);
                     serde_json::json!([
                         s.row,
-                        s.origin.source.name(),
-                        s.origin.record,
+                        origin.source.name(),
+                        origin.record,
                         s.start,
                         s.len,
                         s.doc_tokens

@@ -48,6 +48,8 @@ pub(crate) struct LoaderKeywords<'a, 'py> {
     pub long_docs: Option<&'a str>,
     pub pack_field: Option<String>,
     pub min_pool: Option<usize>,
+    pub shuffle_mode: Option<&'a str>,
+    pub index_dir: Option<std::path::PathBuf>,
 }
 
 /// What the keywords make: the builder of the first start, and what the
@@ -105,6 +107,8 @@ impl LoaderKeywords<'_, '_> {
             long_docs,
             pack_field,
             min_pool,
+            shuffle_mode,
+            index_dir,
         } = self;
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes);
@@ -135,6 +139,15 @@ impl LoaderKeywords<'_, '_> {
         };
         if let Some(m) = min_pool {
             b = b.min_pool(m);
+        }
+        if let Some(mode) = shuffle_mode {
+            let mode: feedline_actors::ShuffleMode = mode.parse().map_err(|e: String| {
+                PyValueError::new_err(format!("shuffle_mode={mode:?}: {e}"))
+            })?;
+            b = b.shuffle_mode(mode);
+        }
+        if let Some(dir) = index_dir {
+            b = b.index_dir(dir);
         }
         // What was given, for the settings' check (which holds every rule
         // across settings: this only translates keywords).

@@ -657,7 +657,8 @@ impl PyLoader {
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
         resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
         tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
-        pack_policy=None, long_docs=None, pack_field=None, min_pool=None))]
+        pack_policy=None, long_docs=None, pack_field=None, min_pool=None, shuffle_mode=None,
+        index_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -693,6 +694,8 @@ impl PyLoader {
         long_docs: Option<&str>,
         pack_field: Option<String>,
         min_pool: Option<usize>,
+        shuffle_mode: Option<&str>,
+        index_dir: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let Translated {
             builder: b,
@@ -735,6 +738,8 @@ impl PyLoader {
             long_docs,
             pack_field,
             min_pool,
+            shuffle_mode,
+            index_dir,
         }
         .translate(py)?;
         let loader = build_interruptibly(py, move || b.build());

@@ -64,6 +64,10 @@ impl Format for JsonlFormat {
             .unwrap_or_else(|| Compression::from_path(path));
         let mut r = JsonlReader {
             source: source_id(path),
+            file: (compression == Compression::None && path.is_file())
+                .then(|| std::fs::File::open(path).map(std::sync::Arc::new))
+                .transpose()
+                .map_err(|e| Error::io(path, e))?,
             lines: Lines::open(path, compression, opts.max_record_bytes)?,
             buf: Vec::new(),
             next: 0,
@@ -166,6 +170,8 @@ impl Lines {
 
 struct JsonlReader {
     source: SourceId,
+    /// An uncompressed regular file, for reads by position.
+    file: Option<std::sync::Arc<std::fs::File>>,
     lines: Lines,
     buf: Vec<u8>,
     /// Index of the next record.
@@ -225,8 +231,41 @@ impl RecordReader for JsonlReader {
         self.next
     }
 
+    /// An uncompressed regular file: read on from `offset`, with a buffer
+    /// the size of `offset..end` (at least 256 bytes, at most 64 KiB).
+    fn seek_indexed(&mut self, record: u64, offset: u64, end: u64) -> Result<bool> {
+        let Some(file) = &self.file else {
+            return Ok(false);
+        };
+        let cap = end.saturating_sub(offset).clamp(256, 64 << 10) as usize;
+        let stream: Box<dyn Read + Send> = Box::new(Pread {
+            file: file.clone(),
+            pos: offset,
+        });
+        self.lines.r = BufReader::with_capacity(cap, stream);
+        self.lines.offset = offset;
+        self.next = record;
+        self.dead = false;
+        Ok(true)
+    }
+
     fn can_continue(&self) -> bool {
         !self.dead
+    }
+}
+
+/// A file read from a position on by `pread`, so that a seek costs no system call.
+struct Pread {
+    file: std::sync::Arc<std::fs::File>,
+    pos: u64,
+}
+
+impl Read for Pread {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 

@@ -115,6 +115,15 @@ pub struct OpenOptions {
     /// [`tfrecord`'s large records](crate::format::tfrecord#large-records)).
     /// Default: false.
     pub defer_checksums: bool,
+    /// The pass being read: for a source whose records depend on it (the
+    /// runs of a `global` shuffle's order, whose record `i` is the `i`-th
+    /// position of the pass's order). Files ignore it. Default: 0.
+    pub pass: u64,
+    /// The records of the source its reader is asked for (a rank's stride
+    /// of a run of the `global` order, which then reads no other); a file
+    /// reader reads every record and the pipeline keeps the stride's.
+    /// Default: all.
+    pub keep: crate::plan::RecordStride,
 }
 
 impl OpenOptions {
@@ -176,6 +185,8 @@ impl Default for OpenOptions {
             verify_checksums: true,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             defer_checksums: false,
+            pass: 0,
+            keep: crate::plan::RecordStride::ALL,
         }
     }
 }
@@ -220,6 +231,18 @@ pub trait RecordReader: Send {
             }
         }
         Ok(())
+    }
+
+    /// Go to record `record`, whose bytes are `offset..end` of the file (from
+    /// its [record index](crate::record_index)), as if the reader had read
+    /// up to it: the next record read is `record`, read without reading
+    /// what lies between; a read-ahead stays within `offset..end` (the
+    /// caller gives the end of the records it will read next, so that a
+    /// random read costs the record, not a buffer). `Ok(false)` (the
+    /// default): this reader cannot; the caller reopens the file at the
+    /// record instead.
+    fn seek_indexed(&mut self, _record: u64, _offset: u64, _end: u64) -> Result<bool> {
+        Ok(false)
     }
 
     /// After an error: true if reading may go on with the next record.

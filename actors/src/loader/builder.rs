@@ -13,7 +13,7 @@ use feedline::{Batch, Instance, Schema};
 
 use super::Loader;
 use crate::checkpoint::Checkpoint;
-use crate::config::{ErrorPolicy, FileSet, PipelineConfig, StallPolicy};
+use crate::config::{ErrorPolicy, FileSet, PipelineConfig, ShuffleMode, StallPolicy};
 use crate::error::PipelineError;
 use crate::guard::FaultPlan;
 use crate::paths::IntoPaths;
@@ -168,6 +168,8 @@ impl LoaderBuilder {
         shuffle_files: bool => order.shuffle_files;
         /// Identical batches across runs, reader counts and timings.
         deterministic: bool => order.deterministic;
+        /// How records are shuffled (default [`ShuffleMode::Buffer`]; [`ShuffleMode::Global`]: an exact permutation of each pass, read by position).
+        shuffle_mode: ShuffleMode => order.shuffle_mode;
         /// Devices (default 1).
         devices: usize => feeding.devices;
         /// Feed-queue capacity in batches (default 4).
@@ -200,6 +202,13 @@ impl LoaderBuilder {
     /// do not depend on it.
     pub fn batches_in_flight(mut self, n: usize) -> Self {
         self.config.batching.batches_in_flight = Some(n);
+        self
+    }
+
+    /// Where `global` shuffle mode keeps its record indexes (default:
+    /// [`feedline::record_index::default_index_dir`]).
+    pub fn index_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.config.reading.index_dir = Some(dir.into());
         self
     }
 

@@ -18,7 +18,7 @@ use feedline::plan::{expand_inputs, Equalize, PassPlan};
 use feedline::transform::BatchTransformer;
 use feedline::Schema;
 
-use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
+use crate::config::{PipelineConfig, ShuffleMode, SCHEMA_SAMPLE_RECORDS};
 use crate::equalize::{count_records, count_tokens, EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
 use crate::resume_plan::{ResumeParts, ResumePlan};
@@ -330,6 +330,9 @@ fn settle(
         Some(s) => s.clone(),
         None => infer_schema(&config)?,
     };
+    if config.order.shuffle_mode == ShuffleMode::Global {
+        crate::global_shuffle::settle(&mut config)?;
+    }
     let plan = |files: Vec<String>, seed: u64| {
         PassPlan::new(files)
             .seed(seed)

@@ -226,7 +226,7 @@ pub(crate) fn restore(
             }
             _ => {
                 let r = reader
-                    .open_file(&task.file, record)
+                    .open_file(&task.file, record, s.pass, task.stride)
                     .map_err(|e| e.to_string())?;
                 &mut open.insert((file, r)).1
             }

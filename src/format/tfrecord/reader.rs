@@ -270,6 +270,23 @@ impl TfRecordReader {
 }
 
 impl RecordReader for TfRecordReader {
+    /// An uncompressed regular file: the cursor moves to `offset`, and the
+    /// window reads `offset..end` at most at a time from now on.
+    fn seek_indexed(&mut self, record: u64, offset: u64, end: u64) -> Result<bool> {
+        let Input::File { window, .. } = &mut self.input else {
+            return Ok(false);
+        };
+        window.set_block(end.saturating_sub(offset).min(WINDOW_BYTES as u64) as usize);
+        let cur = &mut self.cur;
+        cur.pos = offset;
+        cur.index = record;
+        cur.skip_to = record;
+        cur.failed = None;
+        cur.can_continue = false;
+        cur.sparse = false;
+        Ok(true)
+    }
+
     fn next_record(&mut self) -> Result<Option<Record>> {
         let Some((payload, loc)) = self.next_frame()? else {
             return Ok(None);

@@ -1,0 +1,591 @@
+//! `shuffle_mode` `global`: every pass an exact permutation of every record
+//! of the pass ([`feedline::global_order`]), read by position through each
+//! file's record index ([`feedline::record_index`]).
+//!
+//! This module owns the whole mode. At settling
+//! ([`settle`], called once by `pipeline::prepare`) it indexes every input
+//! (in parallel, from the index directory's cache) and puts in place of each
+//! file set's files the [`SEGMENTS`] runs of its order: inputs
+//! `global-order:TAG/SET/RUN`, read by the [`RunsFormat`] registered for
+//! them, whose record `i` is position `i` of the run in the pass being
+//! read. The stages downstream see ordinary inputs: the readers read runs
+//! as files (a rank reads its stride of every run, so ranks are disjoint
+//! and cover the pass), the shuffle stage takes them in run order
+//! (deterministic mode, no pool), and what was delivered is a range of
+//! positions per run — a checkpoint of the same size for a thousand
+//! records or a billion, and an elastic resume goes on with the rest of
+//! each run. A run's reader ([`RunReader`]) reads the records of a chunk
+//! grouped by file, in file order, by position, and hands them on in the
+//! order's.
+//!
+//! A batch's origins name positions of runs; [`real_origin`] gives the
+//! file and record each stands for (the command's trace and Python's
+//! provenance show those).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use feedline::format::{Format, OpenOptions, RecordReader, Registry};
+use feedline::global_order::{segment_range, GlobalOrder, SEGMENTS};
+use feedline::plan::{RecordStride, ShardBy};
+use feedline::record_index::{default_index_dir, IndexKind, RecordIndex};
+use feedline::{Chunk, Error, Location, Origin, Record, SourceId};
+use rayon::prelude::*;
+
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+
+/// The format name (and input prefix) of the runs.
+pub(crate) const RUNS_FORMAT: &str = "global-order";
+
+/// Files read by position kept open by one run reader, at most.
+const OPEN_FILES: usize = 64;
+
+/// One file set as the global order reads it.
+pub(crate) struct GlobalSet {
+    /// The set's index (the order's stream).
+    set: u64,
+    /// The order's seed.
+    seed: u64,
+    /// The set's files as given.
+    files: Vec<String>,
+    /// Each file's format and path, resolved.
+    formats: Vec<(Arc<dyn Format>, PathBuf)>,
+    /// Each file's record index.
+    indexes: Vec<RecordIndex>,
+    /// Records per file.
+    counts: Vec<u64>,
+    /// How files are opened.
+    open: OpenOptions,
+    /// The latest pass's order (made once per pass per process).
+    order: RwLock<Option<(u64, Arc<GlobalOrder>)>>,
+}
+
+impl GlobalSet {
+    fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    fn order(&self, pass: u64) -> Result<Arc<GlobalOrder>, Error> {
+        if let Some((p, o)) = &*self.order.read().expect("order lock") {
+            if *p == pass {
+                return Ok(o.clone());
+            }
+        }
+        let o = Arc::new(GlobalOrder::new(&self.counts, self.seed, pass, self.set)?);
+        *self.order.write().expect("order lock") = Some((pass, o.clone()));
+        Ok(o)
+    }
+}
+
+/// Every run of every settled pipeline in this process, by its source id:
+/// its set and run number ([`real_origin`] reads it).
+fn runs() -> &'static RwLock<HashMap<SourceId, (Arc<GlobalSet>, u64)>> {
+    static RUNS: OnceLock<RwLock<HashMap<SourceId, (Arc<GlobalSet>, u64)>>> = OnceLock::new();
+    RUNS.get_or_init(Default::default)
+}
+
+/// The file and record that `origin` of a batch of `pass` stands for: in
+/// `global` mode a batch's origins name positions of the pass's order (a
+/// run and a position in it); any other origin is its own.
+///
+/// ```
+/// use feedline::{Origin, SourceId};
+/// let o = Origin::new(SourceId::intern("data/a.tfrecord"), 3);
+/// assert_eq!(feedline_actors::real_origin(0, o), o);
+/// ```
+pub fn real_origin(pass: u64, origin: Origin) -> Origin {
+    let found = runs()
+        .read()
+        .expect("runs lock")
+        .get(&origin.source)
+        .cloned();
+    let Some((set, run)) = found else {
+        return origin;
+    };
+    let Ok(order) = set.order(pass) else {
+        return origin;
+    };
+    let (start, end) = segment_range(order.len(), run);
+    if origin.record >= end - start {
+        return origin;
+    }
+    let (file, record) = order.locate(start + origin.record);
+    Origin::new(
+        SourceId::intern(&set.formats[file].1.to_string_lossy()),
+        record,
+    )
+}
+
+/// A stable tag of a set's order: its files, counts and seed (so that a
+/// checkpoint's run names are those of the same inputs and seed).
+fn tag_of(sets: &[Arc<GlobalSet>]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for s in sets {
+        eat(&s.seed.to_le_bytes());
+        for (f, c) in s.files.iter().zip(&s.counts) {
+            eat(f.as_bytes());
+            eat(&c.to_le_bytes());
+        }
+        eat(b"/");
+    }
+    format!("{h:016x}")
+}
+
+/// How `path` of `format` is indexed; an input that cannot be read by
+/// position is refused naming it and the modes that read it.
+fn index_kind(
+    spec: &str,
+    format: &dyn Format,
+    path: &Path,
+    c: feedline::format::Compression,
+) -> Result<IndexKind, PipelineError> {
+    let refuse = |why: String| {
+        PipelineError::config(format!(
+            "{spec}: {why}: shuffle_mode global reads records by position; \
+             shuffle_mode buffer (the default) reads it"
+        ))
+    };
+    if feedline::remote::is_remote(spec) || feedline::remote::is_remote(&path.to_string_lossy()) {
+        return Err(refuse("a remote input has no record index here".into()));
+    }
+    if c != feedline::format::Compression::None {
+        return Err(refuse(format!("it is {c:?}-compressed")));
+    }
+    if !path.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    Ok(match format.name() {
+        "tfrecord" => IndexKind::TfRecordFrames,
+        "jsonl" => IndexKind::JsonLines,
+        _ => IndexKind::Count,
+    })
+}
+
+/// Index the files of one set and make its [`GlobalSet`].
+fn index_set(
+    config: &PipelineConfig,
+    set: u64,
+    seed: u64,
+    files: &[String],
+    dir: &Path,
+) -> Result<GlobalSet, PipelineError> {
+    let registry = &config.inputs.registry;
+    let explicit = config.inputs.format.as_deref();
+    let mut open = config.reading.open.clone();
+    open.start_record = 0;
+    let resolved: Vec<(Arc<dyn Format>, PathBuf, IndexKind)> = files
+        .iter()
+        .map(|spec| {
+            let (f, path, c) = registry.resolve(spec, explicit)?;
+            let c = open.compression.unwrap_or(c);
+            let kind = index_kind(spec, f.as_ref(), &path, c)?;
+            Ok((f, path, kind))
+        })
+        .collect::<Result<_, PipelineError>>()?;
+    let indexes: Vec<RecordIndex> = resolved
+        .par_iter()
+        .map(|(f, path, kind)| {
+            RecordIndex::open_or_build(path, *kind, dir, || {
+                let mut o = open.clone();
+                o.compression = Some(feedline::format::Compression::None);
+                let mut r = f.open(path, &o)?;
+                if let Some(n) = r.len_hint() {
+                    return Ok(n);
+                }
+                r.skip_to(u64::MAX)?;
+                Ok(r.next_index())
+            })
+        })
+        .collect::<Result<_, Error>>()?;
+    let counts = indexes.iter().map(|i| i.records()).collect();
+    Ok(GlobalSet {
+        set,
+        seed,
+        files: files.to_vec(),
+        formats: resolved.into_iter().map(|(f, p, _)| (f, p)).collect(),
+        indexes,
+        counts,
+        open,
+        order: RwLock::new(None),
+    })
+}
+
+/// Settle a `global` pipeline (its inputs expanded, its schema known): index
+/// every input, and give each file set its runs in place of its files,
+/// read in run order by stride (the rank's share), deterministically,
+/// without a pool.
+pub(crate) fn settle(config: &mut PipelineConfig) -> Result<(), PipelineError> {
+    let dir = (config.reading.index_dir.clone()).unwrap_or_else(default_index_dir);
+    let seed = config.order.seed;
+    let sets: Vec<Arc<GlobalSet>> = if config.inputs.sets.is_empty() {
+        vec![Arc::new(index_set(
+            config,
+            0,
+            seed,
+            &config.inputs.files,
+            &dir,
+        )?)]
+    } else {
+        (config.inputs.sets.iter().enumerate())
+            .map(|(i, s)| index_set(config, i as u64, seed, &s.files, &dir).map(Arc::new))
+            .collect::<Result<_, _>>()?
+    };
+    let tag = tag_of(&sets);
+    let format = Arc::new(RunsFormat {
+        sets: sets.clone(),
+        tag: tag.clone(),
+    });
+    let mut all = Vec::new();
+    {
+        let mut table = runs().write().expect("runs lock");
+        for (i, s) in sets.iter().enumerate() {
+            let names: Vec<String> = (0..SEGMENTS)
+                .map(|run| {
+                    let path = format!("{tag}/{i}/{run}");
+                    table.insert(SourceId::intern(&path), (s.clone(), run));
+                    format!("{RUNS_FORMAT}:{path}")
+                })
+                .collect();
+            if let Some(fs) = config.inputs.sets.get_mut(i) {
+                fs.files = names.clone();
+            }
+            all.extend(names);
+        }
+    }
+    log::info!(
+        "shuffle_mode global: {} records in {} sets indexed under {}",
+        sets.iter().map(|s| s.total()).sum::<u64>(),
+        sets.len(),
+        dir.display()
+    );
+    let mut registry: Registry = config.inputs.registry.clone();
+    registry.register(format);
+    config.inputs.registry = registry;
+    config.inputs.files = all;
+    config.inputs.format = None;
+    config.inputs.shard_by = ShardBy::Record;
+    config.order.shuffle_files = false;
+    config.order.deterministic = true;
+    config.order.shuffle = 0;
+    config.order.min_pool = None;
+    // A checkpoint is a range of positions per run: no snapshot of a draw.
+    config.resume.snapshot_every = 0;
+    Ok(())
+}
+
+/// `config` (a `global` pipeline's, as given) with its inputs expanded and
+/// settled as [`settle`] does: the inputs a checkpoint of it names.
+pub(crate) fn as_runs(config: &PipelineConfig) -> Result<PipelineConfig, PipelineError> {
+    let mut c = config.clone();
+    if c.inputs.sets.is_empty() {
+        c.inputs.files = feedline::plan::expand_inputs(&c.inputs.files)?;
+    } else {
+        for s in &mut c.inputs.sets {
+            s.files = feedline::plan::expand_inputs(&s.files)?;
+        }
+    }
+    settle(&mut c)?;
+    Ok(c)
+}
+
+/// The format of the runs of one settled pipeline's orders.
+pub(crate) struct RunsFormat {
+    sets: Vec<Arc<GlobalSet>>,
+    tag: String,
+}
+
+impl Format for RunsFormat {
+    fn name(&self) -> &str {
+        RUNS_FORMAT
+    }
+
+    fn extensions(&self) -> &[&str] {
+        &[]
+    }
+
+    fn open(&self, path: &Path, opts: &OpenOptions) -> feedline::Result<Box<dyn RecordReader>> {
+        let name = path.to_string_lossy();
+        let bad = || {
+            Error::Config(format!(
+                "{RUNS_FORMAT}:{name}: not a run of this pipeline's order"
+            ))
+        };
+        let mut parts = name.split('/');
+        let (Some(tag), Some(set), Some(run), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let set: usize = set.parse().map_err(|_| bad())?;
+        let run: u64 = run.parse().map_err(|_| bad())?;
+        if tag != self.tag || set >= self.sets.len() || run >= SEGMENTS {
+            return Err(bad());
+        }
+        let s = self.sets[set].clone();
+        let order = s.order(opts.pass)?;
+        let (start, end) = segment_range(order.len(), run);
+        Ok(Box::new(RunReader {
+            source: SourceId::intern(&name),
+            set: s,
+            order,
+            start,
+            len: end - start,
+            keep: opts.keep,
+            next: opts.start_record,
+            readers: HashMap::new(),
+            checked: Vec::new(),
+            avg_bytes: 0,
+        }))
+    }
+}
+
+/// Reads one run of a pass's order: record `i` is the record at position
+/// `start + i` of the order; only the positions its stride keeps.
+pub(crate) struct RunReader {
+    source: SourceId,
+    set: Arc<GlobalSet>,
+    order: Arc<GlobalOrder>,
+    start: u64,
+    len: u64,
+    keep: RecordStride,
+    /// The next position of the run (not yet read).
+    next: u64,
+    /// Files open for reading by position (at most [`OPEN_FILES`]).
+    readers: HashMap<usize, Box<dyn RecordReader>>,
+    /// Files checked unchanged since they were indexed.
+    checked: Vec<usize>,
+    /// Payload bytes of a record, as the last chunk had them.
+    avg_bytes: usize,
+}
+
+impl RunReader {
+    /// The first position at or after `i` the stride keeps.
+    fn kept_from(&self, i: u64) -> u64 {
+        let RecordStride { offset, step } = self.keep;
+        if step <= 1 {
+            return i;
+        }
+        let r = i % step;
+        if r <= offset {
+            i - r + offset
+        } else {
+            i - r + step + offset
+        }
+    }
+
+    /// The reader of file `file`, positioned at `record` (reading on from
+    /// there), through the record index where it has offsets.
+    fn reader_at(
+        &mut self,
+        file: usize,
+        record: u64,
+        last: u64,
+    ) -> feedline::Result<&mut Box<dyn RecordReader>> {
+        let s = self.set.clone();
+        if !self.checked.contains(&file) {
+            s.indexes[file].check_unchanged()?;
+            self.checked.push(file);
+        }
+        if self.readers.len() >= OPEN_FILES && !self.readers.contains_key(&file) {
+            self.readers.clear();
+        }
+        let (format, path) = &s.formats[file];
+        let open = |start: u64| -> feedline::Result<Box<dyn RecordReader>> {
+            let mut o = s.open.clone();
+            o.start_record = start;
+            o.compression = Some(feedline::format::Compression::None);
+            format.open(path, &o)
+        };
+        let span = s.indexes[file].span(record, last + 1)?;
+        let reopen = match self.readers.get_mut(&file) {
+            None => true,
+            Some(r) => match span {
+                Some((offset, end)) => !r.seek_indexed(record, offset, end)?,
+                None if r.next_index() <= record => {
+                    r.skip_to(record)?;
+                    false
+                }
+                None => true,
+            },
+        };
+        if reopen {
+            let mut r = open(if span.is_some() { 0 } else { record })?;
+            if let Some((offset, end)) = span {
+                if !r.seek_indexed(record, offset, end)? {
+                    r.skip_to(record)?;
+                }
+            }
+            self.readers.insert(file, r);
+        }
+        Ok(self.readers.get_mut(&file).expect("inserted"))
+    }
+
+    /// Read the records at `(file, record)` in `wanted` (sorted), grouped
+    /// by file into runs of consecutive records; each result in `out` at
+    /// the wanted entry's slot.
+    fn read_grouped(
+        &mut self,
+        wanted: &[(usize, u64, usize)],
+        out: &mut [Option<feedline::Result<Record>>],
+    ) {
+        let mut k = 0;
+        while k < wanted.len() {
+            let (file, first, _) = wanted[k];
+            let mut last = first;
+            let mut j = k + 1;
+            while j < wanted.len() && wanted[j].0 == file && wanted[j].1 == last + 1 {
+                last += 1;
+                j += 1;
+            }
+            let set = self.set.clone();
+            match self.reader_at(file, first, last) {
+                Err(e) => {
+                    for w in &wanted[k..j] {
+                        out[w.2] = Some(Err(clone_error(&e)));
+                    }
+                }
+                Ok(r) => {
+                    for w in &wanted[k..j] {
+                        out[w.2] = Some(match r.next_record() {
+                            Ok(Some(rec)) => Ok(rec),
+                            // A file changed since it was indexed says so.
+                            Ok(None) | Err(_) if set.indexes[file].check_unchanged().is_err() => {
+                                set.indexes[file].check_unchanged().map(|_| unreachable!())
+                            }
+                            Ok(None) => Err(Error::BadFile {
+                                path: set.formats[file].1.clone(),
+                                what: format!(
+                                    "record {} is past the file's end (its record index says {} records)",
+                                    w.1, set.counts[file]
+                                ),
+                            }),
+                            Err(e) => Err(e),
+                        });
+                    }
+                    if out[wanted[j - 1].2].as_ref().is_some_and(|r| r.is_err()) {
+                        // After an error the reader's position is unknown: reopen next time.
+                        self.readers.remove(&file);
+                    }
+                }
+            }
+            k = j;
+        }
+    }
+}
+
+/// A copy of `e` for every record a failed open costs.
+fn clone_error(e: &Error) -> Error {
+    match e.location() {
+        Some(loc) => Error::corrupt(loc.clone(), e.to_string()),
+        None => Error::Config(e.to_string()),
+    }
+}
+
+/// `e` (a record that did not fit the chunk's schema) located at the
+/// file's record `real`, not at the run's position.
+fn at_real(e: Error, real: &Location) -> Error {
+    match e {
+        Error::Field {
+            field,
+            expected,
+            actual,
+            ..
+        } => Error::Field {
+            location: real.clone(),
+            field,
+            expected,
+            actual,
+        },
+        other => other,
+    }
+}
+
+impl RecordReader for RunReader {
+    fn next_record(&mut self) -> feedline::Result<Option<Record>> {
+        let i = self.kept_from(self.next);
+        if i >= self.len {
+            self.next = self.len;
+            return Ok(None);
+        }
+        let (file, record) = self.order.locate(self.start + i);
+        let mut out = [None];
+        self.read_grouped(&[(file, record, 0)], &mut out);
+        self.next = i + 1;
+        let mut rec = out[0].take().expect("read")?;
+        rec.location = Location::new(self.source, i, None);
+        Ok(Some(rec))
+    }
+
+    fn read_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> feedline::Result<usize> {
+        feedline::format::check_chunk_budget(max_records, max_bytes)?;
+        let by_bytes = max_bytes.checked_div(self.avg_bytes).unwrap_or(max_records);
+        let m = max_records.min(by_bytes.max(1));
+        let mut positions = Vec::with_capacity(m);
+        let mut i = self.kept_from(self.next);
+        while positions.len() < m && i < self.len {
+            positions.push(i);
+            i = self.kept_from(i + 1);
+        }
+        if positions.is_empty() {
+            self.next = self.len;
+            return Ok(0);
+        }
+        let mut wanted: Vec<(usize, u64, usize)> = (positions.iter().enumerate())
+            .map(|(slot, &p)| {
+                let (f, r) = self.order.locate(self.start + p);
+                (f, r, slot)
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut out: Vec<Option<feedline::Result<Record>>> =
+            (0..positions.len()).map(|_| None).collect();
+        self.read_grouped(&wanted, &mut out);
+        let bytes_before = chunk.payload_bytes();
+        let mut n = 0;
+        for (slot, got) in out.into_iter().enumerate() {
+            let p = positions[slot];
+            self.next = p + 1;
+            let mut rec = got.expect("every slot read")?;
+            let real = std::mem::replace(&mut rec.location, Location::new(self.source, p, None));
+            chunk.push_record(&rec).map_err(|e| at_real(e, &real))?;
+            n += 1;
+        }
+        self.avg_bytes = ((chunk.payload_bytes() - bytes_before) / n.max(1)).max(1);
+        Ok(n)
+    }
+
+    fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    fn skip_to(&mut self, record: u64) -> feedline::Result<()> {
+        self.next = self.next.max(record.min(self.len));
+        Ok(())
+    }
+
+    /// Every position is read apart: a bad record costs itself.
+    fn can_continue(&self) -> bool {
+        true
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.len)
+    }
+
+    fn max_records_left(&self) -> Option<u64> {
+        Some(self.keep.count_from(self.next.min(self.len), self.len))
+    }
+}

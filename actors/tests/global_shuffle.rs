@@ -1,0 +1,396 @@
+//! `shuffle_mode` `global`, by identity, with many seeds: every record once
+//! per pass, each pass another permutation, near uniform (class balance
+//! in windows over class-sorted files); the same batches for 1 and 3
+//! readers without `deterministic`; ranks disjoint and covering; a resume
+//! mid-pass equal to the uninterrupted run; a checkpoint of the same size
+//! for 100× the records; 2 ranks resumed as 3, exactly once; a rewritten
+//! file read anew (its index rebuilt); a gzip input refused naming the
+//! file; a bad record skipped, nothing else lost; a file changed during a
+//! run refused naming it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{all_ids, assert_exactly_once, jsonl_files};
+use feedline::format::tfrecord::TfRecordWriter;
+use feedline::format::Compression;
+use feedline::{Location, Record, SourceId, Tensor, Values};
+use feedline_actors::{Checkpoint, ErrorPolicy, Loader, LoaderBuilder, ShardBy, ShuffleMode};
+
+/// A delivered batch: pass, seq, ids.
+type Got = (u64, u64, Vec<i64>);
+
+fn got(d: &feedline_actors::Delivered) -> Got {
+    (
+        d.pass,
+        d.seq,
+        d.batch.i64("id").unwrap().iter().copied().collect(),
+    )
+}
+
+/// TFRecord files of `records` records each in `dir`, ids as `jsonl_files`'.
+fn tfrecord_files(dir: &Path, records: &[u64]) -> Vec<String> {
+    (records.iter().enumerate())
+        .map(|(f, &n)| {
+            let path = dir.join(format!("t{f}.tfrecord"));
+            let mut w = TfRecordWriter::create(&path, Compression::None).unwrap();
+            for i in 0..n {
+                let id = (f as u64 * 1_000_000 + i) as i64;
+                let rec = Record {
+                    fields: vec![(
+                        "id".into(),
+                        Tensor {
+                            values: Values::I64(vec![id]),
+                            shape: vec![],
+                        },
+                    )],
+                    location: Location::new(SourceId::intern("w"), i, None),
+                };
+                w.write_example(&rec).unwrap();
+            }
+            w.finish().unwrap();
+            path.to_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// CSV files (read by position through their reader's skip): ids as above.
+fn csv_files(dir: &Path, records: &[u64]) -> Vec<String> {
+    (records.iter().enumerate())
+        .map(|(f, &n)| {
+            let path = dir.join(format!("c{f}.csv"));
+            let mut text = String::from("id,x\n");
+            for i in 0..n {
+                text.push_str(&format!("{},{}.5\n", f as u64 * 1_000_000 + i, i));
+            }
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn global(files: &[String], index_dir: &Path, seed: u64) -> LoaderBuilder {
+    Loader::builder()
+        .files(files.to_vec())
+        .shard_from_env(false)
+        .shuffle_mode(ShuffleMode::Global)
+        .index_dir(index_dir)
+        .batch(7)
+        .chunk_records(5)
+        .passes(2)
+        .seed(seed)
+}
+
+fn all(loader: Loader) -> Vec<Got> {
+    loader.into_iter().map(|d| got(&d.unwrap())).collect()
+}
+
+fn by_pass(batches: &[Got]) -> BTreeMap<u64, Vec<i64>> {
+    let mut m: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for (p, _, ids) in batches {
+        m.entry(*p).or_default().extend(ids);
+    }
+    m
+}
+
+fn sorted(m: &BTreeMap<u64, Vec<i64>>) -> BTreeMap<u64, Vec<i64>> {
+    m.iter()
+        .map(|(p, v)| {
+            let mut v = v.clone();
+            v.sort();
+            (*p, v)
+        })
+        .collect()
+}
+
+const COUNTS: [u64; 4] = [40, 25, 61, 14];
+
+#[test]
+fn every_record_once_per_pass_in_another_permutation_each_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("idx");
+    let kinds = [
+        tfrecord_files(dir.path(), &COUNTS),
+        jsonl_files(dir.path(), &COUNTS),
+        csv_files(dir.path(), &COUNTS),
+    ];
+    let want = all_ids(&COUNTS, &[]);
+    for files in &kinds {
+        let mut orders = Vec::new();
+        for seed in [0u64, 1, 7, 19, 123] {
+            let batches = all(global(files, &idx, seed).build().unwrap());
+            let per_pass = by_pass(&batches);
+            assert_exactly_once(&sorted(&per_pass), &want, 2);
+            assert_ne!(
+                per_pass[&0], per_pass[&1],
+                "{files:?} seed {seed}: pass 1 repeats pass 0"
+            );
+            // Not the files' order, nor file by file.
+            assert_ne!(per_pass[&0], want);
+            let mut file_runs = 1;
+            for w in per_pass[&0].windows(2) {
+                if w[0] / 1_000_000 != w[1] / 1_000_000 {
+                    file_runs += 1;
+                }
+            }
+            assert!(
+                file_runs > 40,
+                "{files:?} seed {seed}: {file_runs} runs of one file"
+            );
+            orders.push(per_pass[&0].clone());
+        }
+        orders.dedup();
+        assert_eq!(orders.len(), 5, "every seed its own order");
+    }
+    // The three formats hold the same ids: the same seed gives the same order.
+    let order = |files: &Vec<String>| by_pass(&all(global(files, &idx, 5).build().unwrap()));
+    assert_eq!(order(&kinds[0]), order(&kinds[1]));
+    assert_eq!(order(&kinds[1]), order(&kinds[2]));
+}
+
+#[test]
+fn class_sorted_files_are_mixed_in_every_window() {
+    // Four files, one class each: every window of 40 of 400 records holds
+    // every class, near its share (a pool of 16 over sorted files would not).
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &[100, 100, 100, 100]);
+    let mut worst = 0usize;
+    for seed in 0..20u64 {
+        let b = global(&files, &dir.path().join("idx"), seed).passes(1);
+        let ids = by_pass(&all(b.build().unwrap())).remove(&0).unwrap();
+        for w in ids.chunks(40) {
+            let mut per_class = [0usize; 4];
+            for id in w {
+                per_class[(id / 1_000_000) as usize] += 1;
+            }
+            assert!(
+                per_class.iter().all(|&c| c > 0),
+                "seed {seed}: {per_class:?}"
+            );
+            worst = worst.max(*per_class.iter().max().unwrap());
+        }
+    }
+    assert!(worst < 25, "a window of 40 held {worst} of one class");
+}
+
+#[test]
+fn the_same_batches_whatever_the_readers_and_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tfrecord_files(dir.path(), &COUNTS);
+    let idx = dir.path().join("idx");
+    for seed in [2u64, 9, 31] {
+        let one = all(global(&files, &idx, seed).readers(1).build().unwrap());
+        let three = all(global(&files, &idx, seed)
+            .readers(3)
+            .chunk_records(3)
+            .build()
+            .unwrap());
+        assert_eq!(one, three, "seed {seed}");
+    }
+}
+
+#[test]
+fn ranks_are_disjoint_and_cover_every_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &COUNTS);
+    let idx = dir.path().join("idx");
+    for seed in [4u64, 8] {
+        for world in [2usize, 3] {
+            let mut union: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+            for rank in 0..world {
+                let b = global(&files, &idx, seed).shard(rank, world);
+                for (p, ids) in by_pass(&all(b.build().unwrap())) {
+                    union.entry(p).or_default().extend(ids);
+                }
+            }
+            assert_exactly_once(&sorted(&union), &all_ids(&COUNTS, &[]), 2);
+        }
+    }
+}
+
+/// Take `n` batches, then the checkpoint, through JSON.
+fn take(mut loader: Loader, n: usize) -> (Vec<Got>, Checkpoint) {
+    let mut out = Vec::new();
+    let mut it = loader.iter();
+    while out.len() < n {
+        match it.next() {
+            Some(d) => out.push(got(&d.unwrap())),
+            None => break,
+        }
+    }
+    let cp = loader.checkpoint().unwrap();
+    let back = Checkpoint::from_json(&cp.to_json(), Path::new("cp.json")).unwrap();
+    (out, back)
+}
+
+#[test]
+fn a_resume_mid_pass_gives_the_uninterrupted_runs_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tfrecord_files(dir.path(), &COUNTS);
+    let idx = dir.path().join("idx");
+    for seed in [3u64, 12, 77] {
+        let full = all(global(&files, &idx, seed).build().unwrap());
+        for stop in [1usize, 9, full.len() / 2 + 3, full.len() - 1] {
+            let (before, cp) = take(global(&files, &idx, seed).build().unwrap(), stop);
+            let after = all(global(&files, &idx, seed)
+                .readers(3)
+                .resume(cp)
+                .build()
+                .unwrap());
+            let mut joined = before.clone();
+            joined.extend(after);
+            assert_eq!(joined, full, "seed {seed}, stopped after {stop}");
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_has_the_same_size_for_100_times_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = tfrecord_files(&dir.path().join("d1").tap_mkdir(), &[30, 20, 50]);
+    let large = tfrecord_files(&dir.path().join("d2").tap_mkdir(), &[3000, 2000, 5000]);
+    let idx = dir.path().join("idx");
+    let size = |files: &[String], stop: usize| {
+        let b = global(files, &idx, 1).batch(4);
+        let (_, cp) = take(b.build().unwrap(), stop);
+        // Its size up to the digits of its numbers: each run of digits as one.
+        let text = cp.to_json();
+        let mut shape = String::new();
+        for c in text.chars() {
+            if !(c.is_ascii_hexdigit() && shape.ends_with('#')) {
+                shape.push(if c.is_ascii_hexdigit() { '#' } else { c });
+            }
+        }
+        shape
+    };
+    // Stopped a fifth into the pass: the same fields, ranges and runs.
+    let (s, l) = (size(&small, 5), size(&large, 500));
+    assert_eq!(s, l, "checkpoint of 100 records, of 10,000");
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> Self;
+}
+
+impl TapMkdir for PathBuf {
+    fn tap_mkdir(self) -> Self {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
+
+#[test]
+fn two_ranks_resumed_as_three_deliver_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &COUNTS);
+    let idx = dir.path().join("idx");
+    for seed in [5u64, 6, 21] {
+        let make = |rank, world| {
+            global(&files, &idx, seed)
+                .shard(rank, world)
+                .shard_by(ShardBy::Record)
+        };
+        let mut everything = Vec::new();
+        let mut cps = Vec::new();
+        for rank in 0..2 {
+            let (before, cp) = take(make(rank, 2).build().unwrap(), 3 + rank);
+            everything.extend(before);
+            cps.push(cp);
+        }
+        for rank in 0..3 {
+            let mut b = make(rank, 3);
+            for cp in &cps {
+                b = b.resume(cp.clone());
+            }
+            everything.extend(all(b.build().unwrap()));
+        }
+        assert_exactly_once(&sorted(&by_pass(&everything)), &all_ids(&COUNTS, &[]), 2);
+    }
+}
+
+#[test]
+fn a_rewritten_file_is_indexed_and_read_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("idx");
+    let files = tfrecord_files(dir.path(), &[10, 12]);
+    let first = by_pass(&all(global(&files, &idx, 0).build().unwrap()));
+    assert_eq!(sorted(&first)[&0], all_ids(&[10, 12], &[]));
+    // t1 rewritten with 30 records: its stale index is not used.
+    tfrecord_files(dir.path(), &[10, 30]);
+    let again = by_pass(&all(global(&files, &idx, 0).build().unwrap()));
+    assert_eq!(sorted(&again)[&0], all_ids(&[10, 30], &[]));
+    assert_eq!(
+        std::fs::read_dir(&idx).unwrap().count(),
+        2,
+        "one index per file"
+    );
+}
+
+#[test]
+fn a_compressed_input_is_refused_naming_the_file_and_the_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("z.tfrecord.gz");
+    let mut w = TfRecordWriter::create(&path, Compression::Gzip).unwrap();
+    w.write_record(b"x").unwrap();
+    w.finish().unwrap();
+    let files = vec![path.to_str().unwrap().to_string()];
+    let e = global(&files, &dir.path().join("idx"), 0)
+        .schema(
+            feedline::Schema::builder()
+                .field("id", feedline::DType::I64, [])
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .and_then(|l| l.into_iter().next().unwrap().map(|_| ()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("z.tfrecord.gz") && e.contains("Gzip") && e.contains("shuffle_mode buffer"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_record_is_skipped_and_nothing_else_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = jsonl_files(dir.path(), &[20, 20]);
+    let text = std::fs::read_to_string(&files[1]).unwrap();
+    let broken: Vec<String> = (text.lines().enumerate())
+        .map(|(i, l)| {
+            if i == 7 {
+                "{\"id\": oops}".into()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&files[1], broken.join("\n") + "\n").unwrap();
+    for seed in [0u64, 3] {
+        let b = global(&files, &dir.path().join("idx"), seed).error_policy(ErrorPolicy::skip());
+        let per_pass = sorted(&by_pass(&all(b.build().unwrap())));
+        assert_exactly_once(&per_pass, &all_ids(&[20, 20], &[1_000_007]), 2);
+    }
+}
+
+#[test]
+fn a_file_changed_during_a_run_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tfrecord_files(dir.path(), &[5000, 5000]);
+    let mut loader = global(&files, &dir.path().join("idx"), 0)
+        .batch(2)
+        .readers(1)
+        .build()
+        .unwrap();
+    let mut it = loader.iter();
+    it.next().unwrap().unwrap();
+    // t0 grows under the running loader.
+    tfrecord_files(dir.path(), &[6000]);
+    let e = it
+        .find_map(|d| d.err())
+        .expect("the change is found")
+        .to_string();
+    assert!(e.contains("t0.tfrecord") && e.contains("changed"), "{e}");
+}
