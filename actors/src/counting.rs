@@ -163,7 +163,27 @@ impl RecordCounts {
     /// [`start`](Self::start) starts them (what is not known, a push-mode
     /// loader say, is known at once).
     pub fn new(config: Arc<PipelineConfig>) -> Arc<Self> {
-        let unknown = if config.inputs.push.is_some() {
+        // A global order's inputs are the runs of its order (indexed here).
+        let (config, failed) = if config.order.shuffle_mode == crate::config::ShuffleMode::Global {
+            match crate::global_shuffle::as_runs(&config) {
+                Ok(runs) => (Arc::new(runs), None),
+                Err(e) => (config, Some(e)),
+            }
+        } else {
+            (config, None)
+        };
+        let unknown = if let Some(e) = failed {
+            return Arc::new(RecordCounts {
+                result: Mutex::new(Some(Counted::Failed(CountFailed {
+                    file: config.inputs.files.first().cloned().unwrap_or_default(),
+                    why: e.to_string(),
+                }))),
+                config,
+                ready: Condvar::new(),
+                started: AtomicBool::new(false),
+                cancelled: Arc::new(AtomicBool::new(false)),
+            });
+        } else if config.inputs.push.is_some() {
             Some(LenUnknown::Pushed)
         } else if !matches!(config.batching.batch, BatchPolicy::Fixed(_)) {
             Some(LenUnknown::CostBudget)
@@ -179,6 +199,12 @@ impl RecordCounts {
             started: AtomicBool::new(false),
             cancelled: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// The settings the counts are of, for [`len_from`]: the loader's, or
+    /// for a global order the runs of its order that its stages read.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
     }
 
     /// Start counting now when every input is a local file (a count of a
@@ -283,7 +309,9 @@ fn count_file(config: &PipelineConfig, spec: &str) -> Result<u64, CountError> {
         .resolve(spec, config.inputs.format.as_deref())
         .map_err(failed)?;
     let remote = feedline::remote::is_remote(&path.to_string_lossy());
-    let key = if remote {
+    // A run of a global order says its length.
+    let run = spec.starts_with(crate::global_shuffle::RUNS_FORMAT);
+    let key = if remote || run {
         None
     } else {
         let meta = std::fs::metadata(&path)

@@ -285,6 +285,10 @@ pub(crate) fn settle(config: &mut PipelineConfig) -> Result<(), PipelineError> {
 /// settled as [`settle`] does: the inputs a checkpoint of it names.
 pub(crate) fn as_runs(config: &PipelineConfig) -> Result<PipelineConfig, PipelineError> {
     let mut c = config.clone();
+    let prefix = format!("{RUNS_FORMAT}:");
+    if (c.inputs.files.iter()).any(|f| f.starts_with(&prefix)) {
+        return Ok(c); // settled already
+    }
     if c.inputs.sets.is_empty() {
         c.inputs.files = feedline::plan::expand_inputs(&c.inputs.files)?;
     } else {

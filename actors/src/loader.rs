@@ -319,7 +319,7 @@ impl Loader {
                 break c;
             }
         };
-        len_from(&self.config, counted, pass)
+        len_from(self.counts.config(), counted, pass)
     }
 
     /// The inputs' record counts behind [`len`](Self::len), to wait for

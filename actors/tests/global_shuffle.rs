@@ -201,7 +201,15 @@ fn ranks_are_disjoint_and_cover_every_pass() {
             let mut union: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
             for rank in 0..world {
                 let b = global(&files, &idx, seed).shard(rank, world);
-                for (p, ids) in by_pass(&all(b.build().unwrap())) {
+                let loader = b.build().unwrap();
+                let len = loader.len_of_pass(0).unwrap();
+                let batches = all(loader);
+                let in_pass0 = batches.iter().filter(|b| b.0 == 0).count() as u64;
+                assert_eq!(
+                    len, in_pass0,
+                    "rank {rank} of {world}: len() and pass 0's batches"
+                );
+                for (p, ids) in by_pass(&batches) {
                     union.entry(p).or_default().extend(ids);
                 }
             }

@@ -885,7 +885,7 @@ impl PyLoader {
                 py.check_signals()?;
             };
             logbridge::flush(py);
-            counting::len_from(&self.config, counted, pass())
+            counting::len_from(self.counts.config(), counted, pass())
         };
         match counted {
             Ok(n) => Ok(n as usize),
