@@ -48,6 +48,7 @@ pub(crate) struct LoaderKeywords<'a, 'py> {
     pub long_docs: Option<&'a str>,
     pub pack_field: Option<String>,
     pub min_pool: Option<usize>,
+    pub metrics_addr: Option<String>,
 }
 
 /// What the keywords make: the builder of the first start, and what the
@@ -105,6 +106,7 @@ impl LoaderKeywords<'_, '_> {
             long_docs,
             pack_field,
             min_pool,
+            metrics_addr,
         } = self;
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes);
@@ -135,6 +137,9 @@ impl LoaderKeywords<'_, '_> {
         };
         if let Some(m) = min_pool {
             b = b.min_pool(m);
+        }
+        if let Some(addr) = metrics_addr {
+            b = b.metrics_addr(addr);
         }
         // What was given, for the settings' check (which holds every rule
         // across settings: this only translates keywords).

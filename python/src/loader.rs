@@ -657,7 +657,7 @@ impl PyLoader {
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
         resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
         tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
-        pack_policy=None, long_docs=None, pack_field=None, min_pool=None))]
+        pack_policy=None, long_docs=None, pack_field=None, min_pool=None, metrics_addr=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -693,6 +693,7 @@ impl PyLoader {
         long_docs: Option<&str>,
         pack_field: Option<String>,
         min_pool: Option<usize>,
+        metrics_addr: Option<String>,
     ) -> PyResult<Self> {
         let Translated {
             builder: b,
@@ -735,6 +736,7 @@ impl PyLoader {
             long_docs,
             pack_field,
             min_pool,
+            metrics_addr,
         }
         .translate(py)?;
         let loader = build_interruptibly(py, move || b.build());

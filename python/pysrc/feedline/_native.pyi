@@ -179,6 +179,7 @@ class Loader(Iterator[Batch]):
         long_docs: Optional[Literal["split", "truncate", "drop"]] = None,
         pack_field: Optional[str] = None,
         min_pool: Optional[int] = None,
+        metrics_addr: Optional[str] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -220,6 +221,9 @@ class Loader(Iterator[Batch]):
         drop_last=True.
         min_pool: instances held before the shuffle draws start, at most
         `shuffle` (default: the pool size).
+        metrics_addr: "HOST:PORT": serve Prometheus metrics (OpenMetrics text)
+        at http://HOST:PORT/metrics while the loader runs (default: none, no
+        port opened); a port in use is a FeedlineError naming the address.
         A refused setting is a ValueError whose sentence is the one the Rust
         builder and the command give, each setting spelled as its keyword."""
     @staticmethod
