@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 /// How often the line is rewritten.
 const TICK: Duration = Duration::from_millis(500);
 /// The bar's width in characters.
-const BAR: usize = 24;
+const BAR: usize = 12;
 
 /// Whether the line is drawn: standard error is a terminal, and `--quiet`
 /// was not given.
@@ -107,42 +107,45 @@ fn duration(s: f64) -> String {
     }
 }
 
-/// The line for `snap` at `place`, `pass_s` seconds into the pass: records
-/// delivered, records/s over the run, the limiting stage, and a bar with
-/// the ETA where the pass's length is known.
+/// The line for `snap` at `place`, `pass_s` seconds into the pass: the
+/// pass, a bar with the ETA where the pass's length is known (else the
+/// batches delivered in the pass), records delivered and records/s over the
+/// run, and the limiting stage (`?` before the first batch). Most telling
+/// first: a narrow terminal cuts the end.
 pub fn line(snap: &StatsSnapshot, place: &Place, pass_s: f64) -> String {
     let records: u64 = snap.devices.iter().map(|d| d.records).sum();
     let rate = records as f64 / snap.elapsed_s.max(1e-9);
-    let mut text = format!(
-        "pass {}/{} | {} records | {}/s | limiting: {}",
-        place.pass + 1,
-        if place.passes == feedline_actors::ENDLESS {
-            "∞".to_string()
-        } else {
-            grouped(place.passes)
-        },
+    let passes = match place.passes {
+        feedline_actors::ENDLESS => "∞".to_string(),
+        n => grouped(n),
+    };
+    let mut text = format!("pass {}/{passes} ", grouped(place.pass + 1));
+    match place.len.filter(|&l| l > 0) {
+        Some(len) => {
+            let done = place.done.min(len);
+            let filled = (done as usize * BAR) / len as usize;
+            let eta = match done {
+                0 => "?".to_string(),
+                _ => duration(pass_s / done as f64 * (len - done) as f64),
+            };
+            text.push_str(&format!(
+                "[{}{}] {:>3}% ETA {eta}",
+                "#".repeat(filled),
+                "-".repeat(BAR - filled),
+                done * 100 / len,
+            ));
+        }
+        None => text.push_str(&format!("{} batches", grouped(place.done))),
+    }
+    let limiting = match records {
+        0 => "?".to_string(),
+        _ => snap.bottleneck.to_string(),
+    };
+    text.push_str(&format!(
+        " | {} records {}/s | limiting: {limiting}",
         grouped(records),
         grouped(rate.round() as u64),
-        snap.bottleneck
-    );
-    if let Some(len) = place.len.filter(|&l| l > 0) {
-        let done = place.done.min(len);
-        let filled = (done as usize * BAR) / len as usize;
-        let eta = match done {
-            0 => "?".to_string(),
-            _ => duration(pass_s / done as f64 * (len - done) as f64),
-        };
-        text.push_str(&format!(
-            " | [{}{}] {:>3}% {}/{} batches, ETA {eta}",
-            "#".repeat(filled),
-            "-".repeat(BAR - filled),
-            done * 100 / len,
-            grouped(done),
-            grouped(len)
-        ));
-    } else {
-        text.push_str(&format!(" | {} batches", grouped(place.done)));
-    }
+    ));
     text
 }
 
@@ -343,16 +346,20 @@ mod tests {
         let text = line(&s, &at, 10.0);
         assert_eq!(
             text,
-            "pass 2/3 | 51,200 records | 25,600/s | limiting: readers | \
-             [############------------]  50% 50/100 batches, ETA 10s"
+            "pass 2/3 [######------]  50% ETA 10s | 51,200 records 25,600/s | limiting: readers"
         );
+        assert!(text.chars().count() <= 90, "fits a terminal: {text}");
         let unknown = line(&s, &Place { len: None, ..at }, 10.0);
         assert_eq!(
             unknown,
-            "pass 2/3 | 51,200 records | 25,600/s | limiting: readers | 50 batches"
+            "pass 2/3 50 batches | 51,200 records 25,600/s | limiting: readers"
         );
         let start = line(&s, &Place { done: 0, ..at }, 0.0);
-        assert!(start.ends_with("0% 0/100 batches, ETA ?"), "{start}");
+        assert!(start.contains("[------------]   0% ETA ?"), "{start}");
+        let none = line(&snapshot(0, 0, 0.1), &at, 1.0);
+        assert!(none.ends_with("0 records 0/s | limiting: ?"), "{none}");
+        let endless = line(&s, &Place { passes: feedline_actors::ENDLESS, ..at }, 10.0);
+        assert!(endless.starts_with("pass 2/∞ ["), "{endless}");
     }
 
     #[test]

@@ -508,6 +508,11 @@ impl PyLoader {
             Ok(slot.loader.take())
         });
         let old = old.map_err(FeedlineError::new_err)?;
+        // The metrics' server serves the new pipeline (same port, counters going on).
+        let builder = match old.as_ref().and_then(|l| l.metrics_server().cloned()) {
+            Some(server) => builder.metrics_server(server),
+            None => builder,
+        };
         py.allow_threads(move || drop(old));
         let started = build_interruptibly(py, move || builder.build());
         let loader = match started {
