@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 /// How often the line is rewritten.
 const TICK: Duration = Duration::from_millis(500);
 /// The bar's width in characters.
-const BAR: usize = 12;
+const BAR: usize = 10;
 
 /// Whether the line is drawn: standard error is a terminal, and `--quiet`
 /// was not given.
@@ -142,7 +142,7 @@ pub fn line(snap: &StatsSnapshot, place: &Place, pass_s: f64) -> String {
         _ => snap.bottleneck.to_string(),
     };
     text.push_str(&format!(
-        " | {} records {}/s | limiting: {limiting}",
+        " | {} rec {}/s | limiting: {limiting}",
         grouped(records),
         grouped(rate.round() as u64),
     ));
@@ -346,19 +346,26 @@ mod tests {
         let text = line(&s, &at, 10.0);
         assert_eq!(
             text,
-            "pass 2/3 [######------]  50% ETA 10s | 51,200 records 25,600/s | limiting: readers"
+            "pass 2/3 [#####-----]  50% ETA 10s | 51,200 rec 25,600/s | limiting: readers"
         );
-        assert!(text.chars().count() <= 90, "fits a terminal: {text}");
+        assert!(text.chars().count() <= 80, "fits a terminal: {text}");
         let unknown = line(&s, &Place { len: None, ..at }, 10.0);
         assert_eq!(
             unknown,
-            "pass 2/3 50 batches | 51,200 records 25,600/s | limiting: readers"
+            "pass 2/3 50 batches | 51,200 rec 25,600/s | limiting: readers"
         );
         let start = line(&s, &Place { done: 0, ..at }, 0.0);
-        assert!(start.contains("[------------]   0% ETA ?"), "{start}");
+        assert!(start.contains("[----------]   0% ETA ?"), "{start}");
         let none = line(&snapshot(0, 0, 0.1), &at, 1.0);
-        assert!(none.ends_with("0 records 0/s | limiting: ?"), "{none}");
-        let endless = line(&s, &Place { passes: feedline_actors::ENDLESS, ..at }, 10.0);
+        assert!(none.ends_with("| 0 rec 0/s | limiting: ?"), "{none}");
+        let endless = line(
+            &s,
+            &Place {
+                passes: feedline_actors::ENDLESS,
+                ..at
+            },
+            10.0,
+        );
         assert!(endless.starts_with("pass 2/∞ ["), "{endless}");
     }
 
