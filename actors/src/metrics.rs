@@ -92,6 +92,7 @@ impl MetricsServer {
 
 /// What a server reads at scrape time: a pipeline's statistics and the
 /// settings that give its gauges their meaning.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Source {
     /// The pipeline's statistics.
     pub stats: crate::stats::Stats,
@@ -102,6 +103,7 @@ pub(crate) struct Source {
 }
 
 /// The counters of one pipeline, as a scrape adds them up.
+#[cfg(feature = "metrics")]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Totals {
     /// Readers, shuffle, batch maker: records, bytes, busy, idle, blocked (ns).
@@ -113,8 +115,10 @@ pub(crate) struct Totals {
 }
 
 /// The stages' label values, in [`Totals::stages`]' order.
+#[cfg(feature = "metrics")]
 pub(crate) const STAGES: [&str; 3] = ["readers", "shuffle", "batch_maker"];
 
+#[cfg(feature = "metrics")]
 impl Totals {
     /// The counters of `stats` as they stand.
     pub(crate) fn of(stats: &crate::stats::Stats) -> Totals {
@@ -156,6 +160,7 @@ impl Totals {
 /// The autotuner's current value of each setting it tunes, for
 /// `feedline_autotune_value{setting}`: none until autotuning exists (the
 /// family is registered, with no samples).
+#[cfg(feature = "metrics")]
 pub(crate) fn autotune_values(_stats: &crate::stats::StatsSnapshot) -> Vec<(&'static str, f64)> {
     Vec::new()
 }

@@ -238,6 +238,7 @@ impl Stats {
     }
 
     /// The counters themselves (the metrics read them raw at scrape time).
+    #[cfg(feature = "metrics")]
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
