@@ -1353,6 +1353,7 @@ mod transform_bound_tests {
     fn a_metrics_address_is_host_port_and_needs_the_feature() {
         let check = |a: &str| {
             let mut c = PipelineConfig::default();
+            c.inputs.files = vec!["data.jsonl".into()];
             c.monitoring.metrics_addr = Some(a.to_string());
             c.check().map_err(|e| e.to_string())
         };
