@@ -452,6 +452,19 @@ impl Default for Resume {
     }
 }
 
+/// What the pipeline shows outside while it runs: the address its
+/// Prometheus metrics are served on (feature `metrics`; see
+/// [`crate::metrics`]).
+#[derive(Clone, Debug, Default)]
+pub struct Monitoring {
+    /// Serve the OpenMetrics text at `http://HOST:PORT/metrics` (`None`,
+    /// the default: no port is opened). Checked by
+    /// [`PipelineConfig::check`] (`HOST:PORT`, the `metrics` feature
+    /// compiled in); a port already in use is an error naming it when the
+    /// pipeline starts.
+    pub metrics_addr: Option<String>,
+}
+
 /// Every setting of a pipeline, by concern: each group is a value of its
 /// own with its own defaults, and [`check`](Self::check) judges them all
 /// together.
@@ -482,6 +495,8 @@ pub struct PipelineConfig {
     /// Where a run starts and what it keeps to go on from: the first pass and the draw's snapshots
     /// for checkpoints.
     pub resume: Resume,
+    /// What the pipeline shows outside while it runs: the Prometheus metrics' address.
+    pub monitoring: Monitoring,
     /// What the face that made these settings was given, for the rules of
     /// settings that apply only with others ([`Given`]).
     pub given: Given,
@@ -733,6 +748,32 @@ pub fn shard_given(
         })
 }
 
+/// Check a metrics address: `HOST:PORT` (an IP address or a host name, a
+/// port number), with the `metrics` feature compiled in. Nothing is
+/// resolved or opened here: the pipeline binds it when it starts.
+pub(crate) fn check_metrics_addr(addr: &str) -> Result<(), SettingError> {
+    let given = || SettingError::given(Setting::MetricsAddr, Value::text(addr));
+    if !cfg!(feature = "metrics") {
+        return Err(given().text(
+            ": Prometheus metrics are not compiled in: enable the `metrics` feature of feedline-actors",
+        ));
+    }
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let well_formed = addr.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(['[', ']', '/', ' '])
+            && !host.contains(':')
+            && port.parse::<u16>().is_ok()
+    });
+    match well_formed {
+        true => Ok(()),
+        false => Err(given()
+            .text(" must be HOST:PORT (such as 127.0.0.1:9464, [::1]:9464 or localhost:9464)")),
+    }
+}
+
 fn refuse(e: SettingError) -> Result<(), PipelineError> {
     Err(PipelineError::Config(e))
 }
@@ -756,6 +797,9 @@ impl PipelineConfig {
     pub fn check(&self) -> Result<(), PipelineError> {
         use Setting as S;
         self.check_given()?;
+        if let Some(addr) = &self.monitoring.metrics_addr {
+            check_metrics_addr(addr).map_err(PipelineError::Config)?;
+        }
         let at_least_1 = [
             (S::Passes, self.order.passes),
             (S::ChunkRecords, self.reading.chunk_records as u64),
@@ -1193,6 +1237,20 @@ impl PipelineConfig {
         .saturating_add(self.transform_workers_bytes())
     }
 
+    /// The `record_bytes` of [`in_flight_bound_bytes`](Self::in_flight_bound_bytes)
+    /// for the records a run has seen so far (its statistics): the larger
+    /// mean payload of a record read and of a record made, with 8 bytes
+    /// per field of the schema and the record's origin — the bound the
+    /// command states after a run and the metrics state while it goes.
+    pub fn record_bytes_of_run(&self, s: &crate::stats::StatsSnapshot) -> usize {
+        let per = |stage: &crate::stats::StageSnapshot| {
+            (stage.payload_bytes / stage.records.max(1)) as usize
+        };
+        let payload = per(&s.readers).max(per(&s.batch_maker));
+        let fields = self.inputs.schema.as_ref().map_or(1, |s| s.len());
+        payload + 8 * fields + std::mem::size_of::<feedline::Origin>()
+    }
+
     /// The transform workers' working memory: each worker's, as the
     /// instance map states it, times the workers (0 without an instance
     /// map).
@@ -1378,5 +1436,41 @@ mod transform_bound_tests {
         let mut c = PipelineConfig::default();
         c.transforms.instance = Some(Arc::new(Holds(usize::MAX)));
         assert_eq!(c.in_flight_bound_bytes(1000), usize::MAX);
+    }
+
+    #[test]
+    fn a_metrics_address_is_host_port_and_needs_the_feature() {
+        let check = |a: &str| {
+            let mut c = PipelineConfig::default();
+            c.inputs.files = vec!["data.jsonl".into()];
+            c.monitoring.metrics_addr = Some(a.to_string());
+            c.check().map_err(|e| e.to_string())
+        };
+        let good = ["127.0.0.1:9464", "[::1]:0", "localhost:9464", "0.0.0.0:80"];
+        let bad = [
+            "localhost",
+            "127.0.0.1:65536",
+            ":80",
+            "host:",
+            "::1:80",
+            "a/b:80",
+        ];
+        if cfg!(feature = "metrics") {
+            for a in good {
+                assert_eq!(check(a), Ok(()), "{a}");
+            }
+            for a in bad {
+                let e = check(a).unwrap_err();
+                assert!(
+                    e.contains(&format!("metrics_addr({a:?}) must be HOST:PORT")),
+                    "{e}"
+                );
+            }
+        } else {
+            let e = check(good[0]).unwrap_err();
+            assert!(e.contains("enable the `metrics` feature"), "{e}");
+        }
+        // No address, nothing checked, nothing opened.
+        assert!(PipelineConfig::default().monitoring.metrics_addr.is_none());
     }
 }

@@ -75,6 +75,15 @@ pub enum PipelineError {
     /// key, which each face spells its own way ([`SettingError::spelled`]).
     #[error("invalid configuration: {0}")]
     Config(crate::setting::SettingError),
+    /// The Prometheus metrics could not be served on the address given
+    /// (`metrics_addr`): in use, not this machine's, not resolved.
+    #[error("metrics address {addr}: {message}")]
+    Metrics {
+        /// The address, as given.
+        addr: String,
+        /// Why.
+        message: String,
+    },
     /// The pipeline was stopped (the loader dropped, or the system stopped).
     #[error("the pipeline has stopped")]
     Stopped,

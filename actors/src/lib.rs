@@ -115,6 +115,7 @@ mod group_plan;
 mod guard;
 mod loader;
 mod messages;
+mod metrics;
 mod panic;
 mod paths;
 mod pipeline;
@@ -138,7 +139,7 @@ mod watch;
 pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
-    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Order, PipelineConfig, Reading,
+    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Monitoring, Order, PipelineConfig, Reading,
     Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT,
     MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER,
     SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
@@ -150,6 +151,7 @@ pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, Epoch, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
+pub use crate::metrics::MetricsServer;
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::{Pipeline, StartOptions};
 pub use crate::progress::{input_files, CheckpointBase, DrawSnapshots, Progress};

@@ -91,6 +91,10 @@ pub struct Loader {
     /// The inputs' record counts, for [`len`](Self::len) (made at the first
     /// call; kept through a [`set_epoch`](Self::set_epoch) restart).
     counts: Arc<RecordCounts>,
+    /// The Prometheus metrics' server (`metrics_addr`): stopped when the
+    /// loader stops; handed to the pipeline a [`set_epoch`](Self::set_epoch)
+    /// starts again.
+    metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -165,6 +169,7 @@ impl Loader {
             None => config.resume.first_pass,
         };
         let loader = Loader {
+            metrics: running.metrics.take(),
             epochs: Epochs::new(first_pass, running.resume.is_some(), true),
             counts: RecordCounts::new(running.config.clone()),
             packed_ranks: running.packed_ranks,
@@ -265,9 +270,15 @@ impl Loader {
         }
         let mut config = (*self.given).clone();
         config.resume.first_pass = pass;
-        // The old pipeline stops first (its memory and threads go).
+        // The old pipeline stops first (its memory and threads go); the
+        // metrics' server serves the new one, its counters going on.
+        let metrics = self.metrics.take();
         self.shutdown();
-        let mut fresh = Loader::start(config, StartOptions::default())?;
+        let options = StartOptions {
+            metrics,
+            ..StartOptions::default()
+        };
+        let mut fresh = Loader::start(config, options)?;
         fresh.epochs = std::mem::take(&mut self.epochs);
         fresh.epochs.restarted(pass, false);
         fresh.counts = self.counts.clone();
@@ -505,6 +516,15 @@ impl Loader {
             let _ = t.join();
         }
         self.arbiters.stop_and_join();
+        // Its port is freed with the last handle.
+        self.metrics = None;
+    }
+
+    /// The Prometheus metrics' server, when one serves this loader
+    /// ([`LoaderBuilder::metrics_addr`]): its [`local_addr`](crate::MetricsServer::local_addr)
+    /// is the port chosen for an address of port 0.
+    pub fn metrics_server(&self) -> Option<&crate::metrics::MetricsServer> {
+        self.metrics.as_ref()
     }
 
     fn pop(&mut self, consumer: usize) -> Result<Popped, PipelineError> {

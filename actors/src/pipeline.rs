@@ -232,6 +232,11 @@ pub struct StartOptions {
     /// paths; empty by default).
     #[doc(hidden)]
     pub faults: FaultPlan,
+    /// Serve the Prometheus metrics on this server (one of a pipeline
+    /// before, say) instead of binding
+    /// [`Monitoring::metrics_addr`](crate::Monitoring::metrics_addr): the
+    /// counters go on from the totals it served (default: none).
+    pub metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl Default for StartOptions {
@@ -241,6 +246,7 @@ impl Default for StartOptions {
             snapshots: DrawSnapshots::new(),
             track_progress: true,
             faults: FaultPlan::default(),
+            metrics: None,
         }
     }
 }

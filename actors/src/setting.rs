@@ -109,6 +109,9 @@ pub enum Setting {
     MaxAttempts,
     /// When a reader is stuck.
     StallTimeout,
+    // Monitoring.
+    /// Where the Prometheus metrics are served (`HOST:PORT`).
+    MetricsAddr,
 }
 
 impl Setting {
@@ -162,6 +165,7 @@ impl Setting {
             MaxBadFraction => "max_bad_fraction",
             MaxAttempts => "max_attempts",
             StallTimeout => "stall_timeout",
+            MetricsAddr => "metrics_addr",
         }
     }
 }

@@ -225,6 +225,24 @@ impl Stats {
         Stats { counters }
     }
 
+    /// The statistics of no pipeline, every counter 0, for `devices`
+    /// devices: for tests of what reads snapshots (a progress line, a
+    /// report) with real snapshots.
+    #[doc(hidden)]
+    pub fn detached(devices: usize) -> Stats {
+        Stats::of(Arc::new(Counters::new(
+            devices,
+            1,
+            Arc::new(DepthGauge::default()),
+        )))
+    }
+
+    /// The counters themselves (the metrics read them raw at scrape time).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
     /// Which stage is stuck, as far as the counters tell: the feed queue's
     /// depth, how long since the shuffle stage got a chunk, and what each
     /// reader is doing.

@@ -22,6 +22,10 @@ pub struct BenchArgs {
     /// Print one JSON object per pass.
     #[arg(long)]
     json: bool,
+    /// No progress line on standard error (it is drawn only when standard
+    /// error is a terminal).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// Reads one value of every instance of every field.
@@ -37,13 +41,25 @@ impl Consume for Toucher {
 }
 
 pub fn bench(args: BenchArgs) -> CliResult<()> {
-    let plan = Plan::resolve(&args.pipeline, &args.measure, None, None)?;
+    let mut plan = Plan::resolve(&args.pipeline, &args.measure, None, None)?;
+    let progress = crate::progress::ProgressLine::start(args.quiet).map(std::sync::Arc::new);
+    if let Some(line) = &progress {
+        plan.watch = Some(Box::new(line.clone()));
+    }
     let mut out = Stdout::new();
-    plan.run(Toucher::default, |i, r, c| {
-        report(&plan, args.json, i, r, c.checksum, &mut out)?;
-        // Each pass as it ends, for whoever watches.
+    let ran = plan.run(Toucher::default, |i, r, c| {
+        // Each pass as it ends, for whoever watches: the progress line
+        // suspended while it is written.
+        match &progress {
+            Some(line) => line.suspend(|| report(&plan, args.json, i, r, c.checksum, &mut out)),
+            None => report(&plan, args.json, i, r, c.checksum, &mut out),
+        }?;
         out.flush()
-    })?;
+    });
+    // Cleared before anything else is printed.
+    plan.watch = None;
+    drop(progress);
+    ran?;
     out.finish()
 }
 

@@ -50,6 +50,7 @@ impl Flags {
             S::Capacity => "--capacity",
             S::OnError => "--on-error",
             S::MaxBad => "--max-bad",
+            S::MetricsAddr => "--metrics-addr",
             _ => return None,
         })
     }

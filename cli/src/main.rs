@@ -16,6 +16,7 @@ mod flags;
 mod measure;
 mod output;
 mod pipeline_args;
+mod progress;
 mod run;
 mod signals;
 

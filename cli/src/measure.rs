@@ -271,6 +271,20 @@ pub struct Plan {
     pub mode: &'static str,
     /// How passes are timed.
     pub measure: MeasureArgs,
+    /// Told which loader runs which passes (`bench`'s progress line).
+    pub watch: Option<Box<dyn Watch>>,
+}
+
+/// Told which loader runs which passes, for a live display.
+pub trait Watch {
+    /// `loader` runs the plan's passes from `first` on, of `passes` in all.
+    fn loader(&self, loader: &Loader, first: u64, passes: u64);
+}
+
+impl<T: Watch> Watch for Arc<T> {
+    fn loader(&self, loader: &Loader, first: u64, passes: u64) {
+        (**self).loader(loader, first, passes)
+    }
 }
 
 impl Plan {
@@ -304,6 +318,11 @@ impl Plan {
                     "--equalize is not supported by --single-thread: drop one of them",
                 ));
             }
+            if config.monitoring.metrics_addr.is_some() {
+                return Err(CliError::usage(
+                    "--metrics-addr is not supported by --single-thread (it runs no pipeline to serve the metrics of): drop one of them",
+                ));
+            }
             "single-thread"
         } else if measure.multi_pass {
             "multi-pass"
@@ -335,6 +354,7 @@ impl Plan {
             config,
             mode,
             measure: measure.clone(),
+            watch: None,
         })
     }
 
@@ -380,12 +400,21 @@ impl Plan {
             }
             return Ok(());
         }
+        // A fresh loader per pass: one metrics server for them all, whose
+        // counters go on from pass to pass.
+        let metrics = match (
+            &self.config.monitoring.metrics_addr,
+            self.measure.single_thread,
+        ) {
+            (Some(addr), false) => Some(feedline_actors::MetricsServer::bind(addr)?),
+            _ => None,
+        };
         for i in 0..self.passes() {
             let mut c = consumer();
             let r = if self.measure.single_thread {
                 self.single_thread_pass(i as u64, &mut c)?
             } else {
-                self.fresh_loader_pass(i as u64, &mut c)?
+                self.fresh_loader_pass(i as u64, &mut c, metrics.as_ref())?
             };
             report(i, &r, &c.inner)?;
         }
@@ -393,12 +422,24 @@ impl Plan {
     }
 
     /// One pass through a loader built for it (start-up and teardown included).
-    fn fresh_loader_pass(&self, pass: u64, c: &mut impl Consume) -> CliResult<PassResult> {
+    fn fresh_loader_pass(
+        &self,
+        pass: u64,
+        c: &mut impl Consume,
+        metrics: Option<&feedline_actors::MetricsServer>,
+    ) -> CliResult<PassResult> {
         let mut config = self.config.clone();
         // A new pipeline per epoch, a new shuffle each time.
         config.order.seed = self.config.order.seed.wrapping_add(pass);
         let mut clock = PassClock::start();
-        let loader = Loader::builder().config(config).build()?;
+        let mut builder = Loader::builder().config(config);
+        if let Some(server) = metrics {
+            builder = builder.metrics_server(server.clone());
+        }
+        let loader = builder.build()?;
+        if let Some(w) = &self.watch {
+            w.loader(&loader, pass, self.passes() as u64);
+        }
         clock.started();
         let mut it = loader.into_iter();
         for d in &mut it {
@@ -458,6 +499,9 @@ impl Plan {
         let mut cpu0 = cpu_seconds();
         let t_start = Instant::now();
         let loader = Loader::builder().config(self.config.clone()).build()?;
+        if let Some(w) = &self.watch {
+            w.loader(&loader, 0, total as u64);
+        }
         let startup = t_start.elapsed().as_secs_f64();
         let mut events = loader.device_iter(0);
         let mut t0 = t_start;

@@ -5,7 +5,9 @@
 //! own ([`PipelineConfig::check`]), whose sentence the command prints with
 //! the settings spelled as its flags ([`Flags`]).
 
-use feedline_actors::{Batching, Faults, Feeding, Inputs, Order, Reading, ShuffleMode};
+use feedline_actors::{
+    Batching, Faults, Feeding, Inputs, Monitoring, Order, Reading, ShuffleMode,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -234,6 +236,11 @@ pub struct PipelineArgs {
     pub pack: PackArgs,
     #[command(flatten)]
     pub cache: RemoteCacheArgs,
+    /// Serve Prometheus metrics (OpenMetrics text) at
+    /// http://HOST:PORT/metrics while it runs (default: none, no port
+    /// opened); a port in use is an error naming it.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Sequence packing (`--pack L`): each pass's documents packed into
@@ -513,6 +520,9 @@ impl PipelineArgs {
                     ..base.faults
                 },
                 transforms: self.transform.transforms()?,
+                monitoring: Monitoring {
+                    metrics_addr: self.metrics_addr.clone(),
+                },
                 given: self.given()?,
                 ..base
             }

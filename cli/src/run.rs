@@ -62,6 +62,10 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress line on standard error (it is drawn only when standard
+    /// error is a terminal).
+    #[arg(long, short)]
+    quiet: bool,
     /// Save the run's position (JSON) to PATH after every --checkpoint-every
     /// delivered batches and at the end, atomically. Never one of the inputs.
     #[arg(long)]
@@ -500,7 +504,17 @@ pub fn run(args: RunArgs) -> CliResult<ExitCode> {
         .collect();
     // The memory bound is stated after the run, from the records' sizes.
     let memory_config = config.clone();
-    let (outcome, snap) = run_pipeline(config, options, steps, signals.first, stop_rx)?;
+    let progress = crate::progress::ProgressLine::start(args.quiet);
+    let (outcome, snap) = run_pipeline(
+        config,
+        options,
+        steps,
+        signals.first,
+        stop_rx,
+        progress.as_ref(),
+    )?;
+    // Cleared before anything else is printed.
+    drop(progress);
     let memory = Memory::of(&memory_config, &snap);
     if let Some(t) = &trace {
         t.finish()?;
@@ -548,10 +562,21 @@ fn run_pipeline(
     steps: Vec<Device>,
     signal: oneshot::Receiver<i32>,
     stop_after: oneshot::Receiver<()>,
+    progress: Option<&crate::progress::ProgressLine>,
 ) -> CliResult<(Outcome, StatsSnapshot)> {
     let sys = actix::System::new();
     let out = sys.block_on(async move {
         let mut p = Pipeline::start_with(config, options, steps)?;
+        if let Some(line) = progress {
+            let config = Arc::new(p.config().clone());
+            line.watch(crate::progress::Watched {
+                stats: p.stats().clone(),
+                counts: Some(feedline_actors::counting::RecordCounts::new(config.clone())),
+                offset: config.resume.first_pass,
+                passes: config.order.passes,
+                config,
+            });
+        }
         // `--stop-after` reached; never fires when its sender is dropped.
         let stop_after = async {
             match stop_after.await {

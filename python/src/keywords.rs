@@ -50,6 +50,7 @@ pub(crate) struct LoaderKeywords<'a, 'py> {
     pub min_pool: Option<usize>,
     pub shuffle_mode: Option<&'a str>,
     pub index_dir: Option<std::path::PathBuf>,
+    pub metrics_addr: Option<String>,
 }
 
 /// What the keywords make: the builder of the first start, and what the
@@ -109,6 +110,7 @@ impl LoaderKeywords<'_, '_> {
             min_pool,
             shuffle_mode,
             index_dir,
+            metrics_addr,
         } = self;
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes);
@@ -148,6 +150,9 @@ impl LoaderKeywords<'_, '_> {
         }
         if let Some(dir) = index_dir {
             b = b.index_dir(dir);
+        }
+        if let Some(addr) = metrics_addr {
+            b = b.metrics_addr(addr);
         }
         // What was given, for the settings' check (which holds every rule
         // across settings: this only translates keywords).

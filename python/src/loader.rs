@@ -508,6 +508,11 @@ impl PyLoader {
             Ok(slot.loader.take())
         });
         let old = old.map_err(FeedlineError::new_err)?;
+        // The metrics' server serves the new pipeline (same port, counters going on).
+        let builder = match old.as_ref().and_then(|l| l.metrics_server().cloned()) {
+            Some(server) => builder.metrics_server(server),
+            None => builder,
+        };
         py.allow_threads(move || drop(old));
         let started = build_interruptibly(py, move || builder.build());
         let loader = match started {
@@ -658,7 +663,7 @@ impl PyLoader {
         resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
         tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
         pack_policy=None, long_docs=None, pack_field=None, min_pool=None, shuffle_mode=None,
-        index_dir=None))]
+        index_dir=None, metrics_addr=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -696,6 +701,7 @@ impl PyLoader {
         min_pool: Option<usize>,
         shuffle_mode: Option<&str>,
         index_dir: Option<std::path::PathBuf>,
+        metrics_addr: Option<String>,
     ) -> PyResult<Self> {
         let Translated {
             builder: b,
@@ -740,6 +746,7 @@ impl PyLoader {
             min_pool,
             shuffle_mode,
             index_dir,
+            metrics_addr,
         }
         .translate(py)?;
         let loader = build_interruptibly(py, move || b.build());

@@ -34,6 +34,8 @@ pub struct LoaderBuilder {
     resume: Vec<Checkpoint>,
     /// Panics to inject (tests of the failure paths).
     faults: FaultPlan,
+    /// Serve the metrics on this server instead of binding the address.
+    metrics_server: Option<crate::metrics::MetricsServer>,
 }
 
 macro_rules! setter {
@@ -402,6 +404,35 @@ impl LoaderBuilder {
         self
     }
 
+    /// Serve Prometheus metrics (OpenMetrics text) at
+    /// `http://HOST:PORT/metrics` while the loader runs (feature
+    /// `metrics`; default: none, no port opened). `addr` is `HOST:PORT`
+    /// (port 0: a free one, [`Loader::metrics_server`] says which),
+    /// checked by [`build`](Self::build) with every setting; a port in use
+    /// is [`PipelineError::Metrics`] naming it. The server stops, its port
+    /// freed, when the loader stops. The families: docs/metrics.md.
+    ///
+    /// ```no_run
+    /// use feedline_actors::Loader;
+    /// let loader = Loader::builder()
+    ///     .files(["data/*.tfrecord"])
+    ///     .metrics_addr("127.0.0.1:9464")
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn metrics_addr(mut self, addr: impl Into<String>) -> Self {
+        self.config.monitoring.metrics_addr = Some(addr.into());
+        self
+    }
+
+    /// Serve the metrics on `server` (bound before, serving an earlier
+    /// loader, say: the counters go on from its totals) instead of binding
+    /// [`metrics_addr`](Self::metrics_addr).
+    pub fn metrics_server(mut self, server: crate::metrics::MetricsServer) -> Self {
+        self.metrics_server = Some(server);
+        self
+    }
+
     /// Panics to inject into the stages' handlers (tests of the failure paths).
     #[doc(hidden)]
     pub fn inject_faults(mut self, faults: FaultPlan) -> Self {
@@ -534,6 +565,7 @@ impl LoaderBuilder {
         let options = StartOptions {
             resume,
             faults: self.faults,
+            metrics: self.metrics_server,
             ..StartOptions::default()
         };
         Ok((config, options))

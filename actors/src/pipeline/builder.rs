@@ -83,6 +83,9 @@ pub(crate) struct Running {
     /// Equalized ranks in packed rows: every rank's rows per pass, counted
     /// at start-up.
     pub packed_ranks: Option<Arc<crate::equalize::PackedRanks>>,
+    /// The Prometheus metrics' server serving this pipeline (its port is
+    /// freed when the last holder drops it).
+    pub metrics: Option<crate::metrics::MetricsServer>,
 }
 
 /// Start a pipeline in the current actix `System`: one [`Trainer`] per step
@@ -102,7 +105,11 @@ pub(crate) fn build<S: TrainStep>(
         snapshots,
         track_progress,
         faults,
+        metrics,
     } = options;
+    let first_pass = resume
+        .as_ref()
+        .map_or(config.resume.first_pass, |r| r.first_pass());
     let Prepared {
         config,
         schema,
@@ -117,6 +124,12 @@ pub(crate) fn build<S: TrainStep>(
         restored,
         parts,
     } = prepare(config, resume)?;
+    // Before any stage starts: an address in use stops nothing.
+    let metrics = match (metrics, &config.monitoring.metrics_addr) {
+        (Some(server), _) => Some(server),
+        (None, Some(addr)) => Some(crate::metrics::MetricsServer::bind(addr)?),
+        (None, None) => None,
+    };
     let (site, supervisor_ctx) = Site::new(config, lanes, parts, snapshots, faults)?;
     let consumers = account_in_queue || !steps.is_empty();
     let progress = site.consumer_progress(consumers && track_progress);
@@ -157,6 +170,13 @@ pub(crate) fn build<S: TrainStep>(
         snapshots,
         ..
     } = site;
+    if let Some(server) = &metrics {
+        server.attach(crate::metrics::Source {
+            stats: recorders.stats(),
+            first_pass,
+            config: config.clone(),
+        });
+    }
     Ok(Running {
         feed: feed.recipient(),
         stop: supervisor.recipient(),
@@ -171,6 +191,7 @@ pub(crate) fn build<S: TrainStep>(
         resume: parts.map(|p| p.consumers),
         snapshots,
         packed_ranks,
+        metrics,
     })
 }
 

@@ -179,6 +179,9 @@ class Loader(Iterator[Batch]):
         long_docs: Optional[Literal["split", "truncate", "drop"]] = None,
         pack_field: Optional[str] = None,
         min_pool: Optional[int] = None,
+        shuffle_mode: Optional[Literal["buffer", "global", "block"]] = None,
+        index_dir: Optional[str] = None,
+        metrics_addr: Optional[str] = None,
     ) -> "Loader":
         """map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
@@ -220,6 +223,14 @@ class Loader(Iterator[Batch]):
         drop_last=True.
         min_pool: instances held before the shuffle draws start, at most
         `shuffle` (default: the pool size).
+        shuffle_mode: "buffer" (default: a pool of `shuffle` records over
+        shuffled files), "global" (each pass an exact permutation of every
+        record, read by position through a record index of each file kept
+        in `index_dir`; the same batches whatever the readers; checkpoints
+        of constant size); "block" is refused (not built yet).
+        metrics_addr: "HOST:PORT": serve Prometheus metrics (OpenMetrics text)
+        at http://HOST:PORT/metrics while the loader runs (default: none, no
+        port opened); a port in use is a FeedlineError naming the address.
         A refused setting is a ValueError whose sentence is the one the Rust
         builder and the command give, each setting spelled as its keyword."""
     @staticmethod
