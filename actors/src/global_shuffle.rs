@@ -118,6 +118,29 @@ pub fn real_origin(pass: u64, origin: Origin) -> Origin {
     )
 }
 
+/// The files behind a settled global order's runs (`config`'s inputs), as
+/// their records name them, with their record counts, in order; `None`
+/// when `config`'s inputs are no runs.
+pub(crate) fn real_files(config: &PipelineConfig) -> Option<Vec<(String, u64)>> {
+    let prefix = format!("{RUNS_FORMAT}:");
+    let table = runs().read().expect("runs lock");
+    let mut sets: Vec<Arc<GlobalSet>> = Vec::new();
+    for f in (config.inputs.files.iter()).chain(config.inputs.sets.iter().flat_map(|s| &s.files)) {
+        let (set, _) = table.get(&SourceId::intern(f.strip_prefix(&prefix)?))?;
+        if !sets.iter().any(|s| Arc::ptr_eq(s, set)) {
+            sets.push(set.clone());
+        }
+    }
+    Some(
+        (sets.iter())
+            .flat_map(|s| {
+                (s.formats.iter().zip(&s.counts))
+                    .map(|((_, path), &n)| (path.to_string_lossy().into_owned(), n))
+            })
+            .collect(),
+    )
+}
+
 /// A stable tag of a set's order: its files, counts and seed (so that a
 /// checkpoint's run names are those of the same inputs and seed).
 fn tag_of(sets: &[Arc<GlobalSet>]) -> String {

@@ -116,6 +116,7 @@ mod guard;
 mod loader;
 mod messages;
 mod metrics;
+mod order_stats;
 mod panic;
 mod paths;
 mod pipeline;
@@ -139,10 +140,10 @@ mod watch;
 pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
-    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Monitoring, Order, PipelineConfig, Reading,
-    Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT,
-    MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER,
-    SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
+    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Monitoring, Order,
+    PipelineConfig, Reading, Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS,
+    MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
+    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
 pub use crate::global_shuffle::real_origin;
@@ -152,6 +153,7 @@ pub use crate::guard::FaultPlan;
 pub use crate::loader::{DeviceIter, Epoch, IntoIter, Iter, Loader, LoaderBuilder};
 pub use crate::messages::{Delivered, Pop, Popped, PushBatch, PushSample};
 pub use crate::metrics::MetricsServer;
+pub use crate::order_stats::{OrderMeasures, OrderStats};
 pub use crate::paths::{IntoPath, IntoPaths};
 pub use crate::pipeline::{Pipeline, StartOptions};
 pub use crate::progress::{input_files, CheckpointBase, DrawSnapshots, Progress};

@@ -6,6 +6,7 @@
 
 use clap::Args;
 use feedline::Batch;
+use feedline_actors::{Delivered, Loader, OrderStats};
 use serde_json::{json, Value};
 
 use crate::error::CliResult;
@@ -22,21 +23,43 @@ pub struct BenchArgs {
     /// Print one JSON object per pass.
     #[arg(long)]
     json: bool,
+    /// Measure the order delivered: each pass's `neighbour_distance` (the
+    /// mean distance between consecutive records' original positions over
+    /// (n + 1) / 3: about 1 for a uniform permutation, near 0 for a
+    /// streaming order) and `files_per_batch` (distinct files in a batch),
+    /// as `order` under --json.
+    #[arg(long)]
+    order_stats: bool,
     /// No progress line on standard error (it is drawn only when standard
     /// error is a terminal).
     #[arg(long, short)]
     quiet: bool,
 }
 
-/// Reads one value of every instance of every field.
+/// Reads one value of every instance of every field; with --order-stats,
+/// measures the order too.
 #[derive(Default)]
 struct Toucher {
     checksum: u64,
+    measure_order: bool,
+    order: Option<Result<OrderStats, String>>,
 }
 
 impl Consume for Toucher {
     fn batch(&mut self, batch: &Batch) {
         self.checksum = self.checksum.wrapping_add(touch(batch));
+    }
+
+    fn loader(&mut self, loader: &Loader) {
+        if self.measure_order {
+            self.order = Some(loader.order_stats().map_err(|e| e.to_string()));
+        }
+    }
+
+    fn delivered(&mut self, d: &Delivered) {
+        if let Some(Ok(stats)) = &mut self.order {
+            stats.observe(d);
+        }
     }
 }
 
@@ -47,15 +70,21 @@ pub fn bench(args: BenchArgs) -> CliResult<()> {
         plan.watch = Some(Box::new(line.clone()));
     }
     let mut out = Stdout::new();
-    let ran = plan.run(Toucher::default, |i, r, c| {
-        // Each pass as it ends, for whoever watches: the progress line
-        // suspended while it is written.
-        match &progress {
-            Some(line) => line.suspend(|| report(&plan, args.json, i, r, c.checksum, &mut out)),
-            None => report(&plan, args.json, i, r, c.checksum, &mut out),
-        }?;
-        out.flush()
-    });
+    let ran = plan.run(
+        || Toucher {
+            measure_order: args.order_stats,
+            ..Toucher::default()
+        },
+        |i, r, c| {
+            // Each pass as it ends, for whoever watches: the progress line
+            // suspended while it is written.
+            match &progress {
+                Some(line) => line.suspend(|| report(&plan, args.json, i, r, c, &mut out)),
+                None => report(&plan, args.json, i, r, c, &mut out),
+            }?;
+            out.flush()
+        },
+    );
     // Cleared before anything else is printed.
     plan.watch = None;
     drop(progress);
@@ -68,9 +97,14 @@ fn report(
     json: bool,
     i: usize,
     r: &PassResult,
-    checksum: u64,
+    c: &Toucher,
     out: &mut Stdout,
 ) -> CliResult<()> {
+    let checksum = c.checksum;
+    let order = c.order.as_ref().map(|o| match o {
+        Ok(stats) => json!(stats.measures()),
+        Err(e) => json!({ "error": e }),
+    });
     let (phase, run) = plan.phase(i);
     let mib = (1u64 << 20) as f64;
     if json {
@@ -92,6 +126,9 @@ fn report(
             ("checksum", json!(checksum)),
         ] {
             m.insert(k.to_string(), v);
+        }
+        if let Some(order) = order {
+            m.insert("order".into(), order);
         }
         m.extend(plan.details(r));
         return writeln!(out, "{}", Value::Object(m));
@@ -115,6 +152,9 @@ fn report(
         r.startup.unwrap_or(f64::NAN) * 1e3,
         r.first_batch.unwrap_or(f64::NAN) * 1e3
     )?;
+    if let Some(order) = &order {
+        writeln!(out, "order: {order}")?;
+    }
     if let Some(s) = &r.stats {
         writeln!(
             out,

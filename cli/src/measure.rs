@@ -58,6 +58,10 @@ pub struct MeasureArgs {
 pub trait Consume {
     /// Take one batch.
     fn batch(&mut self, batch: &Batch);
+    /// The loader the batches come from, before the first.
+    fn loader(&mut self, _loader: &Loader) {}
+    /// Batch `d` was taken (after [`batch`](Self::batch)): its pass and place.
+    fn delivered(&mut self, _d: &feedline_actors::Delivered) {}
 }
 
 /// Touch a batch as a consumer would: read one value of every instance of
@@ -440,10 +444,13 @@ impl Plan {
         if let Some(w) = &self.watch {
             w.loader(&loader, pass, self.passes() as u64);
         }
+        c.loader(&loader);
         clock.started();
         let mut it = loader.into_iter();
         for d in &mut it {
-            clock.batch(&d?.batch, c);
+            let d = d?;
+            clock.batch(&d.batch, c);
+            c.delivered(&d);
         }
         clock.stop();
         clock.r.stats = Some(it.stats());
@@ -511,11 +518,13 @@ impl Plan {
             ..PassResult::default()
         };
         let mut c = consumer();
+        c.loader(&loader);
         loop {
             match events.next_event()? {
                 Popped::Batch(d) => {
                     r.add(&d.batch, t0);
                     c.batch(&d.batch);
+                    c.delivered(&d);
                 }
                 Popped::EndOfPass(_) => {
                     let now = Instant::now();
@@ -527,6 +536,7 @@ impl Plan {
                         std::mem::replace(&mut sampler, RssSampler::start()).finish();
                     let done = std::mem::take(&mut r);
                     out.push((done, std::mem::replace(&mut c, consumer())));
+                    c.loader(&loader);
                     r.rss_before = rss_bytes();
                     cpu0 = cpu_seconds();
                     t0 = now;
@@ -649,6 +659,14 @@ impl<C: Consume> Consume for Pausing<C> {
         if let Some(d) = self.sleep {
             std::thread::sleep(d);
         }
+    }
+
+    fn loader(&mut self, loader: &Loader) {
+        self.inner.loader(loader);
+    }
+
+    fn delivered(&mut self, d: &feedline_actors::Delivered) {
+        self.inner.delivered(d);
     }
 }
 

@@ -5,9 +5,7 @@
 //! own ([`PipelineConfig::check`]), whose sentence the command prints with
 //! the settings spelled as its flags ([`Flags`]).
 
-use feedline_actors::{
-    Batching, Faults, Feeding, Inputs, Monitoring, Order, Reading, ShuffleMode,
-};
+use feedline_actors::{Batching, Faults, Feeding, Inputs, Monitoring, Order, Reading, ShuffleMode};
 use std::path::PathBuf;
 use std::time::Duration;
 
