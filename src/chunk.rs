@@ -791,6 +791,21 @@ impl Chunk {
         self.select_rows(&rows)
     }
 
+    /// A new chunk of rows `rows` of this one, in that order, named by
+    /// `origins` (one per row): for a reader that reads rows in one order
+    /// and hands them on in another under other names (the runs of a
+    /// `global` shuffle's order, read file by file, handed on by position).
+    ///
+    /// # Panics
+    ///
+    /// If `origins` and `rows` differ in length, or a row is out of range.
+    pub fn reordered(&self, rows: &[usize], origins: Vec<Origin>) -> Chunk {
+        assert_eq!(rows.len(), origins.len(), "one origin per row");
+        let mut c = self.select_rows(rows);
+        c.origins = origins;
+        c
+    }
+
     /// A new chunk of rows `keep` of this one (in that order). Rows left in
     /// their file stay so, with their due checks (each new column refers to
     /// the one file of this chunk's), so nothing is read and nothing can fail.

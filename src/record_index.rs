@@ -300,7 +300,16 @@ impl RecordIndex {
                 .map_err(|e| Error::io(path, e))?;
             Ok(u64::from_le_bytes(b))
         };
-        let (start, end) = (at(first)?, at(last)?);
+        let (start, end) = if last == first + 1 {
+            // Neighbours in the table: one read.
+            let mut b = [0u8; 16];
+            f.read_exact_at(&mut b, HEADER + 8 * first)
+                .map_err(|e| Error::io(path, e))?;
+            let word = |k: usize| u64::from_le_bytes(b[k..k + 8].try_into().expect("8"));
+            (word(0), word(8))
+        } else {
+            (at(first)?, at(last)?)
+        };
         if start >= end || end > self.stamp.size {
             return Err(Error::BadFile {
                 path: self.data.clone(),
@@ -311,6 +320,43 @@ impl RecordIndex {
             });
         }
         Ok(Some((start, end)))
+    }
+
+    /// Whether the index has offsets (else the format reads by position itself).
+    pub fn has_offsets(&self) -> bool {
+        self.offsets.is_some()
+    }
+
+    /// Entries `first..first + n` of the offset table (fewer at its end;
+    /// the table has `records() + 1`, the last the end of the last record):
+    /// one read of the index file, for a reader that keeps pages of it.
+    pub fn offsets(&self, first: u64, n: u64) -> Result<Vec<u64>> {
+        let Some((path, f)) = &self.offsets else {
+            return Ok(Vec::new());
+        };
+        let n = n.min((self.records + 1).saturating_sub(first));
+        let mut b = vec![0u8; 8 * n as usize];
+        f.read_exact_at(&mut b, HEADER + 8 * first)
+            .map_err(|e| Error::io(path, e))?;
+        Ok(b.chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
+            .collect())
+    }
+
+    /// `start..end`, the bytes of records from `first` on as the offset
+    /// table gave them, checked: an offset past the file's end, or a range
+    /// that runs backwards, is an error naming the file and record.
+    pub fn checked_span(&self, first: u64, start: u64, end: u64) -> Result<(u64, u64)> {
+        if start >= end || end > self.stamp.size {
+            return Err(Error::BadFile {
+                path: self.data.clone(),
+                what: format!(
+                    "record index: record {first} at bytes {start}..{end}, the file has {} bytes",
+                    self.stamp.size
+                ),
+            });
+        }
+        Ok((start, end))
     }
 
     /// Is the file still what was indexed? An error naming it if it changed.

@@ -42,6 +42,13 @@ pub(crate) const RUNS_FORMAT: &str = "global-order";
 /// Files read by position kept open by one run reader, at most.
 const OPEN_FILES: usize = 64;
 
+/// Entries of a page of a record index's offset table (32 KiB).
+const INDEX_PAGE: u64 = 4096;
+
+/// Pages of offset tables one run reader holds, at most (8 MiB): the
+/// memory a reader's indexes take, whatever the dataset's size.
+const INDEX_PAGES_HELD: usize = 256;
+
 /// One file set as the global order reads it.
 pub(crate) struct GlobalSet {
     /// The set's index (the order's stream).
@@ -204,6 +211,8 @@ fn index_set(
     let explicit = config.inputs.format.as_deref();
     let mut open = config.reading.open.clone();
     open.start_record = 0;
+    // Rows read from several files go into one chunk: none left in its file.
+    open.defer_checksums = false;
     let resolved: Vec<(Arc<dyn Format>, PathBuf, IndexKind)> = files
         .iter()
         .map(|spec| {
@@ -370,6 +379,7 @@ impl Format for RunsFormat {
             readers: HashMap::new(),
             checked: Vec::new(),
             avg_bytes: 0,
+            pages: HashMap::new(),
         }))
     }
 }
@@ -391,6 +401,8 @@ pub(crate) struct RunReader {
     checked: Vec<usize>,
     /// Payload bytes of a record, as the last chunk had them.
     avg_bytes: usize,
+    /// Pages of the files' offset tables, by (file, page).
+    pages: HashMap<(usize, u64), Vec<u64>>,
 }
 
 impl RunReader {
@@ -406,6 +418,35 @@ impl RunReader {
         } else {
             i - r + step + offset
         }
+    }
+
+    /// Entry `i` of file `file`'s offset table, from the pages held.
+    fn offset(&mut self, file: usize, i: u64) -> feedline::Result<u64> {
+        let page = i / INDEX_PAGE;
+        if !self.pages.contains_key(&(file, page)) {
+            if self.pages.len() >= INDEX_PAGES_HELD {
+                self.pages.clear();
+            }
+            let entries = self.set.indexes[file].offsets(page * INDEX_PAGE, INDEX_PAGE)?;
+            self.pages.insert((file, page), entries);
+        }
+        let entries = &self.pages[&(file, page)];
+        (entries.get((i - page * INDEX_PAGE) as usize).copied()).ok_or_else(|| Error::BadFile {
+            path: self.set.formats[file].1.clone(),
+            what: format!(
+                "record {i} asked of an index of {} records",
+                self.set.counts[file]
+            ),
+        })
+    }
+
+    /// Bytes of records `first..last` of `file` (`None` where its index has no offsets).
+    fn span(&mut self, file: usize, first: u64, last: u64) -> feedline::Result<Option<(u64, u64)>> {
+        if !self.set.indexes[file].has_offsets() {
+            return Ok(None);
+        }
+        let (start, end) = (self.offset(file, first)?, self.offset(file, last)?);
+        self.set.indexes[file].checked_span(first, start, end).map(Some)
     }
 
     /// The reader of file `file`, positioned at `record` (reading on from
@@ -431,7 +472,7 @@ impl RunReader {
             o.compression = Some(feedline::format::Compression::None);
             format.open(path, &o)
         };
-        let span = s.indexes[file].span(record, last + 1)?;
+        let span = self.span(file, record, last + 1)?;
         let reopen = match self.readers.get_mut(&file) {
             None => true,
             Some(r) => match span {
@@ -456,12 +497,15 @@ impl RunReader {
     }
 
     /// Read the records at `(file, record)` in `wanted` (sorted), grouped
-    /// by file into runs of consecutive records; each result in `out` at
-    /// the wanted entry's slot.
+    /// by file into runs of consecutive records, each run decoded by its
+    /// file's reader straight into `scratch`; each wanted entry's outcome
+    /// at its slot of `out`: its row of `scratch`, the error it met, or
+    /// `None` (not read: an earlier record of its run failed).
     fn read_grouped(
         &mut self,
         wanted: &[(usize, u64, usize)],
-        out: &mut [Option<feedline::Result<Record>>],
+        scratch: &mut Chunk,
+        out: &mut [Option<feedline::Result<usize>>],
     ) {
         let mut k = 0;
         while k < wanted.len() {
@@ -473,65 +517,93 @@ impl RunReader {
                 j += 1;
             }
             let set = self.set.clone();
+            let group = &wanted[k..j];
             match self.reader_at(file, first, last) {
-                Err(e) => {
-                    for w in &wanted[k..j] {
-                        out[w.2] = Some(Err(clone_error(&e)));
-                    }
-                }
+                Err(e) => out[group[0].2] = Some(Err(e)),
                 Ok(r) => {
-                    for w in &wanted[k..j] {
-                        out[w.2] = Some(match r.next_record() {
-                            Ok(Some(rec)) => Ok(rec),
-                            // A file changed since it was indexed says so.
-                            Ok(None) | Err(_) if set.indexes[file].check_unchanged().is_err() => {
-                                set.indexes[file].check_unchanged().map(|_| unreachable!())
-                            }
-                            Ok(None) => Err(Error::BadFile {
+                    let mut done = 0;
+                    while done < group.len() {
+                        let before = scratch.len();
+                        let got = r.read_chunk(scratch, group.len() - done, usize::MAX);
+                        for (n, w) in group[done..done + (scratch.len() - before)].iter().enumerate() {
+                            out[w.2] = Some(Ok(before + n));
+                        }
+                        done += scratch.len() - before;
+                        let failed = match got {
+                            Ok(0) if done < group.len() => Some(Error::BadFile {
                                 path: set.formats[file].1.clone(),
                                 what: format!(
                                     "record {} is past the file's end (its record index says {} records)",
-                                    w.1, set.counts[file]
+                                    group[done].1, set.counts[file]
                                 ),
                             }),
-                            Err(e) => Err(e),
-                        });
-                    }
-                    if out[wanted[j - 1].2].as_ref().is_some_and(|r| r.is_err()) {
-                        // After an error the reader's position is unknown: reopen next time.
-                        self.readers.remove(&file);
+                            Ok(_) => None,
+                            Err(e) => Some(e),
+                        };
+                        if let Some(e) = failed {
+                            // A file changed since it was indexed says so.
+                            let e = match set.indexes[file].check_unchanged() {
+                                Err(changed) => changed,
+                                Ok(()) => e,
+                            };
+                            out[group[done].2] = Some(Err(e));
+                            // After an error the reader's position is unknown.
+                            self.readers.remove(&file);
+                            break;
+                        }
                     }
                 }
             }
             k = j;
         }
     }
-}
 
-/// A copy of `e` for every record a failed open costs.
-fn clone_error(e: &Error) -> Error {
-    match e.location() {
-        Some(loc) => Error::corrupt(loc.clone(), e.to_string()),
-        None => Error::Config(e.to_string()),
-    }
-}
-
-/// `e` (a record that did not fit the chunk's schema) located at the
-/// file's record `real`, not at the run's position.
-fn at_real(e: Error, real: &Location) -> Error {
-    match e {
-        Error::Field {
-            field,
-            expected,
-            actual,
-            ..
-        } => Error::Field {
-            location: real.clone(),
-            field,
-            expected,
-            actual,
-        },
-        other => other,
+    /// Read positions `positions` (kept ones, ascending) into `chunk`, in
+    /// that order, named as positions of this run: every one up to the
+    /// first that fails (its error returned), `self.next` past the last
+    /// handed on (the failed one included).
+    fn read_positions(&mut self, chunk: &mut Chunk, positions: &[u64]) -> feedline::Result<usize> {
+        let mut wanted: Vec<(usize, u64, usize)> = (positions.iter().enumerate())
+            .map(|(slot, &p)| {
+                let (f, r) = self.order.locate(self.start + p);
+                (f, r, slot)
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut scratch = Chunk::with_capacity(chunk.schema(), positions.len());
+        let mut out: Vec<Option<feedline::Result<usize>>> = (0..positions.len()).map(|_| None).collect();
+        self.read_grouped(&wanted, &mut scratch, &mut out);
+        let mut rows = Vec::with_capacity(positions.len());
+        let mut failed = None;
+        for (slot, got) in out.into_iter().enumerate() {
+            match got {
+                Some(Ok(row)) => {
+                    rows.push(row);
+                    self.next = positions[slot] + 1;
+                }
+                Some(Err(e)) => {
+                    self.next = positions[slot] + 1;
+                    failed = Some(e);
+                    break;
+                }
+                // Not read (its run stopped at an error further on): read again next time.
+                None => break,
+            }
+        }
+        let origins = (positions[..rows.len()].iter())
+            .map(|&p| Origin::new(self.source, p))
+            .collect();
+        let ordered = scratch.reordered(&rows, origins);
+        let n = ordered.len();
+        if chunk.is_empty() {
+            *chunk = ordered;
+        } else {
+            chunk.extend_rows(&ordered, 0, n)?;
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 }
 
@@ -543,10 +615,12 @@ impl RecordReader for RunReader {
             return Ok(None);
         }
         let (file, record) = self.order.locate(self.start + i);
-        let mut out = [None];
-        self.read_grouped(&[(file, record, 0)], &mut out);
         self.next = i + 1;
-        let mut rec = out[0].take().expect("read")?;
+        let r = self.reader_at(file, record, record)?;
+        let mut rec = r.next_record()?.ok_or_else(|| Error::BadFile {
+            path: self.set.formats[file].1.clone(),
+            what: format!("record {record} is past the file's end"),
+        })?;
         rec.location = Location::new(self.source, i, None);
         Ok(Some(rec))
     }
@@ -570,28 +644,14 @@ impl RecordReader for RunReader {
             self.next = self.len;
             return Ok(0);
         }
-        let mut wanted: Vec<(usize, u64, usize)> = (positions.iter().enumerate())
-            .map(|(slot, &p)| {
-                let (f, r) = self.order.locate(self.start + p);
-                (f, r, slot)
-            })
-            .collect();
-        wanted.sort_unstable();
-        let mut out: Vec<Option<feedline::Result<Record>>> =
-            (0..positions.len()).map(|_| None).collect();
-        self.read_grouped(&wanted, &mut out);
         let bytes_before = chunk.payload_bytes();
-        let mut n = 0;
-        for (slot, got) in out.into_iter().enumerate() {
-            let p = positions[slot];
-            self.next = p + 1;
-            let mut rec = got.expect("every slot read")?;
-            let real = std::mem::replace(&mut rec.location, Location::new(self.source, p, None));
-            chunk.push_record(&rec).map_err(|e| at_real(e, &real))?;
-            n += 1;
+        let rows_before = chunk.len();
+        let read = self.read_positions(chunk, &positions);
+        let n = chunk.len() - rows_before;
+        if n > 0 {
+            self.avg_bytes = ((chunk.payload_bytes() - bytes_before) / n).max(1);
         }
-        self.avg_bytes = ((chunk.payload_bytes() - bytes_before) / n.max(1)).max(1);
-        Ok(n)
+        read
     }
 
     fn next_index(&self) -> u64 {

@@ -338,30 +338,17 @@ impl Loader {
     /// counts (a global order's from its record indexes; otherwise the
     /// counts behind [`len`](Self::len), waited for).
     pub fn order_stats(&self) -> Result<crate::OrderStats, LenError> {
-        let config = self.counts.config();
-        if let Some(files) = crate::global_shuffle::real_files(config) {
-            return Ok(crate::OrderStats::new(&files));
-        }
         self.counts.start();
-        let counted = loop {
-            if let Some(c) = self.counts.wait(Duration::from_secs(3600)) {
-                break c;
+        loop {
+            if let Some(stats) = crate::OrderStats::of_counts(&self.counts) {
+                return Ok(stats);
             }
-        };
-        let counts = match counted {
-            crate::counting::Counted::Records(c) => c,
-            crate::counting::Counted::Unknown(u) => return Err(LenError::Unknown(u)),
-            crate::counting::Counted::Failed(f) => return Err(LenError::Failed(f)),
-        };
-        let names = (config.inputs.files.iter()).map(|f| {
-            match (config.inputs.registry).resolve(f, config.inputs.format.as_deref()) {
-                Ok((_, path, _)) => path.to_string_lossy().into_owned(),
-                Err(_) => f.clone(),
+            match self.counts.wait(Duration::from_secs(3600)) {
+                Some(crate::counting::Counted::Unknown(u)) => return Err(LenError::Unknown(u)),
+                Some(crate::counting::Counted::Failed(f)) => return Err(LenError::Failed(f)),
+                _ => {}
             }
-        });
-        Ok(crate::OrderStats::new(
-            &names.zip(counts).collect::<Vec<_>>(),
-        ))
+        }
     }
 
     /// The inputs' record counts behind [`len`](Self::len), to wait for

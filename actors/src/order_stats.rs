@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use feedline::SourceId;
 
-use crate::messages::Delivered;
+use crate::counting::{Counted, RecordCounts};
 
 /// What [`OrderStats`] measured of one pass.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -71,19 +71,38 @@ impl OrderStats {
         }
     }
 
-    /// Take batch `d` into the measures (its origins as the files and
-    /// records they stand for, [`real_origin`](crate::real_origin)).
-    pub fn observe(&mut self, d: &Delivered) {
-        if self.pass != Some(d.pass) {
+    /// Over the files of a loader's record counts ([`Loader::record_counts`](crate::Loader::record_counts)):
+    /// `None` until they are counted (a global order's are known at once).
+    pub fn of_counts(counts: &RecordCounts) -> Option<Self> {
+        let config = counts.config();
+        if let Some(files) = crate::global_shuffle::real_files(config) {
+            return Some(OrderStats::new(&files));
+        }
+        let Some(Counted::Records(counts)) = counts.peek() else {
+            return None;
+        };
+        let names = (config.inputs.files.iter()).map(|f| {
+            match (config.inputs.registry).resolve(f, config.inputs.format.as_deref()) {
+                Ok((_, path, _)) => path.to_string_lossy().into_owned(),
+                Err(_) => f.clone(),
+            }
+        });
+        Some(OrderStats::new(&names.zip(counts).collect::<Vec<_>>()))
+    }
+
+    /// Take a batch of `pass` into the measures (its origins as the files
+    /// and records they stand for, [`real_origin`](crate::real_origin)).
+    pub fn observe(&mut self, pass: u64, batch: &feedline::Batch) {
+        if self.pass != Some(pass) {
             *self = OrderStats {
-                pass: Some(d.pass),
+                pass: Some(pass),
                 ..OrderStats::new(&[])
             }
             .with_starts(std::mem::take(&mut self.starts), self.total);
         }
         let mut files = HashSet::new();
-        for &o in d.batch.origins() {
-            let o = crate::real_origin(d.pass, o);
+        for &o in batch.origins() {
+            let o = crate::real_origin(pass, o);
             files.insert(o.source);
             let Some(start) = self.starts.get(&o.source) else {
                 continue;

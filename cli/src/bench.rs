@@ -58,7 +58,7 @@ impl Consume for Toucher {
 
     fn delivered(&mut self, d: &Delivered) {
         if let Some(Ok(stats)) = &mut self.order {
-            stats.observe(d);
+            stats.observe(d.pass, &d.batch);
         }
     }
 }

@@ -184,6 +184,9 @@ pub(crate) struct PyLoader {
     counts: Arc<RecordCounts>,
     /// Time `next()` held the GIL (`stats()["python"]`).
     gil: stats::GilClock,
+    /// The order delivered, measured (`stats()["order"]`), once the
+    /// inputs' record counts are known.
+    order: Mutex<Option<feedline_actors::OrderStats>>,
     /// The built-in image transform (`transform=`), for `image_fields`.
     image_transform: Option<Arc<feedline_vision::ImageTransform>>,
 }
@@ -237,6 +240,7 @@ impl PyLoader {
             inner,
             builder,
             gil: stats::GilClock::default(),
+            order: Mutex::new(None),
             image_transform: None,
         }
     }
@@ -436,6 +440,15 @@ impl PyLoader {
             *released += t.elapsed();
             match step {
                 Step::Batch(b) => {
+                    {
+                        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+                        if order.is_none() {
+                            *order = feedline_actors::OrderStats::of_counts(&self.counts);
+                        }
+                        if let Some(o) = order.as_mut() {
+                            o.observe(b.pass_, &b.batch);
+                        }
+                    }
                     if self.schema.get().is_none() {
                         let _ = self.schema.set(b.batch.schema().clone());
                     }
@@ -968,6 +981,16 @@ impl PyLoader {
             .snapshot();
         let d = stats::stats_dict(py, &snapshot)?;
         d.set_item("python", self.gil.dict(py)?)?;
+        let order = (self.order.lock().unwrap_or_else(|p| p.into_inner()).as_ref())
+            .and_then(|o| o.measures());
+        if let Some(m) = order {
+            let o = PyDict::new(py);
+            o.set_item("pass", m.pass)?;
+            o.set_item("records", m.records)?;
+            o.set_item("neighbour_distance", m.neighbour_distance)?;
+            o.set_item("files_per_batch", m.files_per_batch)?;
+            d.set_item("order", o)?;
+        }
         logbridge::flush(py);
         Ok(d)
     }
