@@ -791,19 +791,15 @@ impl Chunk {
         self.select_rows(&rows)
     }
 
-    /// A new chunk of rows `rows` of this one, in that order, named by
-    /// `origins` (one per row): for a reader that reads rows in one order
-    /// and hands them on in another under other names (the runs of a
-    /// `global` shuffle's order, read file by file, handed on by position).
+    /// Name row `row` by `origin` (a reader that reads a record under one
+    /// name and hands it on under another: a run of a `global` shuffle's
+    /// order names each row by its position).
     ///
     /// # Panics
     ///
-    /// If `origins` and `rows` differ in length, or a row is out of range.
-    pub fn reordered(&self, rows: &[usize], origins: Vec<Origin>) -> Chunk {
-        assert_eq!(rows.len(), origins.len(), "one origin per row");
-        let mut c = self.select_rows(rows);
-        c.origins = origins;
-        c
+    /// If `row` is out of range.
+    pub fn rename_row(&mut self, row: usize, origin: Origin) {
+        self.origins[row] = origin;
     }
 
     /// A new chunk of rows `keep` of this one (in that order). Rows left in

@@ -446,7 +446,9 @@ impl RunReader {
             return Ok(None);
         }
         let (start, end) = (self.offset(file, first)?, self.offset(file, last)?);
-        self.set.indexes[file].checked_span(first, start, end).map(Some)
+        self.set.indexes[file]
+            .checked_span(first, start, end)
+            .map(Some)
     }
 
     /// The reader of file `file`, positioned at `record` (reading on from
@@ -496,114 +498,45 @@ impl RunReader {
         Ok(self.readers.get_mut(&file).expect("inserted"))
     }
 
-    /// Read the records at `(file, record)` in `wanted` (sorted), grouped
-    /// by file into runs of consecutive records, each run decoded by its
-    /// file's reader straight into `scratch`; each wanted entry's outcome
-    /// at its slot of `out`: its row of `scratch`, the error it met, or
-    /// `None` (not read: an earlier record of its run failed).
-    fn read_grouped(
-        &mut self,
-        wanted: &[(usize, u64, usize)],
-        scratch: &mut Chunk,
-        out: &mut [Option<feedline::Result<usize>>],
-    ) {
-        let mut k = 0;
-        while k < wanted.len() {
-            let (file, first, _) = wanted[k];
-            let mut last = first;
-            let mut j = k + 1;
-            while j < wanted.len() && wanted[j].0 == file && wanted[j].1 == last + 1 {
-                last += 1;
-                j += 1;
-            }
-            let set = self.set.clone();
-            let group = &wanted[k..j];
-            match self.reader_at(file, first, last) {
-                Err(e) => out[group[0].2] = Some(Err(e)),
-                Ok(r) => {
-                    let mut done = 0;
-                    while done < group.len() {
-                        let before = scratch.len();
-                        let got = r.read_chunk(scratch, group.len() - done, usize::MAX);
-                        for (n, w) in group[done..done + (scratch.len() - before)].iter().enumerate() {
-                            out[w.2] = Some(Ok(before + n));
-                        }
-                        done += scratch.len() - before;
-                        let failed = match got {
-                            Ok(0) if done < group.len() => Some(Error::BadFile {
-                                path: set.formats[file].1.clone(),
-                                what: format!(
-                                    "record {} is past the file's end (its record index says {} records)",
-                                    group[done].1, set.counts[file]
-                                ),
-                            }),
-                            Ok(_) => None,
-                            Err(e) => Some(e),
-                        };
-                        if let Some(e) = failed {
-                            // A file changed since it was indexed says so.
-                            let e = match set.indexes[file].check_unchanged() {
-                                Err(changed) => changed,
-                                Ok(()) => e,
-                            };
-                            out[group[done].2] = Some(Err(e));
-                            // After an error the reader's position is unknown.
-                            self.readers.remove(&file);
-                            break;
-                        }
-                    }
-                }
-            }
-            k = j;
-        }
-    }
-
     /// Read positions `positions` (kept ones, ascending) into `chunk`, in
-    /// that order, named as positions of this run: every one up to the
-    /// first that fails (its error returned), `self.next` past the last
-    /// handed on (the failed one included).
+    /// that order, each straight from its file by its record index, named
+    /// as a position of this run: every one up to the first that fails
+    /// (its error returned), `self.next` past the last read (the failed one
+    /// included).
     fn read_positions(&mut self, chunk: &mut Chunk, positions: &[u64]) -> feedline::Result<usize> {
-        let mut wanted: Vec<(usize, u64, usize)> = (positions.iter().enumerate())
-            .map(|(slot, &p)| {
-                let (f, r) = self.order.locate(self.start + p);
-                (f, r, slot)
-            })
-            .collect();
-        wanted.sort_unstable();
-        let mut scratch = Chunk::with_capacity(chunk.schema(), positions.len());
-        let mut out: Vec<Option<feedline::Result<usize>>> = (0..positions.len()).map(|_| None).collect();
-        self.read_grouped(&wanted, &mut scratch, &mut out);
-        let mut rows = Vec::with_capacity(positions.len());
-        let mut failed = None;
-        for (slot, got) in out.into_iter().enumerate() {
-            match got {
-                Some(Ok(row)) => {
-                    rows.push(row);
-                    self.next = positions[slot] + 1;
-                }
-                Some(Err(e)) => {
-                    self.next = positions[slot] + 1;
-                    failed = Some(e);
-                    break;
-                }
-                // Not read (its run stopped at an error further on): read again next time.
-                None => break,
+        let set = self.set.clone();
+        let mut n = 0;
+        for &p in positions {
+            let (file, record) = self.order.locate(self.start + p);
+            self.next = p + 1;
+            let before = chunk.len();
+            let got = self
+                .reader_at(file, record, record)
+                .and_then(|r| r.read_chunk(chunk, 1, usize::MAX));
+            let failed = match got {
+                Ok(_) if chunk.len() > before => None,
+                Ok(_) => Some(Error::BadFile {
+                    path: set.formats[file].1.clone(),
+                    what: format!(
+                        "record {record} is past the file's end (its record index says {} records)",
+                        set.counts[file]
+                    ),
+                }),
+                Err(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                // A file changed since it was indexed says so; after an
+                // error its reader's position is unknown.
+                self.readers.remove(&file);
+                return Err(match set.indexes[file].check_unchanged() {
+                    Err(changed) => changed,
+                    Ok(()) => e,
+                });
             }
+            chunk.rename_row(before, Origin::new(self.source, p));
+            n += 1;
         }
-        let origins = (positions[..rows.len()].iter())
-            .map(|&p| Origin::new(self.source, p))
-            .collect();
-        let ordered = scratch.reordered(&rows, origins);
-        let n = ordered.len();
-        if chunk.is_empty() {
-            *chunk = ordered;
-        } else {
-            chunk.extend_rows(&ordered, 0, n)?;
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+        Ok(n)
     }
 }
 
@@ -632,7 +565,8 @@ impl RecordReader for RunReader {
         max_bytes: usize,
     ) -> feedline::Result<usize> {
         feedline::format::check_chunk_budget(max_records, max_bytes)?;
-        let by_bytes = max_bytes.checked_div(self.avg_bytes).unwrap_or(max_records);
+        // Sized by the bytes of the records read so far: one record first.
+        let by_bytes = max_bytes.checked_div(self.avg_bytes).unwrap_or(1);
         let m = max_records.min(by_bytes.max(1));
         let mut positions = Vec::with_capacity(m);
         let mut i = self.kept_from(self.next);

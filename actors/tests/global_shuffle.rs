@@ -17,7 +17,9 @@ use common::{all_ids, assert_exactly_once, jsonl_files};
 use feedline::format::tfrecord::TfRecordWriter;
 use feedline::format::Compression;
 use feedline::{Location, Record, SourceId, Tensor, Values};
-use feedline_actors::{Checkpoint, ErrorPolicy, Loader, LoaderBuilder, ShardBy, ShuffleMode};
+use feedline_actors::{
+    Checkpoint, ErrorPolicy, FileSet, Loader, LoaderBuilder, ShardBy, ShuffleMode,
+};
 
 /// A delivered batch: pass, seq, ids.
 type Got = (u64, u64, Vec<i64>);
@@ -188,6 +190,37 @@ fn the_same_batches_whatever_the_readers_and_chunks() {
             .build()
             .unwrap());
         assert_eq!(one, three, "seed {seed}");
+    }
+}
+
+#[test]
+fn file_sets_are_each_permuted_and_read_once_whatever_the_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tfrecord_files(dir.path(), &COUNTS);
+    let idx = dir.path().join("idx");
+    for seed in [1u64, 13] {
+        let make = |readers: usize| {
+            Loader::builder()
+                .shard_from_env(false)
+                .shuffle_mode(ShuffleMode::Global)
+                .index_dir(&idx)
+                .batch(7)
+                .passes(2)
+                .seed(seed)
+                .file_set(
+                    FileSet::new("a", files[..2].to_vec())
+                        .readers(readers)
+                        .weight(2.0),
+                )
+                .file_set(
+                    FileSet::new("b", files[2..].to_vec())
+                        .readers(readers)
+                        .weight(1.0),
+                )
+        };
+        let one = all(make(1).build().unwrap());
+        assert_exactly_once(&sorted(&by_pass(&one)), &all_ids(&COUNTS, &[]), 2);
+        assert_eq!(one, all(make(2).build().unwrap()), "seed {seed}");
     }
 }
 

@@ -981,8 +981,12 @@ impl PyLoader {
             .snapshot();
         let d = stats::stats_dict(py, &snapshot)?;
         d.set_item("python", self.gil.dict(py)?)?;
-        let order = (self.order.lock().unwrap_or_else(|p| p.into_inner()).as_ref())
-            .and_then(|o| o.measures());
+        let order = (self
+            .order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref())
+        .and_then(|o| o.measures());
         if let Some(m) = order {
             let o = PyDict::new(py);
             o.set_item("pass", m.pass)?;
