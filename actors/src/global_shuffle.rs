@@ -88,8 +88,11 @@ impl GlobalSet {
 
 /// Every run of every settled pipeline in this process, by its source id:
 /// its set and run number ([`real_origin`] reads it).
-fn runs() -> &'static RwLock<HashMap<SourceId, (Arc<GlobalSet>, u64)>> {
-    static RUNS: OnceLock<RwLock<HashMap<SourceId, (Arc<GlobalSet>, u64)>>> = OnceLock::new();
+type RunTable = RwLock<HashMap<SourceId, (Arc<GlobalSet>, u64)>>;
+
+/// Every run of every settled pipeline in this process (see [`runs`]).
+fn runs() -> &'static RunTable {
+    static RUNS: OnceLock<RunTable> = OnceLock::new();
     RUNS.get_or_init(Default::default)
 }
 
@@ -582,8 +585,8 @@ impl RecordReader for RunReader {
         let rows_before = chunk.len();
         let read = self.read_positions(chunk, &positions);
         let n = chunk.len() - rows_before;
-        if n > 0 {
-            self.avg_bytes = ((chunk.payload_bytes() - bytes_before) / n).max(1);
+        if let Some(avg) = (chunk.payload_bytes() - bytes_before).checked_div(n) {
+            self.avg_bytes = avg.max(1);
         }
         read
     }

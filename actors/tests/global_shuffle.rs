@@ -435,3 +435,28 @@ fn a_file_changed_during_a_run_is_refused_naming_it() {
         .to_string();
     assert!(e.contains("t0.tfrecord") && e.contains("changed"), "{e}");
 }
+
+#[test]
+fn each_origin_stands_for_the_file_and_record_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tfrecord_files(dir.path(), &COUNTS);
+    let mut seen = 0;
+    for d in global(&files, &dir.path().join("idx"), 4).build().unwrap() {
+        let d = d.unwrap();
+        let ids = d
+            .batch
+            .i64("id")
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>();
+        for (o, id) in d.batch.origins().iter().zip(ids) {
+            let real = feedline_actors::real_origin(d.pass, *o);
+            let want = format!("t{}.tfrecord", id / 1_000_000);
+            assert!(real.source.name().ends_with(&want), "{real:?} for id {id}");
+            assert_eq!(real.record as i64, id % 1_000_000);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 2 * COUNTS.iter().sum::<u64>());
+}
