@@ -346,6 +346,33 @@ fn chunks_decode_only_the_schemas_columns() {
 }
 
 #[test]
+fn every_column_fits_the_inferred_schema_in_chunks() {
+    // types.feather's `grid` is a list of lists (int32 [[i, i+1], [i+2,
+    // i+3]]): the inferred schema makes it a flat ragged field, and its
+    // rows must fit it (they came as [2, 2], which a `[?]` field refuses);
+    // `big_list` a list, the rest scalars.
+    let path = fixture("types.feather");
+    let reg = Registry::with_builtin();
+    let schema = reg.infer_schema(path.to_str().unwrap(), None, 10).unwrap();
+    let mut r = open(&path, 0);
+    let mut got = Vec::new();
+    loop {
+        let mut chunk = Chunk::new(&schema);
+        if r.read_chunk(&mut chunk, 4, usize::MAX).unwrap() == 0 {
+            break;
+        }
+        for i in 0..chunk.len() {
+            got.push(chunk.row(i).unwrap().to_json());
+        }
+    }
+    assert_eq!(got, expected("types.feather"));
+    // A record read whole gives the flat shape too.
+    let rec = open(&path, 0).next_record().unwrap().unwrap();
+    let (_, grid) = rec.fields.iter().find(|(n, _)| n == "grid").unwrap();
+    assert_eq!(grid.shape, vec![4]);
+}
+
+#[test]
 fn the_schema_comes_from_the_arrow_schema() {
     let reg = Registry::with_builtin();
     let file = fixture("hf/data-00000-of-00002.arrow");

@@ -31,8 +31,9 @@
 //! | `list`, `large_list`, `fixed_size_list` of any of these, nested | a tensor: one dimension per list level |
 //!
 //! The same as Parquet's: a scalar column gives a scalar (shape `[]`), a
-//! list shape `[n]`, a list of lists `[n, m]` (its inner lists of one
-//! length). Any other type is an error naming the column and its Arrow
+//! list shape `[n]`, a list of fixed-size lists `[n, m]`, a list of
+//! variable lists a flat ragged field (its values flat, `[n * m]`; its
+//! inner lists of one row of one length). Any other type is an error naming the column and its Arrow
 //! type; a null is a bad record naming the file, the row and the column
 //! (reading goes on with the next row).
 //!
