@@ -157,6 +157,9 @@ fn damage_first_lz4_frame(
     path
 }
 
+/// A damage's name and what it does to the file's bytes at an LZ4 frame.
+type Damage<'a> = (&'a str, &'a dyn Fn(&mut Vec<u8>, usize));
+
 #[test]
 fn a_damaged_lz4_buffer_is_refused_naming_the_file_and_its_batch() {
     let bytes = std::fs::read(fixture("types-lz4.feather")).unwrap();
@@ -167,7 +170,7 @@ fn a_damaged_lz4_buffer_is_refused_naming_the_file_and_its_batch() {
     // holds; the frame cut short (its first block's stated size beyond the
     // buffer: the descriptor is 3 bytes after the magic, pyarrow writes no
     // content size).
-    let damages: [(&str, &dyn Fn(&mut Vec<u8>, usize)); 3] = [
+    let damages: [Damage; 3] = [
         ("magic", &|b, at| b[at] ^= 0xff),
         ("stated length", &|b, at| {
             let stated = i64::from_le_bytes(b[at - 8..at].try_into().unwrap());
