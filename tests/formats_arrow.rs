@@ -1,11 +1,13 @@
 //! Arrow IPC: fixtures written by Hugging Face `datasets` (`save_to_disk`)
-//! and pyarrow (Feather v2 uncompressed and zstd, a stream whose
+//! and pyarrow (Feather v2 uncompressed, zstd and LZ4, a stream whose
 //! dictionary is replaced between batches) read with the writer's values,
 //! every record once (tests/fixtures/arrow/make.py, expected.json);
-//! `start_record` and `skip_to` across batches; projection; the schema from
+//! `start_record` and `skip_to` across batches; projection (a chunk decodes
+//! only its schema's columns); the schema from
 //! the Arrow schema; a `DatasetDict` refused naming its splits; an
 //! unmapped type naming the column and its type; a null as a bad record;
-//! truncated and damaged files refused naming the file, never a panic.
+//! truncated and damaged files (a damaged LZ4 buffer too) refused naming the
+//! file, never a panic.
 
 use std::path::{Path, PathBuf};
 
@@ -83,6 +85,169 @@ fn ipc_files_uncompressed_and_zstd_give_the_writers_values() {
 }
 
 #[test]
+fn an_lz4_compressed_file_gives_the_writers_values_from_every_start() {
+    // types-lz4.feather: pyarrow's write_feather with its default
+    // compression (the LZ4 frame format), 10 rows in batches of 4.
+    let path = fixture("types-lz4.feather");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(
+        bytes.windows(4).any(|w| w == LZ4_FRAME_MAGIC),
+        "the fixture holds no LZ4 frame"
+    );
+    let want = expected("types-lz4.feather");
+    assert_eq!(want.len(), 10);
+    for start in 0..=10u64 {
+        let mut r = open(&path, start);
+        assert_eq!(r.len_hint(), Some(10));
+        assert_eq!(json(r.as_mut()), want[start as usize..], "from {start}");
+    }
+    // In chunks of the schema's columns, too.
+    let schema = Schema::builder()
+        .field("big_text", DType::Bytes, [])
+        .ragged("big_list", DType::I64, feedline::Ragged::Offsets)
+        .build()
+        .unwrap();
+    let mut r = open(&path, 0);
+    let mut got = Vec::new();
+    loop {
+        let mut chunk = Chunk::new(&schema);
+        if r.read_chunk(&mut chunk, 3, usize::MAX).unwrap() == 0 {
+            break;
+        }
+        for i in 0..chunk.len() {
+            got.push(chunk.row(i).unwrap().to_json());
+        }
+    }
+    let picked: Vec<_> = want
+        .iter()
+        .map(|w| serde_json::json!({"big_text": w["big_text"], "big_list": w["big_list"]}))
+        .collect();
+    assert_eq!(got, picked);
+}
+
+/// The magic number that starts an LZ4 frame (little-endian 0x184D2204).
+const LZ4_FRAME_MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+
+/// Where the first record batch of the IPC file `bytes` starts (its
+/// footer's first block); the dictionary batches are before it.
+fn first_record_batch_offset(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap()) as usize;
+    let footer = arrow_ipc::root_as_footer(&bytes[n - 10 - footer_len..n - 10]).unwrap();
+    footer.recordBatches().unwrap().get(0).offset() as usize
+}
+
+/// `bytes` with `damage` applied at the first LZ4 frame at or after
+/// `from` (its magic at `at`), written to a file of the same name in `dir`.
+fn damage_first_lz4_frame(
+    dir: &Path,
+    bytes: &[u8],
+    from: usize,
+    damage: impl Fn(&mut Vec<u8>, usize),
+) -> PathBuf {
+    let at = from
+        + bytes[from..]
+            .windows(4)
+            .position(|w| w == LZ4_FRAME_MAGIC)
+            .expect("an LZ4 frame");
+    let mut b = bytes.to_vec();
+    damage(&mut b, at);
+    let path = dir.join("types-lz4.feather");
+    std::fs::write(&path, &b).unwrap();
+    path
+}
+
+/// A damage's name and what it does to the file's bytes at an LZ4 frame.
+type Damage<'a> = (&'a str, &'a dyn Fn(&mut Vec<u8>, usize));
+
+#[test]
+fn a_damaged_lz4_buffer_is_refused_naming_the_file_and_its_batch() {
+    let bytes = std::fs::read(fixture("types-lz4.feather")).unwrap();
+    let want = expected("types-lz4.feather");
+    let dir = tempfile::tempdir().unwrap();
+    // The frame's magic number broken; the length the buffer's 8-byte
+    // prefix states (before the frame) made smaller than what the frame
+    // holds; the frame cut short (its first block's stated size beyond the
+    // buffer: the descriptor is 3 bytes after the magic, pyarrow writes no
+    // content size).
+    let damages: [Damage; 3] = [
+        ("magic", &|b, at| b[at] ^= 0xff),
+        ("stated length", &|b, at| {
+            let stated = i64::from_le_bytes(b[at - 8..at].try_into().unwrap());
+            assert!(stated > 1, "a compressed buffer states its length");
+            b[at - 8..at].copy_from_slice(&(stated / 2).to_le_bytes());
+        }),
+        ("block size", &|b, at| {
+            let block = at + 4 + 3;
+            b[block..block + 4].copy_from_slice(&0x0000_ffffu32.to_le_bytes());
+        }),
+    ];
+    let batch0 = first_record_batch_offset(&bytes);
+    for (what, damage) in damages {
+        let path = damage_first_lz4_frame(dir.path(), &bytes, batch0, damage);
+        let mut r = ArrowFormat.open(&path, &OpenOptions::default()).unwrap();
+        let msg = err_string(r.next_record());
+        assert_contains(
+            &msg,
+            &[
+                &path.display().to_string(),
+                "record batch 0 (rows 0..4",
+                "rows 0..4 cannot be read",
+            ],
+        );
+        assert!(!msg.contains("panicked"), "{what}: {msg}");
+        // The batch's rows are one bad record; the next batches read.
+        assert_eq!(r.records_skipped(), 4, "{what}");
+        assert!(r.can_continue(), "{what}");
+        assert_eq!(json(r.as_mut()), want[4..], "{what}");
+    }
+    // A damaged dictionary (the `word` column's, before the batches): no
+    // batch can be decoded; one error naming the file, then none read.
+    assert!(bytes[..batch0].windows(4).any(|w| w == LZ4_FRAME_MAGIC));
+    let path = damage_first_lz4_frame(dir.path(), &bytes, 0, |b, at| b[at] ^= 0xff);
+    let mut r = ArrowFormat.open(&path, &OpenOptions::default()).unwrap();
+    let msg = err_string(r.next_record());
+    assert_contains(&msg, &[&path.display().to_string(), "dictionary batch 0"]);
+    assert!(!r.can_continue());
+}
+
+#[test]
+fn a_compressed_dictionary_stating_a_huge_size_is_an_error_not_an_allocation() {
+    // The `word` column's dictionary (before the record batches), its first
+    // compressed buffer's 8-byte prefix (the length uncompressed) made 1
+    // TiB: refused before the decoder allocates it, naming the file and
+    // the dictionary batch; LZ4 and zstd (the zstd frame's magic
+    // 0xFD2FB528).
+    for (name, magic) in [
+        ("types-lz4.feather", LZ4_FRAME_MAGIC),
+        ("types-zstd.arrow", [0x28, 0xb5, 0x2f, 0xfd]),
+    ] {
+        let bytes = std::fs::read(fixture(name)).unwrap();
+        let batch0 = first_record_batch_offset(&bytes);
+        let at = bytes[..batch0]
+            .windows(4)
+            .position(|w| w == magic)
+            .expect("a compressed dictionary buffer");
+        let mut b = bytes.clone();
+        b[at - 8..at].copy_from_slice(&(1i64 << 40).to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, &b).unwrap();
+        let mut r = ArrowFormat.open(&path, &OpenOptions::default()).unwrap();
+        let msg = err_string(r.next_record());
+        assert_contains(
+            &msg,
+            &[
+                &path.display().to_string(),
+                "dictionary batch 0",
+                "states 1099511627776 bytes uncompressed",
+            ],
+        );
+        assert!(!r.can_continue(), "{name}");
+    }
+}
+
+#[test]
 fn a_stream_whose_dictionary_is_replaced_reads_each_batch_with_its_own() {
     let want = expected("dict-stream.arrow");
     for start in 0..=want.len() as u64 {
@@ -144,6 +309,70 @@ fn read_chunk_decodes_the_schemas_columns() {
             &serde_json::json!({"u64": w["u64"], "word": w["word"]})
         );
     }
+}
+
+#[test]
+fn chunks_decode_only_the_schemas_columns() {
+    // timestamp.arrow: `ok` (int64) and `when` (a timestamp, which feedline
+    // does not map: decoding it is an error). A chunk of a schema without
+    // `when` reads the file, so its columns alone were decoded.
+    let path = fixture("timestamp.arrow");
+    let schema = Schema::builder()
+        .field("ok", DType::I64, [])
+        .build()
+        .unwrap();
+    let mut r = open(&path, 0);
+    let mut chunk = Chunk::new(&schema);
+    assert_eq!(r.read_chunk(&mut chunk, 10, usize::MAX).unwrap(), 2);
+    let rows: Vec<_> = (0..chunk.len())
+        .map(|i| chunk.row(i).unwrap().to_json())
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            serde_json::json!({"ok": [1]}),
+            serde_json::json!({"ok": [2]})
+        ]
+    );
+    // The whole record (what cat reads) names the column and its type.
+    let msg = err_string(open(&path, 0).next_record());
+    assert_contains(&msg, &["timestamp.arrow", "column `when`", "Timestamp"]);
+    // A schema field the file lacks is an error naming it.
+    let schema = Schema::builder()
+        .field("ok", DType::I64, [])
+        .field("nope", DType::F32, [])
+        .build()
+        .unwrap();
+    let mut chunk = Chunk::new(&schema);
+    let msg = err_string(open(&path, 0).read_chunk(&mut chunk, 10, usize::MAX));
+    assert_contains(&msg, &["record 0", "nope"]);
+}
+
+#[test]
+fn every_column_fits_the_inferred_schema_in_chunks() {
+    // types.feather's `grid` is a list of lists (int32 [[i, i+1], [i+2,
+    // i+3]]): the inferred schema makes it a flat ragged field, and its
+    // rows must fit it (they came as [2, 2], which a `[?]` field refuses);
+    // `big_list` a list, the rest scalars.
+    let path = fixture("types.feather");
+    let reg = Registry::with_builtin();
+    let schema = reg.infer_schema(path.to_str().unwrap(), None, 10).unwrap();
+    let mut r = open(&path, 0);
+    let mut got = Vec::new();
+    loop {
+        let mut chunk = Chunk::new(&schema);
+        if r.read_chunk(&mut chunk, 4, usize::MAX).unwrap() == 0 {
+            break;
+        }
+        for i in 0..chunk.len() {
+            got.push(chunk.row(i).unwrap().to_json());
+        }
+    }
+    assert_eq!(got, expected("types.feather"));
+    // A record read whole gives the flat shape too.
+    let rec = open(&path, 0).next_record().unwrap().unwrap();
+    let (_, grid) = rec.fields.iter().find(|(n, _)| n == "grid").unwrap();
+    assert_eq!(grid.shape, vec![4]);
 }
 
 #[test]
@@ -282,7 +511,7 @@ fn truncated_streams_and_files_are_refused_naming_the_file() {
 
 #[test]
 fn flipped_bytes_are_an_error_or_a_value_never_a_panic() {
-    for name in ["dict-stream.arrow", "types-zstd.arrow"] {
+    for name in ["dict-stream.arrow", "types-zstd.arrow", "types-lz4.feather"] {
         let bytes = std::fs::read(fixture(name)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join(name);

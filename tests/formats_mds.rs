@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use feedline::format::mds::MdsFormat;
 use feedline::format::{Format, OpenOptions, Registry};
 use feedline::plan::expand_inputs;
-use feedline::DType;
+use feedline::{Chunk, DType, Dim};
 
 mod format_helpers;
 use format_helpers::{all_records, assert_contains, err_string};
@@ -194,6 +194,46 @@ fn the_schema_follows_the_encodings() {
         assert_eq!(field(name).dtype, dtype, "{name}");
     }
     assert_eq!(field("arr_ts").shape.len(), 2);
+}
+
+#[test]
+fn an_ndarray_of_open_shape_is_inferred_ragged_and_every_sample_fits() {
+    // plain/: one sample a shard, `arr` (`ndarray`: float64 of shapes [n,
+    // 2], n from 1 to 3) and `arr_t` (`ndarray:int16`: lengths 1 to 6). The
+    // schema of the first shard must let every later sample in: its
+    // leading dimension variable, the rest the first sample's.
+    let reg = Registry::with_builtin();
+    let all = specs(&fixture("plain"));
+    let s = reg.infer_schema(&all[0], None, 10).unwrap();
+    let field = |n: &str| s.fields().iter().find(|f| f.name == n).unwrap().clone();
+    assert_eq!(
+        (field("arr").dtype, field("arr").shape),
+        (DType::F64, vec![Dim::Var, Dim::Fixed(2)])
+    );
+    assert_eq!(
+        (field("arr_t").dtype, field("arr_t").shape),
+        (DType::I32, vec![Dim::Var])
+    );
+    let want = expected("plain");
+    let mut got = Vec::new();
+    for spec in &all {
+        let mut r = reg.open(spec, None, &OpenOptions::default()).unwrap();
+        loop {
+            let mut chunk = Chunk::new(&s);
+            if r.read_chunk(&mut chunk, 4, usize::MAX).unwrap() == 0 {
+                break;
+            }
+            for i in 0..chunk.len() {
+                let row = chunk.row(i).unwrap().to_json();
+                got.push(serde_json::json!({"arr": row["arr"], "arr_t": row["arr_t"]}));
+            }
+        }
+    }
+    let picked: Vec<_> = want
+        .iter()
+        .map(|w| serde_json::json!({"arr": w["arr"], "arr_t": w["arr_t"]}))
+        .collect();
+    assert_eq!(got, picked);
 }
 
 #[test]

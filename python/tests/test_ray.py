@@ -10,7 +10,10 @@ in whole batches but its last (2,400 and 2,403 records, batch 50), and a
 resume amid the rows held back for that; every bad setting a ValueError; pixels
 shipped (the rank running the transform's output steps) against float32
 shipped, to the bit; and feedline.ray.read's rows against
-feedline.Loader's, its columns= and its rows per block."""
+feedline.Loader's, its columns= and its rows per block; a Hugging Face
+save_to_disk directory and MDS directories (the repository's fixtures)
+through read() (ragged fields as Ray's variable-shaped tensors) and the
+Service: every record once with the writer's values."""
 
 import json
 import os
@@ -1100,3 +1103,103 @@ def test_the_file_order_is_the_loaders_permutation(data):
         assert runs[p * len(paths):] == order
     unshuffled = fray.pass_plan(paths, 5, 0, len(paths), shuffle=False, counts=[1] * len(paths))
     assert [g[0][0][0] for g in unshuffled] == paths
+
+
+# ------------------------------------------------------------------ dataset directories
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures")
+
+
+def fixture_expected(kind, name):
+    with open(os.path.join(FIXTURES, kind, "expected.json")) as f:
+        return json.load(f)[name]
+
+
+def as_expected(v):
+    """A value from Ray Data (a numpy array, a number, bytes) as
+    expected.json writes it: a flat list, bytes in base64."""
+    import base64
+    if isinstance(v, bytes):
+        return [base64.b64encode(v).decode()]
+    return np.asarray(v).ravel().tolist()
+
+
+def pil_expected(png):
+    """A `pil` column's value (feedline gives a PNG of the pixels) as
+    expected.json writes it: its RGB pixels in base64, width, height."""
+    import base64
+    import io
+    from PIL import Image
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    return {"rgb": base64.b64encode(np.asarray(img).tobytes()).decode(), "width": img.size[0],
+            "height": img.size[1]}
+
+
+@pytest.mark.parametrize("kind, name, ragged", [
+    ("arrow", "hf", ["tokens"]),
+    ("mds", "plain", ["arr", "arr_t"]),
+    ("mds", "zstd", ["arr", "arr_t"]),
+])
+def test_read_gives_every_record_of_a_dataset_dir_once_ragged_fields_as_arrays(cluster, kind, name, ragged):
+    """feedline.ray.read over a Hugging Face save_to_disk directory and MDS
+    directories (the repository's fixtures): every record once, each value
+    the writer's (expected.json); a ragged field gives each row a numpy
+    array of its own length and of the field's dtype."""
+    d = os.path.join(FIXTURES, kind, name)
+    want = fixture_expected(kind, name)
+    files = fray._expand(d)
+    order = {f.split(":", 1)[1] if f.startswith("mds:") else f: i for i, f in enumerate(files)}
+    ds = fray.read(d, provenance=True, rows_per_block=2)
+    rows = ds.take_all()
+    keys = [(order[r["_file"]], int(r["_record"])) for r in rows]
+    assert len(keys) == len(set(keys)) == len(want), "a record came twice or is missing"
+    got = []
+    for _, r in sorted(zip(keys, rows), key=lambda kr: kr[0]):
+        got.append({k: pil_expected(v) if k == "pil" else as_expected(v)
+                    for k, v in r.items() if k not in ("_file", "_record")})
+    assert got == want
+    lengths = set()
+    for r in rows:
+        for f in ragged:
+            assert isinstance(r[f], np.ndarray), (f, type(r[f]))
+            lengths.add((f, r[f].shape[0]))
+    # the rows differ in length: the fields are ragged, each row its own
+    assert all(len({n for g, n in lengths if g == f}) > 1 for f in ragged), lengths
+    # of the dtype feedline.Loader gives the field
+    with feedline.Loader(d, batch_size=1, shuffle=0, passes=1) as l:
+        first = next(iter(l))
+        assert {f: r[f].dtype for r in rows for f in ragged} == {f: first[f].dtype for f in ragged}
+    # and as numpy batches: an object array of each row's array
+    batch = next(iter(ds.iter_batches(batch_size=len(want), batch_format="numpy")))
+    for f in ragged:
+        assert len(batch[f]) == len(want) and all(isinstance(x, np.ndarray) for x in batch[f])
+
+
+def test_the_service_reads_a_dataset_dir_every_record_once(cluster):
+    """A Service over a Hugging Face save_to_disk directory, 2 ranks, 2
+    workers, shuffled: every record once, its values (the ragged `tokens`
+    through the batch's offsets) the writer's."""
+    import base64
+    d = os.path.join(FIXTURES, "arrow", "hf")
+    want = {r["id"][0]: r for r in fixture_expected("arrow", "hf")}
+    svc = fray.Service(files=d, batch_size=3, shuffle=4, seed=2, workers=2, world_size=2,
+                       resources_per_worker={"CPU": 0.25})
+    try:
+        seen = []
+        for rank in range(2):
+            loader = svc.loader(rank)
+            for b in loader:
+                off = b.offsets("tokens")
+                assert off is not None and len(off) == b.size + 1
+                for k, (o, i) in enumerate(zip(b.origins, b["id"].tolist())):
+                    w = want[i]
+                    assert b["tokens"][off[k]:off[k + 1]].tolist() == w["tokens"]
+                    assert b["vec"][k].tolist() == w["vec"] and b["score"][k] == w["score"][0]
+                    assert base64.b64encode(b["text"][k]).decode() == w["text"][0]
+                    seen.append((tuple(o), i))
+            loader.close()
+    finally:
+        svc.shutdown()
+    origins = [o for o, _ in seen]
+    assert len(origins) == len(set(origins)), "a record came twice"
+    assert sorted(i for _, i in seen) == sorted(want)

@@ -31,8 +31,9 @@
 //! | `list`, `large_list`, `fixed_size_list` of any of these, nested | a tensor: one dimension per list level |
 //!
 //! The same as Parquet's: a scalar column gives a scalar (shape `[]`), a
-//! list shape `[n]`, a list of lists `[n, m]` (its inner lists of one
-//! length). Any other type is an error naming the column and its Arrow
+//! list shape `[n]`, a list of fixed-size lists `[n, m]`, a list of
+//! variable lists a flat ragged field (its values flat, `[n * m]`; its
+//! inner lists of one row of one length). Any other type is an error naming the column and its Arrow
 //! type; a null is a bad record naming the file, the row and the column
 //! (reading goes on with the next row).
 //!
@@ -43,9 +44,13 @@
 //! record batch whose body does not decode is one error for its rows not
 //! read yet, naming the batch and its rows; reading goes on with the next
 //! batch ([`RecordReader::records_skipped`] says how many were lost).
-//! Buffers compressed with zstd are read; LZ4 (pyarrow's default for
-//! Feather) is refused naming the file: write with `compression="zstd"` or
-//! `"uncompressed"`.
+//! Buffers compressed with LZ4 (the LZ4 frame format: pyarrow's default for
+//! Feather, `feather.write_feather`) or zstd are read, through arrow-ipc's
+//! pure-Rust codecs' features (`lz4_flex`; zstd). A compressed buffer that
+//! does not decompress, or decompresses to another length than its header
+//! states, is an error for its batch naming the file; Arrow IPC carries no
+//! checksum, so damage that still decodes (an LZ4 frame without its
+//! optional content checksum, pyarrow's default) cannot be told from data.
 //!
 //! ```
 //! use feedline::format::{Format, OpenOptions, arrow::ArrowFormat};
@@ -397,11 +402,14 @@ fn batch_rows(header: &[u8]) -> std::result::Result<u64, String> {
         .header_as_record_batch()
         .ok_or("its header is not a record batch's")?;
     if let Some(c) = batch.compression() {
-        if c.codec() != arrow_ipc::CompressionType::ZSTD {
+        let codec = c.codec();
+        if codec != arrow_ipc::CompressionType::ZSTD
+            && codec != arrow_ipc::CompressionType::LZ4_FRAME
+        {
             return Err(format!(
-                "its buffers are compressed with {:?}, which feedline does not read (write \
-                 with compression=\"zstd\" or \"uncompressed\")",
-                c.codec()
+                "its buffers are compressed with {codec:?}, which feedline does not read \
+                 (Arrow IPC defines LZ4_FRAME and ZSTD; write with compression=\"lz4\", \
+                 \"zstd\" or \"uncompressed\")"
             ));
         }
     }
@@ -432,12 +440,17 @@ fn read_frame(file: &mut File, frame: &Frame) -> std::result::Result<Buffer, Str
     Ok(Buffer::from_vec(buf))
 }
 
-/// Check the buffers a record batch's header lists against its body (the
-/// bytes of `message` after the first `header`): each inside the body, and
-/// a compressed one's stated size at most `limit` — the decoder allocates
-/// what a compressed buffer states, and a damaged size must be an error,
-/// not an allocation of petabytes.
-fn check_buffers(message: &[u8], header: usize, limit: u64) -> std::result::Result<(), String> {
+/// Check the buffers a record batch's or a dictionary batch's header lists
+/// against its body (the bytes of `message` after the first `header`):
+/// each inside the body, and a compressed one's stated size at most
+/// `max_record_bytes` times its rows (the batch's, or the dictionary's
+/// values) — the decoder allocates what a compressed buffer states, and a
+/// damaged size must be an error, not an allocation of petabytes.
+fn check_buffers(
+    message: &[u8],
+    header: usize,
+    max_record_bytes: u64,
+) -> std::result::Result<(), String> {
     let skip = if message[..4] == CONTINUATION.to_le_bytes() {
         8
     } else {
@@ -445,9 +458,14 @@ fn check_buffers(message: &[u8], header: usize, limit: u64) -> std::result::Resu
     };
     let m = arrow_ipc::root_as_message(&message[skip..header])
         .map_err(|e| format!("its header does not parse: {e}"))?;
-    let batch = m
-        .header_as_record_batch()
-        .ok_or("its header is not a record batch's")?;
+    let batch = match m.header_type() {
+        MessageHeader::RecordBatch => m.header_as_record_batch(),
+        MessageHeader::DictionaryBatch => m.header_as_dictionary_batch().and_then(|d| d.data()),
+        _ => None,
+    }
+    .ok_or("its header is not a record batch's or a dictionary batch's")?;
+    let rows = u64::try_from(batch.length()).unwrap_or(0);
+    let limit = rows.max(1).saturating_mul(max_record_bytes);
     let body = &message[header..];
     let compressed = batch.compression().is_some();
     for (i, b) in batch.buffers().iter().flatten().enumerate() {
@@ -465,7 +483,7 @@ fn check_buffers(message: &[u8], header: usize, limit: u64) -> std::result::Resu
             if stated != -1 && (stated < 0 || stated as u64 > limit) {
                 return Err(format!(
                     "buffer {i} states {stated} bytes uncompressed, beyond the batch's limit of \
-                     {limit} (its rows times the largest record)"
+                     {limit} (its {rows} rows times the largest record)"
                 ));
             }
         }
@@ -536,14 +554,17 @@ impl ArrowReader {
         while *read < batch.dictionaries_before {
             let frame = self.messages.dictionaries[*read];
             let buf = read_frame(&mut self.file, &frame).map_err(|e| (true, e))?;
-            contain_panic(|| decoder.read_dictionary(&frame.block(), &buf))
-                .map_err(|e| (true, e))?
+            check_buffers(&buf, frame.header as usize, self.max_record_bytes)
                 .map_err(|e| (true, format!("dictionary batch {}: {e}", *read)))?;
+            let at = *read;
+            contain_panic(|| decoder.read_dictionary(&frame.block(), &buf))
+                .map_err(|e| (true, format!("dictionary batch {at}: {e}")))?
+                .map_err(|e| (true, format!("dictionary batch {at}: {e}")))?;
             *read += 1;
         }
         let buf = read_frame(&mut self.file, &batch.frame).map_err(|e| (false, e))?;
-        let limit = batch.rows.max(1).saturating_mul(self.max_record_bytes);
-        check_buffers(&buf, batch.frame.header as usize, limit).map_err(|e| (false, e))?;
+        check_buffers(&buf, batch.frame.header as usize, self.max_record_bytes)
+            .map_err(|e| (false, e))?;
         match contain_panic(|| decoder.read_record_batch(&batch.frame.block(), &buf)) {
             Ok(Ok(Some(rb))) if rb.num_rows() as u64 == batch.rows => Ok(rb),
             Ok(Ok(Some(rb))) => Err((

@@ -21,7 +21,9 @@
 //! | `list`, `large_list`, `fixed_size_list` of any of these, nested | a tensor: one dimension per list level |
 //!
 //! A scalar column gives a scalar (shape `[]`); a list gives shape `[n]`, a
-//! list of lists `[n, m]` (the inner lists of one row must be of one
+//! list of fixed-size lists `[n, m]`; a list whose inner lists are
+//! variable (a list of lists) is a flat ragged field, its values flat in
+//! row order, shape `[n * m]` (the inner lists of one row must be of one
 //! length). Any other type (another struct, map, timestamp, decimal…) is an
 //! error naming the column and its Arrow type. A null — a whole value or
 //! an element of a list — is an error naming the row and the column.
@@ -162,7 +164,10 @@ pub(crate) fn contain_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, 
 /// A decoded record batch: its columns (dictionaries resolved), their
 /// names and element dtypes.
 pub(crate) struct OpenBatch {
-    columns: Vec<(String, DType, ArrayRef)>,
+    /// Name, element dtype, values, and whether the column is a flat
+    /// ragged field (a list level below the first is variable: its values
+    /// are given flat, shape `[n]`, as [`schema_of_arrow`] declares it).
+    columns: Vec<(String, DType, ArrayRef, bool)>,
     /// Its rows.
     pub(crate) rows: usize,
 }
@@ -175,7 +180,9 @@ impl OpenBatch {
         let rows = b.num_rows();
         let mut columns = Vec::with_capacity(b.num_columns());
         for (f, col) in b.schema().fields().iter().zip(b.columns()) {
-            let (dtype, _) = layout(f.data_type()).map_err(|t| unsupported(path, f.name(), &t))?;
+            let (dtype, dims) =
+                layout(f.data_type()).map_err(|t| unsupported(path, f.name(), &t))?;
+            let flat = dims.iter().skip(1).any(Option::is_none);
             let col = match col.as_any_dictionary_opt() {
                 Some(d) => {
                     arrow_select::take::take(d.values().as_ref(), d.keys(), None).map_err(|e| {
@@ -187,7 +194,7 @@ impl OpenBatch {
                 }
                 None => col.clone(),
             };
-            columns.push((f.name().clone(), dtype, col));
+            columns.push((f.name().clone(), dtype, col, flat));
         }
         Ok(OpenBatch { columns, rows })
     }
@@ -195,7 +202,7 @@ impl OpenBatch {
     /// Row `at` of the batch as record `record` of `source`.
     pub(crate) fn row(&self, at: usize, source: SourceId, record: u64) -> Result<Record> {
         let mut fields = Vec::with_capacity(self.columns.len());
-        for (name, dtype, col) in &self.columns {
+        for (name, dtype, col, flat) in &self.columns {
             let mut values = Values::new(*dtype);
             let mut shape = Vec::new();
             gather(col.as_ref(), at, at + 1, 0, &mut shape, &mut values).map_err(|actual| {
@@ -206,6 +213,9 @@ impl OpenBatch {
                     actual,
                 }
             })?;
+            if *flat {
+                shape = vec![values.len()];
+            }
             fields.push((name.clone(), Tensor { values, shape }));
         }
         Ok(Record {

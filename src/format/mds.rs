@@ -34,6 +34,11 @@
 //! | `pil` (raw pixels of mode `L`, `LA`, `RGB`, `RGBA`) | bytes: a PNG of those pixels |
 //! | `list[jpeg]`, `list[png]`, `list[pil]`, `jpeg_array` | bytes `[n]`: the encoded images |
 //!
+//! The schema ([`Format::infer_schema`]) is the encodings' own; an
+//! `ndarray` whose encoding leaves the shape open (`ndarray`,
+//! `ndarray:DTYPE`) is a ragged field — the writer stores each sample's
+//! shape — of the first sample's dtype and trailing dimensions.
+//!
 //! Images come out encoded so that the image transform decodes them as it
 //! decodes a TFRecord's. `pkl` (a pickle runs code when it is loaded) and
 //! `str_decimal` are refused when the shard is opened, naming the column.
@@ -114,9 +119,42 @@ impl Format for MdsFormat {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
+        // An `ndarray` whose shape the encoding leaves open stores each
+        // sample's shape: its leading dimension is variable (a writer of
+        // one shape says so with `ndarray:DTYPE:SHAPE`). Its dtype (when
+        // open too) and its trailing dimensions are the first sample's.
+        let mut first: Option<Record> = None;
         let mut fields = Vec::new();
         for c in &shard.columns {
-            let (dtype, shape) = c.encoding.declared()?;
+            let (dtype, shape) = match c.encoding.declared() {
+                Some(d) => d,
+                None => {
+                    if first.is_none() {
+                        let mut r =
+                            match MdsReader::open(path, shard.clone(), &OpenOptions::default()) {
+                                Ok(r) => r,
+                                Err(e) => return Some(Err(e)),
+                            };
+                        first = match r.next_record() {
+                            Ok(Some(rec)) => Some(rec),
+                            // No sample to learn the dimensions from.
+                            Ok(None) => return None,
+                            Err(e) => return Some(Err(e)),
+                        };
+                    }
+                    let rec = first.as_ref().expect("read above");
+                    let t = rec
+                        .fields
+                        .iter()
+                        .find(|(n, _)| *n == c.name)
+                        .map(|(_, t)| t)
+                        .expect("a record has every column of its shard");
+                    let shape = std::iter::once(Dim::Var)
+                        .chain(t.shape.iter().skip(1).map(|&d| Dim::Fixed(d)))
+                        .collect();
+                    (t.values.dtype(), shape)
+                }
+            };
             fields.push(Field {
                 name: c.name.clone(),
                 dtype,

@@ -1543,6 +1543,42 @@ def _block_rows(probe, target_bytes, most=1024):
     return 1 << (fit.bit_length() - 1) if fit >= 1 else 1
 
 
+def _ragged_column(rows):
+    """A ragged numeric field's rows (numpy arrays, one per record, of the
+    field's dtype and of shapes that differ) as a column of Ray's
+    variable-shaped tensor extension type: ray.data gives each row back as
+    its numpy array (dtype and shape kept), in iter_rows, take and
+    iter_batches (an object array of them). Always this type, even where a
+    block's rows happen to have one shape, so that every block of the field
+    is of one type."""
+    from ray.data.extensions import ArrowVariableShapedTensorArray
+    return ArrowVariableShapedTensorArray.from_numpy(list(rows))
+
+
+def _bytes_lists_column(rows):
+    """A bytes field of more than one value per record (a list of bytes per
+    record) as an Arrow list<binary> column: each row comes back as a list
+    of bytes."""
+    import pyarrow as pa
+    return pa.array([list(r) for r in rows], type=pa.list_(pa.binary()))
+
+
+def _block(accessor, cols, arrow_cols, names):
+    """A Ray Data block (a pyarrow Table) of the numpy columns `cols`
+    (Ray's own conversion: tensor columns for arrays of more than one
+    dimension) and the Arrow arrays `arrow_cols`, its columns in the order
+    `names`."""
+    import pyarrow as pa
+    if not arrow_cols:
+        return accessor.batch_to_block(cols)
+    if not cols:
+        return pa.Table.from_arrays([arrow_cols[n] for n in names], names=names)
+    table = accessor.batch_to_block(cols)
+    for name, arr in arrow_cols.items():
+        table = table.append_column(name, arr)
+    return table.select(names)
+
+
 def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_task=1,
          provenance=False, threads=1, columns=None, ship_pixels=False, **loader_options):
     """A ray.data.Dataset of the records of `files`, read (and transformed) by
@@ -1561,8 +1597,10 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
     uint8 [H, W, 3] images (a quarter of float32's bytes), and the consumer
     runs the output steps with
     ds.iter_torch_batches(collate_fn=feedline.ray.output_steps(transform,
-    fields)): the same tensors, to the bit. Fixed-shape fields only (ragged
-    and bytes fields of more than one value per row are refused)."""
+    fields)): the same tensors, to the bit. A ragged numeric field is a
+    column of Ray's variable-shaped tensor type (each row a numpy array of
+    its own shape); a bytes field of more than one value per row, a list of
+    bytes per row."""
     ray = _ray()
     from ray.data import Datasource, ReadTask
     from ray.data.block import BlockMetadata
@@ -1612,19 +1650,29 @@ def read(files, schema=None, transform=None, *, rows_per_block=None, files_per_t
                         if missing:
                             raise ValueError(f"feedline.ray.read: columns {missing} are not fields of "
                                              f"{chunk[0]!r} (its fields: {sorted(b)})")
-                    cols = {}
-                    for name in (b if columns is None else columns):
+                    cols, arrow_cols = {}, {}
+                    names = list(b if columns is None else columns)
+                    for name in names:
                         v = b[name]
                         if b.offsets(name) is not None or b.lengths(name) is not None:
-                            raise ValueError(f"feedline.ray.read: the ragged field {name!r} has no block form here")
-                        # no copy: the block views the batch's buffer until Ray
-                        # serialises it into the object store (its one copy)
-                        cols[name] = np.asarray(v) if isinstance(v, np.ndarray) else np.array(v, dtype=object)
+                            if isinstance(v, np.ndarray):
+                                arrow_cols[name] = _ragged_column(b.instance_values(name))
+                            else:
+                                arrow_cols[name] = _bytes_lists_column(v)
+                        elif isinstance(v, np.ndarray):
+                            # no copy: the block views the batch's buffer until Ray
+                            # serialises it into the object store (its one copy)
+                            cols[name] = np.asarray(v)
+                        elif all(isinstance(x, bytes) for x in v):
+                            cols[name] = np.array(v, dtype=object)
+                        else:
+                            arrow_cols[name] = _bytes_lists_column(v)
                     if provenance:
                         o = b.origins
                         cols["_file"] = np.array([f for f, _ in o], dtype=object)
                         cols["_record"] = np.array([r for _, r in o], dtype=np.int64)
-                    yield BlockAccessor.batch_to_block(cols)
+                        names += ["_file", "_record"]
+                    yield _block(BlockAccessor, cols, arrow_cols, names)
         return read_fn
 
     class _Source(Datasource):
