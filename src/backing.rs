@@ -112,24 +112,42 @@ impl FileRow<'_> {
     }
 }
 
+/// The files one column's rows may refer to at most: a chunk read from
+/// more (rows by position from many files, in `global` shuffle mode)
+/// copies the rest of its large rows in.
+pub(crate) const MAX_FILES_PER_COLUMN: usize = 64;
+
+/// Where a row's bytes are: which of the column's files, and the span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    /// Index into [`FileRows::backings`].
+    file: u32,
+    off: usize,
+    len: usize,
+}
+
 /// The rows of a `u8` or `bytes` column that refer to a [`Backing`] instead
-/// of holding their bytes. Each row either refers to one span of the file
-/// — a `u8` row's elements, or a `bytes` row's one byte string — or is
-/// owned (its elements in the column's `values`, at `owned_ends`).
+/// of holding their bytes. Each row either refers to one span of a file —
+/// a `u8` row's elements, or a `bytes` row's one byte string — or is owned
+/// (its elements in the column's `values`, at `owned_ends`). The rows of
+/// one column may refer to several files (at most
+/// [`MAX_FILES_PER_COLUMN`]): a chunk of records read by position from
+/// many files keeps each large row in its own.
 #[derive(Clone)]
 pub(crate) struct FileRows {
-    backing: Backing,
-    /// Per committed row: (offset, len) of its bytes in the file; `None`
-    /// for an owned row.
-    spans: Vec<Option<(usize, usize)>>,
+    /// The files, distinct, in the order rows first referred to them.
+    backings: Vec<Backing>,
+    /// Per committed row: which file and the span of its bytes there;
+    /// `None` for an owned row.
+    spans: Vec<Option<Span>>,
     /// Per committed row: where its owned elements end in `values`.
     owned_ends: Vec<usize>,
     /// Per committed row: the check due when its span is copied out.
     checks: Vec<Option<DueCheck>>,
     /// Bytes of the committed rows that refer to the file.
     span_bytes: usize,
-    /// The uncommitted row's span: (offset, len).
-    pending: Option<(usize, usize)>,
+    /// The uncommitted row's span.
+    pending: Option<Span>,
     /// The uncommitted row's due check (set just before it is committed).
     pending_check: Option<DueCheck>,
 }
@@ -137,20 +155,27 @@ pub(crate) struct FileRows {
 impl FileRows {
     /// The most memory one row costs: its span, owned end and due check
     /// (the check counted at its size for a TFRecord CRC, with its `Arc`).
-    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<Option<(usize, usize)>>()
+    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<Option<Span>>()
         + std::mem::size_of::<usize>()
         + std::mem::size_of::<Option<DueCheck>>()
         + 128;
 
     /// The most memory the rows of one column cost beside their rows: this
     /// struct and the open file (its path counted at `PATH_MAX`, 4,096).
-    pub(crate) const FIXED_BYTES: usize =
-        std::mem::size_of::<Self>() + std::mem::size_of::<InputFile>() + 16 + 4096;
+    /// Each further file a column's rows refer to costs as much again,
+    /// [`FILE_BYTES`](Self::FILE_BYTES).
+    pub(crate) const FIXED_BYTES: usize = std::mem::size_of::<Self>() + Self::FILE_BYTES;
 
-    /// Start referring rows of a column that has `ends` (all owned so far).
+    /// The most memory one file the rows refer to costs: the open file,
+    /// its path counted at `PATH_MAX`, and its place in the list.
+    pub(crate) const FILE_BYTES: usize =
+        std::mem::size_of::<InputFile>() + 16 + 4096 + 2 * std::mem::size_of::<Backing>();
+
+    /// Start referring rows of a column that has `ends` (all owned so far)
+    /// to files, `backing` the first.
     pub(crate) fn new(backing: Backing, ends: &[usize]) -> Self {
         FileRows {
-            backing,
+            backings: vec![backing],
             spans: vec![None; ends.len()],
             owned_ends: ends.to_vec(),
             checks: vec![None; ends.len()],
@@ -160,17 +185,27 @@ impl FileRows {
         }
     }
 
-    /// The file.
-    pub(crate) fn backing(&self) -> &Backing {
-        &self.backing
+    /// The index of `backing` among the files rows refer to, added if new;
+    /// `None` when the column already refers to [`MAX_FILES_PER_COLUMN`]
+    /// others.
+    fn file_index(&mut self, backing: &Backing) -> Option<u32> {
+        // The last file first: rows of one file come in runs.
+        if let Some(i) = self.backings.iter().rposition(|b| Arc::ptr_eq(b, backing)) {
+            return Some(i as u32);
+        }
+        if self.backings.len() >= MAX_FILES_PER_COLUMN {
+            return None;
+        }
+        self.backings.push(backing.clone());
+        Some((self.backings.len() - 1) as u32)
     }
 
-    /// Committed row `i` if it refers to the file, with its due check.
+    /// Committed row `i` if it refers to a file, with its due check.
     #[inline]
     pub(crate) fn row(&self, i: usize) -> Option<FileRow<'_>> {
-        let (off, len) = self.spans[i]?;
+        let Span { file, off, len } = self.spans[i]?;
         Some(FileRow {
-            backing: &self.backing,
+            backing: &self.backings[file as usize],
             off,
             len,
             check: self.checks[i].as_ref(),
@@ -183,10 +218,15 @@ impl FileRows {
         self.spans[i].is_some()
     }
 
-    /// Committed row `i`'s span and due check, if it refers to the file.
-    pub(crate) fn span(&self, i: usize) -> Option<(usize, usize, Option<DueCheck>)> {
-        let (off, len) = self.spans[i]?;
-        Some((off, len, self.checks[i].clone()))
+    /// Committed row `i`'s file, span and due check, if it refers to a file.
+    pub(crate) fn span(&self, i: usize) -> Option<(&Backing, usize, usize, Option<DueCheck>)> {
+        let Span { file, off, len } = self.spans[i]?;
+        Some((
+            &self.backings[file as usize],
+            off,
+            len,
+            self.checks[i].clone(),
+        ))
     }
 
     /// Where committed row `i`'s owned elements end in the column's values.
@@ -201,16 +241,22 @@ impl FileRows {
         self.owned_ends.last().copied().unwrap_or(0)
     }
 
-    /// The uncommitted row's span, if any.
+    /// The uncommitted row's span (offset, len in its file), if any.
     #[inline]
     pub(crate) fn pending(&self) -> Option<(usize, usize)> {
-        self.pending
+        self.pending.map(|p| (p.off, p.len))
     }
 
-    /// Make the uncommitted row refer to `len` bytes at `off`.
-    pub(crate) fn set_pending(&mut self, off: usize, len: usize) {
-        self.pending = Some((off, len));
+    /// Make the uncommitted row refer to `len` bytes of `backing` at `off`.
+    /// False (nothing changed) when the column's rows already refer to
+    /// [`MAX_FILES_PER_COLUMN`] other files.
+    pub(crate) fn set_pending(&mut self, backing: &Backing, off: usize, len: usize) -> bool {
+        let Some(file) = self.file_index(backing) else {
+            return false;
+        };
+        self.pending = Some(Span { file, off, len });
         self.pending_check = None;
+        true
     }
 
     /// Leave `check` to be made when the uncommitted row's span is copied
@@ -233,11 +279,11 @@ impl FileRows {
     /// if given, else the one set), its owned elements ending at `owned_end`.
     pub(crate) fn commit(&mut self, owned_end: usize, check: Option<DueCheck>) {
         match self.pending.take() {
-            Some((off, len)) => {
-                self.spans.push(Some((off, len)));
+            Some(span) => {
+                self.spans.push(Some(span));
                 self.checks
                     .push(check.or_else(|| self.pending_check.take()));
-                self.span_bytes += len;
+                self.span_bytes += span.len;
             }
             None => {
                 self.spans.push(None);
@@ -259,7 +305,7 @@ impl FileRows {
     /// Keep the first `rows` committed rows.
     pub(crate) fn truncate(&mut self, rows: usize) {
         for s in self.spans.drain(rows..).flatten() {
-            self.span_bytes -= s.1;
+            self.span_bytes -= s.len;
         }
         self.checks.truncate(rows);
         self.owned_ends.truncate(rows);
@@ -268,15 +314,20 @@ impl FileRows {
     /// Bytes of the rows that refer to the file, the uncommitted one included.
     #[inline]
     pub(crate) fn span_bytes(&self) -> usize {
-        self.span_bytes + self.pending.map_or(0, |p| p.1)
+        self.span_bytes + self.pending.map_or(0, |p| p.len)
     }
 
     /// Heap memory held: this struct, its vectors' capacity, the due checks
-    /// and the open file (each counted in full, though shared).
+    /// and the open files (each counted in full, though shared).
     pub(crate) fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.backing.memory_bytes()
-            + self.spans.capacity() * std::mem::size_of::<Option<(usize, usize)>>()
+            + self
+                .backings
+                .iter()
+                .map(|b| b.memory_bytes())
+                .sum::<usize>()
+            + self.backings.capacity() * std::mem::size_of::<Backing>()
+            + self.spans.capacity() * std::mem::size_of::<Option<Span>>()
             + self.owned_ends.capacity() * std::mem::size_of::<usize>()
             + self.checks.capacity() * std::mem::size_of::<Option<DueCheck>>()
             + self
@@ -291,7 +342,10 @@ impl FileRows {
 impl fmt::Debug for FileRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FileRows")
-            .field("file", &self.backing.path())
+            .field(
+                "files",
+                &self.backings.iter().map(|b| b.path()).collect::<Vec<_>>(),
+            )
             .field("spans", &self.spans)
             .field("owned_ends", &self.owned_ends)
             .field("checks", &self.checks)

@@ -20,7 +20,9 @@
 
 use std::sync::Arc;
 
-use crate::backing::{Backing, DueCheck, FileRow, FileRows, FILE_ROW_MIN_BYTES};
+use crate::backing::{
+    Backing, DueCheck, FileRow, FileRows, FILE_ROW_MIN_BYTES, MAX_FILES_PER_COLUMN,
+};
 use crate::error::Result;
 use crate::provenance::{Origin, SourceId};
 use crate::record::{conform_field, field_error, Instance, Record};
@@ -263,15 +265,12 @@ impl Column {
     /// the file stay so, with their due checks.
     fn select(&self, keep: &[usize]) -> Column {
         let mut c = Column::with_capacity(self.values.dtype(), 0, keep.len());
-        if let Some(m) = self.files.as_deref() {
-            c.files = Some(Box::new(FileRows::new(m.backing().clone(), &[])));
-        }
         for &i in keep {
             match self.files.as_deref().and_then(|m| m.span(i)) {
-                Some((off, len, check)) => {
-                    if let Some(m) = c.files.as_deref_mut() {
-                        m.set_pending(off, len);
-                    }
+                Some((backing, off, len, check)) => {
+                    // A selection refers to no more files than its source.
+                    let kept = c.set_pending_file(backing, off, len);
+                    debug_assert!(kept, "a selected row's file");
                     c.commit_with(check);
                 }
                 None => {
@@ -290,8 +289,8 @@ impl Column {
     fn push_row_of(&mut self, other: &Column, i: usize) -> Result<()> {
         self.rollback();
         if let Some(om) = other.files.as_deref() {
-            if let Some((off, len, check)) = om.span(i) {
-                if self.set_pending_file(om.backing(), off, len) {
+            if let Some((backing, off, len, check)) = om.span(i) {
+                if self.set_pending_file(backing, off, len) {
                     self.commit_with(check);
                     return Ok(());
                 }
@@ -320,8 +319,9 @@ impl Column {
     /// Make the uncommitted row (which has no owned elements) refer to
     /// `len` bytes of `backing` at `off` (a `u8` row's elements, or a
     /// `bytes` row's one byte string). False (nothing changed) if the column
-    /// is of another dtype, the row has owned elements, or the column already
-    /// refers to another file.
+    /// is of another dtype, the row has owned elements, or the column's rows
+    /// already refer to as many other files as a column may
+    /// ([`MAX_FILES_PER_COLUMN`](crate::backing::MAX_FILES_PER_COLUMN)).
     fn set_pending_file(&mut self, backing: &Backing, off: usize, len: usize) -> bool {
         if !matches!(self.values.dtype(), DType::U8 | DType::Bytes)
             || self.values.len() != self.committed()
@@ -329,14 +329,11 @@ impl Column {
             return false;
         }
         match self.files.as_deref_mut() {
-            Some(m) if Arc::ptr_eq(m.backing(), backing) => {
-                m.set_pending(off, len);
-                true
-            }
-            Some(_) => false,
+            Some(m) => m.set_pending(backing, off, len),
             None => {
                 let mut m = FileRows::new(backing.clone(), &self.ends);
-                m.set_pending(off, len);
+                let kept = m.set_pending(backing, off, len);
+                debug_assert!(kept, "a column's first file");
                 self.files = Some(Box::new(m));
                 true
             }
@@ -485,6 +482,7 @@ impl Chunk {
             + 2 * std::mem::size_of::<usize>()
             + fields.len() * std::mem::size_of::<Column>()
             + files * FileRows::FIXED_BYTES
+            + files * rows.min(MAX_FILES_PER_COLUMN).saturating_sub(1) * FileRows::FILE_BYTES
             + rows.saturating_mul(fixed.saturating_add(per_row))
             + if variable {
                 payload.saturating_add(strings)
@@ -627,7 +625,8 @@ impl Chunk {
     /// nothing written for this row yet) refer to `bytes`, which are the
     /// file's at `off` (read into a buffer), instead of holding them: a `u8`
     /// row's elements, a `bytes` row's one byte string. If the column cannot
-    /// (it refers to another file), `bytes` are copied in. Finish with
+    /// (its rows refer to as many other files as a column may), `bytes` are
+    /// copied in. Finish with
     /// [`commit_row`](Self::commit_row).
     pub(crate) fn set_file_row(&mut self, i: usize, backing: &Backing, off: usize, bytes: &[u8]) {
         let c = &mut self.columns[i];

@@ -310,16 +310,7 @@ impl RecordIndex {
         } else {
             (at(first)?, at(last)?)
         };
-        if start >= end || end > self.stamp.size {
-            return Err(Error::BadFile {
-                path: self.data.clone(),
-                what: format!(
-                    "record index: record {first} at bytes {start}..{end}, the file has {} bytes",
-                    self.stamp.size
-                ),
-            });
-        }
-        Ok(Some((start, end)))
+        self.checked_span(first, start, end).map(Some)
     }
 
     /// Whether the index has offsets (else the format reads by position itself).

@@ -394,3 +394,75 @@ fn zero_workers_are_refused() {
         "{err}"
     );
 }
+
+/// A map that passes a ragged input field through keeps it ragged (each
+/// instance its own length, as read), while a field it changes takes the
+/// shape inferred from its output.
+#[test]
+fn a_ragged_field_passed_through_the_map_stays_ragged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ragged.jsonl");
+    // Lengths 1, 2, 3, 1, 2, 3, …: the first row's length is not the others'.
+    let tokens = |k: i64| -> Vec<i64> { (0..k % 3 + 1).map(|j| 10 * k + j).collect() };
+    let text: String = (0..20)
+        .map(|k| format!("{{\"id\": {k}, \"tok\": {:?}}}\n", tokens(k)))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let files = vec![path.to_string_lossy().into_owned()];
+    let input = Schema::builder()
+        .field("id", DType::I64, [])
+        .ragged("tok", DType::I64, feedline::Ragged::Offsets)
+        .build()
+        .unwrap();
+    // `tok` passed through as read; `id` doubled (changed: fixed, inferred).
+    let t = Transforms {
+        instance: Some(Arc::new(map_fn(|inst: Instance, _: &mut TransformCtx| {
+            let id = inst.get("id")?.as_i64().unwrap()[0];
+            let tok = inst.get("tok")?.as_i64().unwrap().to_vec();
+            let n = tok.len();
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                Sample::new()
+                    .with("id", Values::I64(vec![id, 2 * id]), [2])
+                    .with("tok", Values::I64(tok), [n]),
+            )
+        }))),
+        workers: 2,
+        ..Transforms::default()
+    };
+    let cfg = BatchesConfig {
+        chunk_rows: 7,
+        ..BatchesConfig::new(BatchPolicy::Fixed(4))
+    };
+    let r = batches(
+        Registry::with_builtin(),
+        PassPlan::new(files.clone()),
+        input,
+        OpenOptions::default(),
+        cfg,
+    )
+    .unwrap()
+    .transforms(&t, 1)
+    .unwrap();
+    let mut seen = BTreeMap::new();
+    for b in r.read_pass(0) {
+        let b = b.unwrap();
+        let schema = b.schema().clone();
+        assert!(schema.field("tok").unwrap().is_ragged(), "{schema}");
+        assert!(!schema.field("id").unwrap().is_ragged(), "{schema}");
+        let ids = b.i64("id").unwrap();
+        let tok = b.i64("tok").unwrap();
+        let tok: Vec<i64> = tok.iter().copied().collect();
+        let offsets = b
+            .offsets("tok")
+            .unwrap()
+            .expect("offsets of a ragged field");
+        for i in 0..b.len() {
+            let id = ids[[i, 0]];
+            assert_eq!(ids[[i, 1]], 2 * id);
+            let got = tok[offsets[i]..offsets[i + 1]].to_vec();
+            assert!(seen.insert(id, got).is_none(), "id {id} twice");
+        }
+    }
+    let want: BTreeMap<i64, Vec<i64>> = (0..20).map(|k| (k, tokens(k))).collect();
+    assert_eq!(seen, want);
+}

@@ -839,9 +839,11 @@ impl PipelineConfig {
         match self.order.shuffle_mode {
             ShuffleMode::Block => {
                 return refuse(
-                    SettingError::given(S::ShuffleMode, Value::text("block")).text(
-                        " is not built yet: give global (local files, read by position) or buffer",
-                    ),
+                    SettingError::given(S::ShuffleMode, Value::text("block"))
+                        .text(" is not built yet: give ")
+                        .with(S::ShuffleMode, Value::text("global"))
+                        .text(" (local files, read by position) or ")
+                        .with(S::ShuffleMode, Value::text("buffer")),
                 );
             }
             ShuffleMode::Global if self.inputs.push.is_some() => {

@@ -35,6 +35,7 @@ use rayon::prelude::*;
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::setting::{Setting, SettingError, Value};
 
 /// The format name (and input prefix) of the runs.
 pub(crate) const RUNS_FORMAT: &str = "global-order";
@@ -59,6 +60,8 @@ pub(crate) struct GlobalSet {
     files: Vec<String>,
     /// Each file's format and path, resolved.
     formats: Vec<(Arc<dyn Format>, PathBuf)>,
+    /// Each file's name as its records carry it (its path, interned once).
+    sources: Vec<SourceId>,
     /// Each file's record index.
     indexes: Vec<RecordIndex>,
     /// Records per file.
@@ -106,26 +109,44 @@ fn runs() -> &'static RunTable {
 /// assert_eq!(feedline_actors::real_origin(0, o), o);
 /// ```
 pub fn real_origin(pass: u64, origin: Origin) -> Origin {
-    let found = runs()
-        .read()
-        .expect("runs lock")
-        .get(&origin.source)
-        .cloned();
-    let Some((set, run)) = found else {
-        return origin;
-    };
-    let Ok(order) = set.order(pass) else {
-        return origin;
-    };
-    let (start, end) = segment_range(order.len(), run);
-    if origin.record >= end - start {
-        return origin;
+    real_origins(pass, &[origin])[0]
+}
+
+/// [`real_origin`] of each of `origins` (a batch's, of `pass`), the table
+/// of runs read once and each run's place in the order found once.
+///
+/// ```
+/// use feedline::{Origin, SourceId};
+/// let o = [Origin::new(SourceId::intern("data/a.tfrecord"), 3)];
+/// assert_eq!(feedline_actors::real_origins(0, &o), o);
+/// ```
+pub fn real_origins(pass: u64, origins: &[Origin]) -> Vec<Origin> {
+    /// A run of the order: its set, the pass's order, and its positions.
+    type Run = Option<(Arc<GlobalSet>, Arc<GlobalOrder>, u64, u64)>;
+    let table = runs().read().expect("runs lock");
+    if table.is_empty() {
+        return origins.to_vec();
     }
-    let (file, record) = order.locate(start + origin.record);
-    Origin::new(
-        SourceId::intern(&set.formats[file].1.to_string_lossy()),
-        record,
-    )
+    let mut last: Option<(SourceId, Run)> = None;
+    (origins.iter())
+        .map(|&o| {
+            if last.as_ref().is_none_or(|(s, _)| *s != o.source) {
+                let run = table.get(&o.source).and_then(|(set, run)| {
+                    let order = set.order(pass).ok()?;
+                    let (start, end) = segment_range(order.len(), *run);
+                    Some((set.clone(), order, start, end))
+                });
+                last = Some((o.source, run));
+            }
+            match last.as_ref().and_then(|(_, run)| run.as_ref()) {
+                Some((set, order, start, end)) if o.record < end - start => {
+                    let (file, record) = order.locate(start + o.record);
+                    Origin::new(set.sources[file], record)
+                }
+                _ => o,
+            }
+        })
+        .collect()
 }
 
 /// The files behind a settled global order's runs (`config`'s inputs), as
@@ -181,10 +202,13 @@ fn index_kind(
     c: feedline::format::Compression,
 ) -> Result<IndexKind, PipelineError> {
     let refuse = |why: String| {
-        PipelineError::config(format!(
-            "{spec}: {why}: shuffle_mode global reads records by position; \
-             shuffle_mode buffer (the default) reads it"
-        ))
+        PipelineError::config(
+            SettingError::says(format!("{spec}: {why}: "))
+                .with(Setting::ShuffleMode, Value::text("global"))
+                .text(" reads records by position; ")
+                .with(Setting::ShuffleMode, Value::text("buffer"))
+                .text(" (the default) reads it"),
+        )
     };
     if feedline::remote::is_remote(spec) || feedline::remote::is_remote(&path.to_string_lossy()) {
         return Err(refuse("a remote input has no record index here".into()));
@@ -214,8 +238,10 @@ fn index_set(
     let explicit = config.inputs.format.as_deref();
     let mut open = config.reading.open.clone();
     open.start_record = 0;
-    // Rows read from several files go into one chunk: none left in its file.
-    open.defer_checksums = false;
+    // Large rows stay in their files (a chunk's column refers to several)
+    // with their CRCs checked on the batch's copy, as the readers do —
+    // where the bad-record policy lets a check wait.
+    open.defer_checksums &= crate::bad_records::checksums_may_wait(&config.faults.error_policy);
     let resolved: Vec<(Arc<dyn Format>, PathBuf, IndexKind)> = files
         .iter()
         .map(|spec| {
@@ -245,6 +271,9 @@ fn index_set(
         set,
         seed,
         files: files.to_vec(),
+        sources: (resolved.iter())
+            .map(|(_, p, _)| SourceId::intern(&p.to_string_lossy()))
+            .collect(),
         formats: resolved.into_iter().map(|(f, p, _)| (f, p)).collect(),
         indexes,
         counts,

@@ -146,7 +146,7 @@ pub use crate::config::{
     ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
-pub use crate::global_shuffle::real_origin;
+pub use crate::global_shuffle::{real_origin, real_origins};
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};
 #[doc(hidden)]
 pub use crate::guard::FaultPlan;

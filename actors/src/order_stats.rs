@@ -91,7 +91,7 @@ impl OrderStats {
     }
 
     /// Take a batch of `pass` into the measures (its origins as the files
-    /// and records they stand for, [`real_origin`](crate::real_origin)).
+    /// and records they stand for, [`real_origins`](crate::real_origins)).
     pub fn observe(&mut self, pass: u64, batch: &feedline::Batch) {
         if self.pass != Some(pass) {
             *self = OrderStats {
@@ -101,8 +101,7 @@ impl OrderStats {
             .with_starts(std::mem::take(&mut self.starts), self.total);
         }
         let mut files = HashSet::new();
-        for &o in batch.origins() {
-            let o = crate::real_origin(pass, o);
+        for o in crate::real_origins(pass, batch.origins()) {
             files.insert(o.source);
             let Some(start) = self.starts.get(&o.source) else {
                 continue;

@@ -112,10 +112,10 @@ impl Trace {
         // In global shuffle mode an origin is a position of the pass's
         // order: the trace names the file and record it stands for.
         let real = |o: feedline::Origin| feedline_actors::real_origin(d.pass, o);
-        let records: Vec<(Arc<str>, u64)> = (d.batch.origins().iter())
-            .map(|&o| real(o))
-            .map(|o| (o.source.name(), o.record))
-            .collect();
+        let records: Vec<(Arc<str>, u64)> =
+            (feedline_actors::real_origins(d.pass, d.batch.origins()).iter())
+                .map(|o| (o.source.name(), o.record))
+                .collect();
         let mut value =
             serde_json::json!({"pass": d.pass, "device": device, "seq": d.seq, "records": records});
         if let (Some(segments), Some(map)) = (d.batch.segments(), value.as_object_mut()) {

@@ -44,6 +44,11 @@ fn a_mistake_reads_as_the_flags_name_its_settings() {
              (segment ids 0), not dropped",
         ),
         (vec!["run"], "no input files: give FILES or --set"),
+        (
+            vec!["run", &docs, "--shuffle-mode", "block"],
+            "--shuffle-mode block is not built yet: give --shuffle-mode global (local files, \
+             read by position) or --shuffle-mode buffer",
+        ),
     ];
     for (args, sentence) in cases {
         let o = feedline(&args);
@@ -55,4 +60,31 @@ fn a_mistake_reads_as_the_flags_name_its_settings() {
             "{args:?}"
         );
     }
+}
+
+/// A compressed input in `global` mode is refused naming the file, and the
+/// way out spelled as the command's flag.
+#[test]
+fn a_compressed_input_in_global_mode_names_the_file_and_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("docs.jsonl.gz");
+    let mut w = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    std::io::Write::write_all(&mut w, &std::fs::read(fixture("docs.jsonl")).unwrap()).unwrap();
+    w.finish().unwrap();
+    let gz = gz.to_string_lossy().into_owned();
+    let idx = dir.path().join("idx").to_string_lossy().into_owned();
+    let o = feedline(&["run", &gz, "--shuffle-mode", "global", "--index-dir", &idx]);
+    assert_no_panic(&o);
+    assert_ne!(code(&o), 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("docs.jsonl.gz")
+            && e.contains("compressed")
+            && e.contains("--shuffle-mode global reads records by position")
+            && e.contains("--shuffle-mode buffer (the default) reads it"),
+        "{e}"
+    );
 }

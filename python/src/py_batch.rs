@@ -315,12 +315,12 @@ impl PyBatch {
         let offsets: Vec<usize> = std::iter::once(0).chain(b.ends().iter().copied()).collect();
         Ok((self.view(py, i)?, usize_array(py, &offsets)?))
     }
-    /// Provenance: (source, record) of every instance, in batch order.
+    /// Provenance: (source, record) of every instance, in batch order —
+    /// the file and record, in every shuffle mode (`global` reads
+    /// positions of its order: each is given as the record it stands for).
     #[getter]
     fn origins(&self) -> Vec<(String, u64)> {
-        self.batch
-            .origins()
-            .iter()
+        (feedline_actors::real_origins(self.pass_, self.batch.origins()).iter())
             .map(|o| (o.source.to_string(), o.record))
             .collect()
     }
@@ -333,10 +333,11 @@ impl PyBatch {
         self.batch.segments().map(|segs| {
             segs.iter()
                 .map(|s| {
+                    let o = feedline_actors::real_origin(self.pass_, s.origin);
                     (
                         s.row,
-                        s.origin.source.to_string(),
-                        s.origin.record,
+                        o.source.to_string(),
+                        o.record,
                         s.start,
                         s.len,
                         s.doc_tokens,

@@ -95,5 +95,19 @@ def test_bad_values_are_refused_naming_the_keyword(tmp_path):
     gz = tmp_path / "z.tfrecord.gz"
     import gzip
     gz.write_bytes(gzip.compress(open(files[0], "rb").read()))
-    with pytest.raises(Exception, match="z.tfrecord.gz.*shuffle_mode buffer"):
+    with pytest.raises(Exception, match='z.tfrecord.gz.*shuffle_mode="buffer"'):
         list(make([str(gz)], tmp_path))
+
+
+def test_origins_name_the_file_and_record_of_each_instance(tmp_path):
+    """In global mode a batch's origins are the files and records read
+    (label y = class * 1000 + record of file class{c}), not positions of the
+    pass's order."""
+    files = class_files(tmp_path, files=3, per_file=20)
+    seen = 0
+    for b in make(files, tmp_path, passes=2):
+        for (source, record), y in zip(b.origins, np.asarray(b["y"]).ravel().tolist()):
+            assert source == files[y // 1000], (source, record, y)
+            assert record == y % 1000, (source, record, y)
+            seen += 1
+    assert seen == 2 * 60

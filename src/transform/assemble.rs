@@ -7,7 +7,9 @@
 //!   inferred from the first instance that transforms, and every instance is
 //!   checked against it ([`Instance::from_record`]: a missing field, another
 //!   type or shape is an error naming the instance's file, record and field,
-//!   the expected and the actual).
+//!   the expected and the actual). An inferred field that the input
+//!   declares ragged and the map passed through unchanged keeps the input's
+//!   ragged spec, not the first row's length.
 //! - When every output field has a fixed shape, the batch's buffers are
 //!   allocated first and each row is written straight into them
 //!   ([`InstanceMap::map_into`], or a copy of [`InstanceMap::map`]'s output);
@@ -42,7 +44,7 @@ use crate::format::generator::Sample;
 use crate::panic::panic_message;
 use crate::provenance::Origin;
 use crate::record::Instance;
-use crate::schema::{DType, Schema};
+use crate::schema::{DType, Field, Schema};
 
 /// A batch made through the transforms, and the rows that failed.
 #[derive(Debug)]
@@ -735,7 +737,7 @@ impl Core {
         for (r, s) in rows.iter().zip(samples) {
             let origin = r.origin();
             let checked = s.and_then(|sample| {
-                let schema = self.schema_for(&sample, origin)?;
+                let schema = self.schema_for(&sample, r)?;
                 conform(sample, origin, &schema).map_err(|e| self.explained(e))
             });
             match checked {
@@ -764,17 +766,22 @@ impl Core {
         Ok((collate_chunks(&schema, [&chunk])?, failed))
     }
 
-    /// The output schema, inferred from `sample` if none is known yet.
-    fn schema_for(&self, sample: &Sample, origin: Origin) -> Result<Schema> {
+    /// The output schema, inferred from `sample` (the output of row `r`) if
+    /// none is known yet; a ragged input field the map passed through keeps
+    /// its input's spec ([`keep_ragged_inputs`]).
+    fn schema_for(&self, sample: &Sample, r: &RowRef) -> Result<Schema> {
         if let Some(s) = self.output.read().as_ref() {
             return Ok(s.clone());
         }
+        let origin = r.origin();
         let record = sample.clone().into_record(origin.location());
         let inferred = Schema::infer([&record]).map_err(|e| Error::Transform {
             location: origin.location(),
             transform: "output schema".into(),
             what: e.to_string(),
         })?;
+        let inferred =
+            keep_ragged_inputs(inferred, &self.input, sample, &Row::new(&r.chunk, r.index));
         log::debug!(
             "transform output schema inferred from {}: {inferred}",
             origin.location()
@@ -808,5 +815,37 @@ impl Core {
             },
             e => e,
         }
+    }
+}
+
+/// The schema inferred from one output, with each field that the input
+/// declares ragged and that the map passed through — the same name, dtype,
+/// trailing dims and values as in its input row — given the input's spec:
+/// one row's length says nothing of the next's (a `decode` of the image
+/// fields leaves a variable-length list field as it came). A field the map
+/// changed keeps the shape inferred from its output.
+fn keep_ragged_inputs(inferred: Schema, input: &Schema, sample: &Sample, row: &Row<'_>) -> Schema {
+    let passed_through = |out: &Field, given: &Field| {
+        given.is_ragged()
+            && given.dtype == out.dtype
+            && sample.get(&out.name).is_some_and(|t| {
+                t.shape.len() == given.shape.len()
+                    && t.shape.get(1..) == Some(&given.fixed_dims()[..])
+                    && row.values(&out.name).is_ok_and(|v| v == t.values)
+            })
+    };
+    let fields: Vec<Field> = (inferred.fields().iter())
+        .map(|out| match input.field(&out.name) {
+            Ok(given) if passed_through(out, given) => given.clone(),
+            _ => out.clone(),
+        })
+        .collect();
+    if fields.as_slice() == inferred.fields() {
+        return inferred;
+    }
+    match (Schema::new(fields), inferred.inferred_source()) {
+        (Ok(kept), Some(from)) => kept.inferred_from(from.to_string()),
+        (Ok(kept), None) => kept,
+        (Err(_), _) => inferred,
     }
 }
