@@ -6,7 +6,8 @@
 //! for 100× the records; 2 ranks resumed as 3, exactly once; a rewritten
 //! file read anew (its index rebuilt); a gzip input refused naming the
 //! file; a bad record skipped, nothing else lost; a file changed during a
-//! run refused naming it.
+//! run refused naming it; large rows of many files in one chunk read with
+//! their own bytes, a damaged one refused naming its file and record.
 
 mod common;
 
@@ -461,11 +462,13 @@ fn each_origin_stands_for_the_file_and_record_it_came_from() {
     assert_eq!(seen, 2 * COUNTS.iter().sum::<u64>());
 }
 
-/// The 40 KiB payload of record `id`: its id's bytes, then a byte pattern
-/// of its own.
+/// The payload of record `id`: its id's bytes, then a byte pattern of its
+/// own; 40 KiB in even files (left in the file, read whole), 80 KiB in odd
+/// ones (framed from their ends alone).
 fn payload(id: i64) -> Vec<u8> {
+    let kib = if (id / 1_000_000) % 2 == 1 { 80 } else { 40 };
     let mut b = id.to_le_bytes().to_vec();
-    b.extend((0..40 << 10).map(|k: usize| (k as i64 * 7 + id) as u8));
+    b.extend((0..kib << 10).map(|k: usize| (k as i64 * 7 + id) as u8));
     b
 }
 
@@ -529,18 +532,22 @@ fn large_rows_from_many_files_in_one_chunk_keep_their_bytes() {
         }
         assert_exactly_once(&sorted(&per_pass), &all_ids(&counts, &[]), 2);
     }
-    // One byte of big2's record 4's payload flipped on disk.
-    let bad = &files[2];
-    let mut bytes = std::fs::read(bad).unwrap();
-    let frame = bytes.len() / counts[2] as usize;
-    bytes[4 * frame + frame / 2] ^= 0x55;
-    std::fs::write(bad, bytes).unwrap();
-    let e = global(&files, &dir.path().join("idx"), 1)
-        .build()
-        .unwrap()
-        .into_iter()
-        .find_map(|d| d.err())
-        .expect("the damage is found")
-        .to_string();
-    assert!(e.contains("big2.tfrecord") && e.contains("record 4"), "{e}");
+    // One byte of record 4's payload flipped on disk, in a file of each size.
+    for bad in [2, 1] {
+        let path = &files[bad];
+        let mut bytes = std::fs::read(path).unwrap();
+        let frame = bytes.len() / counts[bad] as usize;
+        bytes[4 * frame + frame / 2] ^= 0x55;
+        std::fs::write(path, bytes).unwrap();
+        let e = global(&files, &dir.path().join("idx"), 1)
+            .build()
+            .unwrap()
+            .into_iter()
+            .find_map(|d| d.err())
+            .expect("the damage is found")
+            .to_string();
+        let name = format!("big{bad}.tfrecord");
+        assert!(e.contains(&name) && e.contains("record 4"), "{e}");
+        large_record_files(dir.path(), &counts);
+    }
 }

@@ -271,7 +271,9 @@ impl TfRecordReader {
 
 impl RecordReader for TfRecordReader {
     /// An uncompressed regular file: the cursor moves to `offset`, and the
-    /// window reads `offset..end` at most at a time from now on.
+    /// window reads `offset..end` at most at a time from now on; with
+    /// checksums deferred, a span of 64 KiB or more is framed from its
+    /// ends alone (see the module docs).
     fn seek_indexed(&mut self, record: u64, offset: u64, end: u64) -> Result<bool> {
         let Input::File { window, .. } = &mut self.input else {
             return Ok(false);
@@ -283,7 +285,9 @@ impl RecordReader for TfRecordReader {
         cur.skip_to = record;
         cur.failed = None;
         cur.can_continue = false;
-        cur.sparse = false;
+        // A large record (its span from the index) is framed from its ends
+        // alone, as after a large record read in order.
+        cur.sparse = cur.defer && end.saturating_sub(offset) >= SPARSE_MIN_BYTES as u64;
         Ok(true)
     }
 
