@@ -813,9 +813,9 @@ impl Chunk {
     }
 
     /// Append rows `start..end` of `other` (same schema). Rows of `other`
-    /// left in their file stay so (with any CRC check due on them) where
-    /// this chunk's column refers to the same file, and are read and
-    /// checked now where it does not.
+    /// left in their file stay so (with any CRC check due on them), unless
+    /// this chunk's column already refers to as many other files as a
+    /// column may: those are read and checked now.
     ///
     /// # Errors
     ///
