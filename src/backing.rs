@@ -353,3 +353,65 @@ impl fmt::Debug for FileRows {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! One column's rows referring to many files: each row its own bytes,
+    //! up to [`MAX_FILES_PER_COLUMN`] files, the rows of further files
+    //! copied in; moved to another chunk, each row keeps its file.
+
+    use super::*;
+    use crate::chunk::Chunk;
+    use crate::input::{open_input, Opened};
+    use crate::provenance::{Origin, SourceId};
+    use crate::schema::{DType, Schema};
+
+    #[test]
+    fn a_column_refers_to_many_files_and_copies_the_rows_of_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = MAX_FILES_PER_COLUMN + 3;
+        // File k holds 100 bytes of value k; its row is bytes 10..60.
+        let backings: Vec<Backing> = (0..n)
+            .map(|k| {
+                let path = dir.path().join(format!("f{k}"));
+                std::fs::write(&path, vec![k as u8; 100]).unwrap();
+                match open_input(&path).unwrap() {
+                    Opened::Regular(f) => f,
+                    Opened::Stream(_) => panic!("a regular file"),
+                }
+            })
+            .collect();
+        let schema = Schema::builder()
+            .field("b", DType::Bytes, [])
+            .build()
+            .unwrap();
+        let mut chunk = Chunk::new(&schema);
+        let source = SourceId::intern("rows");
+        for (k, b) in backings.iter().enumerate() {
+            chunk.set_file_row(0, b, 10, &[k as u8; 50]);
+            chunk.commit_row(Origin::new(source, k as u64)).unwrap();
+        }
+        let column = &chunk.columns()[0];
+        for k in 0..n {
+            let left_in_file = column.file_row(k).unwrap();
+            assert_eq!(left_in_file.is_some(), k < MAX_FILES_PER_COLUMN, "row {k}");
+            assert_eq!(column.row_values(k).unwrap(), chunk_value(k), "row {k}");
+        }
+        // Moved into a chunk whose column refers to other files, each row
+        // still reads its own file.
+        let mut other = Chunk::new(&schema);
+        other.set_file_row(0, &backings[n - 1], 0, &[(n - 1) as u8; 100]);
+        other.commit_row(Origin::new(source, 999)).unwrap();
+        other.extend_rows(&chunk, 0, n).unwrap();
+        for k in 0..n {
+            assert_eq!(
+                other.columns()[0].row_values(k + 1).unwrap(),
+                chunk_value(k)
+            );
+        }
+    }
+
+    fn chunk_value(k: usize) -> crate::values::Values {
+        crate::values::Values::Bytes(crate::values::BytesList::from_iter([&[k as u8; 50][..]]))
+    }
+}
