@@ -46,9 +46,44 @@ const OPEN_FILES: usize = 64;
 /// Entries of a page of a record index's offset table (32 KiB).
 const INDEX_PAGE: u64 = 4096;
 
-/// Pages of offset tables one run reader holds, at most (8 MiB): the
+/// Pages of offset tables one run reader refers to, at most (8 MiB): the
 /// memory a reader's indexes take, whatever the dataset's size.
 const INDEX_PAGES_HELD: usize = 256;
+
+/// Pages of offset tables a file set's run readers share, at most (32 MiB):
+/// a page is read from its index file once for all of them, not once per
+/// run. With [`INDEX_PAGES_HELD`], the indexes of a pipeline hold at most
+/// 32 MiB plus 8 MiB per run being read, whatever the dataset's size.
+const SHARED_INDEX_PAGES: usize = 1024;
+
+/// A page of an offset table: its file and its number, as one key.
+fn page_key(file: usize, page: u64) -> u64 {
+    ((file as u64) << 40) ^ page
+}
+
+/// Hashes a [`page_key`] by one multiplication (the keys are not chosen by
+/// anybody who could make them collide).
+#[derive(Default)]
+struct PageKeyHasher(u64);
+
+impl std::hash::Hasher for PageKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, k: u64) {
+        self.0 = (k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Pages of offset tables by [`page_key`].
+type Pages = HashMap<u64, Arc<[u64]>, std::hash::BuildHasherDefault<PageKeyHasher>>;
 
 /// One file set as the global order reads it.
 pub(crate) struct GlobalSet {
@@ -70,11 +105,32 @@ pub(crate) struct GlobalSet {
     open: OpenOptions,
     /// The latest pass's order (made once per pass per process).
     order: RwLock<Option<(u64, Arc<GlobalOrder>)>>,
+    /// Pages of the offset tables that its run readers share (at most
+    /// [`SHARED_INDEX_PAGES`]).
+    pages: parking_lot::Mutex<Pages>,
 }
 
 impl GlobalSet {
     fn total(&self) -> u64 {
         self.counts.iter().sum()
+    }
+
+    /// Page `page` of file `file`'s offset table: the shared one, else read
+    /// from the index file (and shared while there is room).
+    fn page(&self, file: usize, page: u64) -> feedline::Result<Arc<[u64]>> {
+        let key = page_key(file, page);
+        if let Some(p) = self.pages.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        let entries: Arc<[u64]> = self.indexes[file]
+            .offsets(page * INDEX_PAGE, INDEX_PAGE)?
+            .into();
+        let mut shared = self.pages.lock();
+        if shared.len() >= SHARED_INDEX_PAGES {
+            shared.clear();
+        }
+        shared.insert(key, entries.clone());
+        Ok(entries)
     }
 
     fn order(&self, pass: u64) -> Result<Arc<GlobalOrder>, Error> {
@@ -279,6 +335,7 @@ fn index_set(
         counts,
         open,
         order: RwLock::new(None),
+        pages: Default::default(),
     })
 }
 
@@ -411,7 +468,7 @@ impl Format for RunsFormat {
             readers: HashMap::new(),
             checked: Vec::new(),
             avg_bytes: 0,
-            pages: HashMap::new(),
+            pages: Pages::default(),
         }))
     }
 }
@@ -434,7 +491,7 @@ pub(crate) struct RunReader {
     /// Payload bytes of a record, as the last chunk had them.
     avg_bytes: usize,
     /// Pages of the files' offset tables, by (file, page).
-    pages: HashMap<(usize, u64), Vec<u64>>,
+    pages: Pages,
 }
 
 impl RunReader {
@@ -455,14 +512,17 @@ impl RunReader {
     /// Entry `i` of file `file`'s offset table, from the pages held.
     fn offset(&mut self, file: usize, i: u64) -> feedline::Result<u64> {
         let page = i / INDEX_PAGE;
-        if !self.pages.contains_key(&(file, page)) {
-            if self.pages.len() >= INDEX_PAGES_HELD {
-                self.pages.clear();
+        let key = page_key(file, page);
+        let entries = match self.pages.get(&key) {
+            Some(p) => p,
+            None => {
+                if self.pages.len() >= INDEX_PAGES_HELD {
+                    self.pages.clear();
+                }
+                let p = self.set.page(file, page)?;
+                self.pages.entry(key).or_insert(p)
             }
-            let entries = self.set.indexes[file].offsets(page * INDEX_PAGE, INDEX_PAGE)?;
-            self.pages.insert((file, page), entries);
-        }
-        let entries = &self.pages[&(file, page)];
+        };
         (entries.get((i - page * INDEX_PAGE) as usize).copied()).ok_or_else(|| Error::BadFile {
             path: self.set.formats[file].1.clone(),
             what: format!(

@@ -551,3 +551,23 @@ fn large_rows_from_many_files_in_one_chunk_keep_their_bytes() {
         large_record_files(dir.path(), &counts);
     }
 }
+
+/// Files of several pages of offsets each (4,096 offsets a page), their
+/// pages shared by every run's reader: every record once per pass, for 1
+/// and 2 readers and several seeds.
+#[test]
+fn files_of_many_index_pages_read_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let counts = [9000u64, 4097, 4096, 12];
+    let files = tfrecord_files(dir.path(), &counts);
+    for (seed, readers) in [(0u64, 1usize), (2, 2), (7, 2)] {
+        let loader = global(&files, &dir.path().join("idx"), seed)
+            .readers(readers)
+            .batch(64)
+            .chunk_records(100)
+            .build()
+            .unwrap();
+        let per_pass = sorted(&by_pass(&all(loader)));
+        assert_exactly_once(&per_pass, &all_ids(&counts, &[]), 2);
+    }
+}
