@@ -16,6 +16,7 @@ use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::transform::Transforms;
 use feedline::Schema;
 
+use crate::autotune::Autotune;
 use crate::error::PipelineError;
 
 use crate::setting::{Setting, SettingError, Value};
@@ -465,6 +466,37 @@ pub struct Monitoring {
     pub metrics_addr: Option<String>,
 }
 
+/// Tuning while the pipeline runs ([`crate::autotune`]): the autotuner's
+/// budgets when it is on, and which of the settings it tunes the user gave
+/// (those it leaves as given).
+#[derive(Clone, Debug, Default)]
+pub struct Tuning {
+    /// Tune readers' chunks in flight, transform workers and batches in
+    /// flight while the pipeline runs, within these budgets (`None`, the
+    /// default: no tuning).
+    pub autotune: Option<Autotune>,
+    /// The tuned settings the user gave: left as given. (Batches in flight
+    /// given is [`Batching::batches_in_flight`] set.)
+    pub fixed: FixedSettings,
+    /// How long each of the tuner's measurement intervals lasts (`None`:
+    /// [`crate::autotune::INTERVAL`]); tests shorten it.
+    #[doc(hidden)]
+    pub interval: Option<std::time::Duration>,
+}
+
+/// Which of the settings the autotuner would tune were given by the user
+/// (the builder's methods, the command's flags, Python's keywords note
+/// them): the tuner leaves those as given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedSettings {
+    /// Readers given.
+    pub readers: bool,
+    /// Transform workers given.
+    pub workers: bool,
+    /// Chunks in flight per reader given.
+    pub chunks_in_flight: bool,
+}
+
 /// Every setting of a pipeline, by concern: each group is a value of its
 /// own with its own defaults, and [`check`](Self::check) judges them all
 /// together.
@@ -497,6 +529,9 @@ pub struct PipelineConfig {
     pub resume: Resume,
     /// What the pipeline shows outside while it runs: the Prometheus metrics' address.
     pub monitoring: Monitoring,
+    /// Tuning while it runs ([`crate::autotune`]): whether, within which
+    /// budgets, and which of the tuned settings the user fixed.
+    pub tuning: Tuning,
     /// What the face that made these settings was given, for the rules of
     /// settings that apply only with others ([`Given`]).
     pub given: Given,
@@ -622,6 +657,10 @@ pub struct Given {
     pub add_eos: bool,
     /// The tokenizer's BOS asked for.
     pub add_bos: bool,
+    /// The autotuner's CPU budget given (it needs autotuning).
+    pub cpus: Option<usize>,
+    /// The autotuner's memory budget given (it needs autotuning).
+    pub memory_budget: Option<u64>,
 }
 
 impl Given {
@@ -1018,6 +1057,7 @@ impl PipelineConfig {
             }
         }
         self.check_inputs()?;
+        self.check_tuning()?;
         self.batching.batch.validate().map_err(|e| match e {
             feedline::Error::Config(m) => PipelineError::Config(
                 num(
@@ -1068,6 +1108,19 @@ impl PipelineConfig {
             );
         }
         g.check_transforms().map_err(PipelineError::Config)?;
+        if self.tuning.autotune.is_none() {
+            let given = [
+                g.cpus.map(|n| num(S::Cpus, n)),
+                g.memory_budget.map(|b| num(S::MemoryBudget, b)),
+            ];
+            if let Some(e) = given.into_iter().flatten().next() {
+                return refuse(
+                    e.text(" applies only with ")
+                        .named(S::Autotune)
+                        .text(" (the budget it tunes within)"),
+                );
+            }
+        }
         if self.batching.pack.is_none() {
             let given = [
                 g.pack_policy.is_some().then_some(S::PackPolicy),
@@ -1083,6 +1136,61 @@ impl PipelineConfig {
                         .text(" (packing)"),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// The autotuner's budgets: at least 1 CPU and 1 byte, and no less than
+    /// the fewest threads and the smallest in-flight bound the pipeline
+    /// can run with (the tuned settings at their least, the others as
+    /// given; the bound for records of 0 bytes: what does not grow with the
+    /// records — the reorder window, the transform workers' working
+    /// memory, remote parts).
+    fn check_tuning(&self) -> Result<(), PipelineError> {
+        use Setting as S;
+        let Some(tune) = &self.tuning.autotune else {
+            return Ok(());
+        };
+        if tune.cpus == Some(0) {
+            return refuse(SettingError::name(S::Cpus).text(" must be at least 1, not 0"));
+        }
+        if tune.memory_budget == Some(0) {
+            return refuse(
+                SettingError::name(S::MemoryBudget).text(" must be at least 1 byte, not 0"),
+            );
+        }
+        let least = crate::autotune::least_values(self);
+        let cpus = tune.resolved_cpus();
+        if least.threads() > cpus {
+            let why = match tune.cpus {
+                Some(_) => num(S::Cpus, cpus),
+                None => SettingError::says(format!(
+                    "the {cpus} CPUs this process may use ("
+                ))
+                .named(S::Cpus)
+                .text(")"),
+            };
+            return refuse(why.text(format!(
+                " is fewer than the threads the pipeline needs at least: {} readers and {} transform workers",
+                least.readers, least.workers
+            )));
+        }
+        let memory = tune.resolved_memory_budget();
+        let bound = least.bound_bytes(self, 0) as u64;
+        if bound > memory {
+            let why = match tune.memory_budget {
+                Some(_) => num(S::MemoryBudget, memory),
+                None => SettingError::says(format!(
+                    "a quarter of the memory this process may use ({memory} bytes, "
+                ))
+                .named(S::MemoryBudget)
+                .text(")"),
+            };
+            return refuse(why.text(format!(
+                " is below the least in-flight bound of these settings, {bound} bytes \
+                 (the reorder window, the transform workers' working memory and remote parts, \
+                 with the tuned settings at their least)"
+            )));
         }
         Ok(())
     }

@@ -100,6 +100,7 @@
 #![warn(missing_docs)]
 
 mod arbiters;
+pub mod autotune;
 mod bad_records;
 mod batch_maker;
 pub mod checkpoint;
@@ -140,11 +141,12 @@ mod watch;
 pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
-    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Monitoring, Order,
-    PipelineConfig, Reading, Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS,
+    Batching, ErrorPolicy, Faults, Feeding, FileSet, FixedSettings, Given, Inputs, Monitoring,
+    Order, PipelineConfig, Reading, Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS,
     MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
-    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
+    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY, Tuning,
 };
+pub use crate::autotune::{Autotune, AutotuneChange, AutotuneSnapshot, TunedSetting, TunedValues};
 pub use crate::error::{PipelineError, PushError};
 pub use crate::global_shuffle::real_origin;
 pub use crate::group_plan::{group_plan, GroupPart, GroupPlan};

@@ -51,6 +51,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use assemble::{BatchTransformer, Transformed};
+pub use workers::WorkerGate;
 pub use records::{RecordStage, StagedChunk};
 pub use row::Row;
 pub use seed::{instance_rng, instance_seed, InstanceRng};
