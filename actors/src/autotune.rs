@@ -33,10 +33,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
+pub use crate::config::{available_cpus, available_memory, Autotune};
 use crate::config::{PipelineConfig, MAX_BATCHES_IN_FLIGHT, MAX_READERS, MIN_BATCHES_IN_FLIGHT};
 use crate::stats::{Bottleneck, RawCounters, Stats, Verdict};
+pub use crate::tuned::{AutotuneChange, AutotuneSnapshot, TunedSetting, TunedValues};
 
 /// How often the pipeline's tuner looks at the counters by default.
 pub const INTERVAL: Duration = Duration::from_millis(100);
@@ -57,170 +57,16 @@ pub const MARGIN: f64 = 0.03;
 /// The most chunks in flight per reader the tuner raises to.
 pub const MAX_CHUNKS_IN_FLIGHT: usize = 64;
 
-/// Autotuning and its budgets
-/// ([`LoaderBuilder::autotune`](crate::LoaderBuilder::autotune)).
-///
-/// ```
-/// use feedline_actors::Autotune;
-/// let a = Autotune { cpus: Some(8), memory_budget: Some(2 << 30) };
-/// assert_eq!((a.resolved_cpus(), a.resolved_memory_budget()), (8, 2 << 30));
-/// assert!(Autotune::default().resolved_cpus() >= 1);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Autotune {
-    /// Threads the readers and transform workers may be together (`None`:
-    /// the cores this process may use, [`available_cpus`]).
-    pub cpus: Option<usize>,
-    /// Bytes the stated in-flight bound may reach (`None`: a quarter of the
-    /// memory this process may use, [`available_memory`]).
-    pub memory_budget: Option<u64>,
-}
-
-impl Autotune {
-    /// The CPU budget in force.
-    pub fn resolved_cpus(&self) -> usize {
-        self.cpus.unwrap_or_else(available_cpus)
-    }
-
-    /// The memory budget in force, in bytes.
-    pub fn resolved_memory_budget(&self) -> u64 {
-        self.memory_budget
-            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 4))
-    }
-}
-
-/// The cores this process may use: its CPU affinity and cgroup quota
-/// ([`std::thread::available_parallelism`]); 1 when unknown.
-pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The memory this process may use: its cgroup v2 limit (`memory.max` of
-/// its cgroup, or of the root one, when a number), else the machine's
-/// (`MemTotal` of `/proc/meminfo`); `None` when neither can be read.
-pub fn available_memory() -> Option<u64> {
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
-        });
-    let limits = own
-        .map(|p| format!("/sys/fs/cgroup{p}/memory.max"))
-        .into_iter()
-        .chain(["/sys/fs/cgroup/memory.max".to_string()]);
-    for path in limits {
-        if let Some(n) = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        {
-            return Some(n);
-        }
-    }
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb = meminfo.lines().find_map(|l| {
-        l.strip_prefix("MemTotal:")?
-            .trim()
-            .strip_suffix("kB")?
-            .trim()
-            .parse::<u64>()
-            .ok()
-    })?;
-    Some(kb * 1024)
-}
-
-/// A setting the autotuner tunes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TunedSetting {
-    /// Prefetch readers.
-    Readers,
-    /// Transform workers.
-    Workers,
-    /// Batches the batch maker holds.
-    BatchesInFlight,
-    /// Unacknowledged chunks per reader.
-    ChunksInFlight,
-}
-
-impl TunedSetting {
-    /// Every tuned setting.
-    pub const ALL: [TunedSetting; 4] = [
-        TunedSetting::Readers,
-        TunedSetting::Workers,
-        TunedSetting::BatchesInFlight,
-        TunedSetting::ChunksInFlight,
-    ];
-
-    /// Its key (`readers`, `workers`, `batches_in_flight`, `chunks_in_flight`).
-    pub fn key(self) -> &'static str {
-        match self {
-            TunedSetting::Readers => "readers",
-            TunedSetting::Workers => "workers",
-            TunedSetting::BatchesInFlight => "batches_in_flight",
-            TunedSetting::ChunksInFlight => "chunks_in_flight",
-        }
-    }
-}
-
-impl std::fmt::Display for TunedSetting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.key())
-    }
-}
-
-/// The values in force of the tuned settings (`workers` 0: no transform
-/// workers, batches are collated on the batch maker's thread).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct TunedValues {
-    /// Prefetch readers.
-    pub readers: usize,
-    /// Transform workers let run at once.
-    pub workers: usize,
-    /// Batches the batch maker holds at most.
-    pub batches_in_flight: usize,
-    /// Unacknowledged chunks per reader.
-    pub chunks_in_flight: usize,
-}
-
 impl TunedValues {
     /// The values `config` starts with.
     pub fn of(config: &PipelineConfig) -> Self {
+        let (readers, workers) = config.threads();
         TunedValues {
-            readers: readers_of(config),
-            workers: match config.transforms.instance {
-                Some(_) => config.transforms.workers,
-                None => 0,
-            },
+            readers,
+            workers,
             batches_in_flight: config.in_flight_batches(),
             chunks_in_flight: config.reading.chunks_in_flight.max(1),
         }
-    }
-
-    /// The value of `setting`.
-    pub fn get(&self, setting: TunedSetting) -> usize {
-        match setting {
-            TunedSetting::Readers => self.readers,
-            TunedSetting::Workers => self.workers,
-            TunedSetting::BatchesInFlight => self.batches_in_flight,
-            TunedSetting::ChunksInFlight => self.chunks_in_flight,
-        }
-    }
-
-    /// These values with `setting` at `value`.
-    pub fn with(mut self, setting: TunedSetting, value: usize) -> Self {
-        match setting {
-            TunedSetting::Readers => self.readers = value,
-            TunedSetting::Workers => self.workers = value,
-            TunedSetting::BatchesInFlight => self.batches_in_flight = value,
-            TunedSetting::ChunksInFlight => self.chunks_in_flight = value,
-        }
-        self
-    }
-
-    /// The threads they take: readers and transform workers.
-    pub fn threads(&self) -> usize {
-        self.readers + self.workers
     }
 
     /// `config` with these values.
@@ -244,54 +90,19 @@ impl TunedValues {
     }
 }
 
-/// The readers of `config`: its readers, or its file sets' together; 0 in
-/// push mode.
-fn readers_of(config: &PipelineConfig) -> usize {
-    if config.inputs.push.is_some() {
-        0
-    } else if config.inputs.sets.is_empty() {
-        config.reading.readers
-    } else {
-        config.inputs.sets.iter().map(|s| s.readers).sum()
-    }
-}
-
-/// Which settings of `config` the tuner may change: those not given,
-/// that the pipeline has (workers only with an instance map, readers and
-/// chunks in flight only with files), and that can change while it runs
-/// (not readers: see the module's doc).
+/// Which settings of `config` the tuner may change while the pipeline
+/// runs (the config says which are its: [`PipelineConfig::tuners_settings`];
+/// not readers, fixed once it runs: see the module's doc).
 pub(crate) fn tunable(config: &PipelineConfig) -> Vec<TunedSetting> {
-    let fixed = &config.tuning.fixed;
-    let files = config.inputs.push.is_none();
+    let t = config.tuners_settings();
     [
-        (TunedSetting::Workers, !fixed.workers && config.transforms.instance.is_some()),
-        (TunedSetting::BatchesInFlight, config.batching.batches_in_flight.is_none()),
-        (TunedSetting::ChunksInFlight, !fixed.chunks_in_flight && files),
+        (TunedSetting::Workers, t.workers),
+        (TunedSetting::BatchesInFlight, t.batches_in_flight),
+        (TunedSetting::ChunksInFlight, t.chunks_in_flight),
     ]
     .into_iter()
     .filter_map(|(s, yes)| yes.then_some(s))
     .collect()
-}
-
-/// The least values the pipeline of `config` can run with under tuning:
-/// the tuned settings at their least (1 worker, 1 chunk in flight,
-/// [`MIN_BATCHES_IN_FLIGHT`]), the others as given — what the settings'
-/// check holds the budgets against.
-pub(crate) fn least_values(config: &PipelineConfig) -> TunedValues {
-    let mut start = TunedValues::of(config);
-    if readers_chosen(config) {
-        start.readers = 1;
-    }
-    tunable(config)
-        .into_iter()
-        .fold(start, |v, s| v.with(s, least(s)))
-}
-
-/// The readers are the tuner's to choose when the pipeline starts: not
-/// given, of files (not file sets, which give their own, nor a push
-/// source).
-fn readers_chosen(config: &PipelineConfig) -> bool {
-    !config.tuning.fixed.readers && config.inputs.sets.is_empty() && config.inputs.push.is_none()
 }
 
 /// The least value of a tuned setting.
@@ -309,7 +120,7 @@ fn least(setting: TunedSetting) -> usize {
 pub(crate) fn start_values(config: &PipelineConfig, cpus: usize) -> TunedValues {
     let mut v = TunedValues::of(config);
     let worker = usize::from(config.transforms.instance.is_some());
-    if readers_chosen(config) {
+    if config.tuners_settings().readers {
         v.readers = v.readers.min(cpus.saturating_sub(worker)).max(1);
     }
     if tunable(config).contains(&TunedSetting::Workers) {
@@ -362,79 +173,6 @@ pub struct Measurement {
 pub trait CounterSource {
     /// The interval since the last call.
     fn measure(&mut self) -> Measurement;
-}
-
-/// A change the tuner kept: at `t_s`, `setting` from `from` to `to`, the
-/// delivered rate `rate_before` the trial and `rate_after` over it (a
-/// lowering for the memory budget: the rate then, twice).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct AutotuneChange {
-    /// Seconds since the pipeline started.
-    pub t_s: f64,
-    /// The setting.
-    pub setting: TunedSetting,
-    /// Its value before.
-    pub from: usize,
-    /// Its value after.
-    pub to: usize,
-    /// Records per second before.
-    pub rate_before: f64,
-    /// Records per second after.
-    pub rate_after: f64,
-}
-
-/// What the tuner chose: the values in force and the changes it kept, in
-/// order (a trial it reverted is not among them: see [`trials`](Self::trials)).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct AutotuneSnapshot {
-    /// The values in force.
-    pub values: TunedValues,
-    /// The changes kept, in order.
-    pub changes: Vec<AutotuneChange>,
-    /// Changes tried, kept or not.
-    #[serde(skip)]
-    pub trials: u64,
-    /// No candidate was left at the last interval.
-    #[serde(skip)]
-    pub settled: bool,
-    /// The most transform workers let run at any moment.
-    #[serde(skip)]
-    pub workers_max: usize,
-}
-
-impl AutotuneSnapshot {
-    /// One line: the values in force, the changes kept and tried.
-    ///
-    /// ```
-    /// use feedline_actors::{AutotuneSnapshot, TunedValues};
-    /// let s = AutotuneSnapshot {
-    ///     values: TunedValues { readers: 2, workers: 3, batches_in_flight: 8, chunks_in_flight: 4 },
-    ///     ..AutotuneSnapshot::default()
-    /// };
-    /// assert_eq!(
-    ///     s.summary_line(),
-    ///     "autotune: readers 2, workers 3, batches_in_flight 8, chunks_in_flight 4 (0 changes kept of 0 tried)"
-    /// );
-    /// ```
-    pub fn summary_line(&self) -> String {
-        let v = &self.values;
-        let mut line = format!(
-            "autotune: readers {}, workers {}, batches_in_flight {}, chunks_in_flight {} ({} changes kept of {} tried",
-            v.readers,
-            v.workers,
-            v.batches_in_flight,
-            v.chunks_in_flight,
-            self.changes.len(),
-            self.trials
-        );
-        if let Some(c) = self.changes.last() {
-            line += &format!(
-                "; last at {:.2} s: {} {} → {}, {:.0} → {:.0} records/s",
-                c.t_s, c.setting, c.from, c.to, c.rate_before, c.rate_after
-            );
-        }
-        line + ")"
-    }
 }
 
 /// The budgets the tuner keeps within.

@@ -16,7 +16,6 @@ use feedline::plan::{Equalize, Shard, ShardBy};
 use feedline::transform::Transforms;
 use feedline::Schema;
 
-use crate::autotune::Autotune;
 use crate::error::PipelineError;
 
 use crate::setting::{Setting, SettingError, Value};
@@ -482,6 +481,94 @@ pub struct Tuning {
     /// [`crate::autotune::INTERVAL`]); tests shorten it.
     #[doc(hidden)]
     pub interval: Option<std::time::Duration>,
+}
+
+/// Autotuning and its budgets
+/// ([`LoaderBuilder::autotune`](crate::LoaderBuilder::autotune), see
+/// [`crate::autotune`]).
+///
+/// ```
+/// use feedline_actors::Autotune;
+/// let a = Autotune { cpus: Some(8), memory_budget: Some(2 << 30) };
+/// assert_eq!((a.resolved_cpus(), a.resolved_memory_budget()), (8, 2 << 30));
+/// assert!(Autotune::default().resolved_cpus() >= 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Autotune {
+    /// Threads the readers and transform workers may be together (`None`:
+    /// the cores this process may use, [`available_cpus`]).
+    pub cpus: Option<usize>,
+    /// Bytes the stated in-flight bound may reach (`None`: a quarter of the
+    /// memory this process may use, [`available_memory`]).
+    pub memory_budget: Option<u64>,
+}
+
+impl Autotune {
+    /// The CPU budget in force.
+    pub fn resolved_cpus(&self) -> usize {
+        self.cpus.unwrap_or_else(available_cpus)
+    }
+
+    /// The memory budget in force, in bytes.
+    pub fn resolved_memory_budget(&self) -> u64 {
+        self.memory_budget
+            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 4))
+    }
+}
+
+/// The cores this process may use: its CPU affinity and cgroup quota
+/// ([`std::thread::available_parallelism`]); 1 when unknown.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The memory this process may use: its cgroup v2 limit (`memory.max` of
+/// its cgroup, or of the root one, when a number), else the machine's
+/// (`MemTotal` of `/proc/meminfo`); `None` when neither can be read.
+pub fn available_memory() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+        });
+    let limits = own
+        .map(|p| format!("/sys/fs/cgroup{p}/memory.max"))
+        .into_iter()
+        .chain(["/sys/fs/cgroup/memory.max".to_string()]);
+    for path in limits {
+        if let Some(n) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            return Some(n);
+        }
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = meminfo.lines().find_map(|l| {
+        l.strip_prefix("MemTotal:")?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    })?;
+    Some(kb * 1024)
+}
+
+/// Under autotuning, which of the tuned settings are the tuner's: not
+/// given, and of this pipeline ([`PipelineConfig::tuners_settings`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TunersSettings {
+    /// The readers, chosen as the pipeline starts (of files, not file
+    /// sets nor a push source).
+    pub readers: bool,
+    /// The transform workers (with an instance map).
+    pub workers: bool,
+    /// The batches in flight.
+    pub batches_in_flight: bool,
+    /// The readers' chunks in flight (not in push mode).
+    pub chunks_in_flight: bool,
 }
 
 /// Which of the settings the autotuner would tune were given by the user
@@ -1159,24 +1246,22 @@ impl PipelineConfig {
                 SettingError::name(S::MemoryBudget).text(" must be at least 1 byte, not 0"),
             );
         }
-        let least = crate::autotune::least_values(self);
+        let least = self.least_tuned();
+        let (readers, workers) = least.threads();
         let cpus = tune.resolved_cpus();
-        if least.threads() > cpus {
+        if readers + workers > cpus {
             let why = match tune.cpus {
                 Some(_) => num(S::Cpus, cpus),
-                None => SettingError::says(format!(
-                    "the {cpus} CPUs this process may use ("
-                ))
-                .named(S::Cpus)
-                .text(")"),
+                None => SettingError::says(format!("the {cpus} CPUs this process may use ("))
+                    .named(S::Cpus)
+                    .text(")"),
             };
             return refuse(why.text(format!(
-                " is fewer than the threads the pipeline needs at least: {} readers and {} transform workers",
-                least.readers, least.workers
+                " is fewer than the threads the pipeline needs at least: {readers} readers and {workers} transform workers"
             )));
         }
         let memory = tune.resolved_memory_budget();
-        let bound = least.bound_bytes(self, 0) as u64;
+        let bound = least.in_flight_bound_bytes(0) as u64;
         if bound > memory {
             let why = match tune.memory_budget {
                 Some(_) => num(S::MemoryBudget, memory),
@@ -1193,6 +1278,55 @@ impl PipelineConfig {
             )));
         }
         Ok(())
+    }
+
+    /// Under autotuning, which of the tuned settings are the tuner's: those
+    /// not given that this pipeline has — the one place that says it.
+    pub(crate) fn tuners_settings(&self) -> TunersSettings {
+        let fixed = &self.tuning.fixed;
+        let files = self.inputs.push.is_none();
+        TunersSettings {
+            readers: !fixed.readers && files && self.inputs.sets.is_empty(),
+            workers: !fixed.workers && self.transforms.instance.is_some(),
+            batches_in_flight: self.batching.batches_in_flight.is_none(),
+            chunks_in_flight: !fixed.chunks_in_flight && files,
+        }
+    }
+
+    /// These settings with the tuner's at their least (1 reader, 1
+    /// worker, [`MIN_BATCHES_IN_FLIGHT`], 1 chunk in flight): what the
+    /// budgets are held against.
+    fn least_tuned(&self) -> PipelineConfig {
+        let t = self.tuners_settings();
+        let mut c = self.clone();
+        if t.readers {
+            c.reading.readers = 1;
+        }
+        if t.workers {
+            c.transforms.workers = 1;
+        }
+        if t.batches_in_flight {
+            c.batching.batches_in_flight = Some(MIN_BATCHES_IN_FLIGHT);
+        }
+        if t.chunks_in_flight {
+            c.reading.chunks_in_flight = 1;
+        }
+        c
+    }
+
+    /// The readers (0 in push mode; the file sets' together) and the
+    /// transform workers (0 without an instance map) these settings start.
+    pub(crate) fn threads(&self) -> (usize, usize) {
+        let readers = match (&self.inputs.push, self.inputs.sets.is_empty()) {
+            (Some(_), _) => 0,
+            (None, true) => self.reading.readers,
+            (None, false) => self.inputs.sets.iter().map(|s| s.readers).sum(),
+        };
+        let workers = match self.transforms.instance {
+            Some(_) => self.transforms.workers,
+            None => 0,
+        };
+        (readers, workers)
     }
 
     /// The inputs: files or file sets (not both, at least one), or a push

@@ -165,7 +165,7 @@ pub(crate) fn autotune_values(stats: &crate::stats::StatsSnapshot) -> Vec<(&'sta
     let Some(a) = &stats.autotune else {
         return Vec::new();
     };
-    (crate::autotune::TunedSetting::ALL.iter())
+    (crate::tuned::TunedSetting::ALL.iter())
         .map(|s| (s.key(), a.values.get(*s) as f64))
         .collect()
 }
@@ -381,9 +381,8 @@ mod imp {
             // With autotuning: the bound of the values in force.
             let tuned = snap.autotune.as_ref().map(|a| a.values.applied(config));
             let in_force = tuned.as_ref().unwrap_or(config);
-            let bound = (snap.readers.records > 0).then(|| {
-                in_force.in_flight_bound_bytes(config.record_bytes_of_run(&snap)) as u64
-            });
+            let bound = (snap.readers.records > 0)
+                .then(|| in_force.in_flight_bound_bytes(config.record_bytes_of_run(&snap)) as u64);
             Families {
                 totals: state.before.plus(&Totals::of(&source.stats)),
                 queue_depth: snap.feed_queue_depth,

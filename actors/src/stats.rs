@@ -184,7 +184,7 @@ pub(crate) struct Counters {
     pub pack_inputs_peak: AtomicU64,
     pub pack_tokens_peak: AtomicU64,
     /// The autotuner's state, when it runs.
-    pub autotune: Mutex<Option<crate::autotune::AutotuneSnapshot>>,
+    pub autotune: Mutex<Option<crate::tuned::AutotuneSnapshot>>,
 }
 
 impl Counters {
@@ -288,14 +288,16 @@ impl Stats {
     }
 
     /// Publish the autotuner's state (seen in every later snapshot).
-    pub(crate) fn set_autotune(&self, snap: crate::autotune::AutotuneSnapshot) {
+    pub(crate) fn set_autotune(&self, snap: crate::tuned::AutotuneSnapshot) {
         *self.counters.autotune.lock() = Some(snap);
     }
 
     /// The batch maker's transform workers in force now (the autotuner
     /// changes them: busy shares are per worker in force).
     pub(crate) fn set_maker_workers(&self, workers: usize) {
-        self.counters.maker_workers.store(workers.max(1) as u64, Relaxed);
+        self.counters
+            .maker_workers
+            .store(workers.max(1) as u64, Relaxed);
     }
 
     /// Which stage is stuck, as far as the counters tell: the feed queue's
@@ -606,7 +608,7 @@ pub struct StatsSnapshot {
     /// The autotuner's values and the changes it kept
     /// ([`LoaderBuilder::autotune`](crate::LoaderBuilder::autotune));
     /// `None` without autotuning.
-    pub autotune: Option<crate::autotune::AutotuneSnapshot>,
+    pub autotune: Option<crate::tuned::AutotuneSnapshot>,
     /// The limiting stage.
     pub bottleneck: Bottleneck,
 }

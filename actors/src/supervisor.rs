@@ -17,6 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures_channel::oneshot;
 
+use crate::autotune::Runner;
 use crate::config::StallPolicy;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
@@ -24,7 +25,6 @@ use crate::messages::{
     BatchQueue, FileFailed, PassFlushed, PipelineFailed, Requeue, Shutdown, StreamQueued,
     TrainerDone,
 };
-use crate::autotune::Runner;
 use crate::recorder::SupervisorRecorder;
 use crate::settings::SupervisorSettings;
 use crate::stats::Stats;

@@ -5,9 +5,7 @@
 //! change is kept only when the rate rose, reverted and never tried again
 //! when not, that no candidate past a budget is tried, and that it settles.
 
-use feedline_actors::autotune::{
-    Budgets, CounterSource, Measurement, StageShares, Tuner, MARGIN,
-};
+use feedline_actors::autotune::{Budgets, CounterSource, Measurement, StageShares, Tuner, MARGIN};
 use feedline_actors::{Bottleneck, PipelineConfig, TunedSetting, TunedValues};
 
 /// A modelled pipeline: what an interval shows for the values in force.
@@ -160,7 +158,10 @@ fn readers_waiting_for_acknowledgements_get_more_chunks_in_flight_kept_while_the
     assert!(snap.settled, "no candidate left: settled");
     assert_eq!(snap.trials, 3);
     // Nothing else was touched: the workers and batches feed another stage.
-    assert!(run.seen.iter().all(|v| v.workers == 1 && v.batches_in_flight == 2));
+    assert!(run
+        .seen
+        .iter()
+        .all(|v| v.workers == 1 && v.batches_in_flight == 2));
     let c = &snap.changes[0];
     assert_eq!((c.rate_before, c.rate_after), (2000.0, 4000.0));
 }
@@ -182,7 +183,11 @@ fn a_busy_batch_maker_gets_workers_first_and_a_change_that_lowers_the_rate_is_re
     run.ticks(60);
     use TunedSetting::{BatchesInFlight as B, Workers as W};
     assert_eq!(run.kept(), vec![(W, 1, 2), (B, 2, 4), (B, 4, 8)]);
-    assert_eq!(run.path(W), vec![1, 2, 4, 2], "4 workers tried once, reverted");
+    assert_eq!(
+        run.path(W),
+        vec![1, 2, 4, 2],
+        "4 workers tried once, reverted"
+    );
     assert_eq!(run.path(B), vec![2, 4, 8, 16, 8]);
     assert_eq!(run.tuner.values().workers, 2);
     assert!(run.tuner.snapshot().settled);
@@ -236,7 +241,10 @@ fn settings_not_given_to_the_tuner_never_change_and_the_devices_limiting_is_left
         (rate, Bottleneck::BatchMaker, BUSY)
     });
     run.ticks(30);
-    assert!(run.seen.iter().all(|v| v.workers == 1 && v.chunks_in_flight == 2));
+    assert!(run
+        .seen
+        .iter()
+        .all(|v| v.workers == 1 && v.chunks_in_flight == 2));
     assert_eq!(run.tuner.values().batches_in_flight, 4);
     // The devices limit: nothing to tune, settled at once.
     let mut run = Run::new(&ALL, roomy(), |_| (5000.0, Bottleneck::Devices, BUSY));

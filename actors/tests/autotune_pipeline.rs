@@ -25,11 +25,11 @@ fn slow(b: LoaderBuilder) -> LoaderBuilder {
         std::thread::sleep(Duration::from_micros(300));
         let id = inst.get("id")?.as_i64().ok_or("id")?[0];
         let noise: f32 = ctx.rng().gen();
-        Ok::<_, BoxError>(
-            Sample::new()
-                .with("id", Values::I64(vec![id]), [])
-                .with("noise", Values::F32(vec![noise]), [1]),
-        )
+        Ok::<_, BoxError>(Sample::new().with("id", Values::I64(vec![id]), []).with(
+            "noise",
+            Values::F32(vec![noise]),
+            [1],
+        ))
     })
 }
 
@@ -95,7 +95,10 @@ fn deterministic_batches_are_the_same_with_tuning_on_and_off() {
         let (tuned, trials) = all(tuned(base(seed, true)).build().unwrap());
         assert!(trials >= 1, "seed {seed}: the settings never changed");
         assert_eq!(tuned.len(), untuned.len());
-        assert!(tuned == untuned, "seed {seed}: other batches with tuning on");
+        assert!(
+            tuned == untuned,
+            "seed {seed}: other batches with tuning on"
+        );
     }
 }
 
@@ -116,7 +119,10 @@ fn a_checkpoint_taken_while_tuning_resumes_to_the_uninterrupted_batches() {
         let cp = Checkpoint::from_json(&cp.to_json(), Path::new("cp.json")).unwrap();
         let (after, _) = all(tuned(base(6, true)).resume(cp).build().unwrap());
         before.extend(after);
-        assert!(before == full, "stop at {stop}: other batches after the resume");
+        assert!(
+            before == full,
+            "stop at {stop}: other batches after the resume"
+        );
     }
 }
 
@@ -163,7 +169,10 @@ fn budgets_are_checked_with_every_setting() {
         cpus: None,
         memory_budget: Some(1 << 20),
     }));
-    assert!(m.starts_with("memory_budget(1048576) is below the least in-flight bound"), "{m}");
+    assert!(
+        m.starts_with("memory_budget(1048576) is below the least in-flight bound"),
+        "{m}"
+    );
     assert!(m.contains(&format!("{} bytes", 64 << 20)), "{m}");
     // Readers not given are the tuner's: one reader fits one CPU.
     let loader = b()

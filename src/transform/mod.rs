@@ -51,11 +51,11 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use assemble::{BatchTransformer, Transformed};
-pub use workers::WorkerGate;
 pub use records::{RecordStage, StagedChunk};
 pub use row::Row;
 pub use seed::{instance_rng, instance_seed, InstanceRng};
 pub use slots::{OutRow, SlotMut};
+pub use workers::WorkerGate;
 
 use crate::batch::Batch;
 use crate::format::generator::Sample;

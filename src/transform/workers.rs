@@ -166,7 +166,8 @@ mod tests {
         let run = |gate: &Arc<WorkerGate>| {
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             for _ in 0..24 {
-                let (gate, now, most, done) = (gate.clone(), now.clone(), most.clone(), done_tx.clone());
+                let (gate, now, most, done) =
+                    (gate.clone(), now.clone(), most.clone(), done_tx.clone());
                 w.pool().spawn(move || {
                     let _turn = gate.enter();
                     let n = now.fetch_add(1, Ordering::SeqCst) + 1;
