@@ -201,9 +201,9 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
     let instances_per_s = rows_after_first as f64 / elapsed;
     let count = waits.count.load(Relaxed).max(1);
     let mean_wait_us = waits.total_ns.load(Relaxed) as f64 / count as f64 / 1e3;
-    let (workers, workers_max) = match (workers, stats.snapshot().autotune) {
-        (Some(n), _) => (n, n),
-        (None, Some(a)) => (a.values.workers, a.workers_max),
+    let (workers, workers_max, batches_in_flight) = match (workers, stats.snapshot().autotune) {
+        (Some(n), _) => (n, n, batches_in_flight),
+        (None, Some(a)) => (a.values.workers, a.workers_max, a.values.batches_in_flight),
         (None, None) => return Err("autotuning on, but no autotune statistics".into()),
     };
     let ideal_per_s = workers as f64 * 1e6 / mean_wait_us;

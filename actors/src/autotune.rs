@@ -191,8 +191,10 @@ enum State {
     Settling(u32),
     /// Measuring, choosing the next trial.
     Choosing,
-    /// `setting` raised from `from` to `to`; judged after `left` intervals.
+    /// `setting` raised from `from` to `to` (the values `before` it);
+    /// judged after `left` intervals.
     Trial {
+        before: TunedValues,
         setting: TunedSetting,
         from: usize,
         to: usize,
@@ -282,6 +284,7 @@ impl Tuner {
                 None
             }
             State::Trial {
+                before,
                 setting,
                 from,
                 to,
@@ -301,6 +304,18 @@ impl Tuner {
                         rate_before,
                         rate_after: m.rate,
                     });
+                    // Batches in flight that followed the workers.
+                    let (b0, b1) = (before.batches_in_flight, self.values.batches_in_flight);
+                    if setting == TunedSetting::Workers && b1 != b0 {
+                        self.changes.push(AutotuneChange {
+                            t_s: m.t_s,
+                            setting: TunedSetting::BatchesInFlight,
+                            from: b0,
+                            to: b1,
+                            rate_before,
+                            rate_after: m.rate,
+                        });
+                    }
                     // This interval is the next trial's baseline.
                     self.choose(&m).or(Some(self.values))
                 } else {
@@ -308,7 +323,7 @@ impl Tuner {
                         "autotune: {setting} {from} → {to} reverted ({rate_before:.0} → {:.0} records/s); not raised again",
                         m.rate
                     );
-                    self.values = self.values.with(setting, from);
+                    self.values = before;
                     self.exhausted.push(setting);
                     self.state = State::Settling(self.settle + 1);
                     Some(self.values)
@@ -324,8 +339,11 @@ impl Tuner {
         if self.bound(&self.values, m.record_bytes) <= self.budgets.memory {
             return None;
         }
-        if let State::Trial { setting, from, .. } = self.state {
-            self.values = self.values.with(setting, from);
+        if let State::Trial {
+            before, setting, ..
+        } = self.state
+        {
+            self.values = before;
             self.exhausted.push(setting);
             self.state = State::Settling(self.settle + 1);
             if self.bound(&self.values, m.record_bytes) <= self.budgets.memory {
@@ -383,9 +401,11 @@ impl Tuner {
         };
         self.settled = false;
         self.trials += 1;
-        self.values = self.values.with(setting, to);
+        let before = self.values;
+        self.values = self.trial_values(setting, to);
         self.workers_max = self.workers_max.max(self.values.workers);
         self.state = State::Trial {
+            before,
             setting,
             from,
             to,
@@ -440,8 +460,30 @@ impl Tuner {
             .into_iter()
             .filter(|&to| to > from && to <= most)
             .find(|&to| {
-                self.bound(&self.values.with(setting, to), record_bytes) <= self.budgets.memory
+                self.bound(&self.trial_values(setting, to), record_bytes) <= self.budgets.memory
             })
+    }
+
+    /// The values of a trial of `setting` at `to`: with more workers, the
+    /// batches in flight (when tuned) follow them up to the pipeline's
+    /// default for that many ([`PipelineConfig::in_flight_batches`]: 16 rows
+    /// a worker), or the workers would wait for rows.
+    fn trial_values(&self, setting: TunedSetting, to: usize) -> TunedValues {
+        let v = self.values.with(setting, to);
+        if setting != TunedSetting::Workers
+            || !self.tunable.contains(&TunedSetting::BatchesInFlight)
+            || self.exhausted.contains(&TunedSetting::BatchesInFlight)
+        {
+            return v;
+        }
+        let mut c = self.config.clone();
+        c.transforms.workers = to;
+        c.batching.batches_in_flight = None;
+        let follow = c.in_flight_batches();
+        v.with(
+            TunedSetting::BatchesInFlight,
+            v.batches_in_flight.max(follow),
+        )
     }
 
     fn bound(&self, values: &TunedValues, record_bytes: usize) -> u64 {

@@ -292,3 +292,61 @@ fn records_larger_than_the_budget_allows_lower_batches_in_flight() {
     assert_eq!(last.setting, TunedSetting::BatchesInFlight);
     assert!(last.to < last.from);
 }
+
+/// An instance map that does nothing (the settings then have workers).
+struct Nothing;
+
+impl feedline::transform::InstanceMap for Nothing {
+    fn map(
+        &self,
+        _: &feedline::transform::Row<'_>,
+        _: &mut feedline::transform::TransformCtx,
+    ) -> Result<feedline::format::generator::Sample, feedline::transform::BoxError> {
+        Ok(feedline::format::generator::Sample::new())
+    }
+}
+
+#[test]
+fn with_more_workers_the_batches_in_flight_follow_them_and_go_back_with_them() {
+    // Batches of 8 rows: 16 rows a worker is 2 batches a worker. Up to 4
+    // workers help; each trial of workers brings the batches in flight to
+    // 2 × workers, and the revert of 7 workers (the 8 CPUs less the reader)
+    // takes them back to 8.
+    let mut config = config();
+    config.batching.batch = feedline_actors::BatchPolicy::Fixed(8);
+    config.transforms.instance = Some(std::sync::Arc::new(Nothing));
+    let mut tuner = Tuner::new(&config, ALL.to_vec(), start(), roomy(), 64);
+    let mut world = World {
+        values: start(),
+        t_s: 0.0,
+        record_bytes: 64,
+        model: Box::new(|v: &TunedValues| {
+            (
+                1000.0 * v.workers.min(4) as f64,
+                Bottleneck::BatchMaker,
+                BUSY,
+            )
+        }),
+    };
+    let mut seen = vec![start()];
+    for _ in 0..12 {
+        if let Some(v) = tuner.tick(&mut world) {
+            world.values = v;
+            seen.push(v);
+        }
+    }
+    let pairs: Vec<(usize, usize)> = seen
+        .iter()
+        .map(|v| (v.workers, v.batches_in_flight))
+        .collect();
+    assert_eq!(
+        &pairs[..5],
+        &[(1, 2), (2, 4), (4, 8), (7, 14), (4, 8)],
+        "{pairs:?}"
+    );
+    use TunedSetting::{BatchesInFlight as B, Workers as W};
+    let kept: Vec<_> = (tuner.snapshot().changes.iter())
+        .map(|c| (c.setting, c.from, c.to))
+        .collect();
+    assert_eq!(kept[..4], [(W, 1, 2), (B, 2, 4), (W, 2, 4), (B, 4, 8)]);
+}
