@@ -25,6 +25,14 @@
 //! ```
 //!
 //! `--json` prints one JSON object on the last line of standard output.
+//! With `--autotune --cpus N` instead of `--workers N` the autotuner
+//! chooses the workers within N threads (the reader's included);
+//! `workers_max` is the most workers that ran at once, `workers` those at
+//! the end (`ideal_per_s` is of those):
+//!
+//! ```text
+//! cargo run --release --example worker_scaling -- --autotune --cpus 32 --wait-us 2000 --skew lognormal --json
+//! ```
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -35,7 +43,8 @@ use clap::{Parser, ValueEnum};
 use feedline::format::generator::Sample;
 use feedline::transform::TransformCtx;
 use feedline::{DType, Instance, Schema, Values};
-use feedline_actors::Loader;
+use feedline_actors::autotune::available_cpus;
+use feedline_actors::{Autotune, Loader};
 use rand::Rng;
 
 /// How the per-instance waits are drawn.
@@ -72,6 +81,13 @@ struct Args {
     /// Print one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// Let the autotuner choose the workers (instead of --workers), within
+    /// --cpus threads (the reader's included).
+    #[arg(long, conflicts_with = "workers")]
+    autotune: bool,
+    /// The autotuner's CPU budget (default: the cores this process may use).
+    #[arg(long, requires = "autotune")]
+    cpus: Option<usize>,
 }
 
 /// The waits as they were: their count and their total time.
@@ -84,7 +100,10 @@ struct Waits {
 /// One run's figures.
 #[derive(Debug)]
 struct Run {
+    /// The workers at the end (the tuner's, with --autotune).
     workers: usize,
+    /// The most workers that ran at once.
+    workers_max: usize,
     instances: u64,
     instances_per_s: f64,
     mean_wait_us: f64,
@@ -101,8 +120,10 @@ fn lognormal_us(rng: &mut impl Rng, mean_us: f64) -> f64 {
     (mean_us.ln() - 0.5 + z).exp()
 }
 
-fn run(args: &Args, workers: usize) -> Result<Run, Box<dyn std::error::Error>> {
-    let ideal_guess = workers as f64 * 1e6 / args.wait_us.max(1) as f64;
+/// A run with `workers` transform workers (`None`: the autotuner's).
+fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::Error>> {
+    let most = workers.unwrap_or_else(|| args.cpus.unwrap_or_else(available_cpus));
+    let ideal_guess = most as f64 * 1e6 / args.wait_us.max(1) as f64;
     let instances = args
         .instances
         .unwrap_or_else(|| 65_536u64.max((ideal_guess * 3.0) as u64))
@@ -148,13 +169,20 @@ fn run(args: &Args, workers: usize) -> Result<Run, Box<dyn std::error::Error>> {
                 ),
             )
         })
-        .output_schema(output)
-        .workers(workers);
+        .output_schema(output);
+    builder = match workers {
+        Some(n) => builder.workers(n),
+        None => builder.autotune(Autotune {
+            cpus: args.cpus,
+            memory_budget: None,
+        }),
+    };
     if let Some(k) = args.batches_in_flight {
         builder = builder.batches_in_flight(k);
     }
     let batches_in_flight = builder.settings().in_flight_batches();
     let loader = builder.build()?;
+    let stats = loader.stats_handle();
     let (mut first, mut rows, mut rows_after_first) = (None, 0u64, 0u64);
     let mut last = Instant::now();
     for delivered in loader {
@@ -173,9 +201,15 @@ fn run(args: &Args, workers: usize) -> Result<Run, Box<dyn std::error::Error>> {
     let instances_per_s = rows_after_first as f64 / elapsed;
     let count = waits.count.load(Relaxed).max(1);
     let mean_wait_us = waits.total_ns.load(Relaxed) as f64 / count as f64 / 1e3;
+    let (workers, workers_max, batches_in_flight) = match (workers, stats.snapshot().autotune) {
+        (Some(n), _) => (n, n, batches_in_flight),
+        (None, Some(a)) => (a.values.workers, a.workers_max, a.values.batches_in_flight),
+        (None, None) => return Err("autotuning on, but no autotune statistics".into()),
+    };
     let ideal_per_s = workers as f64 * 1e6 / mean_wait_us;
     Ok(Run {
         workers,
+        workers_max,
         instances,
         instances_per_s,
         mean_wait_us,
@@ -187,13 +221,14 @@ fn run(args: &Args, workers: usize) -> Result<Run, Box<dyn std::error::Error>> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let counts: Vec<usize> = match args.workers {
+    let counts: Vec<Option<usize>> = match args.workers {
         Some(0) => {
             eprintln!("--workers must be at least 1");
             return ExitCode::from(2);
         }
-        Some(n) => vec![n],
-        None => vec![1, 2, 4, 8, 16, 32, 64],
+        _ if args.autotune => vec![None],
+        Some(n) => vec![Some(n)],
+        None => [1, 2, 4, 8, 16, 32, 64].map(Some).to_vec(),
     };
     if !args.json {
         println!(
@@ -223,6 +258,7 @@ fn main() -> ExitCode {
                 runs.push(r);
             }
             Err(e) => {
+                let n = n.map_or("autotuned".to_string(), |n| n.to_string());
                 eprintln!("workers {n}: {e}");
                 return ExitCode::FAILURE;
             }
@@ -232,6 +268,8 @@ fn main() -> ExitCode {
         let r = runs.last().expect("one run at least");
         let json = serde_json::json!({
             "workers": r.workers,
+            "workers_max": r.workers_max,
+            "autotune": args.autotune,
             "wait_us": args.wait_us,
             "skew": format!("{:?}", args.skew).to_lowercase(),
             "batch": args.batch,

@@ -265,7 +265,7 @@ impl BatchMaker {
     fn limit(&self) -> usize {
         match &self.transformer {
             Some(t) if t.output_schema().is_none() => 1,
-            _ => self.settings.in_flight,
+            _ => self.settings.in_flight.get(),
         }
     }
 

@@ -465,6 +465,125 @@ pub struct Monitoring {
     pub metrics_addr: Option<String>,
 }
 
+/// Tuning while the pipeline runs ([`crate::autotune`]): the autotuner's
+/// budgets when it is on, and which of the settings it tunes the user gave
+/// (those it leaves as given).
+#[derive(Clone, Debug, Default)]
+pub struct Tuning {
+    /// Tune readers' chunks in flight, transform workers and batches in
+    /// flight while the pipeline runs, within these budgets (`None`, the
+    /// default: no tuning).
+    pub autotune: Option<Autotune>,
+    /// The tuned settings the user gave: left as given. (Batches in flight
+    /// given is [`Batching::batches_in_flight`] set.)
+    pub fixed: FixedSettings,
+    /// How long each of the tuner's measurement intervals lasts (`None`:
+    /// [`crate::autotune::INTERVAL`]); tests shorten it.
+    #[doc(hidden)]
+    pub interval: Option<std::time::Duration>,
+}
+
+/// Autotuning and its budgets
+/// ([`LoaderBuilder::autotune`](crate::LoaderBuilder::autotune), see
+/// [`crate::autotune`]).
+///
+/// ```
+/// use feedline_actors::Autotune;
+/// let a = Autotune { cpus: Some(8), memory_budget: Some(2 << 30) };
+/// assert_eq!((a.resolved_cpus(), a.resolved_memory_budget()), (8, 2 << 30));
+/// assert!(Autotune::default().resolved_cpus() >= 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Autotune {
+    /// Threads the readers and transform workers may be together (`None`:
+    /// the cores this process may use, [`available_cpus`]).
+    pub cpus: Option<usize>,
+    /// Bytes the stated in-flight bound may reach (`None`: a quarter of the
+    /// memory this process may use, [`available_memory`]).
+    pub memory_budget: Option<u64>,
+}
+
+impl Autotune {
+    /// The CPU budget in force.
+    pub fn resolved_cpus(&self) -> usize {
+        self.cpus.unwrap_or_else(available_cpus)
+    }
+
+    /// The memory budget in force, in bytes.
+    pub fn resolved_memory_budget(&self) -> u64 {
+        self.memory_budget
+            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 4))
+    }
+}
+
+/// The cores this process may use: its CPU affinity and cgroup quota
+/// ([`std::thread::available_parallelism`]); 1 when unknown.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The memory this process may use: its cgroup v2 limit (`memory.max` of
+/// its cgroup, or of the root one, when a number), else the machine's
+/// (`MemTotal` of `/proc/meminfo`); `None` when neither can be read.
+pub fn available_memory() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+        });
+    let limits = own
+        .map(|p| format!("/sys/fs/cgroup{p}/memory.max"))
+        .into_iter()
+        .chain(["/sys/fs/cgroup/memory.max".to_string()]);
+    for path in limits {
+        if let Some(n) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            return Some(n);
+        }
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = meminfo.lines().find_map(|l| {
+        l.strip_prefix("MemTotal:")?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    })?;
+    Some(kb * 1024)
+}
+
+/// Under autotuning, which of the tuned settings are the tuner's: not
+/// given, and of this pipeline ([`PipelineConfig::tuners_settings`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TunersSettings {
+    /// The readers, chosen as the pipeline starts (of files, not file
+    /// sets nor a push source).
+    pub readers: bool,
+    /// The transform workers (with an instance map).
+    pub workers: bool,
+    /// The batches in flight.
+    pub batches_in_flight: bool,
+    /// The readers' chunks in flight (not in push mode).
+    pub chunks_in_flight: bool,
+}
+
+/// Which of the settings the autotuner would tune were given by the user
+/// (the builder's methods, the command's flags, Python's keywords note
+/// them): the tuner leaves those as given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedSettings {
+    /// Readers given.
+    pub readers: bool,
+    /// Transform workers given.
+    pub workers: bool,
+    /// Chunks in flight per reader given.
+    pub chunks_in_flight: bool,
+}
+
 /// Every setting of a pipeline, by concern: each group is a value of its
 /// own with its own defaults, and [`check`](Self::check) judges them all
 /// together.
@@ -497,6 +616,9 @@ pub struct PipelineConfig {
     pub resume: Resume,
     /// What the pipeline shows outside while it runs: the Prometheus metrics' address.
     pub monitoring: Monitoring,
+    /// Tuning while it runs ([`crate::autotune`]): whether, within which
+    /// budgets, and which of the tuned settings the user fixed.
+    pub tuning: Tuning,
     /// What the face that made these settings was given, for the rules of
     /// settings that apply only with others ([`Given`]).
     pub given: Given,
@@ -622,6 +744,10 @@ pub struct Given {
     pub add_eos: bool,
     /// The tokenizer's BOS asked for.
     pub add_bos: bool,
+    /// The autotuner's CPU budget given (it needs autotuning).
+    pub cpus: Option<usize>,
+    /// The autotuner's memory budget given (it needs autotuning).
+    pub memory_budget: Option<u64>,
 }
 
 impl Given {
@@ -1020,6 +1146,7 @@ impl PipelineConfig {
             }
         }
         self.check_inputs()?;
+        self.check_tuning()?;
         self.batching.batch.validate().map_err(|e| match e {
             feedline::Error::Config(m) => PipelineError::Config(
                 num(
@@ -1070,6 +1197,19 @@ impl PipelineConfig {
             );
         }
         g.check_transforms().map_err(PipelineError::Config)?;
+        if self.tuning.autotune.is_none() {
+            let given = [
+                g.cpus.map(|n| num(S::Cpus, n)),
+                g.memory_budget.map(|b| num(S::MemoryBudget, b)),
+            ];
+            if let Some(e) = given.into_iter().flatten().next() {
+                return refuse(
+                    e.text(" applies only with ")
+                        .named(S::Autotune)
+                        .text(" (the budget it tunes within)"),
+                );
+            }
+        }
         if self.batching.pack.is_none() {
             let given = [
                 g.pack_policy.is_some().then_some(S::PackPolicy),
@@ -1087,6 +1227,108 @@ impl PipelineConfig {
             }
         }
         Ok(())
+    }
+
+    /// The autotuner's budgets: at least 1 CPU and 1 byte, and no less than
+    /// the fewest threads and the smallest in-flight bound the pipeline
+    /// can run with (the tuned settings at their least, the others as
+    /// given; the bound for records of 0 bytes: what does not grow with the
+    /// records — the reorder window, the transform workers' working
+    /// memory, remote parts).
+    fn check_tuning(&self) -> Result<(), PipelineError> {
+        use Setting as S;
+        let Some(tune) = &self.tuning.autotune else {
+            return Ok(());
+        };
+        if tune.cpus == Some(0) {
+            return refuse(SettingError::name(S::Cpus).text(" must be at least 1, not 0"));
+        }
+        if tune.memory_budget == Some(0) {
+            return refuse(
+                SettingError::name(S::MemoryBudget).text(" must be at least 1 byte, not 0"),
+            );
+        }
+        let least = self.least_tuned();
+        let (readers, workers) = least.threads();
+        let cpus = tune.resolved_cpus();
+        if readers + workers > cpus {
+            let why = match tune.cpus {
+                Some(_) => num(S::Cpus, cpus),
+                None => SettingError::says(format!("the {cpus} CPUs this process may use ("))
+                    .named(S::Cpus)
+                    .text(")"),
+            };
+            return refuse(why.text(format!(
+                " is fewer than the threads the pipeline needs at least: {readers} readers and {workers} transform workers"
+            )));
+        }
+        let memory = tune.resolved_memory_budget();
+        let bound = least.in_flight_bound_bytes(0) as u64;
+        if bound > memory {
+            let why = match tune.memory_budget {
+                Some(_) => num(S::MemoryBudget, memory),
+                None => SettingError::says(format!(
+                    "a quarter of the memory this process may use ({memory} bytes, "
+                ))
+                .named(S::MemoryBudget)
+                .text(")"),
+            };
+            return refuse(why.text(format!(
+                " is below the least in-flight bound of these settings, {bound} bytes \
+                 (the reorder window, the transform workers' working memory and remote parts, \
+                 with the tuned settings at their least)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Under autotuning, which of the tuned settings are the tuner's: those
+    /// not given that this pipeline has — the one place that says it.
+    pub(crate) fn tuners_settings(&self) -> TunersSettings {
+        let fixed = &self.tuning.fixed;
+        let files = self.inputs.push.is_none();
+        TunersSettings {
+            readers: !fixed.readers && files && self.inputs.sets.is_empty(),
+            workers: !fixed.workers && self.transforms.instance.is_some(),
+            batches_in_flight: self.batching.batches_in_flight.is_none(),
+            chunks_in_flight: !fixed.chunks_in_flight && files,
+        }
+    }
+
+    /// These settings with the tuner's at their least (1 reader, 1
+    /// worker, [`MIN_BATCHES_IN_FLIGHT`], 1 chunk in flight): what the
+    /// budgets are held against.
+    fn least_tuned(&self) -> PipelineConfig {
+        let t = self.tuners_settings();
+        let mut c = self.clone();
+        if t.readers {
+            c.reading.readers = 1;
+        }
+        if t.workers {
+            c.transforms.workers = 1;
+        }
+        if t.batches_in_flight {
+            c.batching.batches_in_flight = Some(MIN_BATCHES_IN_FLIGHT);
+        }
+        if t.chunks_in_flight {
+            c.reading.chunks_in_flight = 1;
+        }
+        c
+    }
+
+    /// The readers (0 in push mode; the file sets' together) and the
+    /// transform workers (0 without an instance map) these settings start.
+    pub(crate) fn threads(&self) -> (usize, usize) {
+        let readers = match (&self.inputs.push, self.inputs.sets.is_empty()) {
+            (Some(_), _) => 0,
+            (None, true) => self.reading.readers,
+            (None, false) => self.inputs.sets.iter().map(|s| s.readers).sum(),
+        };
+        let workers = match self.transforms.instance {
+            Some(_) => self.transforms.workers,
+            None => 0,
+        };
+        (readers, workers)
     }
 
     /// The inputs: files or file sets (not both, at least one), or a push

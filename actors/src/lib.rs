@@ -100,6 +100,7 @@
 #![warn(missing_docs)]
 
 mod arbiters;
+pub mod autotune;
 mod bad_records;
 mod batch_maker;
 pub mod checkpoint;
@@ -135,15 +136,16 @@ mod task_queue;
 mod timeline;
 mod token_field;
 mod trainer;
+mod tuned;
 mod watch;
 
 pub use crate::checkpoint::{Checkpoint, CheckpointError, InputFiles};
 pub use crate::config::shard_given;
 pub use crate::config::{
-    Batching, ErrorPolicy, Faults, Feeding, FileSet, Given, Inputs, Monitoring, Order,
-    PipelineConfig, Reading, Resume, ShuffleMode, StallPolicy, UnusedPackSetting, ENDLESS,
-    MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS, MIN_BATCHES_IN_FLIGHT,
-    ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
+    Autotune, Batching, ErrorPolicy, Faults, Feeding, FileSet, FixedSettings, Given, Inputs,
+    Monitoring, Order, PipelineConfig, Reading, Resume, ShuffleMode, StallPolicy, Tuning,
+    UnusedPackSetting, ENDLESS, MAX_BATCHES_IN_FLIGHT, MAX_DEVICES, MAX_READERS,
+    MIN_BATCHES_IN_FLIGHT, ROWS_IN_FLIGHT_PER_WORKER, SCHEMA_SAMPLE_RECORDS, SNAPSHOT_EVERY,
 };
 pub use crate::error::{PipelineError, PushError};
 pub use crate::global_shuffle::{real_origin, real_origins};
@@ -166,6 +168,7 @@ pub use crate::stats::{
 };
 pub use crate::timeline::{Timeline, TimelineSample};
 pub use crate::trainer::{SimulatedDevice, TrainStep};
+pub use crate::tuned::{AutotuneChange, AutotuneSnapshot, TunedSetting, TunedValues};
 pub use feedline::batch_policy::BatchPolicy;
 pub use feedline::feed_queue::FeedMode;
 pub use feedline::format::generator::{IntoSample, Sample};

@@ -158,11 +158,16 @@ impl Totals {
 }
 
 /// The autotuner's current value of each setting it tunes, for
-/// `feedline_autotune_value{setting}`: none until autotuning exists (the
+/// `feedline_autotune_value{setting}`: none without autotuning (the
 /// family is registered, with no samples).
 #[cfg(feature = "metrics")]
-pub(crate) fn autotune_values(_stats: &crate::stats::StatsSnapshot) -> Vec<(&'static str, f64)> {
-    Vec::new()
+pub(crate) fn autotune_values(stats: &crate::stats::StatsSnapshot) -> Vec<(&'static str, f64)> {
+    let Some(a) = &stats.autotune else {
+        return Vec::new();
+    };
+    (crate::tuned::TunedSetting::ALL.iter())
+        .map(|s| (s.key(), a.values.get(*s) as f64))
+        .collect()
 }
 
 #[cfg(feature = "metrics")]
@@ -373,8 +378,11 @@ mod imp {
             if config.order.passes != crate::config::ENDLESS {
                 pass = pass.min(config.order.passes.saturating_sub(1));
             }
+            // With autotuning: the bound of the values in force.
+            let tuned = snap.autotune.as_ref().map(|a| a.values.applied(config));
+            let in_force = tuned.as_ref().unwrap_or(config);
             let bound = (snap.readers.records > 0)
-                .then(|| config.in_flight_bound_bytes(config.record_bytes_of_run(&snap)) as u64);
+                .then(|| in_force.in_flight_bound_bytes(config.record_bytes_of_run(&snap)) as u64);
             Families {
                 totals: state.before.plus(&Totals::of(&source.stats)),
                 queue_depth: snap.feed_queue_depth,

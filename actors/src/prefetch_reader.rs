@@ -205,7 +205,7 @@ impl PrefetchReader {
     }
 
     fn step(&mut self, ctx: &mut Context<Self>) {
-        if self.stopped || self.in_flight >= self.settings.chunks_in_flight {
+        if self.stopped || self.in_flight >= self.settings.chunks_in_flight.get() {
             self.mark_idle();
             return;
         }

@@ -112,6 +112,13 @@ pub enum Setting {
     // Monitoring.
     /// Where the Prometheus metrics are served (`HOST:PORT`).
     MetricsAddr,
+    // Tuning.
+    /// Tune the settings not given while the pipeline runs.
+    Autotune,
+    /// The autotuner's CPU budget: readers and transform workers together.
+    Cpus,
+    /// The autotuner's memory budget: the stated in-flight bound.
+    MemoryBudget,
 }
 
 impl Setting {
@@ -166,6 +173,9 @@ impl Setting {
             MaxAttempts => "max_attempts",
             StallTimeout => "stall_timeout",
             MetricsAddr => "metrics_addr",
+            Autotune => "autotune",
+            Cpus => "cpus",
+            MemoryBudget => "memory_budget",
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! Policies that depend on several settings are decided here, once: which
 //! readers may defer checksums (the bad-record policy's), whether the draw
-//! can be snapshot, how many batches the batch maker holds.
+//! can be snapshot, how many batches the batch maker holds (and, under
+//! autotuning, how many drawn batches wait for it).
 
 use std::time::Duration;
 
@@ -20,8 +21,9 @@ use feedline::shuffle::ShuffleConfig;
 use feedline::transform::RecordStage;
 use feedline::Schema;
 
+use crate::autotune::Tunable;
 use crate::bad_records::checksums_may_wait;
-use crate::config::{ErrorPolicy, PipelineConfig, StallPolicy};
+use crate::config::{ErrorPolicy, PipelineConfig, StallPolicy, MIN_BATCHES_IN_FLIGHT};
 
 /// What a prefetch reader (and a draw made again from a snapshot, which
 /// reads as the readers do) needs: how to open files and cut chunks.
@@ -38,8 +40,9 @@ pub(crate) struct ReaderSettings {
     pub chunk_records: usize,
     /// Payload bytes per chunk, at most.
     pub chunk_bytes: usize,
-    /// Chunks sent and not acknowledged, at most.
-    pub chunks_in_flight: usize,
+    /// Chunks sent and not acknowledged, at most (read at every step: the
+    /// autotuner may change it).
+    pub chunks_in_flight: Tunable,
     /// The record filter / map on the readers, if any.
     pub records: Option<RecordStage>,
     /// The local cache of remote inputs, if any.
@@ -98,8 +101,13 @@ pub(crate) struct ShuffleSettings {
 /// What the batch maker needs.
 #[derive(Clone, Debug)]
 pub(crate) struct BatchMakerSettings {
-    /// Batches held at most: being made, or made and not yet in the feed queue.
-    pub in_flight: usize,
+    /// Batches held at most: being made, or made and not yet in the feed
+    /// queue (read at every decision: the autotuner may change it).
+    pub in_flight: Tunable,
+    /// The most batches waiting in the order queue for the batch maker: its
+    /// batches in flight, or under autotuning the least it may be lowered
+    /// to (the bound counts that many at most).
+    pub orders_waiting: usize,
     /// The feed queue's lanes (each pass ends with a marker in every one).
     pub lanes: Lanes,
     /// The rows' schema, to collate them when there are no transforms.
@@ -184,7 +192,7 @@ impl StageSettings {
                 open,
                 chunk_records: config.reading.chunk_records.max(1),
                 chunk_bytes: config.reading.chunk_bytes,
-                chunks_in_flight: config.reading.chunks_in_flight.max(1),
+                chunks_in_flight: Tunable::new(config.reading.chunks_in_flight.max(1)),
                 records: config.transforms.records.clone(),
                 remote_cache: config.reading.remote_cache.clone(),
                 schema: schema.clone(),
@@ -210,7 +218,11 @@ impl StageSettings {
                 lanes,
             },
             maker: BatchMakerSettings {
-                in_flight: config.in_flight_batches(),
+                in_flight: Tunable::new(config.in_flight_batches()),
+                orders_waiting: match config.tuning.autotune {
+                    Some(_) => config.in_flight_batches().min(MIN_BATCHES_IN_FLIGHT),
+                    None => config.in_flight_batches(),
+                },
                 lanes,
                 schema: schema.clone(),
                 pack: match (&config.batching.pack, &config.batching.batch) {

@@ -124,6 +124,25 @@ impl SkippedRecord {
     }
 }
 
+/// The raw counters at one moment ([`Stats::raw`]): each stage's records,
+/// busy, idle and blocked nanoseconds, the devices' busy and waiting
+/// nanoseconds (all together), the feed queue's depth.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RawCounters {
+    pub t_ns: u64,
+    pub readers: [u64; 4],
+    pub reader_count: u64,
+    pub shuffle: [u64; 4],
+    pub maker: [u64; 4],
+    pub maker_workers: u64,
+    pub batches: u64,
+    pub devices: usize,
+    pub device_busy_ns: u64,
+    pub device_wait_ns: u64,
+    pub queue_depth: u64,
+    pub queue_capacity: u64,
+}
+
 /// Every counter of a pipeline: written by the recorders, read by [`Stats`].
 pub(crate) struct Counters {
     pub start: Instant,
@@ -164,6 +183,8 @@ pub(crate) struct Counters {
     /// Packing: the most input batches, and document tokens, held to pack.
     pub pack_inputs_peak: AtomicU64,
     pub pack_tokens_peak: AtomicU64,
+    /// The autotuner's state, when it runs.
+    pub autotune: Mutex<Option<crate::tuned::AutotuneSnapshot>>,
 }
 
 impl Counters {
@@ -195,6 +216,7 @@ impl Counters {
             packing: Mutex::new(None),
             pack_inputs_peak: AtomicU64::new(0),
             pack_tokens_peak: AtomicU64::new(0),
+            autotune: Mutex::new(None),
         }
     }
 
@@ -241,6 +263,41 @@ impl Stats {
     #[cfg(feature = "metrics")]
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The raw counters now, for figures over an interval (the autotuner's).
+    pub(crate) fn raw(&self) -> RawCounters {
+        let c = &*self.counters;
+        let stage = |s: &StageCounters| {
+            [&s.records, &s.busy_ns, &s.idle_ns, &s.blocked_ns].map(|a| a.load(Relaxed))
+        };
+        RawCounters {
+            t_ns: c.now_ns(),
+            readers: stage(&c.readers),
+            reader_count: c.reader_count,
+            shuffle: stage(&c.shuffle),
+            maker: stage(&c.maker),
+            maker_workers: c.maker_workers.load(Relaxed),
+            batches: c.batches.load(Relaxed),
+            devices: c.devices.len(),
+            device_busy_ns: c.devices.iter().map(|d| d.busy_ns.load(Relaxed)).sum(),
+            device_wait_ns: c.devices.iter().map(|d| d.wait_ns.load(Relaxed)).sum(),
+            queue_depth: c.queue.now(),
+            queue_capacity: c.queue.capacity(),
+        }
+    }
+
+    /// Publish the autotuner's state (seen in every later snapshot).
+    pub(crate) fn set_autotune(&self, snap: crate::tuned::AutotuneSnapshot) {
+        *self.counters.autotune.lock() = Some(snap);
+    }
+
+    /// The batch maker's transform workers in force now (the autotuner
+    /// changes them: busy shares are per worker in force).
+    pub(crate) fn set_maker_workers(&self, workers: usize) {
+        self.counters
+            .maker_workers
+            .store(workers.max(1) as u64, Relaxed);
     }
 
     /// Which stage is stuck, as far as the counters tell: the feed queue's
@@ -369,6 +426,7 @@ impl Stats {
                 tokens_held_peak: i.pack_tokens_peak.load(Relaxed),
                 ..p
             }),
+            autotune: i.autotune.lock().clone(),
             bottleneck: Bottleneck::Devices,
         };
         snap.bottleneck = snap.judge();
@@ -547,27 +605,47 @@ pub struct StatsSnapshot {
     pub remote_cache_hits: u64,
     /// Bytes read from the local cache directory.
     pub remote_cache_bytes: u64,
+    /// The autotuner's values and the changes it kept
+    /// ([`LoaderBuilder::autotune`](crate::LoaderBuilder::autotune));
+    /// `None` without autotuning.
+    pub autotune: Option<crate::tuned::AutotuneSnapshot>,
     /// The limiting stage.
     pub bottleneck: Bottleneck,
 }
 
-impl StatsSnapshot {
-    fn judge(&self) -> Bottleneck {
-        let (busy, wait) = self
-            .devices
-            .iter()
-            .fold((0.0, 0.0), |(b, w), d| (b + d.busy_s, w + d.waiting_s));
-        if !self.devices.is_empty() && busy + wait > 0.0 && wait / (busy + wait) < 0.05 {
+/// What the verdict of the limiting stage is made from, over some span
+/// (since the start: [`StatsSnapshot::bottleneck`]; one interval: the
+/// autotuner's): the devices' busy and waiting seconds, each stage's busy
+/// share (per reader, per worker), the batch maker's blocked share and the
+/// feed queue's depth.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Verdict {
+    pub devices: usize,
+    pub device_busy_s: f64,
+    pub device_wait_s: f64,
+    pub readers_busy: f64,
+    pub shuffle_busy: f64,
+    pub maker_busy: f64,
+    pub maker_blocked: f64,
+    pub queue_depth: f64,
+    pub queue_capacity: f64,
+}
+
+impl Verdict {
+    /// The limiting stage: the one place that judges it.
+    pub(crate) fn judge(&self) -> Bottleneck {
+        let (busy, wait) = (self.device_busy_s, self.device_wait_s);
+        if self.devices > 0 && busy + wait > 0.0 && wait / (busy + wait) < 0.05 {
             return Bottleneck::Devices;
         }
-        let r = self.readers.busy;
-        let s = self.shuffle_batch.busy;
-        let m = self.batch_maker.busy;
-        let full = self.feed_queue_mean_depth >= 0.5 * self.feed_queue_capacity as f64;
-        if full && self.batch_maker.blocked > 0.5 {
+        let r = self.readers_busy;
+        let s = self.shuffle_busy;
+        let m = self.maker_busy;
+        let full = self.queue_depth >= 0.5 * self.queue_capacity;
+        if full && self.maker_blocked > 0.5 {
             // The loader is ahead and waits for the consumers to take batches.
             Bottleneck::Devices
-        } else if r < 0.5 && s < 0.5 && m < 0.5 && self.batch_maker.blocked > 0.5 {
+        } else if r < 0.5 && s < 0.5 && m < 0.5 && self.maker_blocked > 0.5 {
             // Nobody busy, queue not full: the hand-off itself limits.
             Bottleneck::FeedQueue
         } else if r >= s && r >= m {
@@ -577,6 +655,27 @@ impl StatsSnapshot {
         } else {
             Bottleneck::Shuffle
         }
+    }
+}
+
+impl StatsSnapshot {
+    fn judge(&self) -> Bottleneck {
+        let (busy, wait) = self
+            .devices
+            .iter()
+            .fold((0.0, 0.0), |(b, w), d| (b + d.busy_s, w + d.waiting_s));
+        Verdict {
+            devices: self.devices.len(),
+            device_busy_s: busy,
+            device_wait_s: wait,
+            readers_busy: self.readers.busy,
+            shuffle_busy: self.shuffle_batch.busy,
+            maker_busy: self.batch_maker.busy,
+            maker_blocked: self.batch_maker.blocked,
+            queue_depth: self.feed_queue_mean_depth,
+            queue_capacity: self.feed_queue_capacity as f64,
+        }
+        .judge()
     }
 
     /// One line: records/s, devices' waiting, and the limiting stage.

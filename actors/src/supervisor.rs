@@ -17,6 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures_channel::oneshot;
 
+use crate::autotune::Runner;
 use crate::config::StallPolicy;
 use crate::error::PipelineError;
 use crate::guard::{guarded, StageGuard, Supervised};
@@ -75,6 +76,7 @@ pub(crate) struct Supervisor {
     /// Every batch is in the closed feed queue: a stop leaves it to the consumers.
     queued: bool,
     guard: StageGuard,
+    autotune: Option<Runner>,
 }
 
 /// What the supervisor is made with: its settings, recorder, the
@@ -95,6 +97,8 @@ pub(crate) struct SupervisorContext {
     pub start_reader: ReaderFactory,
     /// How many trainers it waits for.
     pub trainers: usize,
+    /// The autotuner, ticked every interval while the pipeline runs.
+    pub autotune: Option<Runner>,
     /// Hears how the pipeline ended.
     pub done: oneshot::Sender<Result<(), PipelineError>>,
     /// Where its own failure goes (the lanes; no supervisor to tell).
@@ -113,6 +117,7 @@ impl Supervisor {
             readers,
             start_reader,
             trainers,
+            autotune,
             done,
             guard,
         } = cx;
@@ -128,6 +133,7 @@ impl Supervisor {
             failed: false,
             queued: false,
             guard,
+            autotune,
         }
     }
 
@@ -324,6 +330,15 @@ impl Actor for Supervisor {
                 let every = (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
                 ctx.run_interval(every, |act, ctx| {
                     guarded(act, ctx, "the stall watchdog", |act, _| act.watchdog());
+                });
+            }
+            if let Some(every) = me.autotune.as_ref().map(|r| r.interval) {
+                ctx.run_interval(every, |act, ctx| {
+                    guarded(act, ctx, "the autotuner", |act, _| {
+                        if let Some(r) = &mut act.autotune {
+                            r.tick();
+                        }
+                    });
                 });
             }
         });

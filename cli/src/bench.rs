@@ -165,6 +165,9 @@ fn report(
             100.0 * s.batch_maker.blocked,
             s.bottleneck
         )?;
+        if let Some(a) = &s.autotune {
+            writeln!(out, "{}", a.summary_line())?;
+        }
     }
     Ok(())
 }

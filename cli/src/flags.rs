@@ -51,6 +51,9 @@ impl Flags {
             S::OnError => "--on-error",
             S::MaxBad => "--max-bad",
             S::MetricsAddr => "--metrics-addr",
+            S::Autotune => "--autotune",
+            S::Cpus => "--cpus",
+            S::MemoryBudget => "--memory-budget",
             _ => return None,
         })
     }
@@ -72,6 +75,10 @@ impl Spelling for Flags {
         let v = match (setting, v.parse::<u64>()) {
             (Setting::ShuffleBytes | Setting::ChunkBytes, Ok(b)) if b % (1 << 20) == 0 => {
                 (b >> 20).to_string()
+            }
+            // A size: in MiB where it is whole MiB.
+            (Setting::MemoryBudget, Ok(b)) if b > 0 && b % (1 << 20) == 0 => {
+                format!("{}MiB", b >> 20)
             }
             _ => v.clone(),
         };

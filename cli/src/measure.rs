@@ -567,9 +567,19 @@ impl Plan {
         payload + 8 * fields + std::mem::size_of::<feedline::Origin>()
     }
 
-    /// The in-flight memory bound of these settings for the pass's records, bytes.
+    /// The settings in force at the pass's end: with autotuning, the
+    /// tuner's values in them.
+    fn config_in_force(&self, r: &PassResult) -> std::borrow::Cow<'_, PipelineConfig> {
+        match r.stats.as_ref().and_then(|s| s.autotune.as_ref()) {
+            Some(a) => std::borrow::Cow::Owned(a.values.applied(&self.config)),
+            None => std::borrow::Cow::Borrowed(&self.config),
+        }
+    }
+
+    /// The in-flight memory bound of the settings in force for the pass's
+    /// records, bytes.
     pub fn in_flight_bound(&self, r: &PassResult) -> usize {
-        self.config
+        self.config_in_force(r)
             .in_flight_bound_bytes(self.record_memory_bytes(r))
     }
 
@@ -588,7 +598,8 @@ impl Plan {
             "first_batch_ms",
             json!(r.first_batch.map(|s| round(s * 1e3, 2))),
         );
-        put("readers", json!(self.config.reading.readers));
+        let config = self.config_in_force(r);
+        put("readers", json!(config.reading.readers));
         put("shuffle", json!(self.config.order.shuffle));
         put("batch", json!(self.batch_size()));
         put("capacity", json!(self.config.feeding.capacity));
@@ -619,7 +630,7 @@ impl Plan {
         // worker's, as the transform states it, times the workers).
         put(
             "transform_workers_bytes",
-            json!(self.config.transform_workers_bytes()),
+            json!(config.transform_workers_bytes()),
         );
         put(
             "rss_within_bound_plus_64mib",
@@ -642,6 +653,9 @@ impl Plan {
                 json!(round(s.feed_queue_mean_depth, 2)),
             );
             put("bottleneck", json!(s.bottleneck));
+            if let Some(a) = &s.autotune {
+                put("autotune", json!(a));
+            }
         }
         m
     }

@@ -5,7 +5,10 @@
 //! own ([`PipelineConfig::check`]), whose sentence the command prints with
 //! the settings spelled as its flags ([`Flags`]).
 
-use feedline_actors::{Batching, Faults, Feeding, Inputs, Monitoring, Order, Reading, ShuffleMode};
+use feedline_actors::{
+    Autotune, Batching, Faults, Feeding, FixedSettings, Inputs, Monitoring, Order, Reading,
+    ShuffleMode, Tuning,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -239,6 +242,62 @@ pub struct PipelineArgs {
     /// opened); a port in use is an error naming it.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Tune, while it runs, the transform workers, batches in flight and
+    /// chunks in flight not given — and choose the readers not given when
+    /// it starts — within --cpus and --memory-budget (docs/autotune.md).
+    #[arg(long)]
+    pub autotune: bool,
+    /// The autotuner's CPU budget: readers and transform workers together
+    /// (default: the cores this process may use); needs --autotune.
+    #[arg(long, value_name = "N", value_parser = count(0, 1 << 20))]
+    pub cpus: Option<usize>,
+    /// The autotuner's memory budget, the stated in-flight bound: bytes, or
+    /// with a unit (512MiB, 2GiB, 1.5GB; default: a quarter of the memory
+    /// this process may use); needs --autotune.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+}
+
+/// A size: bytes (`1048576`), or a number with a unit — `KiB`, `MiB`,
+/// `GiB`, `TiB` (powers of 1024), `KB`, `MB`, `GB`, `TB` (of 1000), `B`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+            "unknown unit {unit:?} in {text:?}: give bytes, or KiB, MiB, GiB, TiB, KB, MB, GB, TB"
+        ))
+        }
+    };
+    let bad = || format!("{text:?} is not a size (such as 512MiB or 2GiB)");
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let bytes = match number.parse::<u64>() {
+        Ok(n) => n.checked_mul(scale).ok_or_else(bad)?,
+        Err(_) => {
+            let x: f64 = number.parse().map_err(|_| bad())?;
+            let b = x * scale as f64;
+            if !b.is_finite() || b >= u64::MAX as f64 {
+                return Err(bad());
+            }
+            b.round() as u64
+        }
+    };
+    Ok(bytes)
 }
 
 /// Sequence packing (`--pack L`): each pass's documents packed into
@@ -521,6 +580,18 @@ impl PipelineArgs {
                 monitoring: Monitoring {
                     metrics_addr: self.metrics_addr.clone(),
                 },
+                tuning: Tuning {
+                    autotune: self.autotune.then_some(Autotune {
+                        cpus: self.cpus,
+                        memory_budget: self.memory_budget,
+                    }),
+                    fixed: FixedSettings {
+                        readers: self.readers.is_some(),
+                        workers: self.transform.workers.is_some(),
+                        chunks_in_flight: false,
+                    },
+                    ..base.tuning
+                },
                 given: self.given()?,
                 ..base
             }
@@ -536,6 +607,8 @@ impl PipelineArgs {
             readers: self.readers,
             shuffle_bytes: self.shuffle_mib.map(|m| m << 20),
             max_bad: self.max_bad,
+            cpus: self.cpus,
+            memory_budget: self.memory_budget,
             ..self.transform.given()
         };
         self.pack.given(&mut g)?;
@@ -611,6 +684,28 @@ mod tests {
             256 << 20,
             "--shuffle-mib says (default: 256)"
         );
+    }
+
+    #[test]
+    fn sizes_take_bytes_and_binary_and_decimal_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("300mib"), Ok(300 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64 KiB"), Ok(64 << 10));
+        for bad in [
+            "",
+            "MiB",
+            "2XB",
+            "-1GiB",
+            "1e3",
+            "99999999999TiB",
+            "1.2.3MiB",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -708,6 +708,9 @@ struct Memory {
 
 impl Memory {
     fn of(config: &PipelineConfig, s: &StatsSnapshot) -> Memory {
+        // With autotuning: the bound of the values it ended with.
+        let tuned = s.autotune.as_ref().map(|a| a.values.applied(config));
+        let config = tuned.as_ref().unwrap_or(config);
         let per = |stage: &feedline_actors::StageSnapshot| {
             (stage.payload_bytes / stage.records.max(1)) as usize
         };
@@ -825,6 +828,9 @@ fn print_summary(s: &StatsSnapshot, out: &mut Stdout) -> CliResult<()> {
                 c.equalize_padding_rows, c.equalize_dropped_rows, c.equalize_dropped_tokens
             )?;
         }
+    }
+    if let Some(a) = &s.autotune {
+        writeln!(out, "{}", a.summary_line())?;
     }
     writeln!(out, "{}", s.summary_line())
 }

@@ -6,7 +6,7 @@
 //! ([`crate::errors::Keywords`]).
 
 use feedline_actors::{
-    Equalize, ErrorPolicy, Given, Loader as RustLoader, LoaderBuilder, PipelineConfig,
+    Autotune, Equalize, ErrorPolicy, Given, Loader as RustLoader, LoaderBuilder, PipelineConfig,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -21,7 +21,7 @@ pub(crate) struct LoaderKeywords<'a, 'py> {
     pub shuffle: usize,
     pub seed: u64,
     pub passes: Option<u64>,
-    pub readers: usize,
+    pub readers: Option<usize>,
     pub deterministic: bool,
     pub drop_last: bool,
     pub rank: Option<usize>,
@@ -51,6 +51,9 @@ pub(crate) struct LoaderKeywords<'a, 'py> {
     pub shuffle_mode: Option<&'a str>,
     pub index_dir: Option<std::path::PathBuf>,
     pub metrics_addr: Option<String>,
+    pub autotune: bool,
+    pub cpus: Option<usize>,
+    pub memory_budget: Option<u64>,
 }
 
 /// What the keywords make: the builder of the first start, and what the
@@ -111,6 +114,9 @@ impl LoaderKeywords<'_, '_> {
             shuffle_mode,
             index_dir,
             metrics_addr,
+            autotune,
+            cpus,
+            memory_budget,
         } = self;
         logbridge::sync_level(py)?;
         let (passes, endless) = passes_arg(passes);
@@ -121,11 +127,19 @@ impl LoaderKeywords<'_, '_> {
             .shuffle(shuffle)
             .seed(seed)
             .passes(passes)
-            .readers(readers)
             .deterministic(deterministic)
             .drop_last(drop_last)
             .equalize(equalize_arg(equalize)?)
             .error_policy(error_policy(on_error, max_bad)?);
+        if let Some(r) = readers {
+            b = b.readers(r);
+        }
+        if autotune {
+            b = b.autotune(Autotune {
+                cpus,
+                memory_budget,
+            });
+        }
         if let Some(s) = schema.filter(|s| !s.is_none()) {
             b = b.schema(schema::parse_schema(py, &s)?);
         }
@@ -168,6 +182,8 @@ impl LoaderKeywords<'_, '_> {
             text_field: text_field.is_some(),
             add_eos,
             add_bos,
+            cpus,
+            memory_budget,
             ..Given::default()
         };
         if let Some(p) = pack_arg(

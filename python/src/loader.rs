@@ -670,13 +670,13 @@ impl Drop for PyEpoch {
 #[pymethods]
 impl PyLoader {
     #[new]
-    #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=None, readers=2,
+    #[pyo3(signature = (files, batch_size=256, shuffle=10_000, seed=0, passes=None, readers=None,
         deterministic=false, drop_last=false, rank=None, world_size=None, on_error="fail",
         max_bad=None, schema=None, capacity=None, map=None, workers=None, map_schema=None,
         resume=None, transform=None, batches_in_flight=None, equalize=None, max_pixels=None,
         tokenizer=None, text_field=None, add_eos=false, add_bos=false, pack=None, pack_window=None,
         pack_policy=None, long_docs=None, pack_field=None, min_pool=None, shuffle_mode=None,
-        index_dir=None, metrics_addr=None))]
+        index_dir=None, metrics_addr=None, autotune=false, cpus=None, memory_budget=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -685,7 +685,7 @@ impl PyLoader {
         shuffle: usize,
         seed: u64,
         passes: Option<u64>,
-        readers: usize,
+        readers: Option<usize>,
         deterministic: bool,
         drop_last: bool,
         rank: Option<usize>,
@@ -715,6 +715,9 @@ impl PyLoader {
         shuffle_mode: Option<&str>,
         index_dir: Option<std::path::PathBuf>,
         metrics_addr: Option<String>,
+        autotune: bool,
+        cpus: Option<usize>,
+        memory_budget: Option<u64>,
     ) -> PyResult<Self> {
         let Translated {
             builder: b,
@@ -760,6 +763,9 @@ impl PyLoader {
             shuffle_mode,
             index_dir,
             metrics_addr,
+            autotune,
+            cpus,
+            memory_budget,
         }
         .translate(py)?;
         let loader = build_interruptibly(py, move || b.build());

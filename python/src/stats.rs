@@ -25,6 +25,32 @@ fn stage<'py>(py: Python<'py>, s: &StageSnapshot, workers: u64) -> PyResult<Boun
 /// `bytes`, `records_per_s`), per-stage busy/idle/blocked fractions under
 /// `stages`, remote requests (`requests`, `retries`, `give_ups`, `bytes`,
 /// `cache_hits`, `cache_bytes`) under `remote`, and the `bottleneck`.
+/// The autotuner's values and changes, as `--json` has them.
+fn autotune_dict<'py>(
+    py: Python<'py>,
+    a: &feedline_actors::AutotuneSnapshot,
+) -> PyResult<Bound<'py, PyDict>> {
+    let values = PyDict::new(py);
+    for s in feedline_actors::TunedSetting::ALL {
+        values.set_item(s.key(), a.values.get(s))?;
+    }
+    let changes = pyo3::types::PyList::empty(py);
+    for c in &a.changes {
+        let d = PyDict::new(py);
+        d.set_item("t_s", c.t_s)?;
+        d.set_item("setting", c.setting.key())?;
+        d.set_item("from", c.from)?;
+        d.set_item("to", c.to)?;
+        d.set_item("rate_before", c.rate_before)?;
+        d.set_item("rate_after", c.rate_after)?;
+        changes.append(d)?;
+    }
+    let d = PyDict::new(py);
+    d.set_item("values", values)?;
+    d.set_item("changes", changes)?;
+    Ok(d)
+}
+
 pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("elapsed_s", s.elapsed_s)?;
@@ -57,6 +83,9 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     consumer.set_item("idle", if total > 0.0 { wait / total } else { 0.0 })?;
     stages.set_item("consumer", consumer)?;
     d.set_item("stages", stages)?;
+    if let Some(a) = &s.autotune {
+        d.set_item("autotune", autotune_dict(py, a)?)?;
+    }
     if let Some(p) = &s.packing {
         let c = &p.counts;
         let pk = PyDict::new(py);

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::workers::Workers;
+use super::workers::{WorkerGate, Workers};
 use super::{BatchMap, InstanceMap, OutRow, Row, SlotMut, TransformCtx, Transforms};
 use crate::batch::aligned::AlignedVec;
 use crate::batch::{recycle, Array, Batch, BatchField};
@@ -80,6 +80,8 @@ struct Core {
     inferred_from: RwLock<Option<String>>,
     /// The owner is gone: rows not started fail fast.
     stopping: AtomicBool,
+    /// How many workers may run rows at once (`None`: all of the pool's).
+    gate: Option<Arc<WorkerGate>>,
 }
 
 /// How long dropping the transformer waits for the batches in flight.
@@ -398,6 +400,8 @@ impl Assembly {
 
     /// Row `i`'s task.
     fn row(self: Arc<Self>, i: usize) {
+        // Busy time starts with the turn: waiting at the gate is not work.
+        let _turn = self.core.gate.as_ref().map(|g| g.enter());
         let t0 = Instant::now();
         let map = self.core.map.as_deref().expect("an instance map");
         let r = &self.rows[i];
@@ -501,10 +505,33 @@ impl BatchTransformer {
     /// per-instance RNGs from `seed`; `None` if there is neither an
     /// instance map nor a batch map.
     pub fn new(transforms: &Transforms, input: &Schema, seed: u64) -> Result<Option<Self>> {
+        Self::made(transforms, input, seed, transforms.workers, None)
+    }
+
+    /// As [`new`](Self::new), with a pool of `threads` workers of which at
+    /// most `gate`'s limit run rows at once (`transforms.workers` is then
+    /// not read): the workers an autotuner changes while batches are made.
+    pub fn gated(
+        transforms: &Transforms,
+        input: &Schema,
+        seed: u64,
+        threads: usize,
+        gate: Arc<WorkerGate>,
+    ) -> Result<Option<Self>> {
+        Self::made(transforms, input, seed, threads, Some(gate))
+    }
+
+    fn made(
+        transforms: &Transforms,
+        input: &Schema,
+        seed: u64,
+        threads: usize,
+        gate: Option<Arc<WorkerGate>>,
+    ) -> Result<Option<Self>> {
         if transforms.instance.is_none() && transforms.batch.is_none() {
             return Ok(None);
         }
-        if transforms.workers == 0 {
+        if threads == 0 {
             return Err(Error::Config("transform workers: at least 1".into()));
         }
         let declared = (transforms.output_schema.clone()).or_else(|| {
@@ -514,7 +541,7 @@ impl BatchTransformer {
                 .and_then(|m| m.output_schema(input))
         });
         let pool = match &transforms.instance {
-            Some(_) => Some(Workers::new(transforms.workers, "feedline-transform")?),
+            Some(_) => Some(Workers::new(threads, "feedline-transform")?),
             None => None,
         };
         Ok(Some(BatchTransformer {
@@ -528,6 +555,7 @@ impl BatchTransformer {
                 ),
                 inferred_from: RwLock::new(None),
                 stopping: AtomicBool::new(false),
+                gate,
             }),
             pool,
             in_flight: Arc::default(),
@@ -546,6 +574,15 @@ impl BatchTransformer {
         self.pool
             .as_ref()
             .map_or(0, |w| w.pool().current_num_threads())
+    }
+
+    /// The workers that may run rows at once: the gate's limit, else
+    /// [`workers`](Self::workers).
+    pub fn worker_limit(&self) -> usize {
+        match &self.core.gate {
+            Some(g) => g.limit().min(self.workers()),
+            None => self.workers(),
+        }
     }
 
     /// Make the batch of `rows` (drawn in pass `pass`) while the caller

@@ -55,6 +55,7 @@ pub use records::{RecordStage, StagedChunk};
 pub use row::Row;
 pub use seed::{instance_rng, instance_seed, InstanceRng};
 pub use slots::{OutRow, SlotMut};
+pub use workers::WorkerGate;
 
 use crate::batch::Batch;
 use crate::format::generator::Sample;

@@ -2,7 +2,11 @@
 //! threads are waited for when it is dropped. Rayon's own drop only asks
 //! its threads to end; a stopped pipeline would return with them still
 //! running (and, with a Python map, still holding on to the interpreter).
+//! [`WorkerGate`]: how many of them may run a row at once, changed while
+//! they run (an autotuner's workers: the pool is made at the most, the gate
+//! lets the tuned number work).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +16,72 @@ use crate::error::{Error, Result};
 
 /// How long dropping the pool waits for a worker still inside a map call.
 const GRACE: Duration = Duration::from_secs(2);
+
+/// How many transform workers may run a row at once: a row task waits at
+/// the gate (asleep, not spinning) while that many run, so at most
+/// [`limit`](Self::limit) workers are busy whatever the pool's size. The
+/// limit may change at any time; raising it wakes the waiting workers.
+/// Which worker runs a row does not change its output (each row's RNG is
+/// its own), so the batches do not depend on the limit.
+#[derive(Debug)]
+pub struct WorkerGate {
+    limit: AtomicUsize,
+    running: Mutex<usize>,
+    room: Condvar,
+    peak: AtomicUsize,
+}
+
+impl WorkerGate {
+    /// A gate letting `limit` workers (at least 1) run at once.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(WorkerGate {
+            limit: AtomicUsize::new(limit.max(1)),
+            running: Mutex::new(0),
+            room: Condvar::new(),
+            peak: AtomicUsize::new(0),
+        })
+    }
+
+    /// Let `limit` workers (at least 1) run at once from now on (those
+    /// running over a lowered limit finish their rows).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit.max(1), Ordering::Release);
+        let _running = self.running.lock();
+        self.room.notify_all();
+    }
+
+    /// The workers let run at once.
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// The most workers that ran rows at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Wait for a turn: until fewer than the limit run.
+    pub(crate) fn enter(self: &Arc<Self>) -> GateTurn {
+        let mut running = self.running.lock();
+        while *running >= self.limit() {
+            self.room.wait(&mut running);
+        }
+        *running += 1;
+        self.peak.fetch_max(*running, Ordering::Relaxed);
+        GateTurn(self.clone())
+    }
+}
+
+/// A worker's turn at the [`WorkerGate`], given back when dropped.
+pub(crate) struct GateTurn(Arc<WorkerGate>);
+
+impl Drop for GateTurn {
+    fn drop(&mut self) {
+        let mut running = self.0.running.lock();
+        *running -= 1;
+        self.0.room.notify_one();
+    }
+}
 
 /// A rayon pool of named threads, joined (within [`GRACE`]) on drop.
 pub(crate) struct Workers {
@@ -85,6 +155,41 @@ impl Drop for Workers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_lets_at_most_its_limit_run_and_a_raised_limit_wakes_the_waiting() {
+        // Mutation (tried): `>=` → `>` in `enter`'s wait lets limit + 1 run.
+        let w = Workers::new(6, "wtest-gate").unwrap();
+        let gate = WorkerGate::new(2);
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let run = |gate: &Arc<WorkerGate>| {
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            for _ in 0..24 {
+                let (gate, now, most, done) =
+                    (gate.clone(), now.clone(), most.clone(), done_tx.clone());
+                w.pool().spawn(move || {
+                    let _turn = gate.enter();
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    done.send(()).unwrap();
+                });
+            }
+            for _ in 0..24 {
+                done_rx.recv().unwrap();
+            }
+        };
+        run(&gate);
+        assert!(most.load(Ordering::SeqCst) <= 2, "more than the limit ran");
+        assert_eq!(gate.peak(), most.load(Ordering::SeqCst));
+        gate.set_limit(5);
+        most.store(0, Ordering::SeqCst);
+        run(&gate);
+        assert!(most.load(Ordering::SeqCst) <= 5);
+        assert!(gate.peak() <= 5);
+    }
 
     fn transform_threads() -> usize {
         std::fs::read_dir("/proc/self/task")

@@ -150,8 +150,6 @@ impl LoaderBuilder {
         open_options: OpenOptions => reading.open;
         /// The formats known (add your own).
         registry: Registry => inputs.registry;
-        /// Prefetch readers (default 2).
-        readers: usize => reading.readers;
         /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
         shuffle: usize => order.shuffle;
         /// Byte bound of the shuffle pool (default 256 MiB).
@@ -186,8 +184,6 @@ impl LoaderBuilder {
         chunk_records: usize => reading.chunk_records;
         /// Payload bytes per chunk (default 1 MiB).
         chunk_bytes: usize => reading.chunk_bytes;
-        /// Unacknowledged chunks per reader (default 2).
-        chunks_in_flight: usize => reading.chunks_in_flight;
         /// Out-of-order bytes held in deterministic mode (default 64 MiB).
         reorder_window: usize => order.reorder_window;
         /// Deterministic mode: snapshot the draw for checkpoints before every n-th batch (default [`SNAPSHOT_EVERY`](crate::SNAPSHOT_EVERY); 0 = never).
@@ -328,9 +324,55 @@ impl LoaderBuilder {
         self
     }
 
-    /// Transform workers: threads of their own, apart from the readers (default 2).
+    /// Transform workers: threads of their own, apart from the readers
+    /// (default 2; given, the [autotuner](Self::autotune) leaves them).
     pub fn workers(mut self, n: usize) -> Self {
         self.config.transforms.workers = n;
+        self.config.tuning.fixed.workers = true;
+        self
+    }
+
+    /// Prefetch readers (default 2; given, the [autotuner](Self::autotune)
+    /// leaves them).
+    pub fn readers(mut self, n: usize) -> Self {
+        self.config.reading.readers = n;
+        self.config.tuning.fixed.readers = true;
+        self
+    }
+
+    /// Unacknowledged chunks per reader (default 2; given, the
+    /// [autotuner](Self::autotune) leaves them).
+    pub fn chunks_in_flight(mut self, n: usize) -> Self {
+        self.config.reading.chunks_in_flight = n;
+        self.config.tuning.fixed.chunks_in_flight = true;
+        self
+    }
+
+    /// Tune, while the pipeline runs, the transform workers, batches in
+    /// flight and chunks in flight not given — and choose the readers not
+    /// given when it starts — within `budgets`' CPUs (readers and workers
+    /// together) and memory (the stated in-flight bound); what it chose is
+    /// [`StatsSnapshot::autotune`](crate::StatsSnapshot::autotune). See
+    /// [`crate::autotune`] and docs/autotune.md.
+    ///
+    /// ```no_run
+    /// use feedline_actors::{Autotune, Loader};
+    /// let loader = Loader::builder()
+    ///     .files(["data/*.tfrecord"])
+    ///     .autotune(Autotune { cpus: Some(8), ..Autotune::default() })
+    ///     .build()?;
+    /// # Ok::<(), feedline_actors::PipelineError>(())
+    /// ```
+    pub fn autotune(mut self, budgets: crate::autotune::Autotune) -> Self {
+        self.config.tuning.autotune = Some(budgets);
+        self
+    }
+
+    /// The autotuner's measurement interval (default
+    /// [`INTERVAL`](crate::autotune::INTERVAL)); tests shorten it.
+    #[doc(hidden)]
+    pub fn autotune_interval(mut self, every: std::time::Duration) -> Self {
+        self.config.tuning.interval = Some(every);
         self
     }
 

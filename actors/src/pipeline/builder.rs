@@ -18,9 +18,10 @@ use std::sync::Arc;
 use actix::prelude::*;
 use futures_channel::oneshot;
 
-use super::prepare::{prepare, Prepared};
+use super::prepare::{prepare, Prepared, TuningStart};
 use super::StartOptions;
 use crate::arbiters::Arbiters;
+use crate::autotune::{Knobs, Runner, TunedSetting};
 use crate::bad_records::BadRecords;
 use crate::batch_maker::{BatchMaker, MakerContext, MakerLinks, PackStage};
 use crate::config::PipelineConfig;
@@ -36,7 +37,8 @@ use crate::push::{FeedHandle, PushLinks};
 use crate::recorder::Recorders;
 use crate::resume_plan::{ConsumerResume, ResumeParts};
 use crate::settings::{
-    BatchMakerSettings, PushSettings, ReaderSettings, ShuffleSettings, SupervisorSettings,
+    BatchMakerSettings, PushSettings, ReaderSettings, ShuffleSettings, StageSettings,
+    SupervisorSettings,
 };
 use crate::shuffle_batch::{RestoredDraw, ShuffleBatch, ShuffleContext, ShuffleLinks};
 use crate::supervisor::{
@@ -123,6 +125,7 @@ pub(crate) fn build<S: TrainStep>(
         settings,
         restored,
         parts,
+        tuning,
     } = prepare(config, resume)?;
     // Before any stage starts: an address in use stops nothing.
     let metrics = match (metrics, &config.monitoring.metrics_addr) {
@@ -135,7 +138,8 @@ pub(crate) fn build<S: TrainStep>(
     let progress = site.consumer_progress(consumers && track_progress);
     let feed = start_feed_queue(&site, account_in_queue, &progress);
     // Drawn batches wait for the batch maker here: as many as it holds.
-    let orders = OrderQueue::new(FeedMode::Shared.lanes(1), settings.maker.in_flight)?;
+    let orders = OrderQueue::new(FeedMode::Shared.lanes(1), settings.maker.orders_waiting)?;
+    let autotune = tuning.map(|t| autotune_runner(&site, t, &settings));
     let maker = start_batch_maker(&site, settings.maker, &orders, transformer, &packed_ranks)?;
     let shuffle = start_shuffle(&site, settings.shuffle, restored, batcher, orders);
     let (file_queue, tasks) = start_file_queue(&site, plans, equalize, &shuffle);
@@ -157,6 +161,7 @@ pub(crate) fn build<S: TrainStep>(
         links,
         start_reader,
         steps.len(),
+        autotune,
     );
     start_trainers(&site, steps, &progress);
     let push = start_input(&site, &settings.push, &schema, &shuffle, &file_queue);
@@ -323,7 +328,7 @@ fn start_batch_maker(
     let links = MakerLinks {
         queued: site.supervisor.clone().recipient(),
     };
-    let workers = transformer.as_ref().map_or(0, |t| t.workers());
+    let workers = transformer.as_ref().map_or(0, |t| t.worker_limit());
     let recorder = recorders.maker(workers);
     let guard = site.guard.named("batch maker");
     let packing = match &settings.pack {
@@ -473,6 +478,27 @@ fn reader_factory(readers: ReadersContext, arbiters: &Arbiters) -> ReaderFactory
     })
 }
 
+/// The autotuner of a tuned pipeline: the stages' shared settings it
+/// changes (those of `tuning.tunable`), the counters it reads.
+fn autotune_runner(site: &Site, tuning: TuningStart, settings: &StageSettings) -> Runner {
+    let tuned = |s: TunedSetting| tuning.tunable.contains(&s);
+    let knobs = Knobs {
+        batches_in_flight: (tuned(TunedSetting::BatchesInFlight))
+            .then(|| settings.maker.in_flight.clone()),
+        chunks_in_flight: (tuned(TunedSetting::ChunksInFlight))
+            .then(|| settings.reader.chunks_in_flight.clone()),
+        workers: tuning.gate,
+    };
+    Runner::new(
+        site.config.clone(),
+        &tuning.tunable,
+        tuning.start,
+        tuning.workers_cap,
+        knobs,
+        site.recorders.stats(),
+    )
+}
+
 /// The supervisor, in the context made first (it starts the readers
 /// through `start_reader` as it starts, and waits for `trainers`
 /// trainers); what it gives back resolves with how the pipeline ended.
@@ -483,6 +509,7 @@ fn start_supervisor(
     links: SupervisorLinks,
     start_reader: ReaderFactory,
     trainers: usize,
+    autotune: Option<Runner>,
 ) -> oneshot::Receiver<Result<(), PipelineError>> {
     let (done_tx, done_rx) = oneshot::channel();
     ctx.run(Supervisor::new(SupervisorContext {
@@ -493,6 +520,7 @@ fn start_supervisor(
         readers: site.config.reading.readers,
         start_reader,
         trainers,
+        autotune,
         done: done_tx,
         guard: StageGuard::new("supervisor", site.queue.clone(), None, site.faults.clone()),
     }));

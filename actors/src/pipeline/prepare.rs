@@ -15,9 +15,10 @@ use feedline::batch_policy::{BatchPolicy, Batcher};
 use feedline::feed_queue::Lanes;
 use feedline::pack::Pack;
 use feedline::plan::{expand_inputs, Equalize, PassPlan};
-use feedline::transform::BatchTransformer;
+use feedline::transform::{BatchTransformer, WorkerGate};
 use feedline::Schema;
 
+use crate::autotune::{self, TunedSetting, TunedValues};
 use crate::config::{PipelineConfig, ShuffleMode, SCHEMA_SAMPLE_RECORDS};
 use crate::equalize::{count_records, count_tokens, EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
@@ -54,6 +55,45 @@ pub(crate) struct Prepared {
     /// Each stage's part of the resume (rebalanced between the new ranks
     /// when elastic; without its snapshot when that is not used).
     pub parts: Option<ResumeParts>,
+    /// Autotuning: what it starts from.
+    pub tuning: Option<TuningStart>,
+}
+
+/// What a tuned pipeline starts from: the settings it may change, their
+/// values at the start (in `config` already), the most transform workers
+/// (the pool's threads, of which the gate lets the tuned number work).
+pub(crate) struct TuningStart {
+    /// The settings the tuner may change.
+    pub tunable: Vec<TunedSetting>,
+    /// The values it starts from.
+    pub start: TunedValues,
+    /// The pool's threads: the most workers the CPU budget lets run.
+    pub workers_cap: usize,
+    /// The gate of the transform workers, when they are tuned.
+    pub gate: Option<Arc<WorkerGate>>,
+}
+
+/// Autotuning's start, decided here once: the settings it may change
+/// (judged before the start values go into the settings), the values it
+/// starts from — within the CPU budget — put into `config`, and with tuned
+/// workers a pool made at the most the budget lets run, gated.
+fn tuning_start(mut config: PipelineConfig) -> (PipelineConfig, Option<TuningStart>) {
+    let Some(tune) = config.tuning.autotune else {
+        return (config, None);
+    };
+    let cpus = tune.resolved_cpus();
+    let tunable = autotune::tunable(&config);
+    let start = autotune::start_values(&config, cpus);
+    let workers_cap = cpus.saturating_sub(start.readers).max(start.workers);
+    let gate = (tunable.contains(&TunedSetting::Workers)).then(|| WorkerGate::new(start.workers));
+    config = start.applied(&config);
+    let tuning = TuningStart {
+        tunable,
+        start,
+        workers_cap,
+        gate,
+    };
+    (config, Some(tuning))
 }
 
 /// Check and settle `config`, going on from `resume` if given (or from
@@ -66,11 +106,12 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, PipelineError> {
     let resume = from_first_pass(resume, config.resume.first_pass)?;
     let (config, schema, plans) = settle(config)?;
+    let (config, tuning) = tuning_start(config);
     check_resume(&config, &plans, resume.as_deref())?;
     let packed_ranks = count_packed_ranks(&config, &schema, &plans, resume.as_deref())?;
     let (equalize, resume) = count_records_and_rebalance(&config, &plans, resume)?;
     let batcher = Batcher::new(config.batching.batch.clone(), config.batching.drop_last)?;
-    let (transformer, batch_schema) = settle_batches(&config, &schema)?;
+    let (transformer, batch_schema) = settle_batches(&config, &schema, tuning.as_ref())?;
     let packing = config.batching.pack.is_some();
     let resume = snapshot_policy(resume, packing);
     let lanes = config.feeding.feed.lanes(config.feeding.devices);
@@ -91,6 +132,7 @@ pub(crate) fn prepare(
         settings,
         restored,
         parts,
+        tuning,
     })
 }
 
@@ -235,8 +277,17 @@ fn count_records_and_rebalance(
 fn settle_batches(
     config: &PipelineConfig,
     schema: &Schema,
+    tuning: Option<&TuningStart>,
 ) -> Result<(Option<BatchTransformer>, Schema), PipelineError> {
-    let transformer = BatchTransformer::new(&config.transforms, schema, config.order.seed)?;
+    let (transforms, seed) = (&config.transforms, config.order.seed);
+    let transformer = match tuning {
+        Some(TuningStart {
+            workers_cap,
+            gate: Some(gate),
+            ..
+        }) => BatchTransformer::gated(transforms, schema, seed, *workers_cap, gate.clone())?,
+        _ => BatchTransformer::new(transforms, schema, seed)?,
+    };
     let batch_schema = match &config.batching.pack {
         Some(p) => {
             // The documents' schema, when it is known before the first batch.

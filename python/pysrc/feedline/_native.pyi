@@ -152,7 +152,7 @@ class Loader(Iterator[Batch]):
         shuffle: int = 10_000,
         seed: int = 0,
         passes: Optional[int] = None,
-        readers: int = 2,
+        readers: Optional[int] = None,
         deterministic: bool = False,
         drop_last: bool = False,
         rank: Optional[int] = None,
@@ -182,8 +182,12 @@ class Loader(Iterator[Batch]):
         shuffle_mode: Optional[Literal["buffer", "global", "block"]] = None,
         index_dir: Optional[str] = None,
         metrics_addr: Optional[str] = None,
+        autotune: bool = False,
+        cpus: Optional[int] = None,
+        memory_budget: Optional[int] = None,
     ) -> "Loader":
-        """map: a Python callable (instance dict, rng) -> dict of output fields,
+        """readers: prefetch reader threads (default 2).
+        map: a Python callable (instance dict, rng) -> dict of output fields,
         run on `workers` transform threads with the GIL held (one at a time on
         a GIL build); its exceptions are bad records under `on_error`.
         resume: a state_dict() (or the JSON of a checkpoint(path) file) to go
@@ -231,6 +235,13 @@ class Loader(Iterator[Batch]):
         metrics_addr: "HOST:PORT": serve Prometheus metrics (OpenMetrics text)
         at http://HOST:PORT/metrics while the loader runs (default: none, no
         port opened); a port in use is a FeedlineError naming the address.
+        autotune: tune, while it runs, the transform workers, batches in flight
+        and chunks in flight not given (and choose the readers, when not given,
+        as it starts) within `cpus` threads (readers and workers; default: the
+        cores this process may use) and `memory_budget` bytes of stated
+        in-flight bound (default: a quarter of the memory it may use);
+        stats()["autotune"] has the values in force and the changes kept
+        (docs/autotune.md). cpus= and memory_budget= need autotune=True.
         A refused setting is a ValueError whose sentence is the one the Rust
         builder and the command give, each setting spelled as its keyword."""
     @staticmethod
