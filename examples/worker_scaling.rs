@@ -28,7 +28,10 @@
 //! With `--autotune --cpus N` instead of `--workers N` the autotuner
 //! chooses the workers within N threads (the reader's included);
 //! `workers_max` is the most workers that ran at once, `workers` those at
-//! the end (`ideal_per_s` is of those):
+//! the end (`ideal_per_s` is of those), `autotune` the tuner's values and
+//! the changes it kept (`null` without tuning), and
+//! `instances_per_s_after_3s` the rate from 3 s after the first batch on
+//! (`null` for a shorter run):
 //!
 //! ```text
 //! cargo run --release --example worker_scaling -- --autotune --cpus 32 --wait-us 2000 --skew lognormal --json
@@ -110,6 +113,12 @@ struct Run {
     ideal_per_s: f64,
     efficiency: f64,
     batches_in_flight: usize,
+    /// Instances per second from 3 s after the first batch to the last
+    /// (`None` when the run ended sooner): the rate once a tuner has had
+    /// 3 s.
+    instances_per_s_after_3s: Option<f64>,
+    /// The autotuner's values and the changes it kept (JSON), if tuning.
+    tuned: Option<serde_json::Value>,
 }
 
 /// A wait of mean `mean_us` drawn from a lognormal with σ = 1 (Box–Muller
@@ -184,6 +193,8 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
     let loader = builder.build()?;
     let stats = loader.stats_handle();
     let (mut first, mut rows, mut rows_after_first) = (None, 0u64, 0u64);
+    // Rows delivered from 3 s after the first batch on, and when that began.
+    let (mut rows_after_3s, mut at_3s) = (0u64, None);
     let mut last = Instant::now();
     for delivered in loader {
         let n = delivered?.batch.len() as u64;
@@ -191,9 +202,20 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
         last = Instant::now();
         match first {
             None => first = Some(last),
-            Some(_) => rows_after_first += n,
+            Some(f) => {
+                rows_after_first += n;
+                if last - f >= Duration::from_secs(3) {
+                    match at_3s {
+                        None => at_3s = Some(last),
+                        Some(_) => rows_after_3s += n,
+                    }
+                }
+            }
         }
     }
+    let instances_per_s_after_3s = at_3s
+        .filter(|&t| last > t)
+        .map(|t| rows_after_3s as f64 / (last - t).as_secs_f64());
     if rows != instances {
         return Err(format!("{rows} instances delivered, {instances} expected").into());
     }
@@ -201,11 +223,13 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
     let instances_per_s = rows_after_first as f64 / elapsed;
     let count = waits.count.load(Relaxed).max(1);
     let mean_wait_us = waits.total_ns.load(Relaxed) as f64 / count as f64 / 1e3;
-    let (workers, workers_max, batches_in_flight) = match (workers, stats.snapshot().autotune) {
+    let tuned = stats.snapshot().autotune;
+    let (workers, workers_max, batches_in_flight) = match (workers, &tuned) {
         (Some(n), _) => (n, n, batches_in_flight),
         (None, Some(a)) => (a.values.workers, a.workers_max, a.values.batches_in_flight),
         (None, None) => return Err("autotuning on, but no autotune statistics".into()),
     };
+    let tuned = tuned.map(|a| serde_json::to_value(a)).transpose()?;
     let ideal_per_s = workers as f64 * 1e6 / mean_wait_us;
     Ok(Run {
         workers,
@@ -216,6 +240,8 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
         ideal_per_s,
         efficiency: instances_per_s / ideal_per_s,
         batches_in_flight,
+        instances_per_s_after_3s,
+        tuned,
     })
 }
 
@@ -269,7 +295,8 @@ fn main() -> ExitCode {
         let json = serde_json::json!({
             "workers": r.workers,
             "workers_max": r.workers_max,
-            "autotune": args.autotune,
+            "autotune": r.tuned,
+            "instances_per_s_after_3s": r.instances_per_s_after_3s,
             "wait_us": args.wait_us,
             "skew": format!("{:?}", args.skew).to_lowercase(),
             "batch": args.batch,
