@@ -229,7 +229,7 @@ fn run(args: &Args, workers: Option<usize>) -> Result<Run, Box<dyn std::error::E
         (None, Some(a)) => (a.values.workers, a.workers_max, a.values.batches_in_flight),
         (None, None) => return Err("autotuning on, but no autotune statistics".into()),
     };
-    let tuned = tuned.map(|a| serde_json::to_value(a)).transpose()?;
+    let tuned = tuned.map(serde_json::to_value).transpose()?;
     let ideal_per_s = workers as f64 * 1e6 / mean_wait_us;
     Ok(Run {
         workers,
