@@ -551,21 +551,13 @@ impl RunReader {
         record: u64,
         last: u64,
     ) -> feedline::Result<&mut Box<dyn RecordReader>> {
-        let s = self.set.clone();
         if !self.checked.contains(&file) {
-            s.indexes[file].check_unchanged()?;
+            self.set.indexes[file].check_unchanged()?;
             self.checked.push(file);
         }
         if self.readers.len() >= OPEN_FILES && !self.readers.contains_key(&file) {
             self.readers.clear();
         }
-        let (format, path) = &s.formats[file];
-        let open = |start: u64| -> feedline::Result<Box<dyn RecordReader>> {
-            let mut o = s.open.clone();
-            o.start_record = start;
-            o.compression = Some(feedline::format::Compression::None);
-            format.open(path, &o)
-        };
         let span = self.span(file, record, last + 1)?;
         let reopen = match self.readers.get_mut(&file) {
             None => true,
@@ -579,7 +571,11 @@ impl RunReader {
             },
         };
         if reopen {
-            let mut r = open(if span.is_some() { 0 } else { record })?;
+            let (format, path) = &self.set.formats[file];
+            let mut o = self.set.open.clone();
+            o.start_record = if span.is_some() { 0 } else { record };
+            o.compression = Some(feedline::format::Compression::None);
+            let mut r = format.open(path, &o)?;
             if let Some((offset, end)) = span {
                 if !r.seek_indexed(record, offset, end)? {
                     r.skip_to(record)?;

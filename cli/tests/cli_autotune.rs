@@ -134,14 +134,7 @@ fn budgets_are_refused_in_the_flags_words() {
     for (flags, sentence) in cases {
         let mut args: Vec<&str> = vec!["run", &f[0]];
         args.extend(&flags);
-        let o = feedline(&args);
-        assert_no_panic(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
-        assert_eq!(
-            stderr(&o).trim_end(),
-            format!("feedline: error: invalid configuration: {sentence}"),
-            "{args:?}"
-        );
+        assert_refused(&args, sentence);
     }
     // Deterministic mode holds a 64 MiB reorder window whatever the records.
     let o = feedline(&[

@@ -51,14 +51,7 @@ fn a_mistake_reads_as_the_flags_name_its_settings() {
         ),
     ];
     for (args, sentence) in cases {
-        let o = feedline(&args);
-        assert_no_panic(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
-        assert_eq!(
-            stderr(&o).trim_end(),
-            format!("feedline: error: invalid configuration: {sentence}"),
-            "{args:?}"
-        );
+        assert_refused(&args, sentence);
     }
 }
 

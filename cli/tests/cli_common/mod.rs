@@ -70,3 +70,16 @@ pub fn code(o: &Output) -> i32 {
         .code()
         .unwrap_or_else(|| panic!("killed: {:?}, stderr: {}", o.status, stderr(o)))
 }
+
+/// `args` are refused as an invalid configuration (exit 2), the error
+/// being exactly `sentence`.
+pub fn assert_refused(args: &[&str], sentence: &str) {
+    let o = feedline(args);
+    assert_no_panic(&o);
+    assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim_end(),
+        format!("feedline: error: invalid configuration: {sentence}"),
+        "{args:?}"
+    );
+}
