@@ -26,7 +26,8 @@
 //!
 //! `--json` prints one JSON object on the last line of standard output.
 //! With `--autotune --cpus N` instead of `--workers N` the autotuner
-//! chooses the workers within N threads (the reader's included);
+//! chooses the workers within N cores of CPU time, at most N workers (the
+//! simulated waits use none, so the pool can reach N);
 //! `workers_max` is the most workers that ran at once, `workers` those at
 //! the end (`ideal_per_s` is of those), `autotune` the tuner's values and
 //! the changes it kept (`null` without tuning), and
@@ -85,7 +86,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Let the autotuner choose the workers (instead of --workers), within
-    /// --cpus threads (the reader's included).
+    /// --cpus cores of CPU time, at most --cpus workers.
     #[arg(long, conflicts_with = "workers")]
     autotune: bool,
     /// The autotuner's CPU budget (default: the cores this process may use).

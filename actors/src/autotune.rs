@@ -1,8 +1,10 @@
 //! The autotuner: it owns the choice, while a pipeline runs, of the
 //! settings the user did not give — transform workers, batches in flight,
 //! chunks in flight (and, in its policy, readers) — within a CPU budget
-//! (readers and transform workers together) and a memory budget (the
-//! stated in-flight bound, [`PipelineConfig::in_flight_bound_bytes`]).
+//! (the process's CPU time, in cores: a thread is added only while the
+//! process used less; each pool of threads at most that many: tf.data's
+//! rule, [`Budgets`]) and a memory budget (the stated in-flight bound,
+//! [`PipelineConfig::in_flight_bound_bytes`]).
 //!
 //! It decides from measurement, not from a model (tf.data's `STAGE_BASED`
 //! idea, on the stage counters feedline keeps anyway): at the end of every
@@ -54,6 +56,31 @@ pub const MAX_LOOKS: u32 = 50;
 /// How much the delivered rate must rise for a change to be kept: 3 %.
 pub const MARGIN: f64 = 0.03;
 
+/// The CPU time, in cores, the process must leave unused of the CPU
+/// budget for the tuner to try one more reader or worker: a quarter of a
+/// core (a thread that mostly waits, as a reader of small records does,
+/// still fits; a saturated machine gets no more threads).
+pub const CPU_ROOM: f64 = 0.25;
+
+/// The CPU seconds (user and system) this process has used so far; `None`
+/// where they cannot be read (not a Unix).
+pub fn process_cpu_seconds() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage writes into the struct passed; RUSAGE_SELF is valid.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+            return None;
+        }
+        let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+        Some(t(u.ru_utime) + t(u.ru_stime))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// The most chunks in flight per reader the tuner raises to.
 pub const MAX_CHUNKS_IN_FLIGHT: usize = 64;
 
@@ -90,6 +117,18 @@ impl TunedValues {
     }
 }
 
+impl AutotuneSnapshot {
+    /// `config` (the settings as given) with what the tuner chose in it:
+    /// its values, and the shuffle pool's byte bound when it sized it.
+    pub fn applied(&self, config: &PipelineConfig) -> PipelineConfig {
+        let mut c = self.values.applied(config);
+        if let Some(bytes) = self.shuffle_bytes {
+            c.order.shuffle_bytes = bytes;
+        }
+        c
+    }
+}
+
 /// Which settings of `config` the tuner may change while the pipeline
 /// runs (the config says which are its: [`PipelineConfig::tuners_settings`];
 /// not readers, fixed once it runs: see the module's doc).
@@ -114,17 +153,18 @@ fn least(setting: TunedSetting) -> usize {
 }
 
 /// The values a tuned pipeline of `config` starts with: its own, the
-/// tuned ones lowered as far as needed (to their least at most) for the
-/// threads to be within `cpus` — the readers (fixed once it runs) leaving
-/// a thread for a transform worker, then the workers.
+/// tuned pools of threads at most `cpus` each (tf.data's rule: the CPU
+/// time they use, not their count, is what the tuner then keeps within
+/// the budget, [`Budgets`]; tf.data starts a tuned map's parallelism at
+/// the cores, too) — the readers, fixed once it runs, at most `cpus`; the
+/// workers at most `cpus` (the tuner adds more while the CPUs have room).
 pub(crate) fn start_values(config: &PipelineConfig, cpus: usize) -> TunedValues {
     let mut v = TunedValues::of(config);
-    let worker = usize::from(config.transforms.instance.is_some());
     if config.tuners_settings().readers {
-        v.readers = v.readers.min(cpus.saturating_sub(worker)).max(1);
+        v.readers = v.readers.min(cpus).max(1);
     }
     if tunable(config).contains(&TunedSetting::Workers) {
-        v.workers = v.workers.min(cpus.saturating_sub(v.readers)).max(1);
+        v.workers = v.workers.min(cpus).max(1);
     }
     if config.batching.batches_in_flight.is_none() {
         // The default follows the workers: ⌈16 × workers / batch⌉.
@@ -134,6 +174,30 @@ pub(crate) fn start_values(config: &PipelineConfig, cpus: usize) -> TunedValues 
     }
     v
 }
+
+/// The shuffle pool's byte bound of a tuned pipeline of `config` within a
+/// memory budget of `memory` bytes, when it is the tuner's
+/// ([`PipelineConfig::tuners_settings`]: not given, with a pool) and the
+/// default is more than [`POOL_SHARE_OF_BUDGET`] of the budget: that share
+/// (at least 1 byte). The pool holds its bound twice at most (the pool and
+/// the end-of-pass drain), so a quarter leaves half the budget to the
+/// chunks, the batches and the workers. Sized once as the pipeline starts
+/// (the pool does not change size while it runs). Not in deterministic
+/// mode: the pool's bound is part of what the draw is a function of, and
+/// tuning never changes a deterministic run's batches.
+pub fn pool_bytes(config: &PipelineConfig, memory: u64) -> Option<usize> {
+    if !config.tuners_settings().shuffle_bytes || config.order.deterministic {
+        return None;
+    }
+    let share = usize::try_from((memory as f64 * POOL_SHARE_OF_BUDGET) as u64)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    (config.order.shuffle_bytes > share).then_some(share)
+}
+
+/// The share of the memory budget the shuffle pool's byte bound may take
+/// when the tuner sizes it ([`pool_bytes`]).
+pub const POOL_SHARE_OF_BUDGET: f64 = 0.25;
 
 /// One stage's shares of an interval (per reader, per worker).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -166,6 +230,11 @@ pub struct Measurement {
     /// A record's bytes as the bound counts them, as seen so far
     /// ([`PipelineConfig::record_bytes_of_run`]).
     pub record_bytes: usize,
+    /// The CPU time the process used over the interval, in cores (user
+    /// and system, [`process_cpu_seconds`]); `None` where it is not
+    /// measured (then threads count: readers and workers together within
+    /// the CPU budget).
+    pub cpu_cores: Option<f64>,
 }
 
 /// Where the tuner's measurements come from: the pipeline's counters, or
@@ -178,7 +247,12 @@ pub trait CounterSource {
 /// The budgets the tuner keeps within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budgets {
-    /// Readers and transform workers together, at most.
+    /// Cores of CPU time. A reader or worker is added only while the
+    /// process used at most `cpus − `[`CPU_ROOM`] cores over the interval,
+    /// and kept only if it used at most `cpus × (1 + `[`MARGIN`]`)` over
+    /// its trial; each pool (the readers, the workers) is at most `cpus`
+    /// threads. Unmeasured ([`Measurement::cpu_cores`] `None`): readers and
+    /// workers together at most `cpus` threads.
     pub cpus: usize,
     /// The stated in-flight bound, at most.
     pub memory: u64,
@@ -220,6 +294,12 @@ pub struct Tuner {
     workers_max: usize,
     /// Intervals a trial lets pass before the one it is judged by.
     settle: u32,
+    /// The shuffle pool's byte bound, when the pipeline sized it from the
+    /// memory budget ([`pool_bytes`]).
+    shuffle_bytes: Option<usize>,
+    /// Whether the log has said that the bound cannot be brought within
+    /// the memory budget (said once).
+    over_budget_said: bool,
 }
 
 impl Tuner {
@@ -245,7 +325,16 @@ impl Tuner {
             settled: false,
             workers_max: start.workers,
             settle: 1,
+            shuffle_bytes: None,
+            over_budget_said: false,
         }
+    }
+
+    /// Says that the pipeline sized the shuffle pool's byte bound to
+    /// `bytes` ([`pool_bytes`]): the snapshot carries it.
+    pub fn with_shuffle_bytes(mut self, bytes: Option<usize>) -> Self {
+        self.shuffle_bytes = bytes;
+        self
     }
 
     /// The values in force.
@@ -261,6 +350,7 @@ impl Tuner {
             trials: self.trials,
             settled: self.settled,
             workers_max: self.workers_max,
+            shuffle_bytes: self.shuffle_bytes,
         }
     }
 
@@ -291,7 +381,10 @@ impl Tuner {
                 rate_before,
                 ..
             } => {
-                if m.rate >= rate_before * (1.0 + MARGIN) && m.rate > 0.0 {
+                if m.rate >= rate_before * (1.0 + MARGIN)
+                    && m.rate > 0.0
+                    && self.cpu_kept(setting, &m)
+                {
                     log::info!(
                         "autotune: {setting} {from} → {to} kept ({rate_before:.0} → {:.0} records/s)",
                         m.rate
@@ -366,7 +459,17 @@ impl Tuner {
             .max(least(s));
             (to < from).then_some((s, from, to))
         });
-        let (setting, from, to) = lower?;
+        let Some((setting, from, to)) = lower else {
+            if !self.over_budget_said {
+                self.over_budget_said = true;
+                log::warn!(
+                    "autotune: the in-flight bound, {} bytes, is over the memory budget of {} bytes with the tuned settings at their least: the settings given (the shuffle pool's bytes, the feed queue's capacity, the workers) hold more",
+                    self.bound(&self.values, m.record_bytes),
+                    self.budgets.memory
+                );
+            }
+            return None;
+        };
         log::info!(
             "autotune: {setting} {from} → {to}: the in-flight bound was over the memory budget of {} bytes",
             self.budgets.memory
@@ -391,7 +494,7 @@ impl Tuner {
         let next = match m.rate > 0.0 {
             true => self.candidates(m).into_iter().find_map(|s| {
                 let from = self.values.get(s);
-                self.raised(s, from, m.record_bytes).map(|to| (s, from, to))
+                self.raised(s, from, m).map(|to| (s, from, to))
             }),
             false => None,
         };
@@ -438,20 +541,40 @@ impl Tuner {
             .collect()
     }
 
-    /// `setting` raised from `from`: doubled (readers: one more), or as far
-    /// as the budgets and its most let; `None` when it cannot rise.
-    fn raised(&self, setting: TunedSetting, from: usize, record_bytes: usize) -> Option<usize> {
+    /// Whether a kept trial of `setting` used CPU time within the budget
+    /// (settings that are not threads: always).
+    fn cpu_kept(&self, setting: TunedSetting, m: &Measurement) -> bool {
+        let threads = matches!(setting, TunedSetting::Readers | TunedSetting::Workers);
+        let most = self.budgets.cpus as f64 * (1.0 + MARGIN);
+        !threads || m.cpu_cores.is_none_or(|c| c <= most)
+    }
+
+    /// `setting` raised from `from` after the interval `m`: doubled
+    /// (readers: one more), or as far as the budgets and its most let;
+    /// `None` when it cannot rise. A pool of threads rises only while `m`
+    /// left [`CPU_ROOM`] of the CPU budget, to `cpus` threads at most (not
+    /// measured: readers and workers together at most `cpus`).
+    fn raised(&self, setting: TunedSetting, from: usize, m: &Measurement) -> Option<usize> {
         let most = match setting {
             TunedSetting::Readers => MAX_READERS,
             TunedSetting::Workers => self.workers_cap,
             TunedSetting::BatchesInFlight => MAX_BATCHES_IN_FLIGHT,
             TunedSetting::ChunksInFlight => MAX_CHUNKS_IN_FLIGHT,
         };
-        let threads_left = self.budgets.cpus.saturating_sub(self.values.threads());
-        let most = match setting {
-            TunedSetting::Readers | TunedSetting::Workers => most.min(from + threads_left),
+        let cpus = self.budgets.cpus;
+        let most = match (setting, m.cpu_cores) {
+            (TunedSetting::Readers | TunedSetting::Workers, Some(used)) => {
+                match used <= cpus as f64 - CPU_ROOM {
+                    true => most.min(cpus),
+                    false => from,
+                }
+            }
+            (TunedSetting::Readers | TunedSetting::Workers, None) => {
+                most.min(from + cpus.saturating_sub(self.values.threads()))
+            }
             _ => most,
         };
+        let record_bytes = m.record_bytes;
         let step = match setting {
             TunedSetting::Readers => from + 1,
             _ => from.saturating_mul(2).max(from + 1),
@@ -497,6 +620,8 @@ pub(crate) struct LiveCounters {
     stats: Stats,
     config: Arc<PipelineConfig>,
     last: RawCounters,
+    /// The process's CPU seconds at the last measurement.
+    last_cpu_s: Option<f64>,
 }
 
 impl LiveCounters {
@@ -506,6 +631,7 @@ impl LiveCounters {
             stats,
             config,
             last,
+            last_cpu_s: process_cpu_seconds(),
         }
     }
 }
@@ -515,6 +641,11 @@ impl CounterSource for LiveCounters {
         let now = self.stats.raw();
         let last = std::mem::replace(&mut self.last, now);
         let dt_ns = now.t_ns.saturating_sub(last.t_ns).max(1) as f64;
+        let cpu_s = process_cpu_seconds();
+        let last_cpu_s = std::mem::replace(&mut self.last_cpu_s, cpu_s);
+        let cpu_cores = cpu_s
+            .zip(last_cpu_s)
+            .map(|(now_s, then_s)| (now_s - then_s).max(0.0) / (dt_ns / 1e9));
         let shares = |a: [u64; 4], b: [u64; 4], workers: u64| {
             let per = dt_ns * workers.max(1) as f64;
             let d = |i: usize| b[i].saturating_sub(a[i]) as f64 / per;
@@ -549,6 +680,7 @@ impl CounterSource for LiveCounters {
             limiting,
             feed_queue_depth: now.queue_depth,
             record_bytes: self.config.record_bytes_of_run(&self.stats.snapshot()),
+            cpu_cores,
         }
     }
 }
@@ -599,13 +731,15 @@ pub(crate) struct Runner {
 
 impl Runner {
     /// The runner of `config` (tuning on) changing `tunable` from `start`
-    /// (workers never past `workers_cap`) through its stages' `knobs`,
+    /// (workers never past `workers_cap`; the shuffle pool's byte bound
+    /// sized to `shuffle_bytes`, if it was) through its stages' `knobs`,
     /// reading `stats`.
     pub(crate) fn new(
         config: Arc<PipelineConfig>,
         tunable: &[TunedSetting],
         start: TunedValues,
         workers_cap: usize,
+        shuffle_bytes: Option<usize>,
         knobs: Knobs,
         stats: Stats,
     ) -> Self {
@@ -628,7 +762,8 @@ impl Runner {
             budgets.cpus,
             budgets.memory
         );
-        let tuner = Tuner::new(&config, tunable, start, budgets, workers_cap);
+        let tuner = Tuner::new(&config, tunable, start, budgets, workers_cap)
+            .with_shuffle_bytes(shuffle_bytes);
         stats.set_autotune(tuner.snapshot());
         let interval = config.tuning.interval.unwrap_or(INTERVAL);
         Runner {

@@ -495,11 +495,14 @@ pub struct Tuning {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Autotune {
-    /// Threads the readers and transform workers may be together (`None`:
-    /// the cores this process may use, [`available_cpus`]).
+    /// Cores of CPU time the process may use: the tuner adds a reader or
+    /// worker only while it used less, each pool at most this many threads
+    /// ([`Budgets`](crate::autotune::Budgets); `None`: the cores this
+    /// process may use, [`available_cpus`]).
     pub cpus: Option<usize>,
-    /// Bytes the stated in-flight bound may reach (`None`: a quarter of the
-    /// memory this process may use, [`available_memory`]).
+    /// Bytes the stated in-flight bound may reach (`None`: half the
+    /// memory this process may use, [`available_memory`], as tf.data's
+    /// `ram_budget`).
     pub memory_budget: Option<u64>,
 }
 
@@ -512,7 +515,7 @@ impl Autotune {
     /// The memory budget in force, in bytes.
     pub fn resolved_memory_budget(&self) -> u64 {
         self.memory_budget
-            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 4))
+            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 2))
     }
 }
 
@@ -569,6 +572,9 @@ pub(crate) struct TunersSettings {
     pub batches_in_flight: bool,
     /// The readers' chunks in flight (not in push mode).
     pub chunks_in_flight: bool,
+    /// The shuffle pool's byte bound, sized once as the pipeline starts
+    /// (with a shuffle pool).
+    pub shuffle_bytes: bool,
 }
 
 /// Which of the settings the autotuner would tune were given by the user
@@ -582,6 +588,9 @@ pub struct FixedSettings {
     pub workers: bool,
     /// Chunks in flight per reader given.
     pub chunks_in_flight: bool,
+    /// The shuffle pool's byte bound given (not given, a tuned pipeline
+    /// sizes it from the memory budget: [`crate::autotune::pool_bytes`]).
+    pub shuffle_bytes: bool,
 }
 
 /// Every setting of a pipeline, by concern: each group is a value of its
@@ -910,15 +919,15 @@ fn num(setting: Setting, n: impl std::fmt::Display) -> SettingError {
 }
 
 impl PipelineConfig {
-    /// Check every setting — the one place that does — before anything
-    /// starts: an error names the setting by key ([`Setting`]), its value
-    /// and what it must be, and each face spells the keys its own way.
     /// Whether the batches are the same whatever the readers and timing:
     /// asked for (`deterministic`), or the global order's (always).
     pub fn deterministic(&self) -> bool {
         self.order.deterministic || self.order.shuffle_mode == ShuffleMode::Global
     }
 
+    /// Check every setting — the one place that does — before anything
+    /// starts: an error names the setting by key ([`Setting`]), its value
+    /// and what it must be, and each face spells the keys its own way.
     /// `passes(0)` is refused (a pipeline of no passes would only end).
     pub fn check(&self) -> Result<(), PipelineError> {
         use Setting as S;
@@ -1251,7 +1260,7 @@ impl PipelineConfig {
         let least = self.least_tuned();
         let (readers, workers) = least.threads();
         let cpus = tune.resolved_cpus();
-        if readers + workers > cpus {
+        if readers.max(workers) > cpus {
             let why = match tune.cpus {
                 Some(_) => num(S::Cpus, cpus),
                 None => SettingError::says(format!("the {cpus} CPUs this process may use ("))
@@ -1259,7 +1268,7 @@ impl PipelineConfig {
                     .text(")"),
             };
             return refuse(why.text(format!(
-                " is fewer than the threads the pipeline needs at least: {readers} readers and {workers} transform workers"
+                " is fewer than the threads the pipeline needs at least in one pool: {readers} readers and {workers} transform workers (each pool at most the CPU budget)"
             )));
         }
         let memory = tune.resolved_memory_budget();
@@ -1268,7 +1277,7 @@ impl PipelineConfig {
             let why = match tune.memory_budget {
                 Some(_) => num(S::MemoryBudget, memory),
                 None => SettingError::says(format!(
-                    "a quarter of the memory this process may use ({memory} bytes, "
+                    "half the memory this process may use ({memory} bytes, "
                 ))
                 .named(S::MemoryBudget)
                 .text(")"),
@@ -1292,6 +1301,7 @@ impl PipelineConfig {
             workers: !fixed.workers && self.transforms.instance.is_some(),
             batches_in_flight: self.batching.batches_in_flight.is_none(),
             chunks_in_flight: !fixed.chunks_in_flight && files,
+            shuffle_bytes: !fixed.shuffle_bytes && self.order.shuffle > 0,
         }
     }
 

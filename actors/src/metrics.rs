@@ -379,7 +379,7 @@ mod imp {
                 pass = pass.min(config.order.passes.saturating_sub(1));
             }
             // With autotuning: the bound of the values in force.
-            let tuned = snap.autotune.as_ref().map(|a| a.values.applied(config));
+            let tuned = snap.autotune.as_ref().map(|a| a.applied(config));
             let in_force = tuned.as_ref().unwrap_or(config);
             let bound = (snap.readers.records > 0)
                 .then(|| in_force.in_flight_bound_bytes(config.record_bytes_of_run(&snap)) as u64);

@@ -115,7 +115,8 @@ pub enum Setting {
     // Tuning.
     /// Tune the settings not given while the pipeline runs.
     Autotune,
-    /// The autotuner's CPU budget: readers and transform workers together.
+    /// The autotuner's CPU budget: cores of CPU time, each pool at most
+    /// that many threads.
     Cpus,
     /// The autotuner's memory budget: the stated in-flight bound.
     MemoryBudget,

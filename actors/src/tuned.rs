@@ -124,6 +124,10 @@ pub struct AutotuneSnapshot {
     /// The most transform workers let run at any moment.
     #[serde(skip)]
     pub workers_max: usize,
+    /// The shuffle pool's byte bound in force, when the tuner sized it
+    /// from the memory budget ([`pool_bytes`](crate::autotune::pool_bytes)).
+    #[serde(skip)]
+    pub shuffle_bytes: Option<usize>,
 }
 
 impl AutotuneSnapshot {
@@ -151,6 +155,9 @@ impl AutotuneSnapshot {
             self.changes.len(),
             self.trials
         );
+        if let Some(b) = self.shuffle_bytes {
+            line += &format!("; the shuffle pool's byte bound {b} bytes, from the memory budget");
+        }
         if let Some(c) = self.changes.last() {
             line += &format!(
                 "; last at {:.2} s: {} {} → {}, {:.0} → {:.0} records/s",

@@ -12,12 +12,18 @@ use feedline_actors::{Bottleneck, PipelineConfig, TunedSetting, TunedValues};
 /// rate, the limiting stage, the stages' shares.
 type Model = Box<dyn Fn(&TunedValues) -> (f64, Bottleneck, StageShares)>;
 
+/// The CPU time, in cores, a modelled pipeline uses for the values in force.
+type CpuModel = Box<dyn Fn(&TunedValues) -> f64>;
+
 /// A modelled pipeline: what an interval shows for the values in force.
 struct World {
     values: TunedValues,
     t_s: f64,
     record_bytes: usize,
     model: Model,
+    /// The process's CPU time, in cores, for the values in force (`None`:
+    /// not measured).
+    cpu: Option<CpuModel>,
 }
 
 impl CounterSource for World {
@@ -33,6 +39,7 @@ impl CounterSource for World {
             limiting,
             feed_queue_depth: 0,
             record_bytes: self.record_bytes,
+            cpu_cores: self.cpu.as_ref().map(|cpu| cpu(&self.values)),
         }
     }
 }
@@ -96,6 +103,7 @@ impl Run {
                 t_s: 0.0,
                 record_bytes: 1024,
                 model: Box::new(model),
+                cpu: None,
             },
             config,
             budgets,
@@ -111,7 +119,13 @@ impl Run {
             }
             let v = self.tuner.values();
             assert_eq!(v, self.world.values);
-            assert!(v.threads() <= self.budgets.cpus, "{v:?} over the CPUs");
+            match &self.world.cpu {
+                None => assert!(v.threads() <= self.budgets.cpus, "{v:?} over the CPUs"),
+                Some(_) => assert!(
+                    v.readers.max(v.workers) <= self.budgets.cpus,
+                    "{v:?}: a pool over the CPUs"
+                ),
+            }
             let bound = v.bound_bytes(&self.config, self.world.record_bytes) as u64;
             assert!(bound <= self.budgets.memory, "{v:?}: bound {bound}");
             self.seen.push(v);
@@ -331,6 +345,7 @@ fn with_more_workers_the_batches_in_flight_follow_them_and_go_back_with_them() {
                 BUSY,
             )
         }),
+        cpu: None,
     };
     let mut seen = vec![start()];
     for _ in 0..12 {
@@ -353,4 +368,37 @@ fn with_more_workers_the_batches_in_flight_follow_them_and_go_back_with_them() {
         .map(|c| (c.setting, c.from, c.to))
         .collect();
     assert_eq!(kept[..4], [(W, 1, 2), (B, 2, 4), (W, 2, 4), (B, 4, 8)]);
+}
+
+#[test]
+fn with_the_cpu_time_measured_threads_are_added_while_the_cpus_have_room() {
+    use TunedSetting::Workers as W;
+    let rate = |v: &TunedValues| (1000.0 * v.workers as f64, Bottleneck::BatchMaker, BUSY);
+    let budgets = |cpus| Budgets {
+        cpus,
+        memory: 1 << 40,
+    };
+    // A reader that mostly waits and workers of 0.7 cores each: on 2 CPUs,
+    // 1 reader and 2 workers (1.7 cores) — more threads than CPUs — and no
+    // third worker (a pool is at most the 2 CPUs).
+    let mut run = Run::new(&[W], budgets(2), rate);
+    run.world.cpu = Some(Box::new(|v| 0.3 + 0.7 * v.workers as f64));
+    run.ticks(20);
+    assert_eq!(run.path(W), vec![1, 2]);
+    assert_eq!(run.tuner.values().threads(), 3);
+    assert!(run.tuner.snapshot().settled);
+    // The CPUs saturated (1.8 of 2 used, less than a quarter core left):
+    // no worker is tried, though more would seem to help.
+    let mut run = Run::new(&[W], budgets(2), rate);
+    run.world.cpu = Some(Box::new(|_| 1.8));
+    run.ticks(20);
+    assert_eq!(run.path(W), vec![1]);
+    assert_eq!(run.tuner.snapshot().trials, 0);
+    // Workers of a full core each on 4 CPUs: 4 workers would use 4.2
+    // cores, over the budget: reverted though the rate rose.
+    let mut run = Run::new(&[W], budgets(4), rate);
+    run.world.cpu = Some(Box::new(|v| 0.2 + v.workers as f64));
+    run.ticks(30);
+    assert_eq!(run.path(W), vec![1, 2, 4, 2]);
+    assert_eq!(run.kept(), vec![(W, 1, 2)]);
 }

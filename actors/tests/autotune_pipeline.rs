@@ -82,8 +82,9 @@ fn with_tuning_on_every_record_comes_once_per_pass() {
         assert_exactly_once(&per_pass, &want, 2);
         let a = stats.snapshot().autotune.expect("tuning on: its snapshot");
         assert!(a.trials >= 1, "seed {seed}: the settings never changed");
-        assert!(a.values.workers + a.values.readers <= 8);
-        assert!(a.workers_max <= 8 - a.values.readers);
+        // Each pool at most the 8 CPUs of the budget.
+        assert!(a.values.workers <= 8 && a.values.readers <= 8);
+        assert!(a.workers_max <= 8);
     }
 }
 
@@ -190,4 +191,59 @@ fn budgets_are_checked_with_every_setting() {
     };
     let m = refused(b().given(given));
     assert!(m.starts_with("cpus(4) applies only with autotune"), "{m}");
+}
+
+/// With a memory budget, the shuffle pool's byte bound not given is sized
+/// to a quarter of it (the stated bound then within the budget for records
+/// of every size the pool holds), every record still once; given, or in
+/// deterministic mode, it is left as it was.
+#[test]
+fn a_memory_budget_sizes_the_shuffle_pool_not_given() {
+    let budget: u64 = 64 << 20;
+    let with_budget = |b: LoaderBuilder| {
+        b.autotune(Autotune {
+            cpus: Some(8),
+            memory_budget: Some(budget),
+        })
+        .autotune_interval(Duration::from_millis(5))
+    };
+    let want = all_ids(&COUNTS, &[]);
+    for seed in [6, 7] {
+        let loader = with_budget(base(seed, false)).build().unwrap();
+        let config = loader.config().clone();
+        let stats = loader.stats_handle();
+        let (per_pass, err) = ids_per_pass(loader);
+        assert!(err.is_none(), "seed {seed}: {err:?}");
+        assert_exactly_once(&per_pass, &want, 2);
+        let a = stats.snapshot().autotune.expect("tuning on: its snapshot");
+        assert_eq!(a.shuffle_bytes, Some((budget / 4) as usize), "seed {seed}");
+        let in_force = a.applied(&config);
+        assert_eq!(in_force.order.shuffle_bytes, (budget / 4) as usize);
+        // The pool's and the drain's share of the bound, for records large
+        // enough that the byte bound is what holds the pool.
+        let mut small = in_force.clone();
+        small.order.shuffle_bytes = feedline_actors::PipelineConfig::default()
+            .order
+            .shuffle_bytes;
+        let large = in_force;
+        let record = 1 << 20;
+        assert!(small.in_flight_bound_bytes(record) > budget as usize);
+        assert!(
+            large.in_flight_bound_bytes(record) < small.in_flight_bound_bytes(record),
+            "the sized pool lowers the bound"
+        );
+    }
+    // Given: left as given.
+    let given = with_budget(base(8, false))
+        .shuffle_bytes(256 << 20)
+        .build()
+        .unwrap();
+    let stats = given.stats_handle();
+    let _ = ids_per_pass(given);
+    assert_eq!(stats.snapshot().autotune.unwrap().shuffle_bytes, None);
+    // Deterministic: the pool's bound is part of the draw; left as it was.
+    let det = with_budget(base(8, true)).build().unwrap();
+    let stats = det.stats_handle();
+    let _ = ids_per_pass(det);
+    assert_eq!(stats.snapshot().autotune.unwrap().shuffle_bytes, None);
 }

@@ -91,15 +91,9 @@ pub fn touch(batch: &Batch) -> u64 {
     sum
 }
 
-/// CPU seconds (user + system) of this process so far.
+/// CPU seconds (user + system) of this process so far (NaN: unknown).
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass; RUSAGE_SELF is valid.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return f64::NAN;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
+    feedline_actors::autotune::process_cpu_seconds().unwrap_or(f64::NAN)
 }
 
 /// A `/proc/self/status` value in kB, as bytes.
@@ -571,7 +565,7 @@ impl Plan {
     /// tuner's values in them.
     fn config_in_force(&self, r: &PassResult) -> std::borrow::Cow<'_, PipelineConfig> {
         match r.stats.as_ref().and_then(|s| s.autotune.as_ref()) {
-            Some(a) => std::borrow::Cow::Owned(a.values.applied(&self.config)),
+            Some(a) => std::borrow::Cow::Owned(a.applied(&self.config)),
             None => std::borrow::Cow::Borrowed(&self.config),
         }
     }

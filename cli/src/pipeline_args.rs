@@ -207,6 +207,9 @@ pub struct PipelineArgs {
     /// Byte bound of a chunk, MiB, 1..=4096 (a chunk ends at whichever bound it reaches first).
     #[arg(long, default_value_t = 1, value_parser = count(1, 4096))]
     pub chunk_mib: usize,
+    /// Unacknowledged chunks per reader, 1..=1024 (default 2; given, --autotune leaves it).
+    #[arg(long, value_parser = count(1, 1024))]
+    pub chunks_in_flight: Option<usize>,
     /// Data-parallel rank, 0..=65535, below the world size (default: $RANK or 0).
     #[arg(long, value_parser = count(0, 65_535))]
     pub rank: Option<usize>,
@@ -247,13 +250,14 @@ pub struct PipelineArgs {
     /// it starts — within --cpus and --memory-budget (docs/autotune.md).
     #[arg(long)]
     pub autotune: bool,
-    /// The autotuner's CPU budget: readers and transform workers together
+    /// The autotuner's CPU budget, cores of CPU time: a reader or worker is
+    /// added only while the process used less, each pool at most N threads
     /// (default: the cores this process may use); needs --autotune.
     #[arg(long, value_name = "N", value_parser = count(0, 1 << 20))]
     pub cpus: Option<usize>,
     /// The autotuner's memory budget, the stated in-flight bound: bytes, or
-    /// with a unit (512MiB, 2GiB, 1.5GB; default: a quarter of the memory
-    /// this process may use); needs --autotune.
+    /// with a unit (512MiB, 2GiB, 1.5GB; default: half the memory this
+    /// process may use); needs --autotune.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_budget: Option<u64>,
 }
@@ -542,9 +546,10 @@ impl PipelineArgs {
                     readers: self.readers.unwrap_or(defaults.reading.readers),
                     chunk_records: self.chunk_records,
                     chunk_bytes: self.chunk_mib << 20,
+                    chunks_in_flight: (self.chunks_in_flight)
+                        .unwrap_or(defaults.reading.chunks_in_flight),
                     remote_cache: self.cache.cache(),
                     index_dir: self.index_dir.clone(),
-                    ..base.reading
                 },
                 order: Order {
                     shuffle: self.shuffle,
@@ -588,7 +593,8 @@ impl PipelineArgs {
                     fixed: FixedSettings {
                         readers: self.readers.is_some(),
                         workers: self.transform.workers.is_some(),
-                        chunks_in_flight: false,
+                        chunks_in_flight: self.chunks_in_flight.is_some(),
+                        shuffle_bytes: self.shuffle_mib.is_some(),
                     },
                     ..base.tuning
                 },

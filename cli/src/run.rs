@@ -709,7 +709,7 @@ struct Memory {
 impl Memory {
     fn of(config: &PipelineConfig, s: &StatsSnapshot) -> Memory {
         // With autotuning: the bound of the values it ended with.
-        let tuned = s.autotune.as_ref().map(|a| a.values.applied(config));
+        let tuned = s.autotune.as_ref().map(|a| a.applied(config));
         let config = tuned.as_ref().unwrap_or(config);
         let per = |stage: &feedline_actors::StageSnapshot| {
             (stage.payload_bytes / stage.records.max(1)) as usize

@@ -156,3 +156,54 @@ fn budgets_are_refused_in_the_flags_words() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("--memory-budget"), "{}", stderr(&o));
 }
+
+/// `--chunks-in-flight` given: the tuner leaves it (the value in the
+/// `autotune` object, no change of it); 0 is refused naming the flag.
+/// `--memory-budget` sizes the shuffle pool not given, so the stated bound
+/// (`in_flight_bound_bytes`) is within the budget.
+#[test]
+fn chunks_in_flight_given_is_left_and_the_bound_is_within_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = files(dir.path());
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(f.iter().map(String::as_str));
+    args.extend(["--batch", "16", "--autotune", "--chunks-in-flight", "3"]);
+    let o = feedline(&[&args[..], &["--json"]].concat());
+    assert_no_panic(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    check_autotune(&v["autotune"]);
+    assert_eq!(v["autotune"]["values"]["chunks_in_flight"], 3, "{v}");
+    for c in v["autotune"]["changes"].as_array().unwrap() {
+        assert_ne!(c["setting"], "chunks_in_flight", "{c}");
+    }
+    let o = feedline(&["run", &f[0], "--chunks-in-flight", "0"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--chunks-in-flight"), "{}", stderr(&o));
+
+    let budget: u64 = 64 << 20;
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(f.iter().map(String::as_str));
+    args.extend([
+        "--batch",
+        "16",
+        "--autotune",
+        "--memory-budget",
+        "64MiB",
+        "--json",
+    ]);
+    let o = feedline(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let bound = v["in_flight_bound_bytes"].as_u64().unwrap();
+    assert!(
+        bound <= budget,
+        "bound {bound} over the budget {budget}: {v}"
+    );
+    // The pool's bound given: left, and then the bound is the default's.
+    args.extend(["--shuffle-mib", "256"]);
+    let o = feedline(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(w["in_flight_bound_bytes"].as_u64().unwrap() > bound, "{w}");
+}

@@ -26,7 +26,7 @@ def test_stats_say_what_the_tuner_chose_and_every_record_comes_once(tmp_path):
     assert seen == 200
     assert sorted(a) == ["changes", "values"]
     assert sorted(a["values"]) == KEYS
-    # Two CPUs: at most two readers, and one is left for nothing else here.
+    # Two CPUs: at most two readers (each pool at most the CPU budget).
     assert 1 <= a["values"]["readers"] <= 2
     for c in a["changes"]:
         assert sorted(c) == ["from", "rate_after", "rate_before", "setting", "t_s", "to"]
@@ -46,8 +46,8 @@ def test_without_autotune_the_stats_have_none(tmp_path):
     (dict(memory_budget=1 << 30),
      "memory_budget=1073741824 applies only with autotune (the budget it tunes within)"),
     (dict(autotune=True, readers=3, cpus=2),
-     "cpus=2 is fewer than the threads the pipeline needs at least: 3 readers and 0 "
-     "transform workers"),
+     "cpus=2 is fewer than the threads the pipeline needs at least in one pool: "
+     "3 readers and 0 transform workers (each pool at most the CPU budget)"),
 ])
 def test_budgets_are_refused_in_keywords(kwargs, sentence):
     with pytest.raises(ValueError) as e:

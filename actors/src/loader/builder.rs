@@ -152,8 +152,6 @@ impl LoaderBuilder {
         registry: Registry => inputs.registry;
         /// Shuffle pool in instances (default 10,000; 0 = no shuffle).
         shuffle: usize => order.shuffle;
-        /// Byte bound of the shuffle pool (default 256 MiB).
-        shuffle_bytes: usize => order.shuffle_bytes;
         /// Batching by a cost budget, or fixed.
         batch_policy: BatchPolicy => batching.batch;
         /// Drop each pass's last partial batch.
@@ -337,6 +335,15 @@ impl LoaderBuilder {
     pub fn readers(mut self, n: usize) -> Self {
         self.config.reading.readers = n;
         self.config.tuning.fixed.readers = true;
+        self
+    }
+
+    /// Byte bound of the shuffle pool (default 256 MiB; given, the
+    /// [autotuner](Self::autotune) leaves it, else it is at most a quarter
+    /// of the memory budget).
+    pub fn shuffle_bytes(mut self, n: usize) -> Self {
+        self.config.order.shuffle_bytes = n;
+        self.config.tuning.fixed.shuffle_bytes = true;
         self
     }
 

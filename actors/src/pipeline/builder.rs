@@ -494,6 +494,7 @@ fn autotune_runner(site: &Site, tuning: TuningStart, settings: &StageSettings) -
         &tuning.tunable,
         tuning.start,
         tuning.workers_cap,
+        tuning.shuffle_bytes,
         knobs,
         site.recorders.stats(),
     )

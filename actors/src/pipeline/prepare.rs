@@ -67,13 +67,17 @@ pub(crate) struct TuningStart {
     pub tunable: Vec<TunedSetting>,
     /// The values it starts from.
     pub start: TunedValues,
-    /// The pool's threads: the most workers the CPU budget lets run.
+    /// The pool's threads: the most workers the CPU budget lets run
+    /// (`cpus`: the tuner adds workers while the CPUs have room).
     pub workers_cap: usize,
     /// The gate of the transform workers, when they are tuned.
     pub gate: Option<Arc<WorkerGate>>,
+    /// The shuffle pool's byte bound, when sized from the memory budget.
+    pub shuffle_bytes: Option<usize>,
 }
 
-/// Autotuning's start, decided here once: the settings it may change
+/// Autotuning's start, decided here once: the shuffle pool's byte bound
+/// when it is the tuner's ([`autotune::pool_bytes`]), the settings it may change
 /// (judged before the start values go into the settings), the values it
 /// starts from — within the CPU budget — put into `config`, and with tuned
 /// workers a pool made at the most the budget lets run, gated.
@@ -82,9 +86,19 @@ fn tuning_start(mut config: PipelineConfig) -> (PipelineConfig, Option<TuningSta
         return (config, None);
     };
     let cpus = tune.resolved_cpus();
+    let memory = tune.resolved_memory_budget();
+    let shuffle_bytes = autotune::pool_bytes(&config, memory);
+    if let Some(bytes) = shuffle_bytes {
+        log::info!(
+            "autotune: the shuffle pool's byte bound {} → {bytes} bytes (a quarter of the memory budget of {memory} bytes)",
+            config.order.shuffle_bytes
+        );
+        config.order.shuffle_bytes = bytes;
+    }
     let tunable = autotune::tunable(&config);
     let start = autotune::start_values(&config, cpus);
-    let workers_cap = cpus.saturating_sub(start.readers).max(start.workers);
+    // Each pool at most the CPU budget's threads (autotune::Budgets).
+    let workers_cap = cpus.max(start.workers);
     let gate = (tunable.contains(&TunedSetting::Workers)).then(|| WorkerGate::new(start.workers));
     config = start.applied(&config);
     let tuning = TuningStart {
@@ -92,6 +106,7 @@ fn tuning_start(mut config: PipelineConfig) -> (PipelineConfig, Option<TuningSta
         start,
         workers_cap,
         gate,
+        shuffle_bytes,
     };
     (config, Some(tuning))
 }

@@ -237,9 +237,11 @@ class Loader(Iterator[Batch]):
         port opened); a port in use is a FeedlineError naming the address.
         autotune: tune, while it runs, the transform workers, batches in flight
         and chunks in flight not given (and choose the readers, when not given,
-        as it starts) within `cpus` threads (readers and workers; default: the
-        cores this process may use) and `memory_budget` bytes of stated
-        in-flight bound (default: a quarter of the memory it may use);
+        as it starts) within `cpus` cores of CPU time (a reader or worker is
+        added only while the process used less; each pool at most `cpus`
+        threads; default: the cores this process may use) and
+        `memory_budget` bytes of stated in-flight bound (default: half the
+        memory it may use);
         stats()["autotune"] has the values in force and the changes kept
         (docs/autotune.md). cpus= and memory_budget= need autotune=True.
         A refused setting is a ValueError whose sentence is the one the Rust
