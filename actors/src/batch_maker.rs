@@ -185,7 +185,7 @@ impl BatchMaker {
             Some(p) => {
                 // The documents are counted as made; the packed batches go out
                 // (`fill_out`), each counted there.
-                self.recorder.rows_made(batch.len());
+                self.recorder.rows_made(batch.len(), batch.payload_bytes());
                 for (origin, e) in p.take(pass, batch)? {
                     let loc = origin.location();
                     let source = origin.source.name().to_string();
@@ -201,7 +201,7 @@ impl BatchMaker {
                 }
             }
             None => {
-                self.recorder.batch_made(batch.len());
+                self.recorder.batch_made(batch.len(), batch.payload_bytes());
                 self.out
                     .push_back((lane, Item::Batch(Delivered { pass, seq, batch })));
             }

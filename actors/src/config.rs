@@ -500,9 +500,8 @@ pub struct Autotune {
     /// ([`Budgets`](crate::autotune::Budgets); `None`: the cores this
     /// process may use, [`available_cpus`]).
     pub cpus: Option<usize>,
-    /// Bytes the stated in-flight bound may reach (`None`: half the
-    /// memory this process may use, [`available_memory`], as tf.data's
-    /// `ram_budget`).
+    /// Bytes the stated in-flight bound may reach (`None`: a quarter of the
+    /// memory this process may use, [`available_memory`]).
     pub memory_budget: Option<u64>,
 }
 
@@ -515,7 +514,7 @@ impl Autotune {
     /// The memory budget in force, in bytes.
     pub fn resolved_memory_budget(&self) -> u64 {
         self.memory_budget
-            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 2))
+            .unwrap_or_else(|| available_memory().map_or(1 << 30, |m| m / 4))
     }
 }
 
@@ -1277,7 +1276,7 @@ impl PipelineConfig {
             let why = match tune.memory_budget {
                 Some(_) => num(S::MemoryBudget, memory),
                 None => SettingError::says(format!(
-                    "half the memory this process may use ({memory} bytes, "
+                    "a quarter of the memory this process may use ({memory} bytes, "
                 ))
                 .named(S::MemoryBudget)
                 .text(")"),

@@ -405,7 +405,7 @@ mod imp {
                 ("feedline_records", "Records through each stage.", 0, false),
                 (
                     "feedline_bytes",
-                    "Payload bytes through each stage (the batch maker counts none).",
+                    "Payload bytes through each stage (the batch maker: of the batches it made).",
                     1,
                     false,
                 ),

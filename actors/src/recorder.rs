@@ -227,16 +227,23 @@ impl MakerRecorder {
         self.c.waiting_peak.fetch_max(n as u64, Relaxed);
     }
 
-    /// A batch of `rows` rows was made and goes to the feed queue.
-    pub fn batch_made(&self, rows: usize) {
-        self.rows_made(rows);
+    /// A batch of `rows` rows, `bytes` of payload, was made and goes to
+    /// the feed queue.
+    pub fn batch_made(&self, rows: usize, bytes: usize) {
+        self.rows_made(rows, bytes);
         self.batch_out();
     }
 
-    /// `rows` rows were made into a batch (with packing: documents, which
-    /// the packer turns into the batches that go out).
-    pub fn rows_made(&self, rows: usize) {
+    /// `rows` rows, `bytes` of payload, were made into a batch (with
+    /// packing: documents, which the packer turns into the batches that go
+    /// out). The bytes are what a made record holds — after the transforms,
+    /// larger than the record read when it decodes — which the in-flight
+    /// bound of the run counts ([`PipelineConfig::record_bytes_of_run`]).
+    ///
+    /// [`PipelineConfig::record_bytes_of_run`]: crate::PipelineConfig::record_bytes_of_run
+    pub fn rows_made(&self, rows: usize, bytes: usize) {
         self.c.maker.records.fetch_add(rows as u64, Relaxed);
+        self.c.maker.bytes.fetch_add(bytes as u64, Relaxed);
     }
 
     /// A batch goes to the feed queue (with packing: a packed batch).
@@ -404,9 +411,9 @@ mod tests {
     fn batches_made_set_the_first_batch_time_once() {
         let r = recorders();
         assert!(r.stats().snapshot().first_batch_s.is_none());
-        r.maker(1).batch_made(3);
+        r.maker(1).batch_made(3, 24);
         let first = r.stats().snapshot().first_batch_s;
-        r.maker(1).batch_made(3);
+        r.maker(1).batch_made(3, 24);
         let s = r.stats().snapshot();
         assert_eq!((s.batches, s.first_batch_s), (2, first));
         assert!(first.is_some());

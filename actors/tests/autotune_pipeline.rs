@@ -247,3 +247,36 @@ fn a_memory_budget_sizes_the_shuffle_pool_not_given() {
     let _ = ids_per_pass(det);
     assert_eq!(stats.snapshot().autotune.unwrap().shuffle_bytes, None);
 }
+
+/// A map that makes each record far larger than it was read (as a JPEG
+/// decode does): the batch maker counts the bytes it made, so the bound
+/// of the run — the one the tuner keeps within the memory budget and the
+/// metrics state — counts a made record, not the smaller one read.
+#[test]
+fn the_bound_of_a_run_counts_the_records_a_map_makes_larger() {
+    const MADE: usize = 4096;
+    let loader = synth_loader(SynthFormat::with_files(&COUNTS).build())
+        .shard_from_env(false)
+        .batch(8)
+        .passes(1)
+        .map(|inst: Instance, _: &mut TransformCtx| {
+            let id = inst.get("id")?.as_i64().ok_or("id")?[0];
+            Ok::<_, BoxError>(Sample::new().with("id", Values::I64(vec![id]), []).with(
+                "pixels",
+                Values::U8(vec![id as u8; MADE]),
+                [MADE],
+            ))
+        })
+        .build()
+        .unwrap();
+    let config = loader.config().clone();
+    let stats = loader.stats_handle();
+    let mut delivered = 0u64;
+    for d in loader {
+        delivered += d.unwrap().batch.payload_bytes() as u64;
+    }
+    let s = stats.snapshot();
+    assert_eq!(s.batch_maker.payload_bytes, delivered);
+    assert!(s.readers.payload_bytes / s.readers.records < MADE as u64);
+    assert!(config.record_bytes_of_run(&s) >= MADE + 8);
+}

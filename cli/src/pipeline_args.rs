@@ -256,8 +256,8 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "N", value_parser = count(0, 1 << 20))]
     pub cpus: Option<usize>,
     /// The autotuner's memory budget, the stated in-flight bound: bytes, or
-    /// with a unit (512MiB, 2GiB, 1.5GB; default: half the memory this
-    /// process may use); needs --autotune.
+    /// with a unit (512MiB, 2GiB, 1.5GB; default: a quarter of the memory
+    /// this process may use); needs --autotune.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_budget: Option<u64>,
 }

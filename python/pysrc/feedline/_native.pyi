@@ -240,8 +240,8 @@ class Loader(Iterator[Batch]):
         as it starts) within `cpus` cores of CPU time (a reader or worker is
         added only while the process used less; each pool at most `cpus`
         threads; default: the cores this process may use) and
-        `memory_budget` bytes of stated in-flight bound (default: half the
-        memory it may use);
+        `memory_budget` bytes of stated in-flight bound (default: a quarter
+        of the memory it may use);
         stats()["autotune"] has the values in force and the changes kept
         (docs/autotune.md). cpus= and memory_budget= need autotune=True.
         A refused setting is a ValueError whose sentence is the one the Rust
