@@ -1,9 +1,9 @@
 //! The autotuner: it owns the choice, while a pipeline runs, of the
 //! settings the user did not give — transform workers, batches in flight,
 //! chunks in flight (and, in its policy, readers) — within a CPU budget
-//! (the process's CPU time, in cores: a thread is added only while the
-//! process used less; each pool of threads at most that many: tf.data's
-//! rule, [`Budgets`]) and a memory budget (the stated in-flight bound,
+//! (the process's CPU time, in cores, the consumer's included: a thread
+//! is added only while the process used less; each pool of threads at
+//! most that many, [`Budgets`]) and a memory budget (the stated in-flight bound,
 //! [`PipelineConfig::in_flight_bound_bytes`]).
 //!
 //! It decides from measurement, not from a model (tf.data's `STAGE_BASED`
@@ -153,15 +153,16 @@ fn least(setting: TunedSetting) -> usize {
 }
 
 /// The values a tuned pipeline of `config` starts with: its own, the
-/// tuned pools of threads at most `cpus` each (tf.data's rule: the CPU
-/// time they use, not their count, is what the tuner then keeps within
-/// the budget, [`Budgets`]; tf.data starts a tuned map's parallelism at
-/// the cores, too) — the readers, fixed once it runs, at most `cpus`; the
-/// workers at most `cpus` (the tuner adds more while the CPUs have room).
+/// tuned pools of threads at most `cpus` each (the CPU time they use, not
+/// their count, is what the tuner then keeps within the budget,
+/// [`Budgets`]) — the readers, fixed once it runs, at most half of
+/// `cpus` (at least 1: the shuffle stage and the batch maker are a busy
+/// thread each beside them, and the consumer another); the workers at
+/// most `cpus` (the tuner adds more while the CPUs have room).
 pub(crate) fn start_values(config: &PipelineConfig, cpus: usize) -> TunedValues {
     let mut v = TunedValues::of(config);
     if config.tuners_settings().readers {
-        v.readers = v.readers.min(cpus).max(1);
+        v.readers = v.readers.min(cpus / 2).max(1);
     }
     if tunable(config).contains(&TunedSetting::Workers) {
         v.workers = v.workers.min(cpus).max(1);
@@ -186,7 +187,7 @@ pub(crate) fn start_values(config: &PipelineConfig, cpus: usize) -> TunedValues 
 /// mode: the pool's bound is part of what the draw is a function of, and
 /// tuning never changes a deterministic run's batches.
 pub fn pool_bytes(config: &PipelineConfig, memory: u64) -> Option<usize> {
-    if !config.tuners_settings().shuffle_bytes || config.order.deterministic {
+    if !config.tuners_settings().shuffle_bytes || config.deterministic() {
         return None;
     }
     let share = usize::try_from((memory as f64 * POOL_SHARE_OF_BUDGET) as u64)
@@ -231,7 +232,8 @@ pub struct Measurement {
     /// ([`PipelineConfig::record_bytes_of_run`]).
     pub record_bytes: usize,
     /// The CPU time the process used over the interval, in cores (user
-    /// and system, [`process_cpu_seconds`]); `None` where it is not
+    /// and system, [`process_cpu_seconds`]: every thread of the process,
+    /// a consumer's in the same process too); `None` where it is not
     /// measured (then threads count: readers and workers together within
     /// the CPU budget).
     pub cpu_cores: Option<f64>,

@@ -184,6 +184,19 @@ fn budgets_are_checked_with_every_setting() {
         .build()
         .unwrap();
     assert_eq!(loader.config().reading.readers, 1);
+    // At most half the CPU budget starts reading (the shuffle stage, the
+    // batch maker and the consumer are busy threads beside the readers):
+    // 2 CPUs, 1 of the 2 default readers; 8 CPUs, both.
+    for (cpus, readers) in [(2, 1), (3, 1), (8, 2)] {
+        let loader = b()
+            .autotune(Autotune {
+                cpus: Some(cpus),
+                memory_budget: None,
+            })
+            .build()
+            .unwrap();
+        assert_eq!(loader.config().reading.readers, readers, "{cpus} CPUs");
+    }
     // A budget without autotuning is refused.
     let given = Given {
         cpus: Some(4),
