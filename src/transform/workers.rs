@@ -191,28 +191,45 @@ mod tests {
         assert!(gate.peak() <= 5);
     }
 
-    fn transform_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-                    .filter(|n| n.starts_with("wtest-drop-"))
-                    .count()
-            })
-            .unwrap_or(0)
+    /// Counts, as its thread ends, that the thread ended: a thread-local's
+    /// destructor runs on the thread after its work loop, before it is gone
+    /// (a join waits for it). It takes a while, so that a drop that does
+    /// not join returns before it has counted.
+    struct EndOfThread(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for EndOfThread {
+        fn drop(&mut self) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    thread_local! {
+        static END: std::cell::RefCell<Option<EndOfThread>> = const { std::cell::RefCell::new(None) };
     }
 
     #[test]
     fn dropping_the_workers_waits_for_every_thread() {
-        // Several rounds: a thread still exiting after drop would show.
-        for _ in 0..20 {
+        // Several rounds: a thread still running after drop would show. (Not
+        // by /proc/self/task: the kernel can list a joined thread there for a
+        // moment after the join returns.)
+        for round in 0..5 {
             let w = Workers::new(3, "wtest-drop").unwrap();
             let sum: u64 = w.pool().install(|| {
                 use rayon::prelude::*;
                 (0..1000u64).into_par_iter().sum()
             });
             assert_eq!(sum, 499_500);
+            let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            w.pool().broadcast(|_| {
+                END.with(|e| *e.borrow_mut() = Some(EndOfThread(ended.clone())));
+            });
             drop(w);
-            assert_eq!(transform_threads(), 0, "a worker outlived the drop");
+            assert_eq!(
+                ended.load(Ordering::SeqCst),
+                3,
+                "round {round}: a worker outlived the drop"
+            );
         }
     }
 }
