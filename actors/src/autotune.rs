@@ -565,12 +565,12 @@ impl Tuner {
         };
         let cpus = self.budgets.cpus;
         let most = match (setting, m.cpu_cores) {
-            (TunedSetting::Readers | TunedSetting::Workers, Some(used)) => {
-                match used <= cpus as f64 - CPU_ROOM {
-                    true => most.min(cpus),
-                    false => from,
-                }
+            (TunedSetting::Readers | TunedSetting::Workers, Some(used))
+                if used <= cpus as f64 - CPU_ROOM =>
+            {
+                most.min(cpus)
             }
+            (TunedSetting::Readers | TunedSetting::Workers, Some(_)) => from,
             (TunedSetting::Readers | TunedSetting::Workers, None) => {
                 most.min(from + cpus.saturating_sub(self.values.threads()))
             }

@@ -157,22 +157,48 @@ fn budgets_are_refused_in_the_flags_words() {
     assert!(stderr(&o).contains("--memory-budget"), "{}", stderr(&o));
 }
 
-/// `--chunks-in-flight` given: the tuner leaves it (the value in the
-/// `autotune` object, no change of it); 0 is refused naming the flag.
-/// `--memory-budget` sizes the shuffle pool not given, so the stated bound
-/// (`in_flight_bound_bytes`) is within the budget.
+/// `feedline run FILES ARGS --json` to a successful end: its JSON, and
+/// the autotuner's log line of the settings it may change (`RUST_LOG` at
+/// `info` for the tuner).
+fn run_json(files: &[String], args: &[&str]) -> (Value, String) {
+    let mut all: Vec<&str> = vec!["run"];
+    all.extend(files.iter().map(String::as_str));
+    all.extend(args);
+    all.push("--json");
+    let o = command(&all)
+        .env("RUST_LOG", "feedline_actors::autotune=info")
+        .output()
+        .expect("run feedline");
+    assert_no_panic(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tunable = stderr(&o)
+        .lines()
+        .find(|l| l.contains("autotune: ["))
+        .unwrap_or_default()
+        .to_string();
+    (serde_json::from_str(&stdout(&o)).unwrap(), tunable)
+}
+
+/// `--chunks-in-flight` given: the tuner leaves it (not among the settings
+/// it may change, its value in the `autotune` object); 0 is refused naming
+/// the flag. `--memory-budget` sizes the shuffle pool not given, so the
+/// stated bound (`in_flight_bound_bytes`) is within the budget.
 #[test]
 fn chunks_in_flight_given_is_left_and_the_bound_is_within_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let f = files(dir.path());
-    let mut args: Vec<&str> = vec!["run"];
-    args.extend(f.iter().map(String::as_str));
-    args.extend(["--batch", "16", "--autotune", "--chunks-in-flight", "3"]);
-    let o = feedline(&[&args[..], &["--json"]].concat());
-    assert_no_panic(&o);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tuned = ["--batch", "16", "--autotune"];
+    let (_, tunable) = run_json(&f, &tuned);
+    assert!(
+        tunable.contains("ChunksInFlight"),
+        "not given: the tuner's: {tunable}"
+    );
+    let (v, tunable) = run_json(&f, &[&tuned[..], &["--chunks-in-flight", "3"]].concat());
     check_autotune(&v["autotune"]);
+    assert!(
+        !tunable.is_empty() && !tunable.contains("ChunksInFlight"),
+        "{tunable}"
+    );
     assert_eq!(v["autotune"]["values"]["chunks_in_flight"], 3, "{v}");
     for c in v["autotune"]["changes"].as_array().unwrap() {
         assert_ne!(c["setting"], "chunks_in_flight", "{c}");
@@ -182,28 +208,14 @@ fn chunks_in_flight_given_is_left_and_the_bound_is_within_the_memory_budget() {
     assert!(stderr(&o).contains("--chunks-in-flight"), "{}", stderr(&o));
 
     let budget: u64 = 64 << 20;
-    let mut args: Vec<&str> = vec!["run"];
-    args.extend(f.iter().map(String::as_str));
-    args.extend([
-        "--batch",
-        "16",
-        "--autotune",
-        "--memory-budget",
-        "64MiB",
-        "--json",
-    ]);
-    let o = feedline(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let with_budget = [&tuned[..], &["--memory-budget", "64MiB"]].concat();
+    let (v, _) = run_json(&f, &with_budget);
     let bound = v["in_flight_bound_bytes"].as_u64().unwrap();
     assert!(
         bound <= budget,
         "bound {bound} over the budget {budget}: {v}"
     );
     // The pool's bound given: left, and then the bound is the default's.
-    args.extend(["--shuffle-mib", "256"]);
-    let o = feedline(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let w: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let (w, _) = run_json(&f, &[&with_budget[..], &["--shuffle-mib", "256"]].concat());
     assert!(w["in_flight_bound_bytes"].as_u64().unwrap() > bound, "{w}");
 }

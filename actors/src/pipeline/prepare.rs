@@ -90,8 +90,9 @@ fn tuning_start(mut config: PipelineConfig) -> (PipelineConfig, Option<TuningSta
     let shuffle_bytes = autotune::pool_bytes(&config, memory);
     if let Some(bytes) = shuffle_bytes {
         log::info!(
-            "autotune: the shuffle pool's byte bound {} → {bytes} bytes (a quarter of the memory budget of {memory} bytes)",
-            config.order.shuffle_bytes
+            "autotune: the shuffle pool's byte bound {} → {bytes} bytes ({} of the memory budget of {memory} bytes)",
+            config.order.shuffle_bytes,
+            autotune::POOL_SHARE_OF_BUDGET
         );
         config.order.shuffle_bytes = bytes;
     }
