@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# `--shuffle-mode global` against `buffer` on the peers' workloads A and B
-# (shards made by ../shared/peers/gen_data.py, or any small-*/large-*
-# TFRecord files), page cache warm, the modes interleaved: buffer, global,
-# buffer, global, three timed repeats each. One line per repeat.
+# `--shuffle-mode global` and `block` against `buffer` on the peers'
+# workloads A and B (shards made by ../shared/peers/gen_data.py, or any
+# small-*/large-* TFRecord files), page cache warm, the modes interleaved:
+# buffer, global, block, buffer, global, block, three timed repeats each
+# (block mode's blocks are --shuffle records, as buffer mode's pool). One
+# line per repeat.
 #
 #   benches/global_vs_buffer.sh DATA_DIR [A|B|"A B"]
 #
+# MODES: the modes, in the order of each round (default "buffer global block").
 # FEEDLINE: the command (default target/release/feedline); IDX: the index
 # directory (default a new temporary one).
 set -euo pipefail
@@ -30,7 +33,7 @@ for line in sys.stdin:
           "cpu_s %.2f" % o["cpu_seconds"], "peak_rss_mb", o["peak_rss_mb"])'
 }
 for w in $WORKLOADS; do
-  for mode in buffer global buffer global; do
+  for mode in ${MODES:-buffer global block} ${MODES:-buffer global block}; do
     if [ "$w" = A ]; then run A "$mode" "$D"/small-*.tfrecord --batch 256 --shuffle 10000
     else run B "$mode" "$D"/large-*.tfrecord --batch 32 --shuffle 1000; fi
   done

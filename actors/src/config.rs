@@ -215,7 +215,8 @@ pub struct Reading {
     /// the one of the remote settings in force, if any
     /// (`FEEDLINE_REMOTE_CACHE_DIR`).
     pub remote_cache: Option<feedline::remote::cache::RemoteCache>,
-    /// Where the record indexes of [`ShuffleMode::Global`] are kept (built
+    /// Where the record indexes of [`ShuffleMode::Global`] and
+    /// [`ShuffleMode::Block`] are kept (built
     /// once per file, rebuilt when the file changes). `None` (the default):
     /// [`feedline::record_index::default_index_dir`], under the user's
     /// cache directory.
@@ -262,8 +263,9 @@ pub struct Order {
     /// Bytes of out-of-order chunks held in deterministic mode.
     pub reorder_window: usize,
     /// How records are shuffled: a streaming pool ([`ShuffleMode::Buffer`],
-    /// the default) or an exact permutation of each pass
-    /// ([`ShuffleMode::Global`]).
+    /// the default), an exact permutation of each pass
+    /// ([`ShuffleMode::Global`]) or one within blocks of `shuffle` records
+    /// ([`ShuffleMode::Block`]).
     pub shuffle_mode: ShuffleMode,
 }
 
@@ -286,12 +288,23 @@ pub enum ShuffleMode {
     /// record index of every file (local, uncompressed inputs); the same
     /// batches whatever the readers and timing; checkpoints of constant size.
     Global,
-    /// Records permuted within blocks that span shards, for object storage.
-    /// Not built yet: refused by the settings' check.
+    /// Records permuted within blocks of `shuffle` consecutive records of
+    /// the pass's files in a permuted order (a block spans files where
+    /// they are shorter), read by position through the same record index:
+    /// every block reads one range of each of its few files. The same
+    /// batches whatever the readers and timing; checkpoints of constant
+    /// size.
     Block,
 }
 
 impl ShuffleMode {
+    /// Whether records are read by position through a record index in an
+    /// order drawn from `(seed, pass)` (`global` and `block`): the one
+    /// place that says which modes do.
+    pub fn reads_by_position(self) -> bool {
+        matches!(self, ShuffleMode::Global | ShuffleMode::Block)
+    }
+
     /// The mode's name (`buffer`, `global`, `block`).
     pub fn name(self) -> &'static str {
         match self {
@@ -921,7 +934,7 @@ impl PipelineConfig {
     /// Whether the batches are the same whatever the readers and timing:
     /// asked for (`deterministic`), or the global order's (always).
     pub fn deterministic(&self) -> bool {
-        self.order.deterministic || self.order.shuffle_mode == ShuffleMode::Global
+        self.order.deterministic || self.order.shuffle_mode.reads_by_position()
     }
 
     /// Check every setting — the one place that does — before anything
@@ -971,20 +984,19 @@ impl PipelineConfig {
             )));
         }
         match self.order.shuffle_mode {
-            ShuffleMode::Block => {
+            mode if mode.reads_by_position() && self.inputs.push.is_some() => {
                 return refuse(
-                    SettingError::given(S::ShuffleMode, Value::text("block"))
-                        .text(" is not built yet: give ")
-                        .with(S::ShuffleMode, Value::text("global"))
-                        .text(" (local files, read by position) or ")
-                        .with(S::ShuffleMode, Value::text("buffer")),
-                );
-            }
-            ShuffleMode::Global if self.inputs.push.is_some() => {
-                return refuse(
-                    SettingError::given(S::ShuffleMode, Value::text("global"))
+                    SettingError::given(S::ShuffleMode, Value::text(mode.name()))
                         .text(" needs files to read by position, not a ")
                         .named(S::PushSource),
+                );
+            }
+            ShuffleMode::Block if self.order.shuffle == 0 => {
+                return refuse(
+                    SettingError::name(S::Shuffle)
+                        .text(" (the records of a block) must be at least 1 with ")
+                        .with(S::ShuffleMode, Value::text("block"))
+                        .text(", not 0"),
                 );
             }
             _ => {}
@@ -1431,6 +1443,9 @@ impl PipelineConfig {
     ///   ranged-GET parts, the one being read and those requested ahead
     ///   ([`remote_read_ahead_bytes`](Self::remote_read_ahead_bytes)).
     ///
+    /// - `block` shuffle mode: the block's records each reader holds
+    ///   ([`block_bytes_held`](Self::block_bytes_held)).
+    ///
     /// - transform workers: each worker's working memory, as the instance
     ///   map states it ([`InstanceMap::working_memory_bytes`]: for an image
     ///   transform, its decode buffer, resampling rows and the decoder's own
@@ -1486,7 +1501,8 @@ impl PipelineConfig {
             + batches * batch * record_bytes
             + reorder
             + making
-            + self.remote_read_ahead_bytes())
+            + self.remote_read_ahead_bytes()
+            + self.block_bytes_held())
         .saturating_add(self.transform_workers_bytes())
     }
 
@@ -1574,7 +1590,33 @@ impl PipelineConfig {
     /// expanded list, ask the built pipeline's config
     /// ([`Loader::config`](crate::Loader::config)).
     pub fn remote_read_ahead_bytes(&self) -> usize {
-        let remote = (self.inputs.files.iter())
+        if !self.reads_remote() {
+            return 0;
+        }
+        let per_reader = feedline::remote::options().unwrap_or_default().held_bytes();
+        usize::try_from(per_reader)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.all_readers())
+    }
+
+    /// Readers of the pipeline: `readers`, or its file sets' together.
+    fn all_readers(&self) -> usize {
+        (self.reading.readers).max(self.inputs.sets.iter().map(|s| s.readers).sum())
+    }
+
+    /// The bytes of blocks the readers hold in `block` shuffle mode (each
+    /// reader's run reader at most `BLOCK_BYTES_HELD`); 0 in other modes.
+    pub fn block_bytes_held(&self) -> usize {
+        if self.order.shuffle_mode != ShuffleMode::Block {
+            return 0;
+        }
+        let per_reader = crate::global_shuffle::BLOCK_BYTES_HELD as usize;
+        per_reader.saturating_mul(self.all_readers())
+    }
+
+    /// Whether any input is remote (`s3://`, `gs://`, `http(s)://`).
+    fn reads_remote(&self) -> bool {
+        (self.inputs.files.iter())
             .chain(self.inputs.sets.iter().flat_map(|s| &s.files))
             .any(|f| {
                 let bare = match self
@@ -1586,18 +1628,7 @@ impl PipelineConfig {
                     Err(_) => f.clone(),
                 };
                 feedline::remote::is_remote(&bare) || feedline::remote::is_remote(f)
-            });
-        if !remote {
-            return 0;
-        }
-        let per_reader = feedline::remote::options().unwrap_or_default().held_bytes();
-        let readers = self
-            .reading
-            .readers
-            .max(self.inputs.sets.iter().map(|s| s.readers).sum());
-        usize::try_from(per_reader)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(readers)
+            })
     }
 }
 
@@ -1644,6 +1675,29 @@ mod tests {
             FileSet::new("b", ["https://h/b.tfrecord"]).readers(5),
         ];
         assert_eq!(c.remote_read_ahead_bytes(), 8 * per_reader);
+    }
+
+    /// `block` mode's held blocks are in the bound: 8 MiB per reader.
+    #[test]
+    fn the_bound_counts_the_blocks_each_reader_holds() {
+        let mut c = PipelineConfig {
+            inputs: Inputs {
+                files: vec!["data/a.tfrecord".into()],
+                ..Default::default()
+            },
+            reading: Reading {
+                readers: 3,
+                ..Default::default()
+            },
+            ..PipelineConfig::default()
+        };
+        let buffer = c.in_flight_bound_bytes(1000);
+        assert_eq!(c.block_bytes_held(), 0);
+        c.order.shuffle_mode = ShuffleMode::Block;
+        assert_eq!(c.block_bytes_held(), 3 * (8 << 20));
+        assert_eq!(c.in_flight_bound_bytes(1000), buffer + 3 * (8 << 20));
+        c.order.shuffle_mode = ShuffleMode::Global;
+        assert_eq!(c.in_flight_bound_bytes(1000), buffer);
     }
 }
 

@@ -164,7 +164,7 @@ impl RecordCounts {
     /// loader say, is known at once).
     pub fn new(config: Arc<PipelineConfig>) -> Arc<Self> {
         // A global order's inputs are the runs of its order (indexed here).
-        let (config, failed) = if config.order.shuffle_mode == crate::config::ShuffleMode::Global {
+        let (config, failed) = if config.order.shuffle_mode.reads_by_position() {
             match crate::global_shuffle::as_runs(&config) {
                 Ok(runs) => (Arc::new(runs), None),
                 Err(e) => (config, Some(e)),

@@ -1,8 +1,10 @@
-//! `shuffle_mode` `global`: every pass an exact permutation of every record
-//! of the pass ([`feedline::global_order`]), read by position through each
-//! file's record index ([`feedline::record_index`]).
+//! `shuffle_mode` `global` and `block`: every pass an exact permutation of
+//! every record of the pass, or of the records within each block of
+//! `shuffle` records of the pass's files in a permuted order
+//! ([`feedline::global_order`]), read by position through each file's
+//! record index ([`feedline::record_index`]).
 //!
-//! This module owns the whole mode. At settling
+//! This module owns both modes (they differ only in their order). At settling
 //! ([`settle`], called once by `pipeline::prepare`) it indexes every input
 //! (in parallel, from the index directory's cache) and puts in place of each
 //! file set's files the [`SEGMENTS`] runs of its order: inputs
@@ -14,9 +16,12 @@
 //! (deterministic mode, no pool), and what was delivered is a range of
 //! positions per run — a checkpoint of the same size for a thousand
 //! records or a billion, and an elastic resume goes on with the rest of
-//! each run. A run's reader ([`RunReader`]) reads the records of a chunk
-//! grouped by file, in file order, by position, and hands them on in the
-//! order's.
+//! each run. A run's reader ([`RunReader`]) reads a chunk's records in the
+//! order's sequence, each by its position in its file (one positioned
+//! read each, the offset-table pages shared); in `block` mode it first
+//! reads a block's records of each file with one read where they take at
+//! most [`BLOCK_BYTES_HELD`], and serves them from memory until the block
+//! ends.
 //!
 //! A batch's origins name positions of runs; [`real_origin`] gives the
 //! file and record each stands for (the command's trace and Python's
@@ -27,13 +32,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use feedline::format::{Format, OpenOptions, RecordReader, Registry};
-use feedline::global_order::{segment_range, GlobalOrder, SEGMENTS};
+use feedline::global_order::{segment_range, BlockView, GlobalOrder, SEGMENTS};
 use feedline::plan::{RecordStride, ShardBy};
 use feedline::record_index::{default_index_dir, IndexKind, RecordIndex};
 use feedline::{Chunk, Error, Location, Origin, Record, SourceId};
 use rayon::prelude::*;
 
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, ShuffleMode};
 use crate::error::PipelineError;
 use crate::setting::{Setting, SettingError, Value};
 
@@ -42,6 +47,20 @@ pub(crate) const RUNS_FORMAT: &str = "global-order";
 
 /// Files read by position kept open by one run reader, at most.
 const OPEN_FILES: usize = 64;
+
+/// Bytes of a block's records one run reader holds, at most, in `block`
+/// mode: where a block's records of a file take at most this, they are
+/// read with one read and the block's records of the file then come from
+/// memory; a larger range is read a record at a time. With one run being
+/// read per reader, the shard bytes a pipeline holds are at most this
+/// times its readers.
+pub(crate) const BLOCK_BYTES_HELD: u64 = 8 << 20;
+
+/// Mean bytes of a record above which a block's records are not held:
+/// records this large are framed from their ends and left in their files
+/// for the batch's copy to read (a read of the whole range would read
+/// them twice).
+const HELD_RECORD_BYTES: u64 = 64 << 10;
 
 /// Entries of a page of a record index's offset table (32 KiB).
 const INDEX_PAGE: u64 = 4096;
@@ -91,6 +110,9 @@ pub(crate) struct GlobalSet {
     set: u64,
     /// The order's seed.
     seed: u64,
+    /// Records per block in `block` mode (`None`: `global`, every record
+    /// permuted).
+    block: Option<u64>,
     /// The set's files as given.
     files: Vec<String>,
     /// Each file's format and path, resolved.
@@ -139,7 +161,10 @@ impl GlobalSet {
                 return Ok(o.clone());
             }
         }
-        let o = Arc::new(GlobalOrder::new(&self.counts, self.seed, pass, self.set)?);
+        let o = Arc::new(match self.block {
+            None => GlobalOrder::new(&self.counts, self.seed, pass, self.set)?,
+            Some(b) => GlobalOrder::blocks(&self.counts, b, self.seed, pass, self.set)?,
+        });
         *self.order.write().expect("order lock") = Some((pass, o.clone()));
         Ok(o)
     }
@@ -228,7 +253,7 @@ pub(crate) fn real_files(config: &PipelineConfig) -> Option<Vec<(String, u64)>> 
     )
 }
 
-/// A stable tag of a set's order: its files, counts and seed (so that a
+/// A stable tag of a set's order: its files, counts, seed and block (so that a
 /// checkpoint's run names are those of the same inputs and seed).
 fn tag_of(sets: &[Arc<GlobalSet>]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -240,6 +265,10 @@ fn tag_of(sets: &[Arc<GlobalSet>]) -> String {
     };
     for s in sets {
         eat(&s.seed.to_le_bytes());
+        if let Some(b) = s.block {
+            eat(b"block");
+            eat(&b.to_le_bytes());
+        }
         for (f, c) in s.files.iter().zip(&s.counts) {
             eat(f.as_bytes());
             eat(&c.to_le_bytes());
@@ -252,6 +281,7 @@ fn tag_of(sets: &[Arc<GlobalSet>]) -> String {
 /// How `path` of `format` is indexed; an input that cannot be read by
 /// position is refused naming it and the modes that read it.
 fn index_kind(
+    mode: &str,
     spec: &str,
     format: &dyn Format,
     path: &Path,
@@ -260,7 +290,7 @@ fn index_kind(
     let refuse = |why: String| {
         PipelineError::config(
             SettingError::says(format!("{spec}: {why}: "))
-                .with(Setting::ShuffleMode, Value::text("global"))
+                .with(Setting::ShuffleMode, Value::text(mode))
                 .text(" reads records by position; ")
                 .with(Setting::ShuffleMode, Value::text("buffer"))
                 .text(" (the default) reads it"),
@@ -287,9 +317,11 @@ fn index_set(
     config: &PipelineConfig,
     set: u64,
     seed: u64,
+    block: Option<u64>,
     files: &[String],
     dir: &Path,
 ) -> Result<GlobalSet, PipelineError> {
+    let mode = config.order.shuffle_mode.name();
     let registry = &config.inputs.registry;
     let explicit = config.inputs.format.as_deref();
     let mut open = config.reading.open.clone();
@@ -303,7 +335,7 @@ fn index_set(
         .map(|spec| {
             let (f, path, c) = registry.resolve(spec, explicit)?;
             let c = open.compression.unwrap_or(c);
-            let kind = index_kind(spec, f.as_ref(), &path, c)?;
+            let kind = index_kind(mode, spec, f.as_ref(), &path, c)?;
             Ok((f, path, kind))
         })
         .collect::<Result<_, PipelineError>>()?;
@@ -326,6 +358,7 @@ fn index_set(
     Ok(GlobalSet {
         set,
         seed,
+        block,
         files: files.to_vec(),
         sources: (resolved.iter())
             .map(|(_, p, _)| SourceId::intern(&p.to_string_lossy()))
@@ -346,17 +379,22 @@ fn index_set(
 pub(crate) fn settle(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     let dir = (config.reading.index_dir.clone()).unwrap_or_else(default_index_dir);
     let seed = config.order.seed;
+    let mode = config.order.shuffle_mode;
+    // Block mode's blocks are of `shuffle` records (the pool's size in
+    // buffer mode); the settings' check refused 0.
+    let block = (mode == ShuffleMode::Block).then_some(config.order.shuffle.max(1) as u64);
     let sets: Vec<Arc<GlobalSet>> = if config.inputs.sets.is_empty() {
         vec![Arc::new(index_set(
             config,
             0,
             seed,
+            block,
             &config.inputs.files,
             &dir,
         )?)]
     } else {
         (config.inputs.sets.iter().enumerate())
-            .map(|(i, s)| index_set(config, i as u64, seed, &s.files, &dir).map(Arc::new))
+            .map(|(i, s)| index_set(config, i as u64, seed, block, &s.files, &dir).map(Arc::new))
             .collect::<Result<_, _>>()?
     };
     let tag = tag_of(&sets);
@@ -382,7 +420,8 @@ pub(crate) fn settle(config: &mut PipelineConfig) -> Result<(), PipelineError> {
         }
     }
     log::info!(
-        "shuffle_mode global: {} records in {} sets indexed under {}",
+        "shuffle_mode {}: {} records in {} sets indexed under {}",
+        mode.name(),
         sets.iter().map(|s| s.total()).sum::<u64>(),
         sets.len(),
         dir.display()
@@ -469,6 +508,8 @@ impl Format for RunsFormat {
             checked: Vec::new(),
             avg_bytes: 0,
             pages: Pages::default(),
+            held: None,
+            view: None,
         }))
     }
 }
@@ -492,9 +533,84 @@ pub(crate) struct RunReader {
     avg_bytes: usize,
     /// Pages of the files' offset tables, by (file, page).
     pages: Pages,
+    /// In `block` mode: the block being read, and the files whose records
+    /// in it were looked at (their readers hold those records where they
+    /// could) with the bytes held.
+    held: Option<(u64, Vec<usize>, u64)>,
+    /// In `block` mode, the block being read, looked up once.
+    view: Option<BlockView>,
 }
 
 impl RunReader {
+    /// The file and record at position `p` of the run: in `block` mode
+    /// through the block being read (looked up once per block).
+    fn locate(&mut self, p: u64) -> (usize, u64) {
+        let at = self.start + p;
+        if self.order.block().is_none() {
+            return self.order.locate(at);
+        }
+        if !self.view.as_ref().is_some_and(|v| v.holds(at)) {
+            self.view = self.order.block_view(at);
+        }
+        match &self.view {
+            Some(v) => v.locate(at),
+            None => self.order.locate(at),
+        }
+    }
+
+    /// In `block` mode, before position `p`'s record of `file` is read:
+    /// on a new block, let go of the last block's files (their readers and
+    /// the bytes they hold); on the first record of `file` in this block,
+    /// have its reader hold the block's records of the file, read at once,
+    /// where they take at most what is left of [`BLOCK_BYTES_HELD`], are
+    /// not large ones ([`HELD_RECORD_BYTES`]) and the reader can. A range
+    /// that cannot be held is read a record at a time, as in `global` mode
+    /// (whose errors name the record).
+    fn hold_block(&mut self, p: u64, file: usize) -> feedline::Result<()> {
+        let Some(view) = self.view.as_ref().filter(|v| v.holds(self.start + p)) else {
+            return Ok(());
+        };
+        let block = view.first();
+        let Some((first, end)) = view.records_of(file) else {
+            return Ok(());
+        };
+        match &mut self.held {
+            Some((b, files, _)) if *b == block => {
+                if files.contains(&file) {
+                    return Ok(());
+                }
+                files.push(file);
+            }
+            last => {
+                if let Some((_, files, _)) = last.take() {
+                    for f in files {
+                        self.readers.remove(&f);
+                    }
+                }
+                *last = Some((block, vec![file], 0));
+            }
+        }
+        if end - first < 2 {
+            return Ok(());
+        }
+        let Some((offset, stop)) = self.span(file, first, end)? else {
+            return Ok(());
+        };
+        let held = self.held.as_ref().map_or(0, |h| h.2);
+        if held + (stop - offset) > BLOCK_BYTES_HELD
+            || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
+        {
+            return Ok(());
+        }
+        let r = self.reader_at(file, first, end - 1)?;
+        if r.hold_span(offset, stop)? {
+            if let Some(h) = &mut self.held {
+                h.2 += stop - offset;
+            }
+        }
+        Ok(())
+    }
+
     /// The first position at or after `i` the stride keeps.
     fn kept_from(&self, i: u64) -> u64 {
         let RecordStride { offset, step } = self.keep;
@@ -595,11 +711,12 @@ impl RunReader {
         let set = self.set.clone();
         let mut n = 0;
         for &p in positions {
-            let (file, record) = self.order.locate(self.start + p);
+            let (file, record) = self.locate(p);
             self.next = p + 1;
             let before = chunk.len();
             let got = self
-                .reader_at(file, record, record)
+                .hold_block(p, file)
+                .and_then(|()| self.reader_at(file, record, record))
                 .and_then(|r| r.read_chunk(chunk, 1, usize::MAX));
             let failed = match got {
                 Ok(_) if chunk.len() > before => None,
@@ -635,7 +752,7 @@ impl RecordReader for RunReader {
             self.next = self.len;
             return Ok(None);
         }
-        let (file, record) = self.order.locate(self.start + i);
+        let (file, record) = self.locate(i);
         self.next = i + 1;
         let r = self.reader_at(file, record, record)?;
         let mut rec = r.next_record()?.ok_or_else(|| Error::BadFile {

@@ -574,7 +574,7 @@ impl ResumePlan {
         let now = CheckpointBase::of(config)?;
         Self::same_inputs_and_settings(checkpoints, &now)?;
         check::against_settings(checkpoints, config)?;
-        if config.order.shuffle_mode == crate::config::ShuffleMode::Global {
+        if config.order.shuffle_mode.reads_by_position() {
             // Its checkpoints name the runs of its order, not its files.
             check::against_files(checkpoints, &crate::global_shuffle::as_runs(config)?)?;
         } else {

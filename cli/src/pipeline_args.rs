@@ -182,10 +182,12 @@ pub struct PipelineArgs {
     /// How records are shuffled: `buffer` (a streaming pool of --shuffle
     /// records, the default), `global` (each pass an exact permutation of
     /// every record, read by position through a record index of every
-    /// file; the same batches whatever the readers), `block` (not built yet).
+    /// file; the same batches whatever the readers), `block` (the pass's
+    /// files in a permuted order, records permuted within blocks of
+    /// --shuffle records that span files; read by position like `global`).
     #[arg(long, default_value = "buffer", value_parser = parse_shuffle_mode)]
     pub shuffle_mode: ShuffleMode,
-    /// Where `--shuffle-mode global` keeps its record indexes (default:
+    /// Where `--shuffle-mode global` and `block` keep their record indexes (default:
     /// $XDG_CACHE_HOME/feedline/index or ~/.cache/feedline/index).
     #[arg(long)]
     pub index_dir: Option<PathBuf>,

@@ -208,6 +208,104 @@ fn deterministic_traces_are_identical_across_reader_counts() {
     assert_ne!(pass_records(0), pass_records(1));
 }
 
+/// `--shuffle-mode global` and `block`: every record exactly once per pass
+/// on every device, the same trace for 1 and 3 readers without
+/// `--deterministic`, and another order in each mode and pass; in `block`
+/// mode each block of a pass (the trace in order; fewer than 16 files, so
+/// `K = ceil(records / --shuffle)` blocks, block `k` holding records
+/// `floor(k c / K)..floor((k + 1) c / K)` of each file of `c`) holds one
+/// range of records of each file with records to spare.
+#[test]
+fn read_by_position_modes_give_one_trace_whatever_the_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tf = tfrecord_files(&dir.path().join("tf"), 5, 131);
+    let npy = npy_files(&dir.path().join("npy"), &[90, 0, 41, 200]);
+    let idx = dir.path().join("idx").to_string_lossy().into_owned();
+    for (files, name) in [(&tf, "tfrecord"), (&npy, "npy")] {
+        let mut orders = Vec::new();
+        for mode in ["global", "block"] {
+            let mut traces = Vec::new();
+            for readers in ["1", "3"] {
+                let trace = dir
+                    .path()
+                    .join(format!("trace-{name}-{mode}-{readers}.jsonl"));
+                let out = run_trace(
+                    files,
+                    &[
+                        "--shuffle-mode",
+                        mode,
+                        "--index-dir",
+                        &idx,
+                        "--shuffle",
+                        "40",
+                        "--readers",
+                        readers,
+                        "--devices",
+                        "2",
+                        "--round-robin",
+                        "--passes",
+                        "2",
+                        "--seed",
+                        "11",
+                        "--batch",
+                        "10",
+                        "--chunk-records",
+                        "7",
+                    ],
+                    &trace,
+                );
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let mut t = read_trace(&trace);
+                check_exactly_once(&t, files, 2, 2);
+                t.sort_by_key(|l| (l.0, l.2));
+                traces.push(t);
+            }
+            assert_eq!(traces[0], traces[1], "{name} {mode}: 1 reader and 3");
+            for pass in 0..2 {
+                let order: Vec<(String, u64)> = (traces[0].iter())
+                    .filter(|l| l.0 == pass)
+                    .flat_map(|l| l.3.clone())
+                    .collect();
+                if mode == "block" {
+                    let total: u64 = files.iter().map(|f| f.1).sum();
+                    let k = total.div_ceil(40);
+                    let start =
+                        |b: u64| files.iter().map(|f| (b * f.1 / k) as usize).sum::<usize>();
+                    for b in 0..k {
+                        let block = &order[start(b)..start(b + 1)];
+                        let mut per_file: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+                        for (f, r) in block {
+                            per_file.entry(f).or_default().push(*r);
+                        }
+                        for (f, rs) in &mut per_file {
+                            rs.sort();
+                            assert!(
+                                rs.windows(2).all(|w| w[1] == w[0] + 1),
+                                "{name} pass {pass} block {b}: {f} {rs:?}"
+                            );
+                        }
+                        let with_records = files.iter().filter(|f| f.1 >= k).count();
+                        assert!(
+                            per_file.len() >= with_records,
+                            "{name} block {b}: {per_file:?}"
+                        );
+                    }
+                }
+                orders.push(order);
+            }
+        }
+        for (i, o) in orders.iter().enumerate() {
+            for p in &orders[i + 1..] {
+                assert_ne!(o, p, "{name}: two modes or passes of one order");
+            }
+        }
+    }
+}
+
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")

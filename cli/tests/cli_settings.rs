@@ -45,9 +45,9 @@ fn a_mistake_reads_as_the_flags_name_its_settings() {
         ),
         (vec!["run"], "no input files: give FILES or --set"),
         (
-            vec!["run", &docs, "--shuffle-mode", "block"],
-            "--shuffle-mode block is not built yet: give --shuffle-mode global (local files, \
-             read by position) or --shuffle-mode buffer",
+            vec!["run", &docs, "--shuffle-mode", "block", "--shuffle", "0"],
+            "--shuffle (the records of a block) must be at least 1 with --shuffle-mode block, \
+             not 0",
         ),
     ];
     for (args, sentence) in cases {

@@ -86,12 +86,38 @@ def test_a_checkpoint_resumes_the_global_order_exactly(tmp_path):
     assert before + after == full
 
 
+def test_block_mode_reads_every_record_once_in_blocks_whatever_the_readers(tmp_path):
+    """shuffle_mode="block": every record once per pass, the same batches for
+    1 and 3 readers, each pass another order; fewer than 16 files, so the
+    pass is cut into K = ceil(185 / 24) = 8 blocks, block k holding records
+    floor(k * 37 / 8) .. floor((k + 1) * 37 / 8) of each file: every block
+    one range of each of the (class-sorted) files, all five classes."""
+    files = class_files(tmp_path, files=5, per_file=37)
+    want = sorted(c * 1000 + i for c in range(5) for i in range(37))
+    k = -(-185 // 24)
+    bounds = [5 * (b * 37 // k) for b in range(k + 1)]
+    for seed in (0, 4):
+        one = passes_of(make(files, tmp_path, seed=seed, shuffle_mode="block", shuffle=24, readers=1))
+        three = passes_of(make(files, tmp_path, seed=seed, shuffle_mode="block", shuffle=24, readers=3))
+        assert one == three
+        assert sorted(one[0]) == want and sorted(one[1]) == want
+        assert one[0] != one[1] and one[0] != want
+        for p in (0, 1):
+            order = one[p]
+            for b in range(k):
+                block = order[bounds[b]:bounds[b + 1]]
+                assert {y // 1000 for y in block} == set(range(5)), (seed, p, b, block)
+                for c in range(5):
+                    rs = sorted(y % 1000 for y in block if y // 1000 == c)
+                    assert rs == list(range(b * 37 // k, (b + 1) * 37 // k)), (seed, p, b, c, rs)
+
+
 def test_bad_values_are_refused_naming_the_keyword(tmp_path):
     files = class_files(tmp_path, files=1, per_file=4)
     with pytest.raises(ValueError, match="shuffle_mode"):
         make(files, tmp_path, shuffle_mode="perfect")
-    with pytest.raises(ValueError, match="shuffle_mode.*block.*not built"):
-        make(files, tmp_path, shuffle_mode="block")
+    with pytest.raises(ValueError, match="shuffle.*must be at least 1 with shuffle_mode=\"block\", not 0"):
+        make(files, tmp_path, shuffle_mode="block", shuffle=0)
     gz = tmp_path / "z.tfrecord.gz"
     import gzip
     gz.write_bytes(gzip.compress(open(files[0], "rb").read()))

@@ -245,6 +245,18 @@ pub trait RecordReader: Send {
         Ok(false)
     }
 
+    /// Read bytes `offset..end` of the file (a range of whole records, from
+    /// its [record index](crate::record_index)) in one read and hold them,
+    /// so that the records there are then read by
+    /// [`seek_indexed`](Self::seek_indexed) in any order without another
+    /// read, until a record outside them is asked for (`block` shuffle
+    /// mode: a block's records of one file). `Ok(false)` (the default):
+    /// this reader cannot; each record is then read apart. A range past the
+    /// file's end is an error naming the file.
+    fn hold_span(&mut self, _offset: u64, _end: u64) -> Result<bool> {
+        Ok(false)
+    }
+
     /// After an error: true if reading may go on with the next record.
     fn can_continue(&self) -> bool {
         false

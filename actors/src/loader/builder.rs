@@ -166,7 +166,7 @@ impl LoaderBuilder {
         shuffle_files: bool => order.shuffle_files;
         /// Identical batches across runs, reader counts and timings.
         deterministic: bool => order.deterministic;
-        /// How records are shuffled (default [`ShuffleMode::Buffer`]; [`ShuffleMode::Global`]: an exact permutation of each pass, read by position).
+        /// How records are shuffled (default [`ShuffleMode::Buffer`]; [`ShuffleMode::Global`]: an exact permutation of each pass, read by position; [`ShuffleMode::Block`]: permuted within blocks of `shuffle` records).
         shuffle_mode: ShuffleMode => order.shuffle_mode;
         /// Devices (default 1).
         devices: usize => feeding.devices;
@@ -201,7 +201,7 @@ impl LoaderBuilder {
         self
     }
 
-    /// Where `global` shuffle mode keeps its record indexes (default:
+    /// Where `global` and `block` shuffle modes keep their record indexes (default:
     /// [`feedline::record_index::default_index_dir`]).
     pub fn index_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.config.reading.index_dir = Some(dir.into());

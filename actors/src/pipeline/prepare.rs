@@ -19,7 +19,7 @@ use feedline::transform::{BatchTransformer, WorkerGate};
 use feedline::Schema;
 
 use crate::autotune::{self, TunedSetting, TunedValues};
-use crate::config::{PipelineConfig, ShuffleMode, SCHEMA_SAMPLE_RECORDS};
+use crate::config::{PipelineConfig, SCHEMA_SAMPLE_RECORDS};
 use crate::equalize::{count_records, count_tokens, EqualizeRanks, PackedRanks};
 use crate::error::PipelineError;
 use crate::resume_plan::{ResumeParts, ResumePlan};
@@ -397,7 +397,7 @@ fn settle(
         Some(s) => s.clone(),
         None => infer_schema(&config)?,
     };
-    if config.order.shuffle_mode == ShuffleMode::Global {
+    if config.order.shuffle_mode.reads_by_position() {
         crate::global_shuffle::settle(&mut config)?;
     }
     let plan = |files: Vec<String>, seed: u64| {

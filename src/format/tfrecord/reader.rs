@@ -291,6 +291,25 @@ impl RecordReader for TfRecordReader {
         Ok(true)
     }
 
+    fn hold_span(&mut self, offset: u64, end: u64) -> Result<bool> {
+        let Input::File { file, window } = &mut self.input else {
+            return Ok(false);
+        };
+        if end < offset || end > file.len() {
+            return Err(crate::Error::BadFile {
+                path: self.cur.path.clone(),
+                what: format!(
+                    "bytes {offset}..{end} asked of a file of {} bytes (its record index does not match it)",
+                    file.len()
+                ),
+            });
+        }
+        // Exactly the range: what lies past it is read when asked for.
+        window.set_block((end - offset) as usize);
+        window.get(file, offset, (end - offset) as usize)?;
+        Ok(true)
+    }
+
     fn next_record(&mut self) -> Result<Option<Record>> {
         let Some((payload, loc)) = self.next_frame()? else {
             return Ok(None);
@@ -538,6 +557,67 @@ mod tests {
                 }
             }
         })
+    }
+
+    /// `hold_span`: a range of records read at once and then read by
+    /// `seek_indexed` in any order without another read (the file zeroed
+    /// on disk under the reader gives the records held); a record outside
+    /// it is read from the file; a range past the end is refused naming it.
+    #[test]
+    fn a_held_span_serves_its_records_in_any_order_without_another_read() {
+        use crate::format::tfrecord::TfRecordWriter;
+        use crate::{Location, Record, Tensor};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("held.tfrecord");
+        let mut w = TfRecordWriter::create(&path, Compression::None).unwrap();
+        for id in 0..20i64 {
+            let rec = Record {
+                fields: vec![(
+                    "id".into(),
+                    Tensor {
+                        values: Values::I64(vec![id]),
+                        shape: vec![],
+                    },
+                )],
+                location: Location::new(source_id(&path), id as u64, None),
+            };
+            w.write_example(&rec).unwrap();
+        }
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        // Frame offsets, from the frames' lengths.
+        let mut offsets = vec![0u64];
+        while (*offsets.last().unwrap() as usize) < bytes.len() {
+            let at = *offsets.last().unwrap() as usize;
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            offsets.push(at as u64 + 16 + len);
+        }
+        let id_of = |r: &mut TfRecordReader, i: usize| -> Result<i64> {
+            assert!(r.seek_indexed(i as u64, offsets[i], offsets[i + 1])?);
+            let rec = r.next_record()?.expect("a record");
+            match &rec.fields[0].1.values {
+                Values::I64(v) => Ok(v[0]),
+                v => panic!("{v:?}"),
+            }
+        };
+        let mut r = TfRecordReader::open(&path, &OpenOptions::default()).unwrap();
+        assert!(r.hold_span(offsets[4], offsets[15]).unwrap());
+        // Zeroed in place: the held records still read as written.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &vec![0u8; bytes.len()], 0).unwrap();
+        for i in [14usize, 4, 9, 10, 5, 13] {
+            assert_eq!(id_of(&mut r, i).unwrap(), i as i64);
+        }
+        // Outside the span: read from the (zeroed) file, and refused.
+        assert!(id_of(&mut r, 17).is_err());
+        let e = r
+            .hold_span(0, bytes.len() as u64 + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("held.tfrecord") && e.contains("record index"),
+            "{e}"
+        );
     }
 
     #[test]
