@@ -125,6 +125,9 @@ pub struct RecordIndex {
     records: u64,
     /// The index file, for the offsets (kinds with offsets).
     offsets: Option<(PathBuf, File)>,
+    /// A remote object's HEAD when it was indexed (`None`: a local file).
+    #[cfg(feature = "remote")]
+    remote: Option<crate::remote::ObjectInfo>,
 }
 
 /// FNV-1a of `bytes`: the index file's name from the data file's path.
@@ -183,6 +186,78 @@ impl RecordIndex {
         })
     }
 
+    /// The index of the remote object at `url` (`s3://`, `gs://`,
+    /// `http(s)://`) of kind `kind` from `dir`, built there first if it is
+    /// missing or was of another version of the object: its stamp is the
+    /// object's size, modification time and a hash of its ETag (or
+    /// version), as a HEAD request gives them; the index is built from one
+    /// streamed read of the object. Only uncompressed TFRecord objects
+    /// ([`IndexKind::TfRecordFrames`]) are indexed: the others are read by
+    /// position only through their readers, which a remote stream cannot
+    /// do at a cost worth paying. [`remote_info`](Self::remote_info) gives
+    /// the HEAD the reads are then pinned to.
+    #[cfg(feature = "remote")]
+    pub fn open_or_build_remote(url: &str, kind: IndexKind, dir: &Path) -> Result<Self> {
+        let data = PathBuf::from(url);
+        let remote = |e: crate::remote::RemoteError| Error::io(&data, e.into_io());
+        if kind != IndexKind::TfRecordFrames {
+            return Err(Error::Config(format!(
+                "{url}: a remote input is read by position only as uncompressed TFRecord \
+                 (its record index holds its frames' offsets)"
+            )));
+        }
+        let info = crate::remote::head(url).map_err(remote)?;
+        let version = (info.e_tag.as_deref())
+            .or(info.version.as_deref())
+            .unwrap_or("");
+        let stamp = IndexStamp {
+            size: info.size,
+            mtime_ns: info.mtime_ns.unwrap_or(0),
+            ends: name_hash(version.as_bytes()),
+        };
+        let index_path = dir.join(format!("{:016x}.idx", name_hash(url.as_bytes())));
+        let found = match Self::read(&data, &index_path, stamp, kind) {
+            Ok(found) => found,
+            Err(e) => {
+                log::warn!("{}: rebuilding: {e}", index_path.display());
+                None
+            }
+        };
+        let mut index = match found {
+            Some(index) => index,
+            None => {
+                std::fs::create_dir_all(dir).map_err(|e| Error::BadFile {
+                    path: dir.to_path_buf(),
+                    what: format!("the record index directory cannot be made: {e}"),
+                })?;
+                let t0 = std::time::Instant::now();
+                let object = crate::remote::RemoteObject::open_at(url, &info, 0).map_err(remote)?;
+                let stream = BufReader::with_capacity(1 << 20, object);
+                let (records, offsets) = scan_frames_in(&data, stream, info.size, |r, n| {
+                    std::io::copy(&mut r.by_ref().take(n), &mut std::io::sink()).map(|_| ())
+                })?;
+                Self::write(&index_path, stamp, kind, records, &offsets)?;
+                log::debug!(
+                    "{url}: record index of {records} records built in {:?}",
+                    t0.elapsed()
+                );
+                Self::read(&data, &index_path, stamp, kind)?.ok_or_else(|| Error::BadFile {
+                    path: index_path.clone(),
+                    what: "the record index just written does not read back".into(),
+                })?
+            }
+        };
+        index.remote = Some(info);
+        Ok(index)
+    }
+
+    /// The HEAD of the remote object indexed, which its reads are pinned
+    /// to (`None`: a local file).
+    #[cfg(feature = "remote")]
+    pub fn remote_info(&self) -> Option<&crate::remote::ObjectInfo> {
+        self.remote.as_ref()
+    }
+
     /// The index at `index_path` if it is of `data` as stamped now.
     fn read(
         data: &Path,
@@ -232,6 +307,8 @@ impl RecordIndex {
             kind,
             records,
             offsets: kind.has_offsets().then(|| (index_path.to_path_buf(), f)),
+            #[cfg(feature = "remote")]
+            remote: None,
         }))
     }
 
@@ -352,6 +429,13 @@ impl RecordIndex {
 
     /// Is the file still what was indexed? An error naming it if it changed.
     pub fn check_unchanged(&self) -> Result<()> {
+        // A remote object's reads are pinned to the version indexed (its
+        // ETag, `If-Match`): a changed object fails the read that meets it,
+        // naming its URL, without a HEAD per check.
+        #[cfg(feature = "remote")]
+        if self.remote.is_some() {
+            return Ok(());
+        }
         let now = IndexStamp::of(&self.data)?;
         if now != self.stamp {
             return Err(Error::BadFile {
@@ -370,7 +454,19 @@ impl RecordIndex {
 /// The frame offsets of an uncompressed TFRecord file, from its headers
 /// alone (each header's length CRC checked); payloads are stepped over.
 fn scan_frames(path: &Path, file: File, size: u64) -> Result<(u64, Vec<u64>)> {
-    let mut r = BufReader::with_capacity(1 << 20, file);
+    let r = BufReader::with_capacity(1 << 20, file);
+    scan_frames_in(path, r, size, |r, n| r.seek_relative(n as i64))
+}
+
+/// The frame offsets of `size` bytes of uncompressed TFRecord read from
+/// `r`, its payloads stepped over by `skip` (a seek in a file, a read in a
+/// stream).
+fn scan_frames_in<R: Read>(
+    path: &Path,
+    mut r: R,
+    size: u64,
+    mut skip: impl FnMut(&mut R, u64) -> std::io::Result<()>,
+) -> Result<(u64, Vec<u64>)> {
     let mut offsets = Vec::new();
     let mut pos = 0u64;
     while pos < size {
@@ -403,8 +499,7 @@ fn scan_frames(path: &Path, file: File, size: u64) -> Result<(u64, Vec<u64>)> {
             )));
         }
         offsets.push(pos);
-        r.seek_relative((len + FOOTER_BYTES as u64) as i64)
-            .map_err(|e| Error::io(path, e))?;
+        skip(&mut r, len + FOOTER_BYTES as u64).map_err(|e| Error::io(path, e))?;
         pos += frame;
     }
     let n = offsets.len() as u64;

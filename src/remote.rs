@@ -53,6 +53,10 @@ mod store;
 #[cfg(feature = "remote")]
 pub use store::{expand_glob, head, read_range, stat, ObjectInfo, RemoteObject};
 
+/// The bytes [`read_range`] gives (cheap to clone and to slice).
+#[cfg(feature = "remote")]
+pub use bytes::Bytes;
+
 use parking_lot::RwLock;
 
 /// What can go wrong with a remote source (each is turned into an

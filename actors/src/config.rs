@@ -264,8 +264,8 @@ pub struct Order {
     pub reorder_window: usize,
     /// How records are shuffled: a streaming pool ([`ShuffleMode::Buffer`],
     /// the default), an exact permutation of each pass
-    /// ([`ShuffleMode::Global`]) or one within blocks of `shuffle` records
-    /// ([`ShuffleMode::Block`]).
+    /// ([`ShuffleMode::Global`]) or one within blocks of about `shuffle`
+    /// records ([`ShuffleMode::Block`]).
     pub shuffle_mode: ShuffleMode,
 }
 
@@ -288,14 +288,24 @@ pub enum ShuffleMode {
     /// record index of every file (local, uncompressed inputs); the same
     /// batches whatever the readers and timing; checkpoints of constant size.
     Global,
-    /// Records permuted within blocks of `shuffle` consecutive records of
-    /// the pass's files in a permuted order (a block spans files where
-    /// they are shorter), read by position through the same record index:
-    /// every block reads one range of each of its few files. The same
-    /// batches whatever the readers and timing; checkpoints of constant
-    /// size.
+    /// The pass's files in a permuted order, taken in groups of 16
+    /// ([`feedline::global_order::BLOCK_FILES`]); each group cut into
+    /// blocks of about `shuffle` records holding a slice of every file of
+    /// the group; each block permuted. Read by position through the same
+    /// record index as `Global`, a block's records of each file with one
+    /// read. The same batches whatever the readers and timing; checkpoints
+    /// of constant size.
     Block,
 }
+
+/// Bytes of a block's records one run reader holds, at most, in `block`
+/// mode: where a block's records of a file take at most this, they are
+/// read with one read and the block's records of the file then come from
+/// memory; a larger range is read a record at a time. With one run being
+/// read per reader, the shard bytes a pipeline holds are at most this
+/// times its readers ([`PipelineConfig::block_bytes_held`], in the stated
+/// bound).
+pub(crate) const BLOCK_BYTES_HELD: u64 = 8 << 20;
 
 impl ShuffleMode {
     /// Whether records are read by position through a record index in an
@@ -1610,7 +1620,7 @@ impl PipelineConfig {
         if self.order.shuffle_mode != ShuffleMode::Block {
             return 0;
         }
-        let per_reader = crate::global_shuffle::BLOCK_BYTES_HELD as usize;
+        let per_reader = BLOCK_BYTES_HELD as usize;
         per_reader.saturating_mul(self.all_readers())
     }
 

@@ -1,8 +1,8 @@
 //! `shuffle_mode` `global` and `block`: every pass an exact permutation of
-//! every record of the pass, or of the records within each block of
-//! `shuffle` records of the pass's files in a permuted order
-//! ([`feedline::global_order`]), read by position through each file's
-//! record index ([`feedline::record_index`]).
+//! every record of the pass, or of the records within each block of about
+//! `shuffle` records (a slice of each file of a group of the pass's files
+//! in a permuted order) ([`feedline::global_order`]), read by position
+//! through each file's record index ([`feedline::record_index`]).
 //!
 //! This module owns both modes (they differ only in their order). At settling
 //! ([`settle`], called once by `pipeline::prepare`) it indexes every input
@@ -38,7 +38,7 @@ use feedline::record_index::{default_index_dir, IndexKind, RecordIndex};
 use feedline::{Chunk, Error, Location, Origin, Record, SourceId};
 use rayon::prelude::*;
 
-use crate::config::{PipelineConfig, ShuffleMode};
+use crate::config::{PipelineConfig, ShuffleMode, BLOCK_BYTES_HELD};
 use crate::error::PipelineError;
 use crate::setting::{Setting, SettingError, Value};
 
@@ -47,14 +47,6 @@ pub(crate) const RUNS_FORMAT: &str = "global-order";
 
 /// Files read by position kept open by one run reader, at most.
 const OPEN_FILES: usize = 64;
-
-/// Bytes of a block's records one run reader holds, at most, in `block`
-/// mode: where a block's records of a file take at most this, they are
-/// read with one read and the block's records of the file then come from
-/// memory; a larger range is read a record at a time. With one run being
-/// read per reader, the shard bytes a pipeline holds are at most this
-/// times its readers.
-pub(crate) const BLOCK_BYTES_HELD: u64 = 8 << 20;
 
 /// Mean bytes of a record above which a block's records are not held:
 /// records this large are framed from their ends and left in their files
@@ -296,11 +288,22 @@ fn index_kind(
                 .text(" (the default) reads it"),
         )
     };
-    if feedline::remote::is_remote(spec) || feedline::remote::is_remote(&path.to_string_lossy()) {
-        return Err(refuse("a remote input has no record index here".into()));
-    }
+    let remote =
+        feedline::remote::is_remote(spec) || feedline::remote::is_remote(&path.to_string_lossy());
     if c != feedline::format::Compression::None {
         return Err(refuse(format!("it is {c:?}-compressed")));
+    }
+    if remote {
+        if !cfg!(feature = "remote") {
+            return Err(refuse("remote inputs need the `remote` feature".into()));
+        }
+        if format.name() != "tfrecord" {
+            return Err(refuse(format!(
+                "a remote input is read by position only as uncompressed TFRecord, not {}",
+                format.name()
+            )));
+        }
+        return Ok(IndexKind::TfRecordFrames);
     }
     if !path.is_file() {
         return Err(refuse("not a regular file".into()));
@@ -342,6 +345,13 @@ fn index_set(
     let indexes: Vec<RecordIndex> = resolved
         .par_iter()
         .map(|(f, path, kind)| {
+            #[cfg(feature = "remote")]
+            {
+                let url = path.to_string_lossy();
+                if feedline::remote::is_remote(&url) {
+                    return RecordIndex::open_or_build_remote(&url, *kind, dir);
+                }
+            }
             RecordIndex::open_or_build(path, *kind, dir, || {
                 let mut o = open.clone();
                 o.compression = Some(feedline::format::Compression::None);
@@ -510,6 +520,8 @@ impl Format for RunsFormat {
             pages: Pages::default(),
             held: None,
             view: None,
+            #[cfg(feature = "remote")]
+            remote_held: HashMap::new(),
         }))
     }
 }
@@ -539,6 +551,10 @@ pub(crate) struct RunReader {
     held: Option<(u64, Vec<usize>, u64)>,
     /// In `block` mode, the block being read, looked up once.
     view: Option<BlockView>,
+    /// In `block` mode, the block's records of remote objects, read with
+    /// one ranged GET each: (first byte, bytes) by file.
+    #[cfg(feature = "remote")]
+    remote_held: HashMap<usize, (u64, feedline::remote::Bytes)>,
 }
 
 impl RunReader {
@@ -585,6 +601,8 @@ impl RunReader {
                 if let Some((_, files, _)) = last.take() {
                     for f in files {
                         self.readers.remove(&f);
+                        #[cfg(feature = "remote")]
+                        self.remote_held.remove(&f);
                     }
                 }
                 *last = Some((block, vec![file], 0));
@@ -600,6 +618,18 @@ impl RunReader {
         if held + (stop - offset) > BLOCK_BYTES_HELD
             || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
         {
+            return Ok(());
+        }
+        #[cfg(feature = "remote")]
+        if let Some(info) = self.set.indexes[file].remote_info() {
+            // A remote object: the range with one ranged GET.
+            let url = self.set.formats[file].1.to_string_lossy().into_owned();
+            let bytes = feedline::remote::read_range(&url, info, offset, stop - offset)
+                .map_err(|e| Error::io(&url, e.into_io()))?;
+            self.remote_held.insert(file, (offset, bytes));
+            if let Some(h) = &mut self.held {
+                h.2 += stop - offset;
+            }
             return Ok(());
         }
         let r = self.reader_at(file, first, end - 1)?;
@@ -702,6 +732,45 @@ impl RunReader {
         Ok(self.readers.get_mut(&file).expect("inserted"))
     }
 
+    /// Read record `record` of file `file` into `chunk`: from its reader,
+    /// positioned through the record index, or for a remote object from
+    /// the block's bytes held, else with one ranged GET.
+    fn read_one(&mut self, file: usize, record: u64, chunk: &mut Chunk) -> feedline::Result<usize> {
+        #[cfg(feature = "remote")]
+        if let Some(info) = self.set.indexes[file].remote_info() {
+            let url = self.set.formats[file].1.to_string_lossy().into_owned();
+            let info = info.clone();
+            let Some((offset, end)) = self.span(file, record, record + 1)? else {
+                return Err(Error::Config(format!(
+                    "{url}: a remote input without offsets"
+                )));
+            };
+            let bytes = match self.remote_held.get(&file) {
+                Some((base, b)) if offset >= *base && end - base <= b.len() as u64 => {
+                    b.slice((offset - base) as usize..(end - base) as usize)
+                }
+                _ => feedline::remote::read_range(&url, &info, offset, end - offset)
+                    .map_err(|e| Error::io(&url, e.into_io()))?,
+            };
+            let mut o = self.set.open.clone();
+            o.start_record = 0;
+            o.compression = Some(feedline::format::Compression::None);
+            let mut r = feedline::format::tfrecord::TfRecordReader::from_bytes(
+                bytes,
+                self.set.sources[file],
+                &o,
+            );
+            return r
+                .read_chunk(chunk, 1, usize::MAX)
+                .map_err(|e| Error::BadFile {
+                    path: url.clone().into(),
+                    what: format!("record {record} at byte {offset}: {e}"),
+                });
+        }
+        self.reader_at(file, record, record)
+            .and_then(|r| r.read_chunk(chunk, 1, usize::MAX))
+    }
+
     /// Read positions `positions` (kept ones, ascending) into `chunk`, in
     /// that order, each straight from its file by its record index, named
     /// as a position of this run: every one up to the first that fails
@@ -716,8 +785,7 @@ impl RunReader {
             let before = chunk.len();
             let got = self
                 .hold_block(p, file)
-                .and_then(|()| self.reader_at(file, record, record))
-                .and_then(|r| r.read_chunk(chunk, 1, usize::MAX));
+                .and_then(|()| self.read_one(file, record, chunk));
             let failed = match got {
                 Ok(_) if chunk.len() > before => None,
                 Ok(_) => Some(Error::BadFile {

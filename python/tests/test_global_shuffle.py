@@ -3,6 +3,11 @@ pass another permutation, the same batches for 1 and 3 readers; class-sorted
 files (one class per file) mixed, as stats()["order"] shows; a checkpoint
 resumed exactly; bad values refused naming the keyword."""
 
+import json
+import os
+import pathlib
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -110,6 +115,36 @@ def test_block_mode_reads_every_record_once_in_blocks_whatever_the_readers(tmp_p
                 for c in range(5):
                     rs = sorted(y % 1000 for y in block if y // 1000 == c)
                     assert rs == list(range(b * 37 // k, (b + 1) * 37 // k)), (seed, p, b, c, rs)
+
+
+def feedline_command():
+    """The command built beside the package (./test.sh runs the Rust tests,
+    which build it, before these): FEEDLINE_CLI, else target/release/feedline."""
+    path = os.environ.get("FEEDLINE_CLI") or str(
+        pathlib.Path(__file__).resolve().parents[2] / "target" / "release" / "feedline")
+    assert os.access(path, os.X_OK), f"{path}: no feedline command (build it: cargo build --release -p feedline-cli)"
+    return path
+
+
+@pytest.mark.parametrize("mode", ["global", "block"])
+def test_python_gives_the_commands_order(tmp_path, mode):
+    """The same settings through Python and through `feedline run --trace`:
+    the same batches, each of the same records (file and record), in the
+    same order, in both passes."""
+    files = class_files(tmp_path)
+    for seed in (3, 8):
+        loader = make(files, tmp_path, seed=seed, shuffle_mode=mode, shuffle=16)
+        py = [(b.pass_, [[s, r] for s, r in b.origins]) for b in loader]
+        trace = tmp_path / f"trace-{mode}-{seed}.jsonl"
+        subprocess.run([feedline_command(), "run", *files, "--batch", "8", "--passes", "2",
+                        "--seed", str(seed), "--shuffle-mode", mode, "--shuffle", "16",
+                        "--index-dir", str(tmp_path / "idx"), "--trace", str(trace)],
+                       check=True, capture_output=True)
+        lines = sorted((json.loads(line) for line in trace.read_text().splitlines()),
+                       key=lambda t: (t["pass"], t["seq"]))
+        cli = [(t["pass"], t["records"]) for t in lines]
+        assert len(py) == 2 * 240 // 8
+        assert py == cli, (mode, seed)
 
 
 def test_bad_values_are_refused_naming_the_keyword(tmp_path):

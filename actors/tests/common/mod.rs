@@ -5,6 +5,8 @@
 //! and the exactly-once checks over those ids.
 #![allow(dead_code)]
 
+pub mod s3;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

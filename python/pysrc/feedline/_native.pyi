@@ -231,7 +231,10 @@ class Loader(Iterator[Batch]):
         shuffled files), "global" (each pass an exact permutation of every
         record, read by position through a record index of each file kept
         in `index_dir`; the same batches whatever the readers; checkpoints
-        of constant size); "block" is refused (not built yet).
+        of constant size); "block" (the files in a permuted order, in groups
+        of 16, each group cut into blocks of about `shuffle` records holding
+        a slice of every file of the group, each block permuted; read by
+        position like "global", a block's records of a file with one read).
         metrics_addr: "HOST:PORT": serve Prometheus metrics (OpenMetrics text)
         at http://HOST:PORT/metrics while the loader runs (default: none, no
         port opened); a port in use is a FeedlineError naming the address.

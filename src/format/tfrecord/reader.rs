@@ -563,6 +563,7 @@ mod tests {
     /// `seek_indexed` in any order without another read (the file zeroed
     /// on disk under the reader gives the records held); a record outside
     /// it is read from the file; a range past the end is refused naming it.
+    #[cfg(unix)]
     #[test]
     fn a_held_span_serves_its_records_in_any_order_without_another_read() {
         use crate::format::tfrecord::TfRecordWriter;
