@@ -363,6 +363,11 @@ impl BlockView {
         self.first
     }
 
+    /// The block's records of each of its files: (file, first, end).
+    pub fn slices(&self) -> &[(usize, u64, u64)] {
+        &self.slices
+    }
+
     /// The block's records of file `file`: `first..end`.
     pub fn records_of(&self, file: usize) -> Option<(u64, u64)> {
         (self.slices.iter())

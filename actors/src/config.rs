@@ -305,7 +305,7 @@ pub enum ShuffleMode {
 /// read per reader, the shard bytes a pipeline holds are at most this
 /// times its readers ([`PipelineConfig::block_bytes_held`], in the stated
 /// bound).
-pub(crate) const BLOCK_BYTES_HELD: u64 = 8 << 20;
+pub(crate) const BLOCK_BYTES_HELD: u64 = 32 << 20;
 
 impl ShuffleMode {
     /// Whether records are read by position through a record index in an
@@ -1687,7 +1687,7 @@ mod tests {
         assert_eq!(c.remote_read_ahead_bytes(), 8 * per_reader);
     }
 
-    /// `block` mode's held blocks are in the bound: 8 MiB per reader.
+    /// `block` mode's held blocks are in the bound: 32 MiB per reader.
     #[test]
     fn the_bound_counts_the_blocks_each_reader_holds() {
         let mut c = PipelineConfig {
@@ -1704,8 +1704,8 @@ mod tests {
         let buffer = c.in_flight_bound_bytes(1000);
         assert_eq!(c.block_bytes_held(), 0);
         c.order.shuffle_mode = ShuffleMode::Block;
-        assert_eq!(c.block_bytes_held(), 3 * (8 << 20));
-        assert_eq!(c.in_flight_bound_bytes(1000), buffer + 3 * (8 << 20));
+        assert_eq!(c.block_bytes_held(), 3 * (32 << 20));
+        assert_eq!(c.in_flight_bound_bytes(1000), buffer + 3 * (32 << 20));
         c.order.shuffle_mode = ShuffleMode::Global;
         assert_eq!(c.in_flight_bound_bytes(1000), buffer);
     }

@@ -606,7 +606,13 @@ impl RunReader {
                     }
                 }
                 *last = Some((block, vec![file], 0));
+                #[cfg(feature = "remote")]
+                self.fetch_remote_block()?;
             }
+        }
+        #[cfg(feature = "remote")]
+        if self.set.indexes[file].remote_info().is_some() {
+            return Ok(()); // fetched with its block, or read a record at a time
         }
         if end - first < 2 {
             return Ok(());
@@ -618,18 +624,6 @@ impl RunReader {
         if held + (stop - offset) > BLOCK_BYTES_HELD
             || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
         {
-            return Ok(());
-        }
-        #[cfg(feature = "remote")]
-        if let Some(info) = self.set.indexes[file].remote_info() {
-            // A remote object: the range with one ranged GET.
-            let url = self.set.formats[file].1.to_string_lossy().into_owned();
-            let bytes = feedline::remote::read_range(&url, info, offset, stop - offset)
-                .map_err(|e| Error::io(&url, e.into_io()))?;
-            self.remote_held.insert(file, (offset, bytes));
-            if let Some(h) = &mut self.held {
-                h.2 += stop - offset;
-            }
             return Ok(());
         }
         let r = self.reader_at(file, first, end - 1)?;
@@ -730,6 +724,67 @@ impl RunReader {
             self.readers.insert(file, r);
         }
         Ok(self.readers.get_mut(&file).expect("inserted"))
+    }
+
+    /// On entering a block: fetch its records of every remote object at
+    /// once, one ranged GET per object, the GETs side by side, where the
+    /// ranges take at most [`BLOCK_BYTES_HELD`] together and their records
+    /// are not large ones; the bytes held until the block ends. (The GETs
+    /// run on threads of their own, so the pipeline's remote counters do
+    /// not count them; the process's do.)
+    #[cfg(feature = "remote")]
+    fn fetch_remote_block(&mut self) -> feedline::Result<()> {
+        let Some(view) = self.view.clone() else {
+            return Ok(());
+        };
+        let mut wanted = Vec::new();
+        let mut bytes = 0;
+        for &(file, first, end) in view.slices() {
+            let Some(info) = self.set.indexes[file].remote_info().cloned() else {
+                continue;
+            };
+            if end - first < 2 {
+                continue;
+            }
+            let Some((offset, stop)) = self.span(file, first, end)? else {
+                continue;
+            };
+            if bytes + (stop - offset) > BLOCK_BYTES_HELD
+                || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
+            {
+                continue;
+            }
+            bytes += stop - offset;
+            let url = self.set.formats[file].1.to_string_lossy().into_owned();
+            wanted.push((file, url, info, offset, stop));
+        }
+        let fetched: Vec<feedline::Result<(usize, u64, feedline::remote::Bytes)>> =
+            std::thread::scope(|s| {
+                let gets: Vec<_> = (wanted.iter())
+                    .map(|(file, url, info, offset, stop)| {
+                        s.spawn(move || {
+                            feedline::remote::read_range(url, info, *offset, stop - offset)
+                                .map(|b| (*file, *offset, b))
+                                .map_err(|e| Error::io(url, e.into_io()))
+                        })
+                    })
+                    .collect();
+                (gets.into_iter())
+                    .map(|g| g.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+        for got in fetched {
+            let (file, offset, b) = got?;
+            let n = b.len() as u64;
+            self.remote_held.insert(file, (offset, b));
+            if let Some((_, files, held)) = &mut self.held {
+                if !files.contains(&file) {
+                    files.push(file);
+                }
+                *held += n;
+            }
+        }
+        Ok(())
     }
 
     /// Read record `record` of file `file` into `chunk`: from its reader,
