@@ -183,8 +183,10 @@ pub struct PipelineArgs {
     /// records, the default), `global` (each pass an exact permutation of
     /// every record, read by position through a record index of every
     /// file; the same batches whatever the readers), `block` (the pass's
-    /// files in a permuted order, records permuted within blocks of
-    /// --shuffle records that span files; read by position like `global`).
+    /// files in a permuted order, in groups of 16, each group cut into
+    /// blocks of about --shuffle records holding a slice of each of its
+    /// files, each block permuted; read by position like `global`, a
+    /// block's records of a file with one read).
     #[arg(long, default_value = "buffer", value_parser = parse_shuffle_mode)]
     pub shuffle_mode: ShuffleMode,
     /// Where `--shuffle-mode global` and `block` keep their record indexes (default:

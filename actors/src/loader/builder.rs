@@ -166,7 +166,7 @@ impl LoaderBuilder {
         shuffle_files: bool => order.shuffle_files;
         /// Identical batches across runs, reader counts and timings.
         deterministic: bool => order.deterministic;
-        /// How records are shuffled (default [`ShuffleMode::Buffer`]; [`ShuffleMode::Global`]: an exact permutation of each pass, read by position; [`ShuffleMode::Block`]: permuted within blocks of `shuffle` records).
+        /// How records are shuffled (default [`ShuffleMode::Buffer`]; [`ShuffleMode::Global`]: an exact permutation of each pass, read by position; [`ShuffleMode::Block`]: permuted within blocks of about `shuffle` records, each a slice of every file of a group of 16).
         shuffle_mode: ShuffleMode => order.shuffle_mode;
         /// Devices (default 1).
         devices: usize => feeding.devices;
