@@ -353,6 +353,11 @@ pub struct BlockView {
 }
 
 impl BlockView {
+    /// The position after the block's last.
+    pub fn end(&self) -> u64 {
+        self.first + self.len
+    }
+
     /// Whether `position` is one of the block's.
     pub fn holds(&self, position: u64) -> bool {
         position >= self.first && position - self.first < self.len

@@ -302,9 +302,10 @@ pub enum ShuffleMode {
 /// mode: where a block's records of a file take at most this, they are
 /// read with one read and the block's records of the file then come from
 /// memory; a larger range is read a record at a time. With one run being
-/// read per reader, the shard bytes a pipeline holds are at most this
-/// times its readers ([`PipelineConfig::block_bytes_held`], in the stated
-/// bound).
+/// read per reader, and two blocks of remote objects kept (the last one
+/// entered, for the next run in it, and the next, fetched ahead), the
+/// shard bytes a pipeline holds are at most this times its readers plus
+/// two ([`PipelineConfig::block_bytes_held`], in the stated bound).
 pub(crate) const BLOCK_BYTES_HELD: u64 = 32 << 20;
 
 impl ShuffleMode {
@@ -1614,14 +1615,16 @@ impl PipelineConfig {
         (self.reading.readers).max(self.inputs.sets.iter().map(|s| s.readers).sum())
     }
 
-    /// The bytes of blocks the readers hold in `block` shuffle mode (each
-    /// reader's run reader at most `BLOCK_BYTES_HELD`); 0 in other modes.
+    /// The bytes of blocks held in `block` shuffle mode: each reader's run
+    /// reader holds at most `BLOCK_BYTES_HELD`, and two more blocks' worth
+    /// are the last block of remote objects entered, kept for the next run
+    /// in it, and the one after it, fetched ahead; 0 in other modes.
     pub fn block_bytes_held(&self) -> usize {
         if self.order.shuffle_mode != ShuffleMode::Block {
             return 0;
         }
         let per_reader = BLOCK_BYTES_HELD as usize;
-        per_reader.saturating_mul(self.all_readers())
+        per_reader.saturating_mul(self.all_readers() + 2)
     }
 
     /// Whether any input is remote (`s3://`, `gs://`, `http(s)://`).
@@ -1704,8 +1707,8 @@ mod tests {
         let buffer = c.in_flight_bound_bytes(1000);
         assert_eq!(c.block_bytes_held(), 0);
         c.order.shuffle_mode = ShuffleMode::Block;
-        assert_eq!(c.block_bytes_held(), 3 * (32 << 20));
-        assert_eq!(c.in_flight_bound_bytes(1000), buffer + 3 * (32 << 20));
+        assert_eq!(c.block_bytes_held(), 5 * (32 << 20));
+        assert_eq!(c.in_flight_bound_bytes(1000), buffer + 5 * (32 << 20));
         c.order.shuffle_mode = ShuffleMode::Global;
         assert_eq!(c.in_flight_bound_bytes(1000), buffer);
     }

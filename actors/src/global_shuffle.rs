@@ -96,6 +96,13 @@ impl std::hash::Hasher for PageKeyHasher {
 /// Pages of offset tables by [`page_key`].
 type Pages = HashMap<u64, Arc<[u64]>, std::hash::BuildHasherDefault<PageKeyHasher>>;
 
+/// In `block` mode, one block's records of the remote objects it spans,
+/// fetched once (one ranged GET per object): (first byte, bytes) by file;
+/// `None` where the fetch failed (each reader then reads its records one
+/// GET at a time, and their errors name them).
+#[cfg(feature = "remote")]
+type RemoteBlock = OnceLock<Option<HashMap<usize, (u64, feedline::remote::Bytes)>>>;
+
 /// One file set as the global order reads it.
 pub(crate) struct GlobalSet {
     /// The set's index (the order's stream).
@@ -122,7 +129,51 @@ pub(crate) struct GlobalSet {
     /// Pages of the offset tables that its run readers share (at most
     /// [`SHARED_INDEX_PAGES`]).
     pages: parking_lot::Mutex<Pages>,
+    /// In `block` mode, the blocks of remote objects that its run readers
+    /// hold, by (pass, the block's first position): a block that several
+    /// runs span is fetched once while any of their readers holds it, not
+    /// once per run. Weak, so a block lives only while a reader holds it
+    /// (within that reader's [`BLOCK_BYTES_HELD`]) or is the pipeline's
+    /// last one fetched ([`LastRemoteBlock`]).
+    #[cfg(feature = "remote")]
+    remote_blocks: parking_lot::Mutex<HashMap<(u64, u64), std::sync::Weak<RemoteBlock>>>,
+    /// The last blocks of remote objects fetched for any run reader of the
+    /// pipeline (shared by its sets): the one a reader entered, kept for
+    /// the next run in it (so one reader too reads a block that runs span
+    /// with one fetch), and those after it, fetched ahead.
+    #[cfg(feature = "remote")]
+    last_remote: LastRemoteBlocks,
 }
+
+/// Bytes of blocks of remote objects a pipeline keeps besides its
+/// readers' own: the block entered last and those after it, fetched
+/// ahead (at most [`BLOCK_BYTES_HELD`] of them).
+#[cfg(feature = "remote")]
+const REMOTE_BYTES_KEPT: u64 = 2 * BLOCK_BYTES_HELD;
+
+/// Blocks of remote objects fetched ahead of the one entered, at most (a
+/// small block's GETs are many and small: several in flight hide their
+/// latency).
+#[cfg(feature = "remote")]
+const REMOTE_BLOCKS_AHEAD: usize = 4;
+
+/// The last blocks of remote objects fetched for a pipeline's run readers,
+/// with their bytes, newest last, within [`REMOTE_BYTES_KEPT`] together
+/// (one list for all its sets: with each reader's own block, at most
+/// `readers + 2` times [`BLOCK_BYTES_HELD`] are held).
+#[cfg(feature = "remote")]
+type LastRemoteBlocks =
+    Arc<parking_lot::Mutex<std::collections::VecDeque<(Arc<RemoteBlock>, u64)>>>;
+
+/// One ranged GET of a block: file, URL, object version, bytes `offset..stop`.
+#[cfg(feature = "remote")]
+type RemotePart<'a> = (
+    usize,
+    std::borrow::Cow<'a, str>,
+    &'a feedline::remote::ObjectInfo,
+    u64,
+    u64,
+);
 
 impl GlobalSet {
     fn total(&self) -> u64 {
@@ -159,6 +210,200 @@ impl GlobalSet {
         });
         *self.order.write().expect("order lock") = Some((pass, o.clone()));
         Ok(o)
+    }
+
+    /// The block of remote objects at `key` (pass, first position) that
+    /// another run reader holds, else a new one to fetch.
+    #[cfg(feature = "remote")]
+    fn remote_block(&self, key: (u64, u64)) -> Arc<RemoteBlock> {
+        let mut blocks = self.remote_blocks.lock();
+        if let Some(b) = blocks.get(&key).and_then(std::sync::Weak::upgrade) {
+            return b;
+        }
+        blocks.retain(|_, b| b.strong_count() > 0);
+        let b = Arc::new(RemoteBlock::new());
+        blocks.insert(key, Arc::downgrade(&b));
+        b
+    }
+
+    /// Keep `block` (of `bytes`, entered or being fetched ahead) among the
+    /// pipeline's last blocks, letting go of the oldest while they take
+    /// more than [`REMOTE_BYTES_KEPT`].
+    #[cfg(feature = "remote")]
+    fn keep_last(&self, block: &Arc<RemoteBlock>, bytes: u64) {
+        let mut kept = self.last_remote.lock();
+        if kept.iter().any(|(b, _)| Arc::ptr_eq(b, block)) {
+            return;
+        }
+        kept.push_back((block.clone(), bytes));
+        while kept.len() > 1 && kept.iter().map(|(_, n)| n).sum::<u64>() > REMOTE_BYTES_KEPT {
+            kept.pop_front();
+        }
+    }
+
+    /// Whether the block at `key` is held or being fetched.
+    #[cfg(feature = "remote")]
+    fn has_remote_block(&self, key: (u64, u64)) -> bool {
+        (self.remote_blocks.lock().get(&key)).is_some_and(|b| b.strong_count() > 0)
+    }
+
+    /// Forget the block at `key` (its fetch failed): the next reader to
+    /// ask fetches it anew.
+    #[cfg(feature = "remote")]
+    fn forget_remote_block(&self, key: (u64, u64)) {
+        self.remote_blocks.lock().remove(&key);
+    }
+
+    /// The ranged GETs of `view`'s records of remote objects: one per
+    /// object whose slice holds two records or more, while they take at
+    /// most [`BLOCK_BYTES_HELD`] together and their records are not large
+    /// ones; `span` gives a slice's bytes.
+    #[cfg(feature = "remote")]
+    fn remote_parts(
+        &self,
+        view: &BlockView,
+        mut span: impl FnMut(usize, u64, u64) -> feedline::Result<Option<(u64, u64)>>,
+    ) -> feedline::Result<Vec<RemotePart<'_>>> {
+        let mut parts = Vec::new();
+        let mut bytes = 0;
+        for &(file, first, end) in view.slices() {
+            let Some(info) = self.indexes[file].remote_info() else {
+                continue;
+            };
+            if end - first < 2 {
+                continue;
+            }
+            let Some((offset, stop)) = span(file, first, end)? else {
+                continue;
+            };
+            if bytes + (stop - offset) > BLOCK_BYTES_HELD
+                || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
+            {
+                continue;
+            }
+            bytes += stop - offset;
+            parts.push((
+                file,
+                self.formats[file].1.to_string_lossy(),
+                info,
+                offset,
+                stop,
+            ));
+        }
+        Ok(parts)
+    }
+
+    /// Bytes of records `first..last` of `file`, through the shared pages.
+    #[cfg(feature = "remote")]
+    fn shared_span(
+        &self,
+        file: usize,
+        first: u64,
+        last: u64,
+    ) -> feedline::Result<Option<(u64, u64)>> {
+        if !self.indexes[file].has_offsets() {
+            return Ok(None);
+        }
+        let at = |i: u64| -> feedline::Result<u64> {
+            let page = self.page(file, i / INDEX_PAGE)?;
+            (page.get((i % INDEX_PAGE) as usize).copied()).ok_or_else(|| Error::BadFile {
+                path: self.formats[file].1.clone(),
+                what: format!(
+                    "record {i} asked of an index of {} records",
+                    self.counts[file]
+                ),
+            })
+        };
+        let (start, end) = (at(first)?, at(last)?);
+        self.indexes[file].checked_span(first, start, end).map(Some)
+    }
+
+    /// Fetch the block of `view` into `block`, its GETs side by side on
+    /// threads of their own; `None` in the block (and the error returned)
+    /// if one failed.
+    #[cfg(feature = "remote")]
+    fn fetch_block(&self, block: &RemoteBlock, parts: &[RemotePart<'_>]) -> Option<Error> {
+        let mut failed = None;
+        block.get_or_init(|| {
+            let got: Vec<feedline::Result<(usize, u64, feedline::remote::Bytes)>> =
+                std::thread::scope(|s| {
+                    let gets: Vec<_> = (parts.iter())
+                        .map(|(file, url, info, offset, stop)| {
+                            s.spawn(move || {
+                                feedline::remote::read_range(url, info, *offset, stop - offset)
+                                    .map(|b| (*file, *offset, b))
+                                    .map_err(|e| Error::io(url.as_ref(), e.into_io()))
+                            })
+                        })
+                        .collect();
+                    (gets.into_iter())
+                        .map(|g| g.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect()
+                });
+            match got.into_iter().collect::<feedline::Result<Vec<_>>>() {
+                Ok(parts) => Some(parts.into_iter().map(|(f, o, b)| (f, (o, b))).collect()),
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            }
+        });
+        failed
+    }
+
+    /// Fetch the blocks after `view` of `pass`'s `order` ahead, each on a
+    /// thread of its own, unless being fetched or held already: at most
+    /// [`REMOTE_BLOCKS_AHEAD`], of [`BLOCK_BYTES_HELD`] together, and none
+    /// past the pass's end; each kept among the last blocks from the start
+    /// (the bound counts it while it is fetched).
+    #[cfg(feature = "remote")]
+    fn fetch_ahead(self: &Arc<Self>, pass: u64, order: &Arc<GlobalOrder>, view: &BlockView) {
+        let mut next = view.end();
+        let mut ahead = 0;
+        for _ in 0..REMOTE_BLOCKS_AHEAD {
+            if next >= order.len() {
+                return;
+            }
+            let Some(next_view) = order.block_view(next) else {
+                return;
+            };
+            let at = next;
+            next = next_view.end();
+            if self.has_remote_block((pass, at)) {
+                continue;
+            }
+            let Ok(parts) = self.remote_parts(&next_view, |f, a, b| self.shared_span(f, a, b))
+            else {
+                return; // the reader that enters it names the error
+            };
+            let bytes: u64 = parts.iter().map(|p| p.4 - p.3).sum();
+            if parts.is_empty() || ahead + bytes > BLOCK_BYTES_HELD {
+                return;
+            }
+            ahead += bytes;
+            let block = self.remote_block((pass, at));
+            self.keep_last(&block, bytes);
+            let set = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("feedline-block-ahead".into())
+                .spawn(move || {
+                    let parts = set.remote_parts(&next_view, |f, a, b| set.shared_span(f, a, b));
+                    let failed = match parts {
+                        Ok(parts) => set.fetch_block(&block, &parts),
+                        Err(e) => Some(e),
+                    };
+                    // The reader that enters it fetches it anew (and its
+                    // error names the object).
+                    if let Some(e) = failed {
+                        log::debug!("block at {at} of pass {pass} fetched ahead: {e}");
+                        set.forget_remote_block((pass, at));
+                    }
+                });
+            if spawned.is_err() {
+                self.forget_remote_block((pass, at));
+                return;
+            }
+        }
     }
 }
 
@@ -323,6 +568,7 @@ fn index_set(
     block: Option<u64>,
     files: &[String],
     dir: &Path,
+    #[cfg(feature = "remote")] last_remote: &LastRemoteBlocks,
 ) -> Result<GlobalSet, PipelineError> {
     let mode = config.order.shuffle_mode.name();
     let registry = &config.inputs.registry;
@@ -379,6 +625,10 @@ fn index_set(
         open,
         order: RwLock::new(None),
         pages: Default::default(),
+        #[cfg(feature = "remote")]
+        remote_blocks: Default::default(),
+        #[cfg(feature = "remote")]
+        last_remote: last_remote.clone(),
     })
 }
 
@@ -393,18 +643,26 @@ pub(crate) fn settle(config: &mut PipelineConfig) -> Result<(), PipelineError> {
     // Block mode's blocks are of `shuffle` records (the pool's size in
     // buffer mode); the settings' check refused 0.
     let block = (mode == ShuffleMode::Block).then_some(config.order.shuffle.max(1) as u64);
-    let sets: Vec<Arc<GlobalSet>> = if config.inputs.sets.is_empty() {
-        vec![Arc::new(index_set(
+    #[cfg(feature = "remote")]
+    let last_remote = LastRemoteBlocks::default();
+    let index = |set: u64, files: &[String]| {
+        index_set(
             config,
-            0,
+            set,
             seed,
             block,
-            &config.inputs.files,
+            files,
             &dir,
-        )?)]
+            #[cfg(feature = "remote")]
+            &last_remote,
+        )
+        .map(Arc::new)
+    };
+    let sets: Vec<Arc<GlobalSet>> = if config.inputs.sets.is_empty() {
+        vec![index(0, &config.inputs.files)?]
     } else {
         (config.inputs.sets.iter().enumerate())
-            .map(|(i, s)| index_set(config, i as u64, seed, block, &s.files, &dir).map(Arc::new))
+            .map(|(i, s)| index(i as u64, &s.files))
             .collect::<Result<_, _>>()?
     };
     let tag = tag_of(&sets);
@@ -509,6 +767,8 @@ impl Format for RunsFormat {
         Ok(Box::new(RunReader {
             source: SourceId::intern(&name),
             set: s,
+            #[cfg(feature = "remote")]
+            pass: opts.pass,
             order,
             start,
             len: end - start,
@@ -521,7 +781,7 @@ impl Format for RunsFormat {
             held: None,
             view: None,
             #[cfg(feature = "remote")]
-            remote_held: HashMap::new(),
+            remote_held: None,
         }))
     }
 }
@@ -531,6 +791,9 @@ impl Format for RunsFormat {
 pub(crate) struct RunReader {
     source: SourceId,
     set: Arc<GlobalSet>,
+    /// The pass whose order it reads (remote blocks are shared by it).
+    #[cfg(feature = "remote")]
+    pass: u64,
     order: Arc<GlobalOrder>,
     start: u64,
     len: u64,
@@ -552,9 +815,10 @@ pub(crate) struct RunReader {
     /// In `block` mode, the block being read, looked up once.
     view: Option<BlockView>,
     /// In `block` mode, the block's records of remote objects, read with
-    /// one ranged GET each: (first byte, bytes) by file.
+    /// one ranged GET per object, shared with the other run readers in
+    /// the block ([`GlobalSet::remote_block`]).
     #[cfg(feature = "remote")]
-    remote_held: HashMap<usize, (u64, feedline::remote::Bytes)>,
+    remote_held: Option<Arc<RemoteBlock>>,
 }
 
 impl RunReader {
@@ -601,9 +865,11 @@ impl RunReader {
                 if let Some((_, files, _)) = last.take() {
                     for f in files {
                         self.readers.remove(&f);
-                        #[cfg(feature = "remote")]
-                        self.remote_held.remove(&f);
                     }
+                }
+                #[cfg(feature = "remote")]
+                {
+                    self.remote_held = None;
                 }
                 *last = Some((block, vec![file], 0));
                 #[cfg(feature = "remote")]
@@ -726,64 +992,62 @@ impl RunReader {
         Ok(self.readers.get_mut(&file).expect("inserted"))
     }
 
-    /// On entering a block: fetch its records of every remote object at
-    /// once, one ranged GET per object, the GETs side by side, where the
-    /// ranges take at most [`BLOCK_BYTES_HELD`] together and their records
-    /// are not large ones; the bytes held until the block ends. (The GETs
-    /// run on threads of their own, so the pipeline's remote counters do
-    /// not count them; the process's do.)
+    /// On entering a block: its records of every remote object, from
+    /// another run reader in the block or fetched ahead
+    /// ([`GlobalSet::remote_block`]), else fetched at once, one ranged GET
+    /// per object, the GETs side by side ([`GlobalSet::remote_parts`]);
+    /// the bytes held (and counted in this reader's share) until the block
+    /// ends; and the next block fetched ahead. (The GETs run on threads of
+    /// their own, so the pipeline's remote counters do not count them; the
+    /// process's do.)
     #[cfg(feature = "remote")]
     fn fetch_remote_block(&mut self) -> feedline::Result<()> {
         let Some(view) = self.view.clone() else {
             return Ok(());
         };
-        let mut wanted = Vec::new();
-        let mut bytes = 0;
-        for &(file, first, end) in view.slices() {
-            let Some(info) = self.set.indexes[file].remote_info().cloned() else {
-                continue;
-            };
-            if end - first < 2 {
-                continue;
-            }
-            let Some((offset, stop)) = self.span(file, first, end)? else {
-                continue;
-            };
-            if bytes + (stop - offset) > BLOCK_BYTES_HELD
-                || (stop - offset) / (end - first) >= HELD_RECORD_BYTES
-            {
-                continue;
-            }
-            bytes += stop - offset;
-            let url = self.set.formats[file].1.to_string_lossy().into_owned();
-            wanted.push((file, url, info, offset, stop));
+        let set = self.set.clone();
+        let parts = set.remote_parts(&view, |f, a, b| self.span(f, a, b))?;
+        if parts.is_empty() {
+            return Ok(());
         }
-        let fetched: Vec<feedline::Result<(usize, u64, feedline::remote::Bytes)>> =
-            std::thread::scope(|s| {
-                let gets: Vec<_> = (wanted.iter())
-                    .map(|(file, url, info, offset, stop)| {
-                        s.spawn(move || {
-                            feedline::remote::read_range(url, info, *offset, stop - offset)
-                                .map(|b| (*file, *offset, b))
-                                .map_err(|e| Error::io(url, e.into_io()))
-                        })
-                    })
-                    .collect();
-                (gets.into_iter())
-                    .map(|g| g.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            });
-        for got in fetched {
-            let (file, offset, b) = got?;
-            let n = b.len() as u64;
-            self.remote_held.insert(file, (offset, b));
-            if let Some((_, files, held)) = &mut self.held {
+        let key = (self.pass, view.first());
+        let mut block = set.remote_block(key);
+        if let Some(e) = set.fetch_block(&block, &parts) {
+            set.forget_remote_block(key);
+            return Err(e);
+        }
+        if block.get().is_some_and(|b| b.is_none()) {
+            // Fetched ahead, and that failed: fetch it here, where an
+            // error reaches the reader.
+            set.forget_remote_block(key);
+            block = set.remote_block(key);
+            if let Some(e) = set.fetch_block(&block, &parts) {
+                set.forget_remote_block(key);
+                return Err(e);
+            }
+        }
+        set.keep_last(&block, parts.iter().map(|p| p.4 - p.3).sum());
+        set.fetch_ahead(self.pass, &self.order, &view);
+        if let (Some(Some(parts)), Some((_, files, held))) = (block.get(), &mut self.held) {
+            let mut o = set.open.clone();
+            o.start_record = 0;
+            o.compression = Some(feedline::format::Compression::None);
+            for (&file, (_, b)) in parts {
                 if !files.contains(&file) {
                     files.push(file);
                 }
-                *held += n;
+                *held += b.len() as u64;
+                // One reader of the block's bytes per object (its decoder
+                // made once), let go with the block.
+                let r = feedline::format::tfrecord::TfRecordReader::from_bytes(
+                    b.clone(),
+                    set.sources[file],
+                    &o,
+                );
+                self.readers.insert(file, Box::new(r));
             }
         }
+        self.remote_held = Some(block);
         Ok(())
     }
 
@@ -792,21 +1056,31 @@ impl RunReader {
     /// the block's bytes held, else with one ranged GET.
     fn read_one(&mut self, file: usize, record: u64, chunk: &mut Chunk) -> feedline::Result<usize> {
         #[cfg(feature = "remote")]
-        if let Some(info) = self.set.indexes[file].remote_info() {
-            let url = self.set.formats[file].1.to_string_lossy().into_owned();
-            let info = info.clone();
+        if self.set.indexes[file].remote_info().is_some() {
+            let set = self.set.clone();
+            let info = set.indexes[file].remote_info().expect("remote");
+            let url = set.formats[file].1.to_string_lossy();
             let Some((offset, end)) = self.span(file, record, record + 1)? else {
                 return Err(Error::Config(format!(
                     "{url}: a remote input without offsets"
                 )));
             };
-            let bytes = match self.remote_held.get(&file) {
-                Some((base, b)) if offset >= *base && end - base <= b.len() as u64 => {
-                    b.slice((offset - base) as usize..(end - base) as usize)
-                }
-                _ => feedline::remote::read_range(&url, &info, offset, end - offset)
-                    .map_err(|e| Error::io(&url, e.into_io()))?,
+            let bad = |e: Error| Error::BadFile {
+                path: url.as_ref().into(),
+                what: format!("record {record} at byte {offset}: {e}"),
             };
+            let held = (self.remote_held.as_ref())
+                .and_then(|b| b.get())
+                .and_then(|parts| parts.as_ref()?.get(&file))
+                .filter(|(base, b)| offset >= *base && end - base <= b.len() as u64);
+            if let (Some((base, _)), Some(r)) = (held, self.readers.get_mut(&file)) {
+                // From the block's bytes, by their offset in them.
+                r.seek_indexed(record, offset - base, end - base)
+                    .map_err(bad)?;
+                return r.read_chunk(chunk, 1, usize::MAX).map_err(bad);
+            }
+            let bytes = feedline::remote::read_range(&url, info, offset, end - offset)
+                .map_err(|e| Error::io(url.as_ref(), e.into_io()))?;
             let mut o = self.set.open.clone();
             o.start_record = 0;
             o.compression = Some(feedline::format::Compression::None);
@@ -815,12 +1089,7 @@ impl RunReader {
                 self.set.sources[file],
                 &o,
             );
-            return r
-                .read_chunk(chunk, 1, usize::MAX)
-                .map_err(|e| Error::BadFile {
-                    path: url.clone().into(),
-                    what: format!("record {record} at byte {offset}: {e}"),
-                });
+            return r.read_chunk(chunk, 1, usize::MAX).map_err(bad);
         }
         self.reader_at(file, record, record)
             .and_then(|r| r.read_chunk(chunk, 1, usize::MAX))

@@ -273,12 +273,28 @@ impl RecordReader for TfRecordReader {
     /// An uncompressed regular file: the cursor moves to `offset`, and the
     /// window reads `offset..end` at most at a time from now on; with
     /// checksums deferred, a span of 64 KiB or more is framed from its
-    /// ends alone (see the module docs).
+    /// ends alone (see the module docs). Bytes in memory
+    /// ([`from_bytes`](TfRecordReader::from_bytes), uncompressed): the
+    /// cursor moves to `offset` of them (`end` past them is an error).
     fn seek_indexed(&mut self, record: u64, offset: u64, end: u64) -> Result<bool> {
-        let Input::File { window, .. } = &mut self.input else {
-            return Ok(false);
-        };
-        window.set_block(end.saturating_sub(offset).min(WINDOW_BYTES as u64) as usize);
+        match &mut self.input {
+            Input::File { window, .. } => {
+                window.set_block(end.saturating_sub(offset).min(WINDOW_BYTES as u64) as usize)
+            }
+            Input::Memory(data) => {
+                if end > (**data).as_ref().len() as u64 {
+                    return Err(crate::Error::BadFile {
+                        path: self.cur.path.clone(),
+                        what: format!(
+                            "bytes {offset}..{end} asked of {} bytes in memory (its record index does not match it)",
+                            (**data).as_ref().len()
+                        ),
+                    });
+                }
+            }
+            Input::Stream { .. } => return Ok(false),
+        }
+        let memory = matches!(self.input, Input::Memory(_));
         let cur = &mut self.cur;
         cur.pos = offset;
         cur.index = record;
@@ -287,7 +303,7 @@ impl RecordReader for TfRecordReader {
         cur.can_continue = false;
         // A large record (its span from the index) is framed from its ends
         // alone, as after a large record read in order.
-        cur.sparse = cur.defer && end.saturating_sub(offset) >= SPARSE_MIN_BYTES as u64;
+        cur.sparse = !memory && cur.defer && end.saturating_sub(offset) >= SPARSE_MIN_BYTES as u64;
         Ok(true)
     }
 
